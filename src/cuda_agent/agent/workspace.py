@@ -1,0 +1,391 @@
+"""The agent's workspace: a folder holding the task, the candidate, our SKILL.md and protected commands.
+
+    DIR/
+      model.py           the task (read-only)
+      model_new.py       the candidate (a starting point generated from the task)
+      kernels/           the candidate's C++/CUDA sources, built into the module `cuda_extension`
+      SKILL.md           rules, workflow and optimisation playbook (read-only)
+      compile, verify, profile
+                         protected commands: thin scripts that run `python -m
+                         cuda_agent.agent.workspace_cli`, so their code lives in the installed
+                         package, out of the agent's reach
+      .cuda_agent/       metadata, pristine copies of the protected files, results of the commands
+
+Protected files are restored from pristine copies before each command and, inside the agent loop,
+after every tool call. None of this is what the final score rests on: the loop re-evaluates the
+best solution from a clean copy against the task it holds in memory.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import re
+import shlex
+import stat
+import sys
+import textwrap
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Callable
+
+from cuda_agent.env.config import EvalConfig
+from cuda_agent.env.result import EvalError, EvalResult
+from cuda_agent.tasks import Solution, Task, load_solution
+
+META_DIR = ".cuda_agent"
+META_FILE = f"{META_DIR}/workspace.json"
+RESULTS_FILE = f"{META_DIR}/results.jsonl"
+COMMANDS = ("compile", "verify", "profile")
+PROTECTED = ("model.py", "SKILL.md", *COMMANDS)
+ASSETS = Path(__file__).parent / "assets"
+
+# evaluate(task, solution, config) -> EvalResult; injectable so tests can use a fake.
+Evaluator = Callable[[Task, Solution, EvalConfig], EvalResult]
+
+
+def default_evaluator(task: Task, solution: Solution, config: EvalConfig) -> EvalResult:
+    from cuda_agent.env.evaluate import evaluate
+
+    return evaluate(task, solution, config)
+
+
+class WorkspaceError(RuntimeError):
+    pass
+
+
+@dataclass
+class CommandResult:
+    """What one protected command produced: a short text for the model, plus the plain data."""
+
+    command: str
+    ok: bool
+    text: str
+    result: EvalResult | None = None
+    solution: Solution | None = None   # the snapshot that was evaluated
+    seconds: float = 0.0
+
+
+@dataclass
+class Workspace:
+    root: Path
+    task: Task
+    backend: str
+    eval_config: EvalConfig
+    evaluator: Evaluator = default_evaluator
+    originals: dict[str, str] = field(default_factory=dict)   # protected file -> pristine text
+
+    # -- creation and loading ---------------------------------------------------------------
+
+    @classmethod
+    def create(cls, task: Task, root: str | os.PathLike, *, backend: str | None = None,
+               eval_config: EvalConfig | None = None, evaluator: Evaluator | None = None,
+               overwrite: bool = False) -> "Workspace":
+        task.check_syntax()
+        root = Path(root).resolve()
+        if root.exists() and any(root.iterdir()) and not overwrite:
+            raise WorkspaceError(f"{root} exists and is not empty (pass overwrite to reuse it)")
+        config = eval_config or EvalConfig()
+        backend = backend or config.backend or config.resolved_backend()
+        config = replace(config, backend=backend)
+        root.mkdir(parents=True, exist_ok=True)
+        (root / "kernels").mkdir(exist_ok=True)
+        (root / META_DIR).mkdir(exist_ok=True)
+
+        originals = {"model.py": task.code, "SKILL.md": skill_text(backend)}
+        originals.update({name: _command_script(name) for name in COMMANDS})
+        ws = cls(root, task, backend, config, evaluator or default_evaluator, originals)
+        for name, text in originals.items():
+            _write_protected(root / name, text, executable=name in COMMANDS)
+        pristine = root / META_DIR / "protected"
+        pristine.mkdir(exist_ok=True)
+        for name, text in originals.items():
+            (pristine / name).write_text(text)
+        entry = root / "model_new.py"
+        if not entry.exists() or overwrite:
+            entry.write_text(starter_model_new(task.code))
+        (root / META_FILE).write_text(json.dumps({
+            "task": {"name": task.name, "origin": task.origin, "digest": task.digest},
+            "backend": backend,
+            "eval_config": config.to_dict(),
+        }, indent=2))
+        return ws
+
+    @classmethod
+    def open(cls, root: str | os.PathLike, *, evaluator: Evaluator | None = None) -> "Workspace":
+        """Load a workspace from disk (the protected commands and the MCP server do this)."""
+        root = Path(root).resolve()
+        meta_path = root / META_FILE
+        if not meta_path.is_file():
+            raise WorkspaceError(f"{root} is not a cuda-agent workspace (no {META_FILE}); "
+                                 "create one with `cuda-agent workspace TASK DIR`")
+        meta = json.loads(meta_path.read_text())
+        pristine = root / META_DIR / "protected"
+        originals = {name: (pristine / name).read_text() for name in PROTECTED if (pristine / name).is_file()}
+        code = originals.get("model.py") or (root / "model.py").read_text()
+        info = meta["task"]
+        task = Task(name=info["name"], code=code, origin=info.get("origin", ""))
+        if task.digest != info.get("digest", task.digest):
+            raise WorkspaceError(f"{root}: the task no longer matches the one the workspace was created for")
+        config = EvalConfig.from_dict(meta["eval_config"])
+        return cls(root, task, meta["backend"], config, evaluator or default_evaluator, originals)
+
+    # -- files ------------------------------------------------------------------------------
+
+    def is_protected(self, rel: str) -> bool:
+        rel = rel.strip("/")
+        return rel in PROTECTED or rel == META_DIR or rel.startswith(META_DIR + "/")
+
+    def restore_protected(self) -> list[str]:
+        """Put back any protected file that was changed or removed; returns their names."""
+        restored = []
+        for name, text in self.originals.items():
+            path = self.root / name
+            try:
+                intact = path.is_file() and not path.is_symlink() and path.read_text() == text
+            except (OSError, UnicodeDecodeError):
+                intact = False
+            if not intact:
+                if path.is_dir() and not path.is_symlink():
+                    import shutil
+
+                    shutil.rmtree(path)
+                elif path.exists() or path.is_symlink():
+                    path.unlink()
+                _write_protected(path, text, executable=name in COMMANDS)
+                restored.append(name)
+        return restored
+
+    def snapshot(self) -> Solution:
+        """The candidate as it is on disk now (model_new.py + kernels/)."""
+        return load_solution(self.root)
+
+    # -- protected commands -------------------------------------------------------------------
+
+    def compile(self) -> CommandResult:
+        return self.run("compile")
+
+    def verify(self) -> CommandResult:
+        return self.run("verify")
+
+    def profile(self) -> CommandResult:
+        return self.run("profile")
+
+    def run(self, command: str) -> CommandResult:
+        if command not in COMMANDS:
+            raise WorkspaceError(f"unknown command {command!r}")
+        start = time.perf_counter()
+        restored = self.restore_protected()
+        try:
+            solution = self.snapshot()
+        except (OSError, ValueError) as exc:
+            return CommandResult(command, False, f"{command}: FAILED\n{exc}", seconds=time.perf_counter() - start)
+        result = _run_command(command, self.task, solution, self.eval_config, self.evaluator)
+        ok = _command_ok(command, result)
+        text = format_result(command, result)
+        if restored:
+            text += f"\nnote: protected files were modified and have been restored: {', '.join(restored)}"
+        return CommandResult(command, ok, text, result, solution, time.perf_counter() - start)
+
+    def read_records(self, offset: int = 0) -> tuple[list[dict], int]:
+        """Records appended to .cuda_agent/results.jsonl since byte `offset`; returns the new offset.
+        They were written by commands run through bash, so they are claims, not trusted results."""
+        path = self.root / RESULTS_FILE
+        try:
+            size = path.stat().st_size
+        except OSError:
+            return [], 0
+        if size < offset:       # truncated or replaced: start over
+            offset = 0
+        with open(path, "rb") as fh:
+            fh.seek(offset)
+            data = fh.read()
+        end = data.rfind(b"\n") + 1   # complete lines only
+        records = []
+        for line in data[:end].decode("utf-8", errors="replace").splitlines():
+            try:
+                record = json.loads(line)
+                record["solution"] = Solution(dict(record["files"]))
+                record["result"] = EvalResult.from_dict(record["result"])
+            except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+                continue
+            records.append(record)
+        return records, offset + end
+
+    def record(self, outcome: CommandResult) -> None:
+        """Append a command's result to .cuda_agent/results.jsonl (read by the agent loop)."""
+        if outcome.result is None or outcome.solution is None:
+            return
+        line = json.dumps({"command": outcome.command, "time": time.time(), "ok": outcome.ok,
+                           "files": outcome.solution.files, "result": outcome.result.to_dict()})
+        with open(self.root / RESULTS_FILE, "a") as fh:
+            fh.write(line + "\n")
+
+
+def _run_command(command: str, task: Task, solution: Solution, base: EvalConfig,
+                 evaluator: Evaluator) -> EvalResult:
+    """compile = build (or a one-input-set check until the env's builder lands); verify = no timing."""
+    try:
+        if command == "compile":
+            return _compile(task, solution, base, evaluator)
+        if command == "verify":
+            return evaluator(task, solution, replace(base, baselines=False))
+        return evaluator(task, solution, base)
+    except Exception as exc:  # the environment itself failed; tell the model, do not crash the loop
+        return EvalResult(task=task.name, backend=base.backend or "",
+                          error=EvalError("internal", f"{type(exc).__name__}: {exc}"))
+
+
+def _compile(task: Task, solution: Solution, base: EvalConfig, evaluator: Evaluator) -> EvalResult:
+    # Switch-over point: once `cuda_agent.env.compiler.build_solution` exists and we are using the
+    # real environment, compile builds only; a fake evaluator (tests) keeps the evaluate path.
+    if evaluator is default_evaluator:
+        try:
+            from cuda_agent.env.compiler import build_solution  # type: ignore[attr-defined]
+        except ImportError:
+            build_solution = None
+        if build_solution is not None:
+            from cuda_agent.env.compiler import BuildError
+
+            try:
+                build_solution(solution, base.backend, base.cache_dir)
+            except BuildError as exc:
+                return EvalResult(task=task.name, backend=base.backend or "",
+                                  error=EvalError("compile", exc.summary))
+            return EvalResult(task=task.name, backend=base.backend or "", compiled=True)
+    return evaluator(task, solution, replace(base, baselines=False, num_correct_trials=1))
+
+
+def _command_ok(command: str, result: EvalResult) -> bool:
+    if command == "compile":
+        return result.compiled
+    return result.correct
+
+
+# -- LLM-readable summaries ---------------------------------------------------------------------
+
+def _ms(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.4g} ms"
+
+
+def format_result(command: str, r: EvalResult, max_chars: int = 4000) -> str:
+    lines: list[str] = []
+    err = r.error
+    if command == "compile":
+        if r.compiled:
+            lines.append("compile: OK")
+            if err is not None and err.phase != "compile":
+                lines.append(f"note: a quick run on one input set failed in {err.phase}: "
+                             f"{_first_lines(err.message, 8)}")
+        else:
+            lines.append(f"compile: FAILED ({err.phase if err else 'unknown'})")
+            lines.append(err.message if err else "no error message")
+    elif not r.correct:
+        phase = err.phase if err else "unknown"
+        lines.append(f"{command}: FAILED in {phase}")
+        if err is not None:
+            lines.append(err.message)
+            if err.rule:
+                lines.append(f"rule: {err.rule}")
+        if r.log.strip():
+            lines.append("candidate output (tail):\n" + r.log.strip()[-1500:])
+    elif command == "verify":
+        worst = f"; max abs error {max(r.max_abs_error):.3g}" if r.max_abs_error else ""
+        lines.append(f"verify: PASSED ({len(r.max_abs_error) or 'all'} input sets{worst})")
+    else:
+        lines.append("profile: correct")
+        lines.append(f"  your kernel    {_ms(r.kernel_ms)}")
+        lines.append(f"  eager PyTorch  {_ms(r.eager_ms)}" + _speedup(r.speedup_vs_eager))
+        lines.append(f"  torch.compile  {_ms(r.compile_ms)}" + _speedup(r.speedup_vs_compile))
+        lines.append(f"  reward {r.reward:g} (3 = faster than eager and torch.compile by >5%)"
+                     if r.reward is not None else "  reward n/a")
+        if r.speedup_vs_compile is not None and r.speedup_vs_compile < 1.05:
+            lines.append("  target not met yet: be at least 5% faster than torch.compile")
+    for w in r.warnings:
+        lines.append(f"warning: {w}")
+    text = "\n".join(lines)
+    if len(text) > max_chars:
+        text = text[: max_chars - 40] + "\n[... summary truncated ...]"
+    return text
+
+
+def _speedup(value: float | None) -> str:
+    return "" if value is None else f"   (you are {value:.2f}x faster)" if value >= 1 else \
+        f"   (you are {1 / value:.2f}x slower)"
+
+
+def _first_lines(text: str, n: int) -> str:
+    return "\n".join(text.strip().splitlines()[:n])
+
+
+# -- generated files ----------------------------------------------------------------------------
+
+def skill_text(backend: str) -> str:
+    text = (ASSETS / "SKILL.md").read_text()
+    if backend == "cpu":
+        text += "\n" + (ASSETS / "SKILL_cpu.md").read_text()
+    return text
+
+
+def _command_script(command: str) -> str:
+    # The interpreter that created the workspace runs the command: that is where cuda_agent lives.
+    python = shlex.quote(sys.executable)
+    return textwrap.dedent(f"""\
+        #!/bin/sh
+        # Protected command of a cuda-agent workspace: {command} the candidate in this folder.
+        # The code is in the installed cuda_agent package; editing this file changes nothing.
+        exec {python} -m cuda_agent.agent.workspace_cli {command} --workspace "$(dirname "$0")" "$@"
+        """)
+
+
+def _write_protected(path: Path, text: str, executable: bool = False) -> None:
+    if path.exists():
+        path.chmod(stat.S_IWUSR | stat.S_IRUSR)
+    path.write_text(text)
+    mode = stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH
+    if executable:
+        mode |= stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH
+    path.chmod(mode)
+
+
+def starter_model_new(task_code: str) -> str:
+    """A starting `model_new.py`: the task's imports, `ModelNew` with `Model`'s exact `__init__`
+    (so parameter names match for `load_state_dict`), and a `forward` stub showing the reference."""
+    tree = ast.parse(task_code)
+    model = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Model"), None)
+    imports = ["import torch", "import torch.nn as nn"]
+    for node in tree.body:
+        segment = ast.get_source_segment(task_code, node)
+        if isinstance(node, (ast.Import, ast.ImportFrom)) and segment not in imports:
+            imports.append(segment)
+    init_src, fwd_args, reference = "    def __init__(self):\n        super().__init__()\n", "self, *inputs", ""
+    if model is not None:
+        for node in model.body:
+            if isinstance(node, ast.FunctionDef) and node.name == "__init__":
+                init_src = _method_source(task_code, node)
+                init_src = re.sub(r"super\(\s*Model\s*,\s*self\s*\)", "super()", init_src)
+            elif isinstance(node, ast.FunctionDef) and node.name == "forward":
+                fwd_args = ast.unparse(node.args)
+                body = node.body[1:] if ast.get_docstring(node) else node.body
+                reference = "\n".join(ast.unparse(stmt) for stmt in body)
+    ref_comment = textwrap.indent(reference, "        #     ") if reference else "        #     (see model.py)"
+    return (
+        "\n".join(imports) + "\n\n"
+        "import cuda_extension  # built from kernels/ by ./compile (see SKILL.md)\n\n\n"
+        "class ModelNew(nn.Module):\n"
+        + init_src.rstrip() + "\n\n"
+        f"    def forward({fwd_args}):\n"
+        "        # Reference computation from model.py, to be replaced by calls into cuda_extension\n"
+        "        # (no torch compute here: only tensor allocation and your own kernels):\n"
+        f"{ref_comment}\n"
+        "        raise NotImplementedError('write kernels in kernels/, build them with ./compile, call them here')\n"
+    )
+
+
+def _method_source(code: str, node: ast.FunctionDef) -> str:
+    lines = code.splitlines()
+    start = (node.decorator_list[0].lineno if node.decorator_list else node.lineno) - 1
+    text = textwrap.dedent("\n".join(lines[start:node.end_lineno]))
+    return textwrap.indent(text, "    ") + "\n"

@@ -1,0 +1,41 @@
+"""Entry point of a workspace's protected commands: `python -m cuda_agent.agent.workspace_cli verify`.
+
+The workspace's `compile`, `verify` and `profile` scripts only exec this module, so what the
+commands do is decided by the installed package, not by anything the agent can edit. Prints a
+short summary for the model; exit status 0 on success, 1 on failure, 2 on misuse.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from cuda_agent.agent.workspace import COMMANDS, META_FILE, Workspace, WorkspaceError
+
+
+def find_root(start: Path) -> Path:
+    for folder in (start, *start.parents):
+        if (folder / META_FILE).is_file():
+            return folder
+    raise WorkspaceError(f"no cuda-agent workspace at or above {start}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="workspace_cli", description=__doc__.splitlines()[0])
+    parser.add_argument("command", choices=COMMANDS)
+    parser.add_argument("--workspace", type=Path, default=None, help="workspace folder (default: find from cwd)")
+    args = parser.parse_args(argv)
+    try:
+        ws = Workspace.open(find_root((args.workspace or Path.cwd()).resolve()))
+    except WorkspaceError as exc:
+        print(f"{args.command}: {exc}", file=sys.stderr)
+        return 2
+    outcome = ws.run(args.command)
+    ws.record(outcome)
+    print(outcome.text)
+    return 0 if outcome.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,362 @@
+"""Fast, cached builds of PyTorch extensions.
+
+Agents recompile dozens of times per task, so a kernel-only edit must rebuild only the kernel:
+
+- every translation unit is compiled on its own into a content-addressed object
+  (`cache/obj/<hash>.o`, keyed by its source, the headers beside it, flags and toolchain), so an
+  unchanged binding is never recompiled, across evaluations and processes;
+- C++ files that include `torch/extension.h` use a precompiled header built once per toolchain;
+- changed units compile in parallel; linking is a single quick `g++ -shared` into
+  `cache/lib/<hash>/NAME.so`;
+- writes are atomic (temp file + rename), so concurrent workers can share one cache.
+
+Compiler output is reduced to the first few errors with file:line for an LLM to read.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import importlib.util
+import os
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+TRANSLATION_UNITS = (".cu", ".cpp", ".cc", ".cxx")
+HEADERS = (".h", ".hpp", ".cuh", ".inl")
+_TORCH_INCLUDE = re.compile(r'#\s*include\s*[<"](torch|ATen|c10)/')
+# Torch defines these for every CUDA file of its own extensions; we do the same for files
+# that include torch headers (load_inline parity) and leave pure CUDA files alone.
+TORCH_NVCC_FLAGS = [
+    "-D__CUDA_NO_HALF_OPERATORS__", "-D__CUDA_NO_HALF_CONVERSIONS__",
+    "-D__CUDA_NO_BFLOAT16_CONVERSIONS__", "-D__CUDA_NO_HALF2_OPERATORS__",
+]
+
+
+class BuildError(RuntimeError):
+    """A compile or link step failed. `summary` is short and LLM-readable; `log` is complete."""
+
+    def __init__(self, summary: str, log: str = ""):
+        super().__init__(summary)
+        self.summary = summary
+        self.log = log
+
+
+def _sha(*parts: str | bytes) -> str:
+    h = hashlib.sha256()
+    for p in parts:
+        h.update(p if isinstance(p, bytes) else p.encode())
+        h.update(b"\0")
+    return h.hexdigest()[:24]
+
+
+def find_cuda_home() -> Path | None:
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        if os.environ.get(var):
+            return Path(os.environ[var])
+    nvcc = shutil.which("nvcc")
+    if nvcc:
+        home = Path(os.path.realpath(nvcc)).parent.parent
+        if (home / "include" / "cuda_runtime.h").exists():
+            return home
+    default = Path("/usr/local/cuda")
+    return default if default.exists() else None
+
+
+def cuda_arch_flags() -> list[str]:
+    """Target the GPU in this machine (sm_90a on Hopper, so wgmma is available)."""
+    arch = os.environ.get("CUDA_AGENT_CUDA_ARCH")  # e.g. "90a" for builds on a GPU-less host
+    if not arch:
+        import torch
+
+        if torch.cuda.is_available():
+            major, minor = torch.cuda.get_device_capability()
+            arch = f"{major}{minor}" + ("a" if major == 9 and minor == 0 else "")
+        else:
+            arch = "90a"
+    return [f"-gencode=arch=compute_{arch},code=sm_{arch}"]
+
+
+@dataclass(frozen=True)
+class Toolchain:
+    backend: str
+    cxx: str
+    nvcc: str | None
+    include_flags: tuple[str, ...]
+    common_flags: tuple[str, ...]
+    cuda_flags: tuple[str, ...]
+    ldflags: tuple[str, ...]
+    key: str
+
+    @property
+    def has_cuda(self) -> bool:
+        return self.nvcc is not None
+
+
+@lru_cache(maxsize=None)
+def toolchain(backend: str) -> Toolchain:
+    import torch
+    import torch.utils.cpp_extension as cpp
+
+    cxx = os.environ.get("CXX", "c++")
+    includes = [*cpp.include_paths("cpu"), sysconfig.get_paths()["include"]]
+    lib_dir = cpp.library_paths("cpu")[0]
+    ldflags = [f"-L{lib_dir}", "-lc10", "-ltorch_cpu", "-ltorch", "-ltorch_python"]
+    nvcc, cuda_flags = None, []
+    cuda_home = find_cuda_home()
+    if backend == "cuda":
+        if cuda_home is None or not (cuda_home / "bin" / "nvcc").exists():
+            raise BuildError("nvcc not found: set CUDA_HOME to the CUDA toolkit (the cuda backend needs it)")
+        nvcc = str(cuda_home / "bin" / "nvcc")
+        includes.append(str(cuda_home / "include"))
+        cuda_flags = ["-O3", "--expt-relaxed-constexpr", "-std=c++20", "-Xcompiler", "-fPIC",
+                      *cuda_arch_flags()]
+        lib64 = cuda_home / ("lib64" if (cuda_home / "lib64").exists() else "lib")
+        ldflags += ["-lc10_cuda", "-ltorch_cuda", f"-L{lib64}", "-lcudart"]
+    abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
+    common = ["-O3", "-std=c++20", "-fPIC", f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
+              "-DTORCH_API_INCLUDE_EXTENSION_H"]
+    include_flags = [f"-isystem{p}" for p in includes]
+    versions = [torch.__version__, sys.version, _tool_version(cxx)]
+    if nvcc:
+        versions.append(_tool_version(nvcc))
+    key = _sha(backend, *versions, *include_flags, *common, *cuda_flags, *ldflags)
+    return Toolchain(backend, cxx, nvcc, tuple(include_flags), tuple(common), tuple(cuda_flags),
+                     tuple(ldflags), key)
+
+
+def _tool_version(tool: str) -> str:
+    try:
+        return subprocess.run([tool, "--version"], capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.SubprocessError):
+        return tool
+
+
+# ---------------------------------------------------------------------------------------------
+# error summaries
+
+_ERROR_LINE = re.compile(
+    r"(error|undefined reference|undefined symbol|fatal|multiple definition|ld returned)", re.I)
+
+
+def summarize_compiler_output(text: str, max_errors: int = 6, max_chars: int = 2500) -> str:
+    """The first errors with file:line and the source line under each, not template noise."""
+    lines = text.splitlines()
+    picked: list[str] = []
+    errors = 0
+    for i, line in enumerate(lines):
+        if not _ERROR_LINE.search(line) or line.lstrip().startswith("In file included"):
+            continue
+        errors += 1
+        if errors > max_errors:
+            break
+        picked.append(line.strip())
+        # gcc/nvcc print the offending source line (and a caret) right after the message
+        for follow in lines[i + 1:i + 3]:
+            if follow.strip() and not _ERROR_LINE.search(follow) and ("|" in follow or follow.strip() == "^"
+                                                                      or follow.startswith("  ")):
+                picked.append("    " + follow.strip())
+    if not picked:
+        picked = [ln for ln in lines if ln.strip()][-15:]
+    total = sum(1 for ln in lines if re.search(r"\berror\b", ln))
+    summary = "\n".join(picked)
+    if total > max_errors:
+        summary += f"\n... ({total} error lines in all; fix the first ones first)"
+    return summary[:max_chars]
+
+
+# ---------------------------------------------------------------------------------------------
+# building
+
+
+@contextmanager
+def _file_lock(path: Path):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _run(cmd: list[str], cwd: Path, what: str) -> None:
+    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        log = f"$ {' '.join(cmd)}\n{proc.stdout}{proc.stderr}"
+        raise BuildError(f"{what} failed:\n" + summarize_compiler_output(proc.stdout + proc.stderr), log)
+
+
+def _pch(tc: Toolchain, cache_dir: Path) -> Path:
+    """A precompiled `torch/extension.h` (the header that dominates C++ build time)."""
+    folder = cache_dir / "pch" / tc.key
+    header = folder / "torch_extension_pch.h"
+    if (folder / "torch_extension_pch.h.gch").exists():
+        return header
+    with _file_lock(cache_dir / "locks" / f"pch-{tc.key}"):
+        if (folder / "torch_extension_pch.h.gch").exists():
+            return header
+        tmp = Path(tempfile.mkdtemp(dir=cache_dir, prefix="pch-tmp-"))
+        (tmp / "torch_extension_pch.h").write_text("#pragma once\n#include <torch/extension.h>\n")
+        _run([tc.cxx, "-x", "c++-header", *tc.common_flags, *tc.include_flags,
+              "torch_extension_pch.h", "-o", "torch_extension_pch.h.gch"], tmp, "precompiling torch/extension.h")
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            tmp.rename(folder)
+        except OSError:  # another process won the race
+            shutil.rmtree(tmp, ignore_errors=True)
+    return header
+
+
+@dataclass
+class BuildReport:
+    path: Path                  # the built .so
+    compiled: list[str]         # units compiled this time (others came from the cache)
+    cached: list[str]
+
+
+def build_extension(name: str, files: dict[str, str], backend: str, cache_dir: Path, *,
+                    extra_cflags: list[str] | None = None, extra_cuda_cflags: list[str] | None = None,
+                    extra_ldflags: list[str] | None = None, extra_include_paths: list[str] | None = None,
+                    max_jobs: int | None = None) -> BuildReport:
+    """Compile `files` (relative path -> source) into the Python extension module `name`."""
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+        raise BuildError(f"extension name {name!r} is not a valid Python identifier")
+    units = sorted(p for p in files if p.endswith(TRANSLATION_UNITS))
+    if not units:
+        raise BuildError("nothing to compile: no .cu or .cpp files")
+    tc = toolchain(backend)
+    if any(u.endswith(".cu") for u in units) and not tc.has_cuda:
+        raise BuildError(f"{next(u for u in units if u.endswith('.cu'))}: .cu files need the cuda backend "
+                         "(on the cpu backend write C++ kernels in .cpp files)")
+    cache_dir = Path(cache_dir)
+    text_all = "".join(files.values())
+    extra_cflags = list(extra_cflags or [])
+    extra_cuda_cflags = list(extra_cuda_cflags or [])
+    extra_ldflags = list(extra_ldflags or [])
+    extra_include = [f"-I{p}" for p in (extra_include_paths or [])]
+    if "cublas" in text_all.lower():
+        extra_ldflags += ["-lcublas", "-lcublasLt"]
+    if "cudnn" in text_all.lower():
+        extra_include, extra_ldflags = _with_cudnn(extra_include, extra_ldflags)
+
+    # Sources live in a content-addressed folder so compiler messages name the user's own paths.
+    headers_digest = _sha(*(f"{p}\n{files[p]}" for p in sorted(files) if p.endswith(HEADERS)))
+    src_dir = cache_dir / "src" / _sha(*(f"{p}\n{files[p]}" for p in sorted(files)))
+    if not src_dir.exists():
+        tmp = Path(tempfile.mkdtemp(dir=_mkdir(cache_dir / "src"), prefix="tmp-"))
+        for rel, text in files.items():
+            (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+            (tmp / rel).write_text(text)
+        try:
+            tmp.rename(src_dir)
+        except OSError:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    obj_dir = _mkdir(cache_dir / "obj")
+    name_flag = f"-DTORCH_EXTENSION_NAME={name}"
+
+    def unit_command(unit: str, out: str) -> tuple[list[str], str]:
+        text = files[unit]
+        uses_torch = bool(_TORCH_INCLUDE.search(text))
+        if unit.endswith(".cu"):
+            flags = [*tc.cuda_flags, *(TORCH_NVCC_FLAGS if uses_torch else []), name_flag,
+                     "-DTORCH_API_INCLUDE_EXTENSION_H",
+                     f"-D_GLIBCXX_USE_CXX11_ABI={int(_abi())}", *extra_cuda_cflags]
+            cmd = [tc.nvcc, *flags, *tc.include_flags, *extra_include, "-c", unit, "-o", out]
+        else:
+            pch = ["-include", str(_pch(tc, cache_dir))] if uses_torch else []
+            flags = [*tc.common_flags, name_flag, *extra_cflags]
+            cmd = [tc.cxx, *flags, *pch, *tc.include_flags, *extra_include, "-c", unit, "-o", out]
+        key = _sha(tc.key, unit, text, headers_digest, *[c for c in cmd if c not in (unit, out)])
+        return cmd, key
+
+    jobs, compiled, cached = [], [], []
+    for unit in units:
+        cmd, key = unit_command(unit, "OUT")
+        obj = obj_dir / f"{key}.o"
+        jobs.append((unit, cmd, obj))
+        (cached if obj.exists() else compiled).append(unit)
+
+    def compile_one(job) -> None:
+        unit, cmd, obj = job
+        if obj.exists():
+            return
+        tmp = obj.with_suffix(f".tmp{os.getpid()}.{abs(hash(unit))}.o")
+        _run([str(tmp) if c == "OUT" else c for c in cmd], src_dir, f"compiling {unit}")
+        os.replace(tmp, obj)
+
+    workers = max_jobs or min(len(jobs), os.cpu_count() or 1)
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        errors = []
+        for job, fut in [(j, pool.submit(compile_one, j)) for j in jobs]:
+            try:
+                fut.result()
+            except BuildError as exc:
+                errors.append(exc)
+    if errors:
+        raise BuildError("\n\n".join(e.summary for e in errors), "\n".join(e.log for e in errors))
+
+    objs = [str(obj) for _, _, obj in jobs]
+    link_flags = [*tc.ldflags, *extra_ldflags]
+    lib_dir = cache_dir / "lib" / _sha(tc.key, name, *objs, *link_flags)
+    so = lib_dir / f"{name}.so"
+    if not so.exists():
+        tmp_dir = Path(tempfile.mkdtemp(dir=_mkdir(cache_dir / "lib"), prefix="tmp-"))
+        _run([tc.cxx, "-shared", *objs, "-o", str(tmp_dir / f"{name}.so"), *link_flags], src_dir, "linking")
+        try:
+            tmp_dir.rename(lib_dir)
+        except OSError:
+            shutil.rmtree(tmp_dir, ignore_errors=True)
+    return BuildReport(so, compiled, cached)
+
+
+def _abi() -> bool:
+    import torch
+
+    return torch._C._GLIBCXX_USE_CXX11_ABI
+
+
+def _with_cudnn(includes: list[str], ldflags: list[str]) -> tuple[list[str], list[str]]:
+    """cuDNN from the nvidia-cudnn wheel that CUDA builds of torch depend on, if present."""
+    try:
+        import nvidia.cudnn as cudnn  # type: ignore
+
+        root = Path(list(cudnn.__path__)[0])
+        return includes + [f"-I{root / 'include'}"], ldflags + [f"-L{root / 'lib'}", "-l:libcudnn.so.9"]
+    except (ImportError, IndexError):
+        return includes, ldflags + ["-lcudnn"]
+
+
+def _mkdir(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def load_module(name: str, so_path: Path):
+    """Import a built extension under `name` (registered in sys.modules)."""
+    spec = importlib.util.spec_from_file_location(name, so_path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    sys.modules[name] = module
+    return module
+
+
+def clear_cache(cache_dir: Path) -> int:
+    """Delete all cached builds; returns bytes freed."""
+    freed = 0
+    for sub in ("src", "obj", "lib", "pch", "locks"):
+        folder = Path(cache_dir) / sub
+        if folder.exists():
+            freed += sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
+            shutil.rmtree(folder, ignore_errors=True)
+    return freed

@@ -1,0 +1,66 @@
+"""Evaluation settings, with the published defaults."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+
+def default_cache_dir() -> Path:
+    """Where builds and baseline timings are cached (`CUDA_AGENT_CACHE` overrides)."""
+    env = os.environ.get("CUDA_AGENT_CACHE")
+    if env:
+        return Path(env)
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "cuda-agent"
+
+
+def detect_backend() -> str:
+    """`cuda` when a GPU is usable, else `cpu`."""
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+@dataclass
+class EvalConfig:
+    backend: str | None = None          # "cuda" | "cpu"; None: detect
+    device_index: int = 0               # which GPU (the pool sets this per job)
+    num_correct_trials: int = 5         # fresh random input sets for verification
+    seed: int = 0                       # input set i is drawn under seed + i
+    atol: float = 1e-2
+    rtol: float = 1e-2
+    # Timing: warm-up calls, then timed calls (each on fresh input buffers).
+    warmup: int = 10
+    iters: int | None = None            # None: 100 on CUDA, 20 on CPU
+    profile_budget_s: float = 20.0      # fewer iterations (at least 5) when one call is slow
+    flush_l2: bool = True
+    baselines: bool = True              # time eager and torch.compile references
+    compile_baseline: bool = True       # include torch.compile (the slowest part on a cold cache)
+    # Per-phase wall-clock limits (seconds).
+    timeout_compile: float = 600.0
+    timeout_reference: float = 600.0
+    timeout_verify: float = 120.0
+    timeout_profile: float = 300.0
+    # Anti-cheating (see docs/verification.md).
+    guard: bool = True
+    sandbox: str = "auto"               # "auto" | "bwrap" | "none"
+    cache_dir: Path = field(default_factory=default_cache_dir)
+    max_jobs: int | None = None         # parallel compiler processes
+
+    def resolved_backend(self) -> str:
+        return self.backend or detect_backend()
+
+    def timed_iters(self, backend: str) -> int:
+        return self.iters if self.iters is not None else (100 if backend == "cuda" else 20)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["cache_dir"] = str(self.cache_dir)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "EvalConfig":
+        d = dict(d)
+        d["cache_dir"] = Path(d["cache_dir"])
+        return cls(**d)

@@ -1,0 +1,253 @@
+"""One evaluation: compile, verify, profile, reward, across a judge and a candidate process.
+
+    judge (reference)                    candidate (solution)
+    draw inputs, reference outputs  ||   build kernels, import model_new.py      (in parallel)
+                                         run each input set -> outputs file
+    compare outputs file            <-
+                                         time the solution, re-check last output
+    compare re-check output         <-
+    time eager / torch.compile (cached per task, device and settings)
+
+The caller's process never runs candidate code; every failure becomes an `EvalResult` with the
+phase that failed and a message an LLM can act on.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+from cuda_agent.env.config import EvalConfig
+from cuda_agent.env.isolation import Worker, start_worker
+from cuda_agent.env.protocol import ChildDied, ChildTimeout
+from cuda_agent.env.result import EvalError, EvalResult, Timing
+from cuda_agent.env.reward import continuous_reward, milestone_reward
+from cuda_agent.tasks.solution import Solution
+from cuda_agent.tasks.task import Task, TaskError, strip_reference_model
+
+
+class _Failed(Exception):
+    """Ends an evaluation early with a structured error."""
+
+    def __init__(self, phase: str, message: str, rule: str | None = None):
+        super().__init__(message)
+        self.error = EvalError(phase, message, rule)
+
+
+def job_root() -> str | None:
+    """RAM-backed /dev/shm when it has room (outputs travel through files), else the temp dir."""
+    shm = Path("/dev/shm")
+    try:
+        if shm.is_dir() and os.access(shm, os.W_OK) and shutil.disk_usage(shm).free > (8 << 30):
+            return str(shm)
+    except OSError:
+        pass
+    return None
+
+
+def evaluate(task: Task, solution: Solution, config: EvalConfig | None = None, *,
+             gpu: int | None = None) -> EvalResult:
+    """Evaluate `solution` against `task`. Never raises for anything the solution or task does."""
+    config = config or EvalConfig()
+    backend = config.resolved_backend()
+    result = EvalResult(task=task.name, backend=backend)
+    job_dir = Path(tempfile.mkdtemp(prefix="cuda-agent-job-", dir=job_root()))
+    evaluation = _Evaluation(task, solution, config, backend, job_dir, gpu, result)
+    try:
+        evaluation.run()
+    except _Failed as failure:
+        result.error = failure.error
+    except Exception:  # a bug of ours: still a structured answer, never a crashed caller
+        result.error = EvalError("internal", traceback.format_exc()[-3000:])
+    finally:
+        evaluation.shutdown()
+        shutil.rmtree(job_dir, ignore_errors=True)
+    _score(result)
+    return result
+
+
+def _score(result: EvalResult) -> None:
+    if result.task_error:
+        result.reward = None
+        return
+    if result.correct and result.kernel_ms:
+        if result.eager_ms:
+            result.speedup_vs_eager = result.eager_ms / result.kernel_ms
+        if result.compile_ms:
+            result.speedup_vs_compile = result.compile_ms / result.kernel_ms
+    result.reward = milestone_reward(result.correct, result.kernel_ms, result.eager_ms, result.compile_ms)
+    result.reward_continuous = continuous_reward(result.correct, result.kernel_ms, result.compile_ms)
+
+
+class _Evaluation:
+    def __init__(self, task, solution, config, backend, job_dir, gpu, result):
+        self.task, self.solution, self.config = task, solution, config
+        self.backend, self.job_dir, self.gpu, self.result = backend, job_dir, gpu, result
+        self.judge: Worker | None = None
+        self.candidate: Worker | None = None
+        self.phase = "task"
+        self.clock = time.monotonic()
+        self.cfg = dict(config.to_dict(), iters=config.timed_iters(backend))
+
+    # -- plumbing --------------------------------------------------------------------------
+
+    def _lap(self, phase: str) -> None:
+        now = time.monotonic()
+        self.result.phase_seconds[phase] = round(self.result.phase_seconds.get(phase, 0.0) + now - self.clock, 3)
+        self.clock = now
+
+    def _ask(self, worker: Worker, timeout: float, phase: str) -> dict:
+        """Wait for a worker's answer; a timeout or death becomes a failure of `phase`."""
+        try:
+            return worker.channel.receive(timeout)
+        except ChildTimeout:
+            what = "the task's reference" if worker.role == "judge" else "the solution"
+            raise _Failed("task" if worker.role == "judge" else phase,
+                          f"{what} timed out after {timeout:g} s in the {phase} phase "
+                          "(an infinite loop or a hung kernel?)", rule="timeout") from None
+        except ChildDied as died:
+            tail = worker.log_tail()
+            phase = "task" if worker.role == "judge" else phase
+            raise _Failed(phase, f"{died} during the {phase} phase" + (f"; its last output:\n{tail}" if tail else ""),
+                          rule="crash") from None
+
+    def shutdown(self) -> None:
+        for worker in (self.candidate, self.judge):
+            if worker is not None:
+                if worker.role == "candidate":
+                    self.result.log = worker.log_tail()
+                worker.kill()
+
+    def _start(self, role: str) -> Worker:
+        from cuda_agent.env.sandbox import SandboxUnavailable, sandbox_prefix
+
+        try:
+            wrap = sandbox_prefix(self.config, self.job_dir) if role == "candidate" else None
+        except SandboxUnavailable as exc:
+            raise _Failed("internal", str(exc), rule="sandbox") from None
+        return start_worker(role, self.job_dir, self.backend, self.gpu, wrap)
+
+    def _wait_ready(self, worker: Worker) -> None:
+        role = worker.role
+        try:
+            worker.wait_ready()
+        except (ChildDied, ChildTimeout) as exc:
+            log = (self.job_dir / f"{role}.log")
+            tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
+            raise _Failed("internal", f"could not start the {role} worker: {exc}\n{tail}")
+
+    # -- the evaluation --------------------------------------------------------------------
+
+    def run(self) -> None:
+        try:
+            self.task.check_syntax()
+            inputs_code = strip_reference_model(self.task.code)
+        except TaskError as exc:
+            raise _Failed("task", str(exc))
+        solution_dir = self.solution.write(self.job_dir / "solution")
+
+        # Both start at once: the judge computes the reference while the candidate compiles.
+        self.judge = self._start("judge")
+        self.candidate = self._start("candidate")
+        self._wait_ready(self.judge)
+        self.judge.channel.send(task_code=self.task.code, task_name=self.task.name, backend=self.backend,
+                                config=self.cfg, job_dir=str(self.job_dir))
+        self._wait_ready(self.candidate)
+        self.candidate.channel.send(task_inputs_code=inputs_code, solution_dir=str(solution_dir),
+                                    backend=self.backend, config=self.cfg, job_dir=str(self.job_dir))
+
+        reference = self._ask(self.judge, self.config.timeout_reference, "task")
+        if not reference["ok"]:
+            raise _Failed("task", f"the task's reference failed: {reference['message']}")
+        self.result.seeds, self.result.device = reference["seeds"], reference["device"]
+
+        self.phase = "compile"
+        built = self._ask(self.candidate, self.config.timeout_compile, "compile")
+        self._lap("compile")
+        if not built["ok"]:
+            raise _Failed("compile", built["message"])
+        self.result.compiled = True
+
+        self._verify()
+        self._profile()
+        self.candidate.kill()
+        self._baselines()
+
+    def _verify(self) -> None:
+        self.phase = "verify"
+        self.candidate.channel.send(cmd="verify")
+        for _ in self.result.seeds:
+            out = self._ask(self.candidate, self.config.timeout_verify, "verify")
+            if not out["ok"]:
+                raise _Failed("verify", out["message"])
+            self.result.weights = out["weights"]
+            verdict = self._compare(out["path"], out["trial"])
+            if not verdict["ok"]:
+                raise _Failed("verify", f"wrong output on input set {out['trial']} "
+                                        f"(seed {self.result.seeds[out['trial']]}): {verdict['message']}",
+                              rule="correctness")
+            self.candidate.channel.send(cmd="continue")
+        self.result.correct = True
+        self._lap("verify")
+
+    def _compare(self, path: str, trial: int) -> dict:
+        self.judge.channel.send(cmd="compare", path=path, trial=trial)
+        verdict = self._ask(self.judge, self.config.timeout_verify, "verify")
+        self.result.max_abs_error.append(verdict["max_abs_error"])
+        Path(path).unlink(missing_ok=True)
+        return verdict
+
+    def _profile(self) -> None:
+        self.phase = "profile"
+        self.candidate.channel.send(cmd="profile", iters=self.cfg["iters"])
+        out = self._ask(self.candidate, self.config.timeout_profile, "profile")
+        if not out["ok"]:
+            self.result.correct = False
+            raise _Failed("profile", out["message"])
+        verdict = self._compare(out["path"], out["trial"])
+        self.result.max_abs_error.pop()
+        if not verdict["ok"]:
+            self.result.correct = False
+            raise _Failed("profile", "the output of the last timed call is wrong although the same input "
+                                     f"passed verification (results cached between calls?): {verdict['message']}",
+                          rule="recheck-after-timing")
+        timing = Timing(**out["timing"])
+        self.result.timings["kernel"] = timing
+        self.result.kernel_ms = timing.median_ms
+        self._lap("profile")
+
+    def _baselines(self) -> None:
+        if not self.config.baselines:
+            return
+        want_compile = self.config.compile_baseline
+        cache_file = self._baseline_cache_file()
+        cached = json.loads(cache_file.read_text()) if cache_file.exists() else None
+        if cached is None or (want_compile and "compile" not in cached and "compile_error" not in cached):
+            self.judge.channel.send(cmd="baselines", compile=want_compile)
+            cached = self._ask(self.judge, self.config.timeout_reference + self.config.timeout_profile, "profile")
+            cache_file.parent.mkdir(parents=True, exist_ok=True)
+            tmp = cache_file.with_suffix(f".tmp{os.getpid()}")
+            tmp.write_text(json.dumps(cached))
+            os.replace(tmp, cache_file)
+        self.result.timings["eager"] = Timing(**cached["eager"])
+        self.result.eager_ms = cached["eager"]["median_ms"]
+        if want_compile and "compile" in cached:
+            self.result.timings["compile"] = Timing(**cached["compile"])
+            self.result.compile_ms = cached["compile"]["median_ms"]
+        elif want_compile:
+            self.result.warnings.append(f"torch.compile baseline unavailable: {cached.get('compile_error')}")
+        self._lap("baselines")
+
+    def _baseline_cache_file(self) -> Path:
+        import torch
+
+        key = {k: self.cfg[k] for k in ("seed", "num_correct_trials", "warmup", "iters", "flush_l2")}
+        key.update(task=self.task.digest, backend=self.backend, device=self.result.device, torch=torch.__version__)
+        digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:24]
+        return Path(self.config.cache_dir) / "baselines" / f"{digest}.json"

@@ -1,0 +1,102 @@
+"""JSON-lines messages between the harness and its worker processes.
+
+The parent writes commands to the child's stdin; the child answers on a dedicated pipe (its fd
+number in CUDA_AGENT_PROTOCOL_FD), so nothing a candidate prints can forge a harness message.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import subprocess
+import time
+
+PROTOCOL_FD_ENV = "CUDA_AGENT_PROTOCOL_FD"
+
+
+class ChildChannel:
+    """The worker's end."""
+
+    def __init__(self):
+        fd = int(os.environ[PROTOCOL_FD_ENV])
+        self._out = os.fdopen(fd, "w", buffering=1)
+        self._in = os.fdopen(os.dup(0), "r")
+        # The candidate must not read our commands or write fake answers on the real descriptors.
+        os.environ.pop(PROTOCOL_FD_ENV, None)
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)
+
+    def send(self, **message) -> None:
+        self._out.write(json.dumps(message) + "\n")
+        self._out.flush()
+
+    def receive(self) -> dict:
+        line = self._in.readline()
+        if not line:
+            raise EOFError("harness closed the channel")
+        return json.loads(line)
+
+
+class ChildDied(RuntimeError):
+    pass
+
+
+class ChildTimeout(RuntimeError):
+    pass
+
+
+class ParentChannel:
+    """The harness's end: send commands, wait for answers with a deadline."""
+
+    def __init__(self, proc: subprocess.Popen, read_fd: int):
+        self.proc = proc
+        self._fd = read_fd
+        self._buffer = b""
+
+    def send(self, **message) -> None:
+        try:
+            self.proc.stdin.write((json.dumps(message) + "\n").encode())
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            raise ChildDied("worker exited") from None
+
+    def receive(self, timeout: float) -> dict:
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self._buffer:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise ChildTimeout(f"no answer within {timeout:g} s")
+            ready, _, _ = select.select([self._fd], [], [], min(remaining, 0.5))
+            if ready:
+                chunk = os.read(self._fd, 1 << 16)
+                if not chunk:
+                    self.proc.wait()
+                    raise ChildDied(_describe_exit(self.proc.returncode))
+                self._buffer += chunk
+            elif self.proc.poll() is not None:
+                # drain anything written just before exit
+                ready, _, _ = select.select([self._fd], [], [], 0.1)
+                if not ready:
+                    raise ChildDied(_describe_exit(self.proc.returncode))
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        return json.loads(line)
+
+    def close(self) -> None:
+        try:
+            os.close(self._fd)
+        except OSError:
+            pass
+
+
+def _describe_exit(code: int | None) -> str:
+    import signal
+
+    if code is None:
+        return "worker stopped answering"
+    if code < 0:
+        try:
+            return f"worker killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"worker killed by signal {-code}"
+    return f"worker exited with code {code}"

@@ -1,0 +1,77 @@
+"""Evaluation results: plain data, JSON-ready, identical whichever process produced them."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+# Phases, in order. "task" means the task itself is broken (not the candidate's fault).
+PHASES = ("task", "compile", "verify", "profile", "internal")
+
+
+@dataclass
+class EvalError:
+    phase: str
+    message: str
+    rule: str | None = None   # the anti-cheating rule that rejected the candidate, if any
+
+
+@dataclass
+class Timing:
+    median_ms: float
+    mean_ms: float
+    std_ms: float
+    min_ms: float
+    max_ms: float
+    iters: int
+
+    @classmethod
+    def from_samples(cls, samples_ms: list[float]) -> "Timing":
+        import statistics
+
+        return cls(
+            median_ms=statistics.median(samples_ms),
+            mean_ms=statistics.fmean(samples_ms),
+            std_ms=statistics.pstdev(samples_ms),
+            min_ms=min(samples_ms),
+            max_ms=max(samples_ms),
+            iters=len(samples_ms),
+        )
+
+
+@dataclass
+class EvalResult:
+    task: str
+    backend: str
+    compiled: bool = False
+    correct: bool = False
+    error: EvalError | None = None
+    kernel_ms: float | None = None
+    eager_ms: float | None = None
+    compile_ms: float | None = None
+    speedup_vs_eager: float | None = None
+    speedup_vs_compile: float | None = None
+    reward: float | None = None            # milestone reward; None when the task is broken
+    reward_continuous: float | None = None  # t_compile / t (ablations)
+    timings: dict[str, Timing] = field(default_factory=dict)   # "kernel", "eager", "compile"
+    max_abs_error: list[float] = field(default_factory=list)   # per verification input set
+    seeds: list[int] = field(default_factory=list)
+    weights: str | None = None             # "state_dict" | "seed": how weights were matched
+    warnings: list[str] = field(default_factory=list)
+    phase_seconds: dict[str, float] = field(default_factory=dict)
+    device: str = ""
+    log: str = ""                          # tail of the candidate's own stdout/stderr
+
+    @property
+    def task_error(self) -> bool:
+        return self.error is not None and self.error.phase == "task"
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "EvalResult":
+        d = dict(d)
+        if d.get("error"):
+            d["error"] = EvalError(**d["error"])
+        d["timings"] = {k: Timing(**v) for k, v in (d.get("timings") or {}).items()}
+        return cls(**d)

@@ -1,0 +1,251 @@
+"""Worker processes: `python -m cuda_agent.env.worker judge|candidate`.
+
+- The judge loads the task, builds the reference `Model`, draws the input sets and computes the
+  reference outputs; it later compares candidate outputs and times eager / torch.compile.
+- The candidate builds and loads the solution, runs it on the same input sets (drawn again from
+  the same seeds, from task code with the `Model` class removed) and times it. It never holds the
+  reference model or its outputs; its outputs travel to the judge as files.
+
+Each evaluation gets a fresh pair, so a crash, a hung kernel or a corrupted CUDA context dies
+with its process. Both speak the JSON-lines protocol in protocol.py.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from pathlib import Path
+
+import torch
+
+from cuda_agent.env import timing  # captures clocks and sync before candidate code can patch them
+from cuda_agent.env.protocol import ChildChannel
+
+
+def _device(backend: str) -> torch.device:
+    return torch.device("cuda", 0) if backend == "cuda" else torch.device("cpu")
+
+
+def draw_inputs(module, seed: int, device: torch.device) -> list:
+    """The task's `get_inputs()` under a fixed seed, created directly on the device."""
+    torch.manual_seed(seed)
+    with torch.device(device):
+        inputs = module.get_inputs()
+    if not isinstance(inputs, (list, tuple)):
+        raise TypeError(f"get_inputs() must return a list, got {type(inputs).__name__}")
+    return list(timing.to_device(inputs, device))
+
+
+def draw_init_inputs(module) -> list:
+    init = module.get_init_inputs()
+    if not isinstance(init, (list, tuple)):
+        raise TypeError(f"get_init_inputs() must return a list, got {type(init).__name__}")
+    return list(init)
+
+
+def _short_traceback(exc: BaseException, limit_frames: int = 4) -> str:
+    tb = traceback.format_exception(type(exc), exc, exc.__traceback__)
+    head, frames = tb[0], tb[1:-1]
+    text = "".join([head, *frames[-limit_frames:], tb[-1]]) if len(tb) > 1 else "".join(tb)
+    return text.strip()[-3000:]
+
+
+# ---------------------------------------------------------------------------------------------
+# judge
+
+
+def run_judge(chan: ChildChannel) -> None:
+    from cuda_agent.env.verify import compare_outputs
+    from cuda_agent.tasks.task import load_task_module
+
+    job = chan.receive()
+    backend, cfg, job_dir = job["backend"], job["config"], Path(job["job_dir"])
+    device = _device(backend)
+    seeds = [cfg["seed"] + i for i in range(cfg["num_correct_trials"])]
+    try:
+        module = load_task_module(job["task_code"], "reference_task", filename=f"<task {job['task_name']}>")
+        for name in ("Model", "get_inputs", "get_init_inputs"):
+            if not hasattr(module, name):
+                raise AttributeError(f"the task defines no `{name}`")
+        init_inputs = draw_init_inputs(module)
+        torch.manual_seed(cfg["seed"])
+        model = module.Model(*init_inputs).to(device).eval()
+        torch.save({"init_inputs": init_inputs, "state_dict": model.state_dict()}, job_dir / "reference_init.pt")
+        input_sets, outputs = [], []
+        with torch.no_grad():
+            for seed in seeds:
+                inputs = draw_inputs(module, seed, device)
+                input_sets.append(inputs)
+                outputs.append(model(*timing.clone_args(inputs)))
+        timing.device_synchronize(device)
+    except Exception as exc:  # the task itself is broken
+        chan.send(ok=False, message=f"{type(exc).__name__}: {exc}\n{_short_traceback(exc)}")
+        return
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    chan.send(ok=True, seeds=seeds, device=name)
+
+    while True:
+        cmd = chan.receive()
+        if cmd["cmd"] == "compare":
+            try:
+                candidate_out = torch.load(cmd["path"], map_location=device, weights_only=True)
+            except Exception as exc:
+                chan.send(ok=False, max_abs_error=float("inf"), message=f"candidate output unreadable: {exc}")
+                continue
+            result = compare_outputs(outputs[cmd["trial"]], candidate_out, cfg["atol"], cfg["rtol"])
+            chan.send(ok=result.ok, max_abs_error=result.max_abs_error, message=result.message)
+        elif cmd["cmd"] == "baselines":
+            chan.send(**_time_baselines(model, input_sets, device, cfg, cmd["compile"]))
+        else:
+            return
+
+
+def _time_baselines(model, input_sets, device, cfg, with_compile: bool) -> dict:
+    kwargs = dict(warmup=cfg["warmup"], iters=cfg["iters"], flush_l2=cfg["flush_l2"], budget_s=cfg["profile_budget_s"])
+    result = {"eager": timing.time_callable(model, input_sets, device, **kwargs).timing.__dict__}
+    if with_compile:
+        try:
+            compiled = torch.compile(model)
+            result["compile"] = timing.time_callable(compiled, input_sets, device, **kwargs).timing.__dict__
+        except Exception as exc:  # torch.compile can't handle every model; report, don't fail
+            result["compile_error"] = f"{type(exc).__name__}: {str(exc)[:500]}"
+    return result
+
+
+# ---------------------------------------------------------------------------------------------
+# candidate
+
+
+def load_candidate(solution_dir: Path, backend: str, cache_dir: Path, max_jobs: int | None):
+    """Build the solution's kernels and import `model_new.py`; returns (ModelNew class, builder)."""
+    from cuda_agent.env.compiler import build_extension, load_module
+    from cuda_agent.env.inline import InlineBuilder
+    from cuda_agent.tasks.solution import KERNEL_SUFFIXES
+    from cuda_agent.tasks.task import load_task_module
+
+    builder = InlineBuilder(backend, cache_dir, max_jobs)
+    builder.install()
+    kernels = solution_dir / "kernels"
+    if kernels.is_dir():
+        files = {f.relative_to(kernels).as_posix(): f.read_text() for f in sorted(kernels.rglob("*"))
+                 if f.is_file() and f.suffix in KERNEL_SUFFIXES}
+        if files:
+            report = build_extension("cuda_extension", files, backend, cache_dir, max_jobs=max_jobs)
+            builder.modules["cuda_extension"] = load_module("cuda_extension", report.path)
+            builder.built.append("cuda_extension")
+    sys.path.insert(0, str(solution_dir))
+    entry = solution_dir / "model_new.py"
+    module = load_task_module(entry.read_text(), "model_new", filename=str(entry))
+    if not hasattr(module, "ModelNew"):
+        raise AttributeError("model_new.py defines no `ModelNew` class")
+    return module.ModelNew, builder
+
+
+def run_candidate(chan: ChildChannel) -> None:
+    from cuda_agent.env.compiler import BuildError
+    from cuda_agent.tasks.task import load_task_module
+
+    job = chan.receive()
+    backend, cfg, job_dir = job["backend"], job["config"], Path(job["job_dir"])
+    device = _device(backend)
+    seeds = [cfg["seed"] + i for i in range(cfg["num_correct_trials"])]
+    cache_dir = Path(cfg["cache_dir"])
+
+    # ---- compile
+    try:
+        ModelNew, builder = load_candidate(Path(job["solution_dir"]), backend, cache_dir / "build", cfg["max_jobs"])
+    except BuildError as exc:
+        chan.send(ok=False, phase="compile", message=exc.summary)
+        return
+    except SyntaxError as exc:
+        chan.send(ok=False, phase="compile", message=f"SyntaxError in {Path(exc.filename or 'model_new.py').name} "
+                                                     f"line {exc.lineno}: {exc.msg}\n    {(exc.text or '').strip()}")
+        return
+    except Exception as exc:
+        chan.send(ok=False, phase="compile", message=_short_traceback(exc))
+        return
+    chan.send(ok=True, phase="compile", extensions=builder.built)
+
+    # ---- verify: construct with the reference's weights, run each input set
+    cmd = chan.receive()
+    if cmd.get("cmd") != "verify":
+        return
+    try:
+        task_module = load_task_module(job["task_inputs_code"], "task_inputs", filename="<task inputs>")
+        init = torch.load(job_dir / "reference_init.pt", map_location="cpu", weights_only=False)
+        torch.manual_seed(cfg["seed"])
+        model = ModelNew(*init["init_inputs"])
+        weights = "seed"
+        if init["state_dict"]:
+            try:
+                model.load_state_dict(init["state_dict"])
+                weights = "state_dict"
+            except (RuntimeError, KeyError):
+                pass  # parameter names differ: identical seeding made the weights match instead
+        else:
+            weights = "none"
+        model = model.to(device).eval()
+        input_sets = []
+        with torch.no_grad():
+            for trial, seed in enumerate(seeds):
+                inputs = draw_inputs(task_module, seed, device)
+                input_sets.append(inputs)
+                out = model(*timing.clone_args(inputs))
+                timing.device_synchronize(device)
+                _check_output_type(out)
+                path = job_dir / f"candidate_{trial}.pt"
+                torch.save(timing.to_device(out, torch.device("cpu")), path)
+                chan.send(ok=True, phase="verify", trial=trial, path=str(path), weights=weights)
+                if chan.receive().get("cmd") != "continue":
+                    return
+    except Exception as exc:
+        chan.send(ok=False, phase="verify", message=_short_traceback(exc))
+        return
+
+    # ---- profile, then re-check the output of the last timed call
+    cmd = chan.receive()
+    if cmd.get("cmd") != "profile":
+        return
+    try:
+        run = timing.time_callable(model, input_sets, device, warmup=cfg["warmup"], iters=cmd["iters"],
+                                   flush_l2=cfg["flush_l2"], budget_s=cfg["profile_budget_s"])
+        _check_output_type(run.last_output)
+        path = job_dir / "candidate_recheck.pt"
+        torch.save(timing.to_device(run.last_output, torch.device("cpu")), path)
+    except Exception as exc:
+        chan.send(ok=False, phase="profile", message=_short_traceback(exc))
+        return
+    chan.send(ok=True, phase="profile", timing=run.timing.__dict__, trial=run.last_set, path=str(path))
+    chan.receive()
+
+
+def _check_output_type(out) -> None:
+    """Outputs must be plain tensors (or containers of them), not lazy subclasses."""
+    if isinstance(out, torch.Tensor):
+        if type(out) is not torch.Tensor:
+            raise TypeError(f"forward returned a {type(out).__name__}, not a plain torch.Tensor")
+    elif isinstance(out, (list, tuple)):
+        for item in out:
+            _check_output_type(item)
+    elif isinstance(out, dict):
+        for item in out.values():
+            _check_output_type(item)
+
+
+def main() -> None:
+    role = sys.argv[1]
+    chan = ChildChannel()
+    chan.send(ready=True, pid=os.getpid())
+    try:
+        (run_judge if role == "judge" else run_candidate)(chan)
+    except EOFError:
+        pass
+    # Skip interpreter teardown: candidate extensions and threads may hang or crash in it.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()
