@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Callable
 
 from cuda_agent.agent.client import ChatClient, ClientError, ContextLengthError
-from cuda_agent.agent.context import ContextBudget, compact, message_chars
+from cuda_agent.agent.context import CHARS_PER_TOKEN, ContextBudget, compact, estimate_tokens, message_chars
 from cuda_agent.agent.tools import AGENT_TOOLS, ToolContext, ToolLimits, ToolOutput, call_tool, registry
 from cuda_agent.agent.trajectory import ToolCallRecord, Trajectory, TurnRecord
 from cuda_agent.agent.workspace import Evaluator, Workspace, default_evaluator
@@ -53,6 +53,8 @@ model.py:
 ```python
 {code}
 ```"""
+
+VERIFYING = ("verify", "profile")   # commands whose success makes a candidate (compile checks less)
 
 NUDGE = ("No tool was called. Continue the work by calling a tool; call `finish` when your solution "
          "is verified and you cannot make it faster.")
@@ -141,6 +143,7 @@ class Episode:
         self.emit = on_event or (lambda kind, data: None)
         self.tools = registry(AGENT_TOOLS)
         self.ctx = ToolContext(ws, config.limits)
+        self.budget = config.context
         self.tracker = BestTracker()
         self.records_offset = 0
         self.chars_per_token: float | None = None
@@ -217,9 +220,8 @@ class Episode:
     # -- one model call -------------------------------------------------------------------------
 
     def _complete(self, record: TurnRecord):
-        budget = self.config.context
         for attempt in (0, 1):
-            record.compacted += compact(self.context, budget, self.chars_per_token or 3.5)
+            record.compacted += compact(self.context, self.budget, self.chars_per_token or CHARS_PER_TOKEN)
             sent = self._outgoing()
             try:
                 completion = self.client.complete(sent, self.traj.tools)
@@ -227,8 +229,11 @@ class Episode:
             except ContextLengthError:
                 if attempt:
                     raise
-                # The server counts differently from our estimate: compact hard and try once more.
-                budget = replace(budget, max_tokens=int(budget.max_tokens * 0.6), trigger=0.0)
+                # The window is smaller than the budget said: shrink the budget for the rest of
+                # the episode (compaction then starts at once) and try again.
+                now = estimate_tokens(self.context, self.chars_per_token or CHARS_PER_TOKEN)
+                self.budget = replace(self.budget, max_tokens=int(min(self.budget.max_tokens, now) * 0.7),
+                                      keep_recent=min(self.budget.keep_recent, 2))
         record.seconds = round(completion.seconds, 3)
         record.prompt_tokens, record.completion_tokens = completion.prompt_tokens, completion.completion_tokens
         record.finish_reason = completion.finish_reason
@@ -277,13 +282,14 @@ class Episode:
             self.timings["eval_s"] += out.command.seconds
             rec.command = out.command.command
             rec.env.append(out.command.result.to_dict())
-            if out.command.solution is not None:
+            if out.command.solution is not None and out.command.command in VERIFYING:
                 self._offer(Candidate(out.command.solution, out.command.result, turn, trusted=True))
         records, self.records_offset = self.ws.read_records(self.records_offset)
         for r in records:  # commands the model ran through bash
             rec.command = rec.command or r.get("command")
             rec.env.append(r["result"].to_dict())
-            self._offer(Candidate(r["solution"], r["result"], turn, trusted=False))
+            if r.get("command") in VERIFYING:
+                self._offer(Candidate(r["solution"], r["result"], turn, trusted=False))
         rec.output_chars = len(text)
         record.tool_calls.append(rec)
         self._append({"role": "tool", "tool_call_id": call["id"], "content": text})

@@ -23,6 +23,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import stat
 import sys
 import textwrap
@@ -47,7 +48,7 @@ Evaluator = Callable[[Task, Solution, EvalConfig], EvalResult]
 
 
 def default_evaluator(task: Task, solution: Solution, config: EvalConfig) -> EvalResult:
-    from cuda_agent.env.evaluate import evaluate
+    from cuda_agent.env import evaluate
 
     return evaluate(task, solution, config)
 
@@ -85,8 +86,12 @@ class Workspace:
                overwrite: bool = False) -> "Workspace":
         task.check_syntax()
         root = Path(root).resolve()
-        if root.exists() and any(root.iterdir()) and not overwrite:
-            raise WorkspaceError(f"{root} exists and is not empty (pass overwrite to reuse it)")
+        if root.exists() and any(root.iterdir()):
+            if not (root / META_FILE).is_file():
+                raise WorkspaceError(f"{root} is not empty and not a cuda-agent workspace; choose another folder")
+            if not overwrite:
+                raise WorkspaceError(f"{root} already holds a workspace (pass overwrite/--force to start it afresh)")
+            _clear(root)   # ours: a fresh episode must not inherit the last one's kernels
         config = eval_config or EvalConfig()
         backend = backend or config.backend or config.resolved_backend()
         config = replace(config, backend=backend)
@@ -103,9 +108,7 @@ class Workspace:
         pristine.mkdir(exist_ok=True)
         for name, text in originals.items():
             (pristine / name).write_text(text)
-        entry = root / "model_new.py"
-        if not entry.exists() or overwrite:
-            entry.write_text(starter_model_new(task.code))
+        (root / "model_new.py").write_text(starter_model_new(task.code))
         (root / META_FILE).write_text(json.dumps({
             "task": {"name": task.name, "origin": task.origin, "digest": task.digest},
             "backend": backend,
@@ -149,8 +152,6 @@ class Workspace:
                 intact = False
             if not intact:
                 if path.is_dir() and not path.is_symlink():
-                    import shutil
-
                     shutil.rmtree(path)
                 elif path.exists() or path.is_symlink():
                     path.unlink()
@@ -249,8 +250,8 @@ def _compile(task: Task, solution: Solution, base: EvalConfig, evaluator: Evalua
         if build_solution is not None:
             from cuda_agent.env.compiler import BuildError
 
-            try:
-                build_solution(solution, base.backend, base.cache_dir)
+            try:  # the candidate worker builds under <cache_dir>/build: share its objects
+                build_solution(solution, base.backend, Path(base.cache_dir) / "build")
             except BuildError as exc:
                 return EvalResult(task=task.name, backend=base.backend or "",
                                   error=EvalError("compile", exc.summary))
@@ -338,6 +339,14 @@ def _command_script(command: str) -> str:
         # The code is in the installed cuda_agent package; editing this file changes nothing.
         exec {python} -m cuda_agent.agent.workspace_cli {command} --workspace "$(dirname "$0")" "$@"
         """)
+
+
+def _clear(root: Path) -> None:
+    for child in root.iterdir():
+        if child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child)
+        else:
+            child.unlink()
 
 
 def _write_protected(path: Path, text: str, executable: bool = False) -> None:

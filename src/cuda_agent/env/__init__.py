@@ -13,7 +13,7 @@ _EXPORTS = {
     "EvalConfig": "config", "default_cache_dir": "config", "detect_backend": "config",
     "EvalError": "result", "EvalResult": "result", "Timing": "result",
     "milestone_reward": "reward", "continuous_reward": "reward",
-    "evaluate": "evaluate", "EvalPool": "pool",
+    "evaluate": "evaluation", "EvalPool": "pool",
     "BuildError": "compiler", "build_extension": "compiler", "clear_cache": "compiler",
 }
 

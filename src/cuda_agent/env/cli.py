@@ -35,7 +35,7 @@ def register(app: typer.Typer) -> None:
     ):
         """Compile, verify and profile SOLUTION against TASK; print the verdict and reward."""
         from cuda_agent.env.config import EvalConfig, detect_backend
-        from cuda_agent.env.evaluate import evaluate
+        from cuda_agent.env.evaluation import evaluate
         from cuda_agent.tasks import TaskError, load_solution, load_task
 
         backend = backend or detect_backend()

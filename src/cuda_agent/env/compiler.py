@@ -344,9 +344,20 @@ def _mkdir(path: Path) -> Path:
 
 def load_module(name: str, so_path: Path):
     """Import a built extension under `name` (registered in sys.modules)."""
+    import torch  # noqa: F401  (loads libc10/libtorch, which the extension links against)
+
     spec = importlib.util.spec_from_file_location(name, so_path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    try:
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    except ImportError as exc:  # typically an undefined symbol: a declared but missing function
+        message = str(exc).replace(str(so_path), f"{name}.so")
+        symbol = re.search(r"undefined symbol: (\S+)", message)
+        if symbol and shutil.which("c++filt"):
+            demangled = subprocess.run(["c++filt", symbol[1]], capture_output=True, text=True).stdout.strip()
+            if demangled != symbol[1]:
+                message += f" ({demangled})"
+        raise BuildError(f"loading the built module failed: {message}") from None
     sys.modules[name] = module
     return module
 

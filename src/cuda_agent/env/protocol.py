@@ -94,9 +94,11 @@ def _describe_exit(code: int | None) -> str:
 
     if code is None:
         return "worker stopped answering"
-    if code < 0:
+    # A signal shows as a negative code, or as 128 + signal through the sandbox's init process.
+    number = -code if code < 0 else code - 128 if 128 < code < 128 + 65 else None
+    if number is not None:
         try:
-            return f"worker killed by {signal.Signals(-code).name}"
+            return f"worker killed by {signal.Signals(number).name}"
         except ValueError:
-            return f"worker killed by signal {-code}"
+            return f"worker killed by signal {number}"
     return f"worker exited with code {code}"

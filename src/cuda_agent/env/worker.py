@@ -128,7 +128,7 @@ def load_candidate(solution_dir: Path, backend: str, cache_dir: Path, max_jobs: 
     builder.install()
     kernels = solution_dir / "kernels"
     if kernels.is_dir():
-        files = {f.relative_to(kernels).as_posix(): f.read_text() for f in sorted(kernels.rglob("*"))
+        files = {f.relative_to(solution_dir).as_posix(): f.read_text() for f in sorted(kernels.rglob("*"))
                  if f.is_file() and f.suffix in KERNEL_SUFFIXES}
         if files:
             report = build_extension("cuda_extension", files, backend, cache_dir, max_jobs=max_jobs)
@@ -234,6 +234,9 @@ def _check_output_type(out) -> None:
 
 
 def main() -> None:
+    import faulthandler
+
+    faulthandler.enable()  # a crashing kernel leaves the Python stack that called it in the log
     role = sys.argv[1]
     chan = ChildChannel()
     chan.send(ready=True, pid=os.getpid())

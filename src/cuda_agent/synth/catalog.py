@@ -89,6 +89,7 @@ class OpSpec:
 class Catalog:
     ops: list[OpSpec]
     excluded: dict[str, str]        # op name -> why it is not in the catalog
+    blocks: list[dict] = field(default_factory=list)    # transformers blocks (hf_blocks.BlockSpec)
     torch_version: str = torch.__version__
     version: int = CATALOG_VERSION
 
@@ -100,12 +101,13 @@ class Catalog:
 
     def to_dict(self) -> dict:
         return {"version": self.version, "torch_version": self.torch_version,
-                "ops": [asdict(op) for op in self.ops], "excluded": self.excluded}
+                "ops": [asdict(op) for op in self.ops], "blocks": self.blocks, "excluded": self.excluded}
 
     @classmethod
     def from_dict(cls, d: dict) -> "Catalog":
         return cls(ops=[OpSpec.from_dict(o) for o in d["ops"]], excluded=dict(d["excluded"]),
-                   torch_version=d.get("torch_version", ""), version=d.get("version", 0))
+                   blocks=list(d.get("blocks", [])), torch_version=d.get("torch_version", ""),
+                   version=d.get("version", 0))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -118,18 +120,21 @@ def resolve_callable(name: str) -> Any:
 
 
 def run_op(op: OpSpec, args: dict[str, list], x: torch.Tensor, seed: int = 0,
-           record: TorchDispatchMode | None = None) -> torch.Tensor:
+           record: TorchDispatchMode | None = None, select: bool = True) -> Any:
     """Build and apply one operator to `x` on x's device (meta tensors for shape checks).
 
     `args` maps parameter names to recipe Args; extra tensors get their shapes from their rule.
-    `record` (a dispatch mode) watches the call only, not the construction: weight init samples."""
+    `record` (a dispatch mode) watches the call only, not the construction: weight init samples.
+    A tuple result is reduced to its first element unless `select` is False."""
     shape = tuple(x.shape)
     gen = torch.Generator().manual_seed(seed)
 
     def tensor(arg):
-        t = torch.randn(tensor_shape(arg[1], shape, arg[2]), generator=gen) if x.device.type != "meta" \
-            else torch.empty(tensor_shape(arg[1], shape, arg[2]), device="meta")
-        return t.to(x.device) if x.device.type != "meta" else t
+        size = tensor_shape(arg[1], shape, arg[2])
+        if x.device.type == "meta":
+            return torch.empty(size, device="meta")
+        t = torch.rand(size, generator=gen) + 0.5 if arg[4] == "pos" else torch.randn(size, generator=gen)
+        return t.to(x.device)
 
     def value(arg):
         return tensor(arg) if arg[0] == "tensor" else resolve(arg, shape)
@@ -146,7 +151,7 @@ def run_op(op: OpSpec, args: dict[str, list], x: torch.Tensor, seed: int = 0,
         kwargs = {p.name: value(args[p.name]) for p in op.params if p.name in args}
         with record or contextlib.nullcontext():
             out = target(x, **kwargs)
-    if op.tuple_output or isinstance(out, (tuple, list)):
+    if select and isinstance(out, (tuple, list)):
         out = out[0]
     return out
 
@@ -252,13 +257,13 @@ def _family(op: OpSpec, module_file: str | None, nn_families: dict[str, str]) ->
     for cls_name, fam in nn_families.items():   # F.batch_norm -> BatchNorm1d
         if re.fullmatch(re.escape(short) + r"[123]d", cls_name):
             return fam
-    if op.view_only:
-        return "view"
     if any(a in _MATMUL_OPS for a in op.aten):
         return "matmul"
     for pattern, fam in _ATEN_FAMILY:
         if any(re.search(pattern, a) for a in op.aten):
             return fam
+    if op.view_only:
+        return "view"
     return "elementwise" if op.pointwise else "other"
 
 
@@ -283,7 +288,10 @@ def _probe(op: OpSpec) -> str | None:
                 try:
                     with warnings.catch_warnings():
                         warnings.simplefilter("ignore")
-                        out = run_op(op, trial, torch.empty(shape, device="meta"), record=recorder)
+                        out = run_op(op, trial, torch.empty(shape, device="meta"), record=recorder,
+                                     select=False)
+                    if isinstance(out, (tuple, list)) and out and isinstance(out[0], torch.Tensor):
+                        op.tuple_output, out = True, out[0]
                 except Exception as exc:  # noqa: BLE001 - any failure means "not at this rank"
                     last_error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''}"
                     continue
@@ -310,8 +318,8 @@ def _probe(op: OpSpec) -> str | None:
         return "random: dispatches a seeded random ATen op"
     if torch.Tag.dynamic_output_shape in tags or torch.Tag.data_dependent_output in tags:
         return "data-dependent output shape"
-    op.view_only = all(a in _COPY_OPS or a in _VIEW_OPS for a in op.aten)
-    compute = [t for a, t in recorder.ops.items() if a not in _COPY_OPS and a not in _VIEW_OPS]
+    op.view_only = all(_is_view(a) for a in op.aten)
+    compute = [t for a, t in recorder.ops.items() if not _is_view(a)]
     op.pointwise = bool(compute) and all(torch.Tag.pointwise in t for t in compute)
     return _real_check(op)
 
@@ -324,14 +332,29 @@ _VIEW_OPS = {"view", "reshape", "permute", "transpose", "t", "expand", "squeeze"
              "col2im", "constant_pad_nd", "tile", "contiguous", "detach", "lift_fresh", "_unsafe_view"}
 
 
+def _is_view(aten_name: str) -> bool:
+    return aten_name in _COPY_OPS or aten_name in _VIEW_OPS or aten_name.endswith("_copy")
+
+
 def _real_check(op: OpSpec) -> str | None:
-    """A tiny run on real CPU tensors: finite, floating point, deterministic, not a copy."""
-    rank = op.ranks[-1]
+    """Tiny runs on real CPU tensors: finite, floating point, deterministic, not a copy.
+
+    Meta kernels skip some checks (unbatched conv inputs pass on meta), so every rank the meta
+    probe accepted must also run for real; ranks that do not are dropped."""
+    reasons = {}
+    for rank in list(op.ranks):
+        reasons[rank] = _real_check_rank(op, rank)
+    op.ranks = [r for r, why in reasons.items() if why is None]
+    return None if op.ranks else next(iter(reasons.values()))
+
+
+def _real_check_rank(op: OpSpec, rank: int) -> str | None:
     shape = CANON[rank]
     args = sample_args(op, shape, random.Random(0), probe=True)
     for key, rules in op.rules.items():
         args[key] = [args[key][0], rules[0], *args[key][2:]]
     x = torch.randn(shape, generator=torch.Generator().manual_seed(1))
+    x2 = torch.randn(shape, generator=torch.Generator().manual_seed(2))
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -339,6 +362,8 @@ def _real_check(op: OpSpec) -> str | None:
             a = run_op(op, args, x.clone())
             torch.manual_seed(0)   # same weights both times: a difference means randomness
             b = run_op(op, args, x.clone())
+            torch.manual_seed(0)
+            c = run_op(op, args, x2)
     except Exception as exc:  # noqa: BLE001
         return f"cpu run failed: {type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''}"
     if not a.is_floating_point():
@@ -351,6 +376,8 @@ def _real_check(op: OpSpec) -> str | None:
         return "random: two identical runs differ"
     if a.shape == x.shape and torch.equal(a, x):
         return "identity (returns its input)"
+    if a.shape == c.shape and torch.equal(a, c):
+        return "output does not depend on the input values"
     if all(o in _COPY_OPS for o in op.aten):
         return "copy only (no compute)"
     return None
@@ -379,29 +406,29 @@ def _crawl_one(name: str, kind: str, obj: Any, nn_families: dict[str, str]) -> t
         if lower.endswith("_") and not lower.endswith("__"):
             return None, "in-place variant"
         aten_name = name.split(".", 1)[1]
-        tags = _aten_tags(aten_name)
-        if torch.Tag.nondeterministic_seeded in tags:
-            return None, "random: ATen op tagged nondeterministic_seeded"
         params = _signature_params(obj, 1)
         lists = [params] if params is not None else _schema_param_lists(aten_name)
+        knob = any(p.name in ("dropout", "dropout_p") for plist in lists for p in plist)
+        if torch.Tag.nondeterministic_seeded in _aten_tags(aten_name) and not knob:
+            return None, "random: ATen op tagged nondeterministic_seeded"
         if not lists:
             return None, "no signature or tensor-first ATen schema (factory or non-tensor function)"
         inputs, module_file = [], None
-    reason = "no usable signature"
+    reasons = []
     for plist in lists:   # ATen overloads, in schema order
         missing = [p.name for p in plist if p.required and _unfillable(p, name)]
         if missing:
-            reason = f"no recipe for required argument '{missing[0]}'"
+            reasons.append(f"no recipe for required argument '{missing[0]}'")
             continue
         op = OpSpec(name=name, kind=kind, family="", params=plist, inputs=inputs)
         why = _probe(op)
         if why is None:
             op.family = _family(op, module_file, nn_families)
             return op, ""
-        reason = why
+        reasons.append(why)
         if why.startswith("random"):
             break
-    return None, reason
+    return None, reasons[0] if reasons else "no usable signature"   # the preferred overload's
 
 
 def _unfillable(p: Param, op_name: str) -> bool:
@@ -431,10 +458,11 @@ def build_catalog(include_transformers: bool = True) -> Catalog:
                 excluded[name] = why
     finally:
         torch.set_num_threads(prev_threads)
+    blocks = []
     if include_transformers:
         from cuda_agent.synth import hf_blocks
 
-        blocks, hf_excluded = hf_blocks.crawl()
-        ops += blocks
+        found, hf_excluded = hf_blocks.crawl()
+        blocks = [asdict(b) for b in found]
         excluded.update(hf_excluded)
-    return Catalog(ops=ops, excluded=excluded)
+    return Catalog(ops=ops, excluded=excluded, blocks=blocks)

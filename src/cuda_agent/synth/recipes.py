@@ -12,8 +12,11 @@ An argument is stored as a small JSON-friendly list, so a task can be rebuilt at
     ["tail", k]                 the last k sizes of the input (normalized_shape)
     ["divisor", i, cap]         the largest divisor of dimension i that is <= cap
     ["batch_flat"]              (input.shape[0], -1)
-    ["tensor", rule, n, role]   an extra tensor whose shape follows `rule` (see tensor_shape);
-                                role "input" (drawn by get_inputs) or "param" (nn.Parameter)
+    ["tensor", rule, n, role, init]
+                                an extra tensor whose shape follows `rule` (see tensor_shape);
+                                role "input" (drawn by get_inputs), "param" (nn.Parameter) or
+                                "buffer" (running statistics: no gradient);
+                                init "randn" or "pos" (uniform in [0.5, 1.5): variances)
 
 Only the batch dimension changes when a task is rescaled, so anything that depends on the
 rank (dims, permutations) is drawn once as a literal; anything that depends on sizes is derived.
@@ -211,8 +214,9 @@ def sample_param(p: Param, ctx: Ctx, rules: tuple[str, ...] | None = None) -> Ar
             return None      # optional tensors (masks, weights of norms) keep their defaults
         candidates = rules or tensor_rules(ctx.op, p.name)
         rule = candidates[0] if (ctx.probe or ctx.rng.random() < 0.7) else _choice(ctx.rng, list(candidates))
-        role = "param" if p.name in STATE_TENSORS else "input"
-        return ["tensor", rule, _choice(ctx.rng, ctx.sizes), role]
+        role = "buffer" if p.name.startswith("running_") else "param" if p.name in STATE_TENSORS else "input"
+        init = "pos" if "var" in p.name else "randn"   # variances must be positive
+        return ["tensor", rule, _choice(ctx.rng, ctx.sizes), role, init]
     if p.name == "exponent":
         return _exponent(ctx) if p.type in ("scalar", "float") else None
     recipe = RECIPES.get(p.name)

@@ -1,0 +1,24 @@
+"""The agent: workspace, tools, ReAct loop, LLM clients, trajectories, SFT export, MCP server.
+
+    from cuda_agent.agent import OpenAIClient, run_episode
+    episode = run_episode(task, OpenAIClient("Qwen/Qwen3-32B", base_url="http://localhost:8000/v1"))
+    episode.solution, episode.reward, episode.trajectory
+
+Split as in inspect_ai: the task (`cuda_agent.tasks`), the solver (this loop and its tools) and the
+scorer (`cuda_agent.env.evaluate`, which alone decides the reward).
+"""
+
+from cuda_agent.agent.client import ChatClient, ClientError, Completion, OpenAIClient, TransformersClient
+from cuda_agent.agent.context import ContextBudget
+from cuda_agent.agent.loop import AgentConfig, EpisodeResult, run_episode
+from cuda_agent.agent.sft import SFTFilter, export_sft
+from cuda_agent.agent.tools import AGENT_TOOLS, MCP_TOOLS, Tool, ToolLimits, call_tool
+from cuda_agent.agent.trajectory import Trajectory, append_jsonl, read_jsonl
+from cuda_agent.agent.workspace import Workspace, WorkspaceError
+
+__all__ = [
+    "ChatClient", "ClientError", "Completion", "OpenAIClient", "TransformersClient",
+    "ContextBudget", "AgentConfig", "EpisodeResult", "run_episode",
+    "SFTFilter", "export_sft", "AGENT_TOOLS", "MCP_TOOLS", "Tool", "ToolLimits", "call_tool",
+    "Trajectory", "append_jsonl", "read_jsonl", "Workspace", "WorkspaceError",
+]

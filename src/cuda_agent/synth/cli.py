@@ -1,0 +1,88 @@
+"""`cuda-agent synth`: build a training set of tasks (see docs/synthesis.md)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+
+def parse_mix(text: str) -> dict[str, float]:
+    """`1:3.4,2:83.8,3:7.6,4:2.8,5:1.2,transformers:1.2` -> {class: share}."""
+    mix = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        key, _, value = part.partition(":")
+        try:
+            mix[key.strip()] = float(value)
+        except ValueError:
+            raise typer.BadParameter(f"mix entry {part!r} is not CLASS:SHARE") from None
+    return mix
+
+
+def parse_window(text: str) -> tuple[float, float]:
+    lo, _, hi = text.partition(",")
+    try:
+        window = (float(lo), float(hi))
+    except ValueError:
+        raise typer.BadParameter(f"window {text!r} is not LO,HI (milliseconds)") from None
+    if not 0 <= window[0] < window[1]:
+        raise typer.BadParameter("window needs 0 <= LO < HI")
+    return window
+
+
+def synth(
+    num: int = typer.Option(..., "--num", "-n", min=1, help="Number of tasks to write."),
+    out: Path = typer.Option(..., "--out", "-o", help="Output folder (resumes a run already there)."),
+    backend: str = typer.Option("cpu", help="cpu | cuda: where the filters run and time tasks."),
+    seed: int = typer.Option(0, help="Seed: the same seed gives the same tasks."),
+    workers: Optional[int] = typer.Option(None, help="Worker processes (default: GPUs on cuda, cores on cpu)."),
+    mix: Optional[str] = typer.Option(None, help="Chain-length mix, e.g. 1:3.4,2:83.8,3:7.6,4:2.8,5:1.2,transformers:1.2"),
+    window: Optional[str] = typer.Option(None, help="Eager runtime window LO,HI in ms (default 1,100 on cuda, 0.1,10 on cpu)."),
+    kernelbench: Optional[Path] = typer.Option(None, help="KernelBench folder (level1..3) for decontamination; "
+                                                         "default $CUDA_AGENT_KERNELBENCH."),
+    decontaminate: bool = typer.Option(True, help="Drop tasks too similar to KernelBench."),
+    threshold: float = typer.Option(0.9, help="AST similarity above which a task counts as contaminated."),
+    compile_filter: bool = typer.Option(True, "--compile/--no-compile", help="Require torch.compile to work."),
+    transformers: bool = typer.Option(True, help="Include transformers blocks when it is installed."),
+    composer: str = typer.Option("rules", help="rules | llm (an OpenAI-compatible model writes the chains)."),
+    llm_model: Optional[str] = typer.Option(None, help="Model name for --composer llm (or $CUDA_AGENT_SYNTH_MODEL)."),
+    llm_base_url: Optional[str] = typer.Option(None, help="Base URL for --composer llm (or $OPENAI_BASE_URL)."),
+    timeout: Optional[float] = typer.Option(None, help="Per-task filter timeout in seconds."),
+    ray: Optional[str] = typer.Option(None, help="Ray cluster address: run filters as Ray tasks."),
+    progress: bool = typer.Option(True, help="Show a progress bar."),
+) -> None:
+    """Synthesise NUM runnable, filtered, decontaminated tasks into OUT (tasks.parquet, tasks.jsonl, datasheet.md)."""
+    from rich.console import Console
+
+    from cuda_agent.synth.pipeline import DEFAULT_MIX, SynthConfig, synthesize
+
+    if backend not in ("cpu", "cuda"):
+        raise typer.BadParameter("--backend must be cpu or cuda")
+    if composer not in ("rules", "llm"):
+        raise typer.BadParameter("--composer must be rules or llm")
+    cfg = SynthConfig(num=num, out=str(out), backend=backend, seed=seed, workers=workers,
+                      mix=parse_mix(mix) if mix else dict(DEFAULT_MIX),
+                      window_ms=parse_window(window) if window else None,
+                      kernelbench=str(kernelbench) if kernelbench else None, decontaminate=decontaminate,
+                      similarity_threshold=threshold, compile=compile_filter, include_transformers=transformers,
+                      composer=composer, llm_model=llm_model, llm_base_url=llm_base_url, task_timeout_s=timeout,
+                      ray_address=ray, progress=progress)
+    console = Console()
+    try:
+        summary = synthesize(cfg)
+    except ValueError as exc:
+        console.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(2) from None
+    except KeyboardInterrupt:
+        console.print("[yellow]interrupted[/]: finished work is kept; rerun the same command to resume")
+        raise typer.Exit(130) from None
+    console.print(f"wrote {summary['written']} tasks to {out} ({summary['generated']} candidates, "
+                  f"{summary['filtered']} filtered, {summary['accepted']} passed); see {summary['datasheet']}")
+    if summary["written"] < num:
+        console.print(f"[yellow]only {summary['written']} of {num} tasks[/]: see the datasheet's drop reasons")
+        raise typer.Exit(1)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("synth")(synth)

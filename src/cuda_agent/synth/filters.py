@@ -1,0 +1,235 @@
+"""The runtime filters, run per task in a worker process (see `workers.py`).
+
+In order, each dropping the task with a recorded reason:
+
+1. `eager_error`          the task does not build or run in eager mode;
+2. `runtime_below_window` / `runtime_above_window`
+                          eager median time outside [lo, hi] ms even after rescaling the batch
+                          (up to `max_rescales` times, aiming at 2*lo or hi/2, assuming time is
+                          linear in the batch); `oom` when a rescaled task does not fit;
+3. `nondeterministic`     two calls on the same inputs differ (a random operator slipped through);
+4. `nonfinite_output`     NaN or Inf in the output for some input draw;
+5. `constant_output`      one constant tensor (the mean over the draws) matches every draw's
+                          output within the verifier's tolerance (atol = rtol = 1e-2): a candidate
+                          returning that constant would pass verification;
+   `low_variation`        fewer than `min_varying_fraction` (1 %) of the output elements change
+                          beyond that tolerance between draws: the task is mostly constant;
+6. `compile_error`        `torch.compile` fails;
+   `compile_mismatch`     compiled output differs from eager beyond the tolerance (the task is
+                          numerically too fragile to verify a kernel against).
+
+What survives gets `eager_ms` and `compile_ms`, timed with the environment's `time_callable`
+(fresh input copies per call, device-wide sync, L2 flush on GPU): the same numbers the
+environment's baselines measure.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import time
+import traceback
+import warnings
+from dataclasses import asdict, dataclass
+from functools import lru_cache
+
+import torch
+
+from cuda_agent.tasks import load_task_module
+
+
+@dataclass
+class FilterConfig:
+    backend: str = "cpu"
+    device_index: int = 0
+    window_ms: tuple = (0.1, 10.0)
+    max_rescales: int = 4
+    max_batch: int = 4096
+    draws: int = 3                  # input draws for the variation test
+    atol: float = 1e-2              # the verifier's tolerances
+    rtol: float = 1e-2
+    min_varying_fraction: float = 0.01
+    compile: bool = True
+    warmup: int = 3
+    iters: int = 20
+    timing_budget_s: float = 10.0
+    seed: int = 0
+    threads: int = 1                # torch threads per CPU worker
+    catalog_path: str = ""
+
+    to_dict = asdict
+
+
+class Drop(Exception):
+    def __init__(self, reason: str, detail: str = ""):
+        super().__init__(reason)
+        self.reason, self.detail = reason, detail
+
+
+@lru_cache(maxsize=4)
+def _catalog_ops(path: str):
+    from cuda_agent.synth.catalog import Catalog
+
+    with open(path) as f:
+        return Catalog.from_dict(json.load(f)).by_name()
+
+
+def _device(cfg: FilterConfig) -> torch.device:
+    return torch.device(f"cuda:{cfg.device_index}" if cfg.backend == "cuda" else "cpu")
+
+
+def _sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _build(code: str, ident: str, cfg: FilterConfig, device):
+    module = load_task_module(code, f"cuda_agent_synth_{ident.replace('-', '_')}")
+    torch.manual_seed(cfg.seed)
+    model = module.Model(*module.get_init_inputs()).to(device)
+    return module, model
+
+
+def _draw(module, seed: int, device):
+    torch.manual_seed(seed)
+    return [t.to(device) if isinstance(t, torch.Tensor) else t for t in module.get_inputs()]
+
+
+def _output(out) -> torch.Tensor:
+    if isinstance(out, (tuple, list)):
+        out = out[0]
+    if not isinstance(out, torch.Tensor):
+        raise Drop("eager_error", f"forward returned {type(out).__name__}, not a tensor")
+    return out.detach().float()
+
+
+def _time(fn, inputs, device, cfg) -> float:
+    from cuda_agent.env.timing import time_callable
+
+    run = time_callable(fn, [inputs], device, warmup=cfg.warmup, iters=cfg.iters,
+                        flush_l2=device.type == "cuda", budget_s=cfg.timing_budget_s)
+    return float(run.timing.median_ms)
+
+
+def _fit_window(candidate: dict, catalog_ops, cfg: FilterConfig, device) -> tuple[str, int, float, int]:
+    """Rescale the batch until eager time lands in the window: (code, batch, eager_ms, rescales)."""
+    from cuda_agent.synth.compose import base_batch, render_candidate
+
+    lo, hi = cfg.window_ms
+    batch = base_batch(candidate)
+    ident = candidate["id"]
+    for attempt in range(cfg.max_rescales + 1):
+        code = render_candidate(candidate, catalog_ops, batch if attempt else None)
+        try:
+            module, model = _build(code, ident, cfg, device)
+            inputs = _draw(module, cfg.seed, device)
+            with torch.no_grad():
+                _output(model(*inputs))
+            ms = _time(model, inputs, device, cfg)
+        except Drop:
+            raise
+        except torch.OutOfMemoryError:
+            if attempt == 0:
+                raise Drop("oom", "does not fit at its base size") from None
+            raise Drop("runtime_above_window", f"out of memory at batch {batch}") from None
+        except Exception as exc:  # noqa: BLE001 - the task's own failure
+            raise Drop("eager_error", _short(exc)) from None
+        if lo <= ms <= hi:
+            return code, batch, ms, attempt
+        if not batch:
+            break     # not rescalable
+        target = 2 * lo if ms < lo else hi / 2
+        new = int(min(cfg.max_batch, max(1, round(batch * target / max(ms, 1e-6)))))
+        if new == batch:
+            break
+        del model, module
+        batch = new
+    raise Drop("runtime_below_window" if ms < lo else "runtime_above_window",
+               f"{ms:.4g} ms at batch {batch}, window {lo}-{hi} ms")
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0][:300] if text else ''}"
+
+
+def _check_outputs(module, model, cfg: FilterConfig, device) -> dict:
+    """Determinism, finiteness and variation across input draws (thresholds in the docstring)."""
+    outs = []
+    with torch.no_grad():
+        first = _draw(module, cfg.seed, device)
+        a = _output(model(*first))
+        b = _output(model(*first))
+        if a.shape != b.shape or not torch.equal(torch.nan_to_num(a), torch.nan_to_num(b)):
+            raise Drop("nondeterministic", "two calls on the same inputs differ")
+        outs.append(a)
+        for k in range(1, cfg.draws):
+            outs.append(_output(model(*_draw(module, cfg.seed + k, device))))
+    for k, out in enumerate(outs):
+        if not torch.isfinite(out).all():
+            raise Drop("nonfinite_output", f"NaN/Inf for input draw {k}")
+    if any(o.shape != outs[0].shape for o in outs):
+        return {"output_shape": list(outs[0].shape), "varying_fraction": 1.0}
+    stack = torch.stack(outs)
+    mean = stack.mean(0)
+    tol = cfg.atol + cfg.rtol * mean.abs()
+    differs = (stack - mean).abs() > tol           # per draw, per element
+    if not differs.any():
+        raise Drop("constant_output", "the mean over draws matches every draw within tolerance")
+    varying = differs.any(0).float().mean().item()
+    if varying < cfg.min_varying_fraction:
+        raise Drop("low_variation", f"only {varying:.2%} of output elements vary beyond tolerance")
+    return {"output_shape": list(outs[0].shape), "varying_fraction": round(varying, 4)}
+
+
+def _check_compile(module, model, cfg: FilterConfig, device) -> float | None:
+    import torch._dynamo
+
+    inputs = _draw(module, cfg.seed, device)
+    try:
+        compiled = torch.compile(model)
+        with torch.no_grad():
+            out_c = _output(compiled(*inputs))
+            _sync(device)
+    except Exception as exc:  # noqa: BLE001
+        raise Drop("compile_error", _short(exc)) from None
+    with torch.no_grad():
+        out_e = _output(model(*inputs))
+    if out_c.shape != out_e.shape or not torch.allclose(out_c, out_e, atol=cfg.atol, rtol=cfg.rtol):
+        err = (out_c - out_e).abs().max().item() if out_c.shape == out_e.shape else float("nan")
+        raise Drop("compile_mismatch", f"max abs difference {err:.3g}")
+    try:
+        return _time(compiled, inputs, device, cfg)
+    finally:
+        torch._dynamo.reset()
+
+
+def run_filters(job: dict) -> dict:
+    """Worker entry point: one candidate in, one plain-dict verdict out (never raises)."""
+    cfg = FilterConfig(**{**job["config"], "window_ms": tuple(job["config"]["window_ms"])})
+    candidate = job["candidate"]
+    t0 = time.perf_counter()
+    torch.set_num_threads(max(1, cfg.threads))
+    device = _device(cfg)
+    result = {"id": candidate["id"], "ok": False, "reason": "", "detail": "", "pid": os.getpid()}
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            catalog_ops = _catalog_ops(cfg.catalog_path) if candidate["kind"] == "chain" else None
+            code, batch, eager_ms, rescales = _fit_window(candidate, catalog_ops, cfg, device)
+            module, model = _build(code, candidate["id"], cfg, device)
+            result.update(_check_outputs(module, model, cfg, device))
+            compile_ms = _check_compile(module, model, cfg, device) if cfg.compile else None
+        result.update(ok=True, code=code, batch=batch, eager_ms=round(eager_ms, 5),
+                      compile_ms=None if compile_ms is None else round(compile_ms, 5), rescales=rescales)
+    except Drop as drop:
+        result.update(reason=drop.reason, detail=drop.detail)
+    except Exception as exc:  # noqa: BLE001 - a bug of ours, recorded rather than fatal
+        result.update(reason="internal_error", detail=_short(exc) + "\n" + traceback.format_exc()[-800:])
+    finally:
+        gc.collect()
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    result["seconds"] = round(time.perf_counter() - t0, 3)
+    return result

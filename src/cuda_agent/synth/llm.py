@@ -1,0 +1,126 @@
+"""Optional LLM composer: an OpenAI-compatible model writes the chain, the pipeline checks it.
+
+The rule-based composer (`compose.py`) is the default and needs no model. This one draws the same
+operators (same family weights) and asks a model to chain them into a KernelBench-style program,
+the way the published dataset was made. Whatever comes back is held to the same bar: it must
+parse, define Model/get_inputs/get_init_inputs and a top-level `batch_size`, use every operator it
+was given, and pass a shape check on meta tensors; otherwise the candidate is dropped
+(`compose_failed`). `openai` is imported only when this composer is used.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import random
+import re
+import warnings
+
+import torch
+
+from cuda_agent.synth.catalog import Catalog
+from cuda_agent.synth.compose import FIRST_FAMILY_WEIGHTS, NEXT_FAMILY_WEIGHTS, ComposeError, _pick_op
+from cuda_agent.tasks import Task, TaskError, load_task_module
+
+SYSTEM = """You write small PyTorch programs in the KernelBench format. Reply with one Python code block.
+The program must define:
+- `class Model(nn.Module)` whose forward applies the given operators in the given order, each to the
+  previous result (extra tensors may be parameters or extra inputs);
+- a top-level integer `batch_size`, used as the first dimension of the main input;
+- `get_inputs()` returning a list of input tensors made with torch.randn, and `get_init_inputs()`
+  returning a list (may be empty).
+No randomness inside forward (no dropout, no rand*), no in-place ops, float32 only, shapes small
+enough to run on a laptop. Import only torch, torch.nn as nn, torch.nn.functional as F."""
+
+_BLOCK = re.compile(r"```(?:python)?\s*\n(.*?)```", re.S)
+
+
+def extract_code(text: str) -> str:
+    match = _BLOCK.search(text or "")
+    return (match.group(1) if match else text or "").strip() + "\n"
+
+
+def uses(code: str, name: str) -> bool:
+    """Whether `name` (nn.Conv2d, F.gelu, torch.cumsum) appears as an attribute access in code."""
+    space, _, attr = name.partition(".")
+    spaces = {"nn": ("nn", "torch.nn"), "F": ("F", "torch.nn.functional", "nn.functional"),
+              "torch": ("torch",)}[space]
+    for node in ast.walk(ast.parse(code)):
+        if isinstance(node, ast.Attribute) and node.attr == attr:
+            if ast.unparse(node.value) in spaces:
+                return True
+    return False
+
+
+def meta_shape_check(code: str) -> None:
+    """Build the model and run forward on meta tensors (no real compute); raise ComposeError."""
+    try:
+        with warnings.catch_warnings(), torch.device("meta"):
+            warnings.simplefilter("ignore")
+            module = load_task_module(code, "cuda_agent_synth_llm_check")
+            model = module.Model(*module.get_init_inputs())
+            out = model(*module.get_inputs())
+    except Exception as exc:  # noqa: BLE001
+        raise ComposeError(f"shape check failed: {type(exc).__name__}: {str(exc)[:200]}") from None
+    if isinstance(out, (tuple, list)):
+        out = out[0]
+    if not isinstance(out, torch.Tensor):
+        raise ComposeError("forward does not return a tensor")
+
+
+class LLMComposer:
+    def __init__(self, client, model: str, catalog: Catalog, temperature: float = 0.7, max_tokens: int = 2048):
+        self.client, self.model, self.catalog = client, model, catalog
+        self.temperature, self.max_tokens = temperature, max_tokens
+
+    @classmethod
+    def from_env(cls, catalog: Catalog, model: str | None = None, base_url: str | None = None) -> "LLMComposer":
+        try:
+            from openai import OpenAI
+        except ImportError as exc:
+            raise ValueError("--composer llm needs the `openai` package (pip install openai)") from exc
+        model = model or os.environ.get("CUDA_AGENT_SYNTH_MODEL")
+        if not model:
+            raise ValueError("--composer llm needs --llm-model (or $CUDA_AGENT_SYNTH_MODEL)")
+        client = OpenAI(base_url=base_url or os.environ.get("OPENAI_BASE_URL"),
+                        api_key=os.environ.get("OPENAI_API_KEY", "EMPTY"))
+        return cls(client, model, catalog)
+
+    def pick_ops(self, k: int, rng: random.Random) -> list[str]:
+        names = []
+        for position in range(k):
+            op = _pick_op(self.catalog.ops, FIRST_FAMILY_WEIGHTS if position == 0 else NEXT_FAMILY_WEIGHTS,
+                          None, rng, allow_view=position > 0)
+            names.append(op.name)
+        return names
+
+    def prompt(self, ops: list[str]) -> str:
+        by_name = self.catalog.by_name()
+        lines = ["Chain these operators, in this order:"]
+        for i, name in enumerate(ops, 1):
+            params = ", ".join(p.name + ("" if p.required else "=...") for p in by_name[name].params)
+            lines.append(f"{i}. {name}({params})")
+        return "\n".join(lines)
+
+    def compose(self, k: int, rng: random.Random) -> tuple[str, list[str]]:
+        ops = self.pick_ops(k, rng)
+        try:
+            response = self.client.chat.completions.create(
+                model=self.model, temperature=self.temperature, max_tokens=self.max_tokens,
+                seed=rng.randrange(2 ** 31),
+                messages=[{"role": "system", "content": SYSTEM}, {"role": "user", "content": self.prompt(ops)}])
+            text = response.choices[0].message.content
+        except Exception as exc:  # noqa: BLE001 - network, quota, server errors
+            raise ComposeError(f"LLM call failed: {type(exc).__name__}: {exc}") from None
+        code = extract_code(text)
+        try:
+            Task("llm", code).check_syntax()
+        except (TaskError, SyntaxError) as exc:
+            raise ComposeError(str(exc)) from None
+        if not re.search(r"^batch_size\s*=\s*\d+\s*$", code, re.M):
+            raise ComposeError("no top-level `batch_size = <int>`")
+        missing = [op for op in ops if not uses(code, op)]
+        if missing:
+            raise ComposeError(f"does not use {', '.join(missing)}")
+        meta_shape_check(code)
+        return code, ops

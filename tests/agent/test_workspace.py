@@ -1,0 +1,128 @@
+import ast
+import json
+import os
+import stat
+
+import pytest
+
+from cuda_agent.agent.workspace import (COMMANDS, PROTECTED, Workspace, WorkspaceError, format_result,
+                                        starter_model_new)
+from cuda_agent.env.config import EvalConfig
+from cuda_agent.env.result import EvalError, EvalResult
+from cuda_agent.tasks import load_task
+
+from .conftest import RELU_BINDING, RELU_MODEL_NEW
+
+
+def make(tmp_path, task, evaluator, **kw):
+    return Workspace.create(task, tmp_path / "ws", eval_config=EvalConfig(backend="cpu", cache_dir=tmp_path / "c"),
+                            evaluator=evaluator, **kw)
+
+
+def test_layout_and_protection(tmp_path, relu_task, fake_evaluator):
+    ws = make(tmp_path, relu_task, fake_evaluator)
+    root = ws.root
+    assert (root / "model.py").read_text() == relu_task.code
+    assert (root / "kernels").is_dir()
+    assert "Optimisation playbook" in (root / "SKILL.md").read_text()
+    assert "CPU backend" in (root / "SKILL.md").read_text()   # the cpu addendum
+    for name in PROTECTED:
+        mode = (root / name).stat().st_mode
+        assert not mode & stat.S_IWUSR, f"{name} should be read-only"
+    for name in COMMANDS:
+        text = (root / name).read_text()
+        assert os.access(root / name, os.X_OK)
+        assert f"-m cuda_agent.agent.workspace_cli {name}" in text   # code lives in the package
+    meta = json.loads((root / ".cuda_agent" / "workspace.json").read_text())
+    assert meta["backend"] == "cpu" and meta["task"]["digest"] == relu_task.digest
+
+
+def test_starting_point_keeps_init_and_shows_reference(relu_task, kernelbench):
+    code = starter_model_new(load_task("level2/17", kernelbench).code)
+    tree = ast.parse(code)
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef))
+    assert cls.name == "ModelNew"
+    init = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "__init__")
+    assert [a.arg for a in init.args.args] == ["self", "in_channels", "out_channels", "kernel_size", "divide_by"]
+    assert "self.conv = nn.Conv2d(in_channels, out_channels, kernel_size)" in code
+    assert "super().__init__()" in code and "super(Model" not in code
+    assert "#     x = self.instance_norm(x)" in code
+    assert "import cuda_extension" in code
+
+
+def test_reuse_only_our_own_folders(tmp_path, relu_task, fake_evaluator):
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "ws" / "notes.txt").write_text("someone else's")
+    with pytest.raises(WorkspaceError, match="not a cuda-agent workspace"):
+        make(tmp_path, relu_task, fake_evaluator, overwrite=True)
+    (tmp_path / "ws" / "notes.txt").unlink()
+    ws = make(tmp_path, relu_task, fake_evaluator)
+    (ws.root / "kernels" / "old.cpp").write_text("// last episode")
+    with pytest.raises(WorkspaceError, match="already holds a workspace"):
+        make(tmp_path, relu_task, fake_evaluator)
+    ws = make(tmp_path, relu_task, fake_evaluator, overwrite=True)   # afresh: nothing inherited
+    assert list((ws.root / "kernels").iterdir()) == []
+
+
+def test_restore_protected(tmp_path, relu_task, fake_evaluator):
+    ws = make(tmp_path, relu_task, fake_evaluator)
+    (ws.root / "model.py").chmod(0o644)
+    (ws.root / "model.py").write_text("class Model: pass  # tampered")
+    (ws.root / "verify").unlink()
+    (ws.root / "SKILL.md").chmod(0o644)   # permissions alone: content intact, left as is
+    assert sorted(ws.restore_protected()) == ["model.py", "verify"]
+    assert (ws.root / "model.py").read_text() == relu_task.code
+    assert os.access(ws.root / "verify", os.X_OK)
+    assert ws.restore_protected() == []
+
+
+def test_commands_report_and_record(tmp_path, relu_task, fake_evaluator):
+    ws = make(tmp_path, relu_task, fake_evaluator)
+    out = ws.verify()   # the starting point raises NotImplementedError
+    assert not out.ok and out.text.startswith("verify: FAILED in verify")
+    (ws.root / "kernels" / "relu_binding.cpp").write_text(RELU_BINDING + "#error planted\n")
+    (ws.root / "model_new.py").write_text(RELU_MODEL_NEW)
+    out = ws.compile()
+    assert not out.ok and "compile: FAILED" in out.text and "planted" in out.text
+    (ws.root / "kernels" / "relu_binding.cpp").write_text(RELU_BINDING + "// kernel_ms=0.5\n")
+    out = ws.profile()
+    assert out.ok and "reward 3" in out.text and out.result.speedup_vs_compile == 3.0
+    assert out.solution.files["kernels/relu_binding.cpp"].startswith("#include")
+    # verify runs without baselines, compile with one input set (until the env's builder lands)
+    configs = [c for _, c in fake_evaluator.calls]
+    assert configs[0].baselines is False and configs[1].num_correct_trials == 1 and configs[2].baselines
+    ws.record(out)
+    records, offset = ws.read_records(0)
+    assert len(records) == 1 and records[0]["result"].reward == 3 and offset > 0
+    assert ws.read_records(offset) == ([], offset)
+
+
+def test_command_restores_tampered_task_first(tmp_path, relu_task, fake_evaluator):
+    ws = make(tmp_path, relu_task, fake_evaluator)
+    (ws.root / "model.py").chmod(0o644)
+    (ws.root / "model.py").write_text("tampered")
+    out = ws.verify()
+    assert "restored: model.py" in out.text
+    assert (ws.root / "model.py").read_text() == relu_task.code
+
+
+def test_open_roundtrip(tmp_path, relu_task, fake_evaluator):
+    ws = make(tmp_path, relu_task, fake_evaluator)
+    again = Workspace.open(ws.root, evaluator=fake_evaluator)
+    assert again.task == relu_task and again.backend == "cpu"
+    assert again.eval_config.cache_dir == ws.eval_config.cache_dir
+    with pytest.raises(WorkspaceError, match="not a cuda-agent workspace"):
+        Workspace.open(tmp_path)
+
+
+def test_format_result_messages():
+    r = EvalResult(task="t", backend="cpu", compiled=True, correct=True, kernel_ms=1.0, eager_ms=2.0,
+                   compile_ms=1.02, speedup_vs_eager=2.0, speedup_vs_compile=1.02, reward=2,
+                   warnings=["slow path"])
+    text = format_result("profile", r)
+    assert "2.00x faster" in text and "target not met" in text and "warning: slow path" in text
+    bad = EvalResult(task="t", backend="cpu", compiled=True,
+                     error=EvalError("verify", "torch.relu called in forward", rule="torch-op"))
+    text = format_result("verify", bad)
+    assert "FAILED in verify" in text and "rule: torch-op" in text
+    assert format_result("compile", EvalResult(task="t", backend="cpu", compiled=True)) == "compile: OK"

@@ -1,0 +1,26 @@
+"""Shared fixtures: a session-wide build cache (C++ builds are the slow part of the suite)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLES = REPO / "src" / "cuda_agent" / "examples"
+KERNELBENCH = REPO.parent / "shared" / "kernelbench"
+
+
+@pytest.fixture(scope="session")
+def cache_dir(tmp_path_factory) -> Path:
+    # CI may share a warm cache between runs of the suite through this variable.
+    shared = os.environ.get("CUDA_AGENT_TEST_CACHE")
+    return Path(shared) if shared else tmp_path_factory.mktemp("cuda-agent-cache")
+
+
+@pytest.fixture(scope="session")
+def kernelbench() -> Path:
+    if not KERNELBENCH.is_dir():
+        pytest.skip("KernelBench problems not found beside the repository (../shared/kernelbench)")
+    return KERNELBENCH

@@ -1,0 +1,51 @@
+"""Building blocks for environment tests: the example task and solutions with swappable kernels."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from cuda_agent.env import EvalConfig
+from cuda_agent.tasks import Solution, Task, load_solution, load_task
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "src" / "cuda_agent" / "examples" / "bias_relu"
+
+
+def example_task() -> Task:
+    return load_task(EXAMPLES / "model.py")
+
+
+def cpu_workspace(kernel_cpp: str | None = None, model_new: str | None = None) -> Solution:
+    """The example's CPU workspace solution, optionally with another kernel body or model_new.py.
+
+    The binding file stays the same, so its (slow) build is shared by every test through the cache.
+    """
+    solution = load_solution(EXAMPLES / "solution_cpu")
+    files = dict(solution.files)
+    if kernel_cpp is not None:
+        files["kernels/bias_relu.cpp"] = kernel_cpp
+    if model_new is not None:
+        files["model_new.py"] = model_new
+    return Solution(files)
+
+
+def kernel(body: str) -> str:
+    """A plain C++ kernel with the example's launcher signature; `body` sees x, bias, out, rows, cols."""
+    return ("#include <csignal>\n#include <cstdint>\n#include <cstdlib>\n#include <cstring>\n"
+            "extern \"C\" void bias_relu_launcher(const float* x, const float* bias, float* out, "
+            "int64_t rows, int64_t cols) {\n" + body + "\n}\n")
+
+
+HONEST_BODY = """
+for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) {
+        float v = x[r * cols + c] + bias[c];
+        out[r * cols + c] = v > 0.f ? v : 0.f;
+    }
+"""
+
+
+def cpu_config(cache_dir: Path, **overrides) -> EvalConfig:
+    settings = dict(backend="cpu", cache_dir=cache_dir, compile_baseline=False, warmup=2, iters=5,
+                    num_correct_trials=3, timeout_verify=20.0, timeout_profile=60.0)
+    settings.update(overrides)
+    return EvalConfig(**settings)

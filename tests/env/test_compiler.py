@@ -1,0 +1,81 @@
+"""The cached builder: reuse across calls, kernel-only rebuilds, readable errors."""
+
+import textwrap
+
+import pytest
+
+from cuda_agent.env.compiler import BuildError, build_extension, load_module, summarize_compiler_output
+from tests.env.helpers import HONEST_BODY, cpu_workspace, kernel
+
+
+def _kernel_files(body: str = HONEST_BODY) -> dict[str, str]:
+    files = cpu_workspace(kernel(body)).kernel_files
+    return {path.removeprefix("kernels/"): text for path, text in files.items()}
+
+
+def test_build_load_and_cache_reuse(cache_dir):
+    first = build_extension("cuda_extension", _kernel_files(), "cpu", cache_dir / "build")
+    again = build_extension("cuda_extension", _kernel_files(), "cpu", cache_dir / "build")
+    assert again.compiled == [] and sorted(again.cached) == ["bias_relu.cpp", "bias_relu_binding.cpp"]
+    assert again.path == first.path and first.path.exists()
+
+
+def test_kernel_only_edit_recompiles_only_the_kernel(cache_dir):
+    build_extension("cuda_extension", _kernel_files(), "cpu", cache_dir / "build")
+    edited = build_extension("cuda_extension", _kernel_files(HONEST_BODY + "\n// tweak\n"), "cpu", cache_dir / "build")
+    assert edited.compiled == ["bias_relu.cpp"] and edited.cached == ["bias_relu_binding.cpp"]
+
+
+def test_built_module_runs(cache_dir, tmp_path):
+    import subprocess
+    import sys
+
+    report = build_extension("cuda_extension", _kernel_files(), "cpu", cache_dir / "build")
+    # Load in a fresh interpreter: one process holds one module of a given name.
+    code = textwrap.dedent(f"""
+        import torch
+        from cuda_agent.env.compiler import load_module
+        ext = load_module("cuda_extension", {str(report.path)!r})
+        x = torch.tensor([[-1.0, 2.0]]); b = torch.tensor([0.5, -3.0])
+        print(ext.bias_relu(x, b).tolist())
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[[0.0, 0.0]]"
+
+
+def test_compile_error_is_short_and_points_at_the_line(cache_dir):
+    files = _kernel_files("float y = undefined_name * 2;\n" + HONEST_BODY)
+    with pytest.raises(BuildError) as info:
+        build_extension("cuda_extension", files, "cpu", cache_dir / "build")
+    summary = info.value.summary
+    assert "bias_relu.cpp:6" in summary and "undefined_name" in summary
+    assert len(summary) < 2600 and len(info.value.log) >= len("undefined_name")
+
+
+def test_missing_symbol_is_reported_when_loading(cache_dir):
+    import subprocess
+    import sys
+
+    files = _kernel_files("extern void missing_symbol(); missing_symbol();\n" + HONEST_BODY)
+    report = build_extension("cuda_extension", files, "cpu", cache_dir / "build")
+    code = (f"from cuda_agent.env.compiler import load_module, BuildError\n"
+            f"try:\n    load_module('cuda_extension', {str(report.path)!r})\n"
+            f"except BuildError as e:\n    print(e.summary)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert "undefined symbol: missing_symbol" in out
+
+
+def test_cuda_sources_need_the_cuda_backend(cache_dir):
+    with pytest.raises(BuildError, match="need the cuda backend"):
+        build_extension("ext", {"k.cu": "__global__ void k() {}"}, "cpu", cache_dir / "build")
+    with pytest.raises(BuildError, match="not a valid Python identifier"):
+        build_extension("bad-name", {"k.cpp": ""}, "cpu", cache_dir / "build")
+
+
+def test_summarize_keeps_first_errors_only():
+    noise = "\n".join(f"note: candidate template {i}" for i in range(300))
+    text = ("kernels/a.cu(12): error: identifier \"foo\" is undefined\n  foo();\n  ^\n" + noise +
+            "".join(f"\nkernels/a.cu({i}): error: bad thing {i}" for i in range(20, 40)))
+    summary = summarize_compiler_output(text)
+    assert summary.startswith('kernels/a.cu(12): error: identifier "foo"')
+    assert "candidate template" not in summary and "fix the first ones first" in summary

@@ -1,0 +1,132 @@
+"""End-to-end evaluations on the CPU backend: verdicts, failures by phase, isolation."""
+
+import asyncio
+import json
+import subprocess
+import sys
+
+import pytest
+
+from cuda_agent.env import EvalPool, evaluate
+from cuda_agent.tasks import Solution, Task, load_solution
+from tests.env.helpers import EXAMPLES, HONEST_BODY, cpu_config, cpu_workspace, example_task, kernel
+
+
+def test_honest_workspace_solution_is_correct_and_timed(cache_dir):
+    result = evaluate(example_task(), cpu_workspace(), cpu_config(cache_dir))
+    assert result.error is None, result.error
+    assert result.compiled and result.correct and result.weights == "state_dict"
+    assert result.seeds == [0, 1, 2] and result.max_abs_error == [0.0, 0.0, 0.0]
+    assert result.kernel_ms > 0 and result.eager_ms > 0 and result.timings["kernel"].iters == 5
+    assert result.speedup_vs_eager == pytest.approx(result.eager_ms / result.kernel_ms)
+    assert result.reward in (1, 2)  # faster than eager or not: CPU timing is noisy
+    assert set(result.phase_seconds) >= {"compile", "verify", "profile", "baselines"}
+
+
+def test_honest_single_file_load_inline_solution(cache_dir):
+    solution = load_solution(EXAMPLES / "solution_cpu_inline.py")
+    result = evaluate(example_task(), solution, cpu_config(cache_dir, baselines=False))
+    assert result.error is None, result.error
+    assert result.correct and result.reward == 1 and result.eager_ms is None
+
+
+def test_compile_error_names_file_and_line(cache_dir):
+    result = evaluate(example_task(), cpu_workspace(kernel("int oops = ;\n" + HONEST_BODY)), cpu_config(cache_dir))
+    assert not result.compiled and result.reward == -1
+    assert result.error.phase == "compile" and "kernels/bias_relu.cpp:6" in result.error.message
+
+
+def test_python_syntax_error_is_a_compile_failure(cache_dir):
+    result = evaluate(example_task(), cpu_workspace(model_new="class ModelNew(:\n"), cpu_config(cache_dir))
+    assert result.error.phase == "compile" and "SyntaxError" in result.error.message and "line 1" in result.error.message
+
+
+def test_missing_model_new_class(cache_dir):
+    result = evaluate(example_task(), Solution.from_code("import torch\n"), cpu_config(cache_dir))
+    assert result.error.phase == "compile" and "ModelNew" in result.error.message
+
+
+def test_wrong_output_fails_verification(cache_dir):
+    no_relu = HONEST_BODY.replace("v > 0.f ? v : 0.f", "v")
+    result = evaluate(example_task(), cpu_workspace(kernel(no_relu)), cpu_config(cache_dir))
+    assert result.compiled and not result.correct and result.reward == -1
+    assert result.error.phase == "verify" and result.error.rule == "correctness"
+    assert "input set 0" in result.error.message and "outside atol" in result.error.message
+
+
+def test_segfault_is_a_structured_failure(cache_dir):
+    # (a write through a null pointer does not fault in every container, so raise the signal itself)
+    crash = "std::raise(SIGSEGV);\n" + HONEST_BODY
+    result = evaluate(example_task(), cpu_workspace(kernel(crash)), cpu_config(cache_dir))
+    assert result.error.phase == "verify" and result.error.rule == "crash"
+    assert "SIGSEGV" in result.error.message and result.reward == -1
+
+
+def test_infinite_loop_in_kernel_times_out(cache_dir):
+    hang = "volatile int spin = 1; while (spin) {}\n" + HONEST_BODY
+    result = evaluate(example_task(), cpu_workspace(kernel(hang)), cpu_config(cache_dir, timeout_verify=4.0))
+    assert result.error.phase == "verify" and result.error.rule == "timeout"
+    assert "timed out after 4 s" in result.error.message
+
+
+def test_infinite_loop_in_python_times_out(cache_dir):
+    model_new = ("import torch.nn as nn\nimport cuda_extension\n"
+                 "class ModelNew(nn.Module):\n    def __init__(self, f):\n        super().__init__()\n"
+                 "    def forward(self, x):\n        while True:\n            pass\n")
+    result = evaluate(example_task(), cpu_workspace(model_new=model_new), cpu_config(cache_dir, timeout_verify=4.0))
+    assert result.error.phase == "verify" and result.error.rule == "timeout"
+
+
+def test_weights_matched_by_seed_when_names_differ(cache_dir):
+    model_new = cpu_workspace().entry_code.replace("self.bias", "self.offset")
+    result = evaluate(example_task(), cpu_workspace(model_new=model_new), cpu_config(cache_dir, baselines=False))
+    assert result.correct and result.weights == "seed"
+
+
+def test_broken_tasks_are_task_errors_not_solution_errors(cache_dir):
+    code = (EXAMPLES / "model.py").read_text()
+    no_model = Task("no_model", code.replace("class Model(", "class Other("))
+    result = evaluate(no_model, cpu_workspace(), cpu_config(cache_dir))
+    assert result.task_error and result.reward is None and "Model" in result.error.message
+    raising = Task("raising", code.replace("return [torch.randn(batch, features)]", "raise RuntimeError('boom')"))
+    result = evaluate(raising, cpu_workspace(), cpu_config(cache_dir))
+    assert result.task_error and "boom" in result.error.message and result.reward is None
+
+
+def test_torch_compile_baseline_and_baseline_cache(cache_dir):
+    config = cpu_config(cache_dir, compile_baseline=True, timeout_profile=600.0)
+    first = evaluate(example_task(), cpu_workspace(), config)
+    assert first.correct and first.compile_ms is not None and first.speedup_vs_compile is not None
+    second = evaluate(example_task(), cpu_workspace(), config)
+    assert second.eager_ms == first.eager_ms and second.compile_ms == first.compile_ms  # from the cache
+    assert second.phase_seconds["baselines"] < 1.0
+
+
+def test_pool_runs_concurrent_jobs(cache_dir):
+    pool = EvalPool(cpu_config(cache_dir, baselines=False), cpu_slots=2)
+    wrong = cpu_workspace(kernel(HONEST_BODY.replace("v > 0.f ? v : 0.f", "-v")))
+    results = asyncio.run(pool.evaluate_many([(example_task(), cpu_workspace()), (example_task(), wrong)]))
+    assert [r.correct for r in results] == [True, False]
+
+
+def test_cli_json_and_exit_codes(cache_dir, tmp_path):
+    env_args = ["--backend", "cpu", "--trials", "2", "--iters", "3", "--no-compile-baseline",
+                "--cache-dir", str(cache_dir)]
+    cmd = [sys.executable, "-m", "cuda_agent.cli", "eval", str(EXAMPLES / "model.py"),
+           str(EXAMPLES / "solution_cpu"), "--json", *env_args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    payload = json.loads(proc.stdout)
+    for key in ("compiled", "correct", "error", "kernel_ms", "eager_ms", "compile_ms", "speedup_vs_eager",
+                "speedup_vs_compile", "reward"):
+        assert key in payload
+    assert payload["correct"] is True and payload["error"] is None
+
+    bad = tmp_path / "bad.py"
+    bad.write_text("class ModelNew(:\n")
+    proc = subprocess.run(cmd[:4] + [str(EXAMPLES / "model.py"), str(bad), "--json", *env_args],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0 and json.loads(proc.stdout)["error"]["phase"] == "compile"
+
+    proc = subprocess.run(cmd[:4] + ["no/such/task.py", str(bad), *env_args], capture_output=True, text=True)
+    assert proc.returncode == 2 and "not found" in proc.stderr

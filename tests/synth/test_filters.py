@@ -1,0 +1,78 @@
+"""Each filter drops what it should, with its reason, and keeps a sound task with its timings."""
+
+from __future__ import annotations
+
+import pytest
+
+from cuda_agent.synth.filters import FilterConfig, run_filters
+
+TEMPLATE = '''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(32, 16)
+
+    def forward(self, x):
+        return {body}
+
+
+batch_size = {batch}
+
+
+def get_inputs():
+    return [torch.randn(batch_size, 32)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def job(body: str, batch: int = 8, **cfg) -> dict:
+    config = FilterConfig(window_ms=cfg.pop("window_ms", (0.0, 1e9)), compile=cfg.pop("compile", False),
+                          iters=5, warmup=1, **cfg).to_dict()
+    code = TEMPLATE.format(body=body, batch=batch)
+    return run_filters({"config": config, "candidate": {"id": "t-1", "kind": "code", "code": code}})
+
+
+def test_a_sound_task_passes_with_eager_time():
+    r = job("torch.tanh(self.linear(x))")
+    assert r["ok"], r
+    assert r["eager_ms"] > 0 and r["compile_ms"] is None and r["output_shape"] == [8, 16]
+
+
+@pytest.mark.parametrize("body, reason", [
+    ("self.linear(x) + torch.rand_like(x[:, :16])", "nondeterministic"),
+    ("torch.log(self.linear(x))", "nonfinite_output"),
+    ("torch.zeros_like(self.linear(x))", "constant_output"),
+    ("self.linear(x).mean() * 1e-4", "constant_output"),                    # varies, but below tolerance
+    ("torch.cat([self.linear(x)[:1], torch.ones(999, 16)])", "low_variation"),
+    ("self.linear(x.t())", "eager_error"),
+])
+def test_drops_with_reason(body, reason):
+    r = job(body)
+    assert not r["ok"] and r["reason"] == reason, r
+
+
+def test_runtime_window_rescales_the_batch_into_the_window():
+    # The task at batch 1 is far too fast for a 0.2-5 ms window: the filter grows the batch.
+    r = job("torch.tanh(self.linear(x)).cumsum(1)", batch=1, window_ms=(0.2, 5.0), max_batch=1 << 18)
+    assert r["ok"], r
+    assert r["batch"] > 1 and r["rescales"] >= 1 and 0.2 <= r["eager_ms"] <= 5.0
+    assert f"batch_size = {r['batch']}" in r["code"]
+
+
+def test_runtime_window_drops_what_cannot_be_moved_into_it():
+    r = job("torch.tanh(self.linear(x))", window_ms=(500.0, 1000.0), max_batch=64)
+    assert not r["ok"] and r["reason"] == "runtime_below_window", r
+    r = job("torch.tanh(self.linear(x))", window_ms=(0.0, 1e-6))
+    assert not r["ok"] and r["reason"] == "runtime_above_window", r
+
+
+def test_torch_compile_filter_times_the_compiled_model():
+    r = job("torch.nn.functional.gelu(self.linear(x)) * 2.0", compile=True)
+    assert r["ok"], r
+    assert r["compile_ms"] > 0

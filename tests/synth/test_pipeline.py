@@ -1,0 +1,107 @@
+"""End to end: outputs, loader round-trip, datasheet, determinism, resumption, config guard."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow.parquet as pq
+import pytest
+
+from cuda_agent.synth.pipeline import SynthConfig, quotas, synthesize
+from cuda_agent.tasks import load_dataset
+
+FAST = dict(backend="cpu", window_ms=(0.005, 50.0), compile=False, progress=False, include_transformers=False)
+
+
+def config(out, kernelbench, **kw):
+    return SynthConfig(**{**FAST, "num": 8, "out": str(out), "kernelbench": str(kernelbench), **kw})
+
+
+def codes(out):
+    return [json.loads(line)["code"] for line in (out / "tasks.jsonl").read_text().splitlines()]
+
+
+def test_quotas_follow_the_published_mix():
+    q = quotas(6000, {"1": 3.4, "2": 83.8, "3": 7.6, "4": 2.8, "5": 1.2, "transformers": 1.2})
+    assert q == {"1": 204, "2": 5028, "3": 456, "4": 168, "5": 72, "transformers": 72}
+    assert sum(quotas(7, {"1": 1, "2": 1, "3": 1}).values()) == 7
+
+
+def test_outputs_load_with_the_environment_loader(seeded_out, kernelbench, inline_pool):
+    summary = synthesize(config(seeded_out, kernelbench), pool_factory=inline_pool)
+    assert summary["written"] == 8
+    rows = [json.loads(line) for line in (seeded_out / "tasks.jsonl").read_text().splitlines()]
+    table = pq.read_table(seeded_out / "tasks.parquet").to_pylist()
+    assert [r["code"] for r in rows] == [r["code"] for r in table]
+    for r in rows:
+        assert r["data_source"] == f"torch#{len(r['ops'])}"
+        assert r["eager_ms"] > 0 and r["kb_similarity"] <= 0.9
+    assert sum(r["data_source"] == "torch#2" for r in rows) >= 6
+    tasks = load_dataset(seeded_out / "tasks.parquet")
+    assert len(tasks) == 8 and all(t.check_syntax() is None for t in tasks)
+    sheet = (seeded_out / "datasheet.md").read_text()
+    for heading in ("## Counts per stage", "## Drops by reason", "## Chain-length mix", "## Operator families",
+                    "## Runtime", "Random operators excluded"):
+        assert heading in sheet
+    assert (seeded_out / "runtime_hist.png").stat().st_size > 1000
+
+
+def test_same_seed_same_tasks_and_resume_after_interrupt(seeded_out, kernelbench, inline_pool, tmp_path):
+    # Reference run, uninterrupted.
+    synthesize(config(seeded_out, kernelbench), pool_factory=inline_pool)
+    # Same seed, interrupted after 3 filtered tasks (as by Ctrl-C), then resumed.
+    other = tmp_path / "other"
+    (other / "work").mkdir(parents=True)
+    (other / "work" / "catalog.json").write_text((seeded_out / "work" / "catalog.json").read_text())
+    with pytest.raises(KeyboardInterrupt):
+        synthesize(config(other, kernelbench), pool_factory=lambda *a: inline_pool(*a, fail_after=3))
+    results = (other / "work" / "results.jsonl").read_text().splitlines()
+    assert len(results) == 3 and not (other / "tasks.jsonl").exists()
+    # A torn line (killed mid-write) is tolerated.
+    with open(other / "work" / "candidates.jsonl", "a") as f:
+        f.write('{"id": "op2-9')
+    synthesize(config(other, kernelbench), pool_factory=inline_pool)
+    ids = [json.loads(line)["id"] for line in (other / "work" / "results.jsonl").read_text().splitlines()]
+    assert ids[:3] == [json.loads(line)["id"] for line in results]      # finished work kept ...
+    assert len(ids) == len(set(ids))                                     # ... and never redone
+    assert codes(other) == codes(seeded_out)                             # deterministic for the seed
+    # A finished run resumed again does nothing new.
+    before = (other / "work" / "results.jsonl").read_text()
+    synthesize(config(other, kernelbench), pool_factory=inline_pool)
+    assert (other / "work" / "results.jsonl").read_text() == before
+
+
+def test_another_seed_gives_other_tasks(seeded_out, kernelbench, inline_pool, tmp_path):
+    synthesize(config(seeded_out, kernelbench, num=4), pool_factory=inline_pool)
+    other = tmp_path / "seed1"
+    (other / "work").mkdir(parents=True)
+    (other / "work" / "catalog.json").write_text((seeded_out / "work" / "catalog.json").read_text())
+    synthesize(config(other, kernelbench, num=4, seed=1), pool_factory=inline_pool)
+    assert codes(other) != codes(seeded_out)
+
+
+def test_resuming_with_other_settings_is_refused(seeded_out, kernelbench, inline_pool):
+    synthesize(config(seeded_out, kernelbench, num=2), pool_factory=inline_pool)
+    with pytest.raises(ValueError, match="other settings"):
+        synthesize(config(seeded_out, kernelbench, num=2, seed=5), pool_factory=inline_pool)
+    # A larger --num with the same settings extends the run.
+    summary = synthesize(config(seeded_out, kernelbench, num=4), pool_factory=inline_pool)
+    assert summary["written"] == 4
+
+
+def test_decontamination_needs_kernelbench(seeded_out):
+    with pytest.raises(ValueError, match="KernelBench"):
+        synthesize(SynthConfig(**{**FAST, "num": 1, "out": str(seeded_out), "kernelbench": None}))
+
+
+@pytest.mark.slow
+def test_real_process_pool_with_torch_compile(seeded_out, kernelbench):
+    """The real thing: spawned workers, torch.compile filter, the default CPU window."""
+    cfg = SynthConfig(num=4, out=str(seeded_out), kernelbench=str(kernelbench), backend="cpu", workers=2,
+                      progress=False, include_transformers=False, mix={"2": 1.0})
+    summary = synthesize(cfg)
+    assert summary["written"] == 4
+    rows = [json.loads(line) for line in (seeded_out / "tasks.jsonl").read_text().splitlines()]
+    assert all(r["compile_ms"] > 0 and 0.1 <= r["eager_ms"] <= 10.0 for r in rows)
+    pids = {json.loads(line).get("pid") for line in (seeded_out / "work" / "results.jsonl").read_text().splitlines()}
+    assert len(pids - {None}) >= 1

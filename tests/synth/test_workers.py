@@ -1,0 +1,96 @@
+"""The process pool pins timeouts and crashes on the task that caused them and keeps going."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+from cuda_agent.synth.workers import ProcessPool, RayPool
+
+
+def _work(payload: dict) -> dict:
+    if payload["what"] == "sleep":
+        time.sleep(60)
+    if payload["what"] == "crash":
+        os.abort()
+    return {"id": payload["id"], "ok": True, "reason": "", "pid": os.getpid()}
+
+
+def _drain(pool, jobs):
+    results, queue = {}, list(jobs)
+    deadline = time.monotonic() + 60
+    while (queue or pool.busy()) and time.monotonic() < deadline:
+        while queue and pool.free():
+            key, payload = queue.pop(0)
+            pool.submit(key, payload)
+        for key, result in pool.wait(0.2):
+            results[key] = result
+    return results
+
+
+def test_timeout_and_crash_are_recorded_and_the_pool_survives():
+    pool = ProcessPool(_work, workers=2, timeout_s=3.0)
+    try:
+        jobs = [(k, {"id": k, "what": w}) for k, w in
+                [("a", "ok"), ("b", "sleep"), ("c", "crash"), ("d", "ok"), ("e", "ok")]]
+        results = _drain(pool, jobs)
+    finally:
+        pool.shutdown()
+    assert results["b"]["reason"] == "timeout" and not results["b"]["ok"]
+    assert results["c"]["reason"] == "crashed" and not results["c"]["ok"]
+    assert all(results[k]["ok"] for k in "ade")
+    assert results["a"]["pid"] != os.getpid()          # ran in a worker process
+
+
+class _FakeRef:
+    def __init__(self, value):
+        self.value = value
+
+
+class _FakeRay:
+    """Just enough of Ray's API to run RayPool locally."""
+
+    def __init__(self):
+        self.cancelled = []
+
+    def is_initialized(self):
+        return True
+
+    def remote(self, **options):
+        def wrap(fn):
+            class Remote:
+                @staticmethod
+                def remote(payload):
+                    try:
+                        return _FakeRef(fn(payload))
+                    except Exception as exc:  # noqa: BLE001
+                        return _FakeRef(exc)
+            return Remote
+        return wrap
+
+    def wait(self, refs, num_returns=1, timeout=None):
+        return refs[:num_returns], refs[num_returns:]
+
+    def get(self, ref):
+        if isinstance(ref.value, Exception):
+            raise ref.value
+        return ref.value
+
+    def cancel(self, ref, force=False):
+        self.cancelled.append(ref)
+
+
+def _maybe_fail(payload):
+    if payload["what"] == "fail":
+        raise RuntimeError("worker died")
+    return {"id": payload["id"], "ok": True}
+
+
+def test_ray_pool_interface(monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", _FakeRay())
+    pool = RayPool(_maybe_fail, workers=2, timeout_s=60, address="auto", num_gpus=1.0)
+    results = _drain(pool, [("a", {"id": "a", "what": "ok"}), ("b", {"id": "b", "what": "fail"}),
+                            ("c", {"id": "c", "what": "ok"})])
+    assert results["a"]["ok"] and results["c"]["ok"]
+    assert results["b"]["reason"] == "crashed"
