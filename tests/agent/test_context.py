@@ -7,8 +7,8 @@ def conversation(turns: int, output_chars: int = 4000) -> list[dict]:
     msgs = [{"role": "system", "content": "RULES " * 50}, {"role": "user", "content": "TASK " * 100}]
     for i in range(turns):
         args = json.dumps({"path": f"k{i}.cpp", "content": f"// file {i}\n" + "x" * output_chars})
-        msgs.append({"role": "assistant", "content": f"step {i}",
-                     "tool_calls": [{"id": f"c{i}", "type": "function", "function": {"name": "write", "arguments": args}}]})
+        tool_call = {"id": f"c{i}", "type": "function", "function": {"name": "write", "arguments": args}}
+        msgs.append({"role": "assistant", "content": f"step {i}", "tool_calls": [tool_call]})
         msgs.append({"role": "tool", "tool_call_id": f"c{i}", "content": f"output {i}\n" + "y" * output_chars})
     return msgs
 

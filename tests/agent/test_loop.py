@@ -85,7 +85,7 @@ def test_malformed_unknown_and_oversized_calls(tmp_path, relu_task, fake_evaluat
     # the raw malformed call stays in the trajectory; the server got a parseable stand-in
     assert traj.turns[0].tool_calls[0].arguments.endswith('"oops')
     assert server.requests[1]["messages"][2]["tool_calls"][0]["function"]["arguments"] == "{}"
-    assert ep.result.reward == -1   # the starting point never became a solution
+    assert ep.result.reward == -1 and ep.solution is None   # the starting point never became a solution
 
 
 def test_endpoint_failing_mid_episode_keeps_trajectory_and_best(tmp_path, relu_task, fake_evaluator):

@@ -105,3 +105,18 @@ def test_real_process_pool_with_torch_compile(seeded_out, kernelbench):
     assert all(r["compile_ms"] > 0 and 0.1 <= r["eager_ms"] <= 10.0 for r in rows)
     pids = {json.loads(line).get("pid") for line in (seeded_out / "work" / "results.jsonl").read_text().splitlines()}
     assert len(pids - {None}) >= 1
+
+
+@pytest.mark.slow
+def test_written_tasks_evaluate_in_the_environment_with_their_reference(seeded_out, kernelbench, inline_pool):
+    """The environment takes a written task as is: its reference gives the eager and compile baselines."""
+    env = pytest.importorskip("cuda_agent.env")
+    from cuda_agent.tasks import Solution
+
+    synthesize(config(seeded_out, kernelbench, num=1, mix={"2": 1.0}), pool_factory=inline_pool)
+    task = load_dataset(seeded_out / "tasks.jsonl")[0]
+    # The reference itself as the candidate (guard off: it is plain PyTorch, not custom kernels).
+    solution = Solution.from_code(task.code.replace("class Model(nn.Module)", "class ModelNew(nn.Module)"))
+    result = env.evaluate(task, solution, env.EvalConfig(backend="cpu", guard=False, iters=5, warmup=1))
+    assert result.error is None, result.error
+    assert result.correct and result.eager_ms > 0 and result.compile_ms > 0

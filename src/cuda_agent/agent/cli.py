@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 from pathlib import Path
 from typing import List, Optional
@@ -96,6 +97,7 @@ def register(app: typer.Typer) -> None:
         from cuda_agent.agent.loop import AgentConfig, run_episode
         from cuda_agent.agent.progress import ProgressPrinter
         from cuda_agent.agent.trajectory import append_jsonl
+        from cuda_agent.agent.workspace import WorkspaceError
 
         task_obj = _load_task(task, kernelbench)
         config = _eval_config(backend, trials, iters, no_compile_baseline, no_sandbox, cache_dir)
@@ -110,16 +112,20 @@ def register(app: typer.Typer) -> None:
                                    context=ContextBudget(max_tokens=context_tokens))
         out.mkdir(parents=True, exist_ok=True)
         printer = None if quiet else ProgressPrinter()
-        episode = run_episode(task_obj, client, workspace_dir=workspace or out / "workspace", config=agent_config,
-                              eval_config=config, on_event=printer)
+        try:
+            episode = run_episode(task_obj, client, workspace_dir=workspace or out / "workspace",
+                                  config=agent_config, eval_config=config, on_event=printer)
+        except WorkspaceError as exc:
+            _fail(str(exc))
         traj = episode.trajectory
         append_jsonl(out / "trajectories.jsonl", traj)
+        shutil.rmtree(out / "solution", ignore_errors=True)   # never leave an older run's answer behind
         if episode.solution is not None:
             episode.solution.write(out / "solution")
         (out / "summary.json").write_text(json.dumps(traj.summary(), indent=2))
         typer.echo(f"reward {traj.reward} ({traj.stop_reason}, {traj.num_turns} turns); "
                    f"wrote {out / 'summary.json'}, {out / 'trajectories.jsonl'}"
-                   + (f", {out / 'solution'}" if episode.solution is not None else ""))
+                   + (f", {out / 'solution'}" if episode.solution is not None else "; no verified solution"))
 
     @app.command("mcp")
     def mcp_command(

@@ -182,7 +182,8 @@ class TransformersClient:
         prompt = self._tokenizer.apply_chat_template(template_messages(messages), tools=tools or None,
                                                      add_generation_prompt=True, tokenize=False)
         inputs = self._tokenizer(prompt, return_tensors="pt").to(self._model.device)
-        sampling = {"do_sample": True, "temperature": self.temperature} if self.temperature > 0 else {"do_sample": False}
+        sampling = ({"do_sample": True, "temperature": self.temperature} if self.temperature > 0
+                    else {"do_sample": False})
         with torch.no_grad():
             out = self._model.generate(**inputs, max_new_tokens=self.max_new_tokens, **sampling)
         new = out[0][inputs["input_ids"].shape[1]:]
@@ -207,7 +208,8 @@ def template_messages(messages: list[dict]) -> list[dict]:
             for c in m["tool_calls"]:
                 fn = dict(c["function"])
                 try:
-                    fn["arguments"] = json.loads(fn["arguments"]) if isinstance(fn["arguments"], str) else fn["arguments"]
+                    if isinstance(fn["arguments"], str):
+                        fn["arguments"] = json.loads(fn["arguments"])
                 except json.JSONDecodeError:
                     fn["arguments"] = {}
                 calls.append({**c, "function": fn})

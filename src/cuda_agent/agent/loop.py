@@ -112,8 +112,8 @@ class BestTracker:
 @dataclass
 class EpisodeResult:
     trajectory: Trajectory
-    solution: Solution | None            # the best solution (after the clean re-evaluation)
-    result: EvalResult | None            # its clean evaluation
+    solution: Solution | None            # the best solution (after the clean re-evaluation); None if none passed
+    result: EvalResult | None            # its clean evaluation (or the failed one of the final state)
     workspace: Workspace
 
     @property
@@ -329,6 +329,8 @@ class Episode:
             if best_result is None or (rank(result) or (-2,)) > (rank(best_result) or (-2,)):
                 best_solution, best_result = solution, result
         self.timings["final_eval_s"] += time.perf_counter() - start
+        if best_result is None or not best_result.correct:
+            best_solution = None   # nothing verified; traj.final still says why the last state failed
         return self._settle(best_solution, best_result)
 
     def _evaluate_clean(self, solution: Solution) -> EvalResult:

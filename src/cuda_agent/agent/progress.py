@@ -58,4 +58,5 @@ class ProgressPrinter:
                     + f", reward {r.reward}")
         elif kind == "final":
             speed = data.get("speedup_vs_compile")
-            c.print(f"[bold]final reward {data['reward']}[/bold]" + (f", {speed:.2f}x vs torch.compile" if speed else ""))
+            c.print(f"[bold]final reward {data['reward']}[/bold]"
+                    + (f", {speed:.2f}x vs torch.compile" if speed else ""))

@@ -20,7 +20,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable
 
-from cuda_agent.agent.workspace import CommandResult, Workspace
+from cuda_agent.agent.workspace import META_DIR, CommandResult, Workspace
 
 
 @dataclass
@@ -267,9 +267,10 @@ def _existing_for_edit(ctx: ToolContext, raw: str) -> Path:
     return path
 
 
-def _walk(ctx: ToolContext, base: Path):
+def _walk(base: Path):
     for folder, dirs, files in os.walk(base):
-        dirs[:] = sorted(d for d in dirs if d not in ("__pycache__", ".git"))
+        # skip noise: caches, VCS, and our metadata (results.jsonl would match every grep)
+        dirs[:] = sorted(d for d in dirs if d not in ("__pycache__", ".git", META_DIR))
         for name in sorted(files):
             yield Path(folder) / name
 
@@ -279,7 +280,7 @@ def run_glob(ctx: ToolContext, args: dict) -> str:
     if not base.is_dir():
         raise ToolError(f"{args.get('path')} is not a folder")
     pattern = args["pattern"]
-    matches = [p for p in _walk(ctx, base) if _glob_match(p.relative_to(base).as_posix(), pattern)]
+    matches = [p for p in _walk(base) if _glob_match(p.relative_to(base).as_posix(), pattern)]
     if not matches:
         return f"no files match {pattern}"
     lines = [_rel(ctx, p) for p in matches]
@@ -301,7 +302,7 @@ def run_grep(ctx: ToolContext, args: dict) -> str:
     except re.error as exc:
         raise ToolError(f"invalid regular expression: {exc}") from None
     base = _resolve(ctx, args.get("path") or ".")
-    files = [base] if base.is_file() else list(_walk(ctx, base)) if base.is_dir() else []
+    files = [base] if base.is_file() else list(_walk(base)) if base.is_dir() else []
     if not files:
         raise ToolError(f"{args.get('path')} does not exist")
     include = args.get("glob")

@@ -47,6 +47,8 @@ class EvalConfig:
     sandbox: str = "auto"               # "auto" | "bwrap" | "none"
     cache_dir: Path = field(default_factory=default_cache_dir)
     max_jobs: int | None = None         # parallel compiler processes
+    fast_build: bool = True             # our cached builder; False: torch's own load_inline, fresh build dir
+    prewarm: bool = False               # keep the next worker pair started (see spares.py)
 
     def resolved_backend(self) -> str:
         return self.backend or detect_backend()

@@ -54,11 +54,19 @@ def job_root() -> str | None:
 def evaluate(task: Task, solution: Solution, config: EvalConfig | None = None, *,
              gpu: int | None = None) -> EvalResult:
     """Evaluate `solution` against `task`. Never raises for anything the solution or task does."""
+    from cuda_agent.env import spares
+
     config = config or EvalConfig()
     backend = config.resolved_backend()
     result = EvalResult(task=task.name, backend=backend)
-    job_dir = Path(tempfile.mkdtemp(prefix="cuda-agent-job-", dir=job_root()))
+    key = (backend, gpu, config.sandbox, str(config.cache_dir))
+    pair = spares.take(key) if config.prewarm else None
+    job_dir = pair.job_dir if pair else Path(tempfile.mkdtemp(prefix="cuda-agent-job-", dir=job_root()))
     evaluation = _Evaluation(task, solution, config, backend, job_dir, gpu, result)
+    if pair:
+        evaluation.judge, evaluation.candidate = pair.judge, pair.candidate
+    if config.prewarm:  # the next evaluation's workers start while this one runs
+        spares.prepare(key, lambda folder: _start_pair(config, backend, folder, gpu), job_root())
     try:
         evaluation.run()
     except _Failed as failure:
@@ -70,6 +78,15 @@ def evaluate(task: Task, solution: Solution, config: EvalConfig | None = None, *
         shutil.rmtree(job_dir, ignore_errors=True)
     _score(result)
     return result
+
+
+def _start_pair(config: EvalConfig, backend: str, job_dir: Path, gpu: int | None):
+    from cuda_agent.env.sandbox import sandbox_prefix
+    from cuda_agent.env.spares import WorkerPair
+
+    judge = start_worker("judge", job_dir, backend, gpu)
+    candidate = start_worker("candidate", job_dir, backend, gpu, sandbox_prefix(config, job_dir))
+    return WorkerPair(job_dir, judge, candidate)
 
 
 def _score(result: EvalResult) -> None:
@@ -153,8 +170,9 @@ class _Evaluation:
         solution_dir = self.solution.write(self.job_dir / "solution")
 
         # Both start at once: the judge computes the reference while the candidate compiles.
-        self.judge = self._start("judge")
-        self.candidate = self._start("candidate")
+        if self.judge is None:  # not handed a pre-started pair
+            self.judge = self._start("judge")
+            self.candidate = self._start("candidate")
         self._wait_ready(self.judge)
         self.judge.channel.send(task_code=self.task.code, task_name=self.task.name, backend=self.backend,
                                 config=self.cfg, job_dir=str(self.job_dir))

@@ -65,6 +65,7 @@ def start_worker(role: str, job_dir: Path, backend: str, gpu: int | None,
     env[PROTOCOL_FD_ENV] = str(write_fd)
     env["PYTHONUNBUFFERED"] = "1"
     env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env["CUDA_AGENT_WORKER_BACKEND"] = backend  # lets the worker create its CUDA context early
     if backend == "cuda" and gpu is not None:
         env["CUDA_VISIBLE_DEVICES"] = str(gpu)
     elif backend == "cpu":

@@ -117,7 +117,8 @@ def _time_baselines(model, input_sets, device, cfg, with_compile: bool) -> dict:
 # candidate
 
 
-def load_candidate(solution_dir: Path, backend: str, cache_dir: Path, max_jobs: int | None):
+def load_candidate(solution_dir: Path, backend: str, cache_dir: Path, max_jobs: int | None,
+                   fast_build: bool = True):
     """Build the solution's kernels and import `model_new.py`; returns (ModelNew class, builder)."""
     from cuda_agent.env.compiler import build_extension, load_module
     from cuda_agent.env.inline import InlineBuilder
@@ -125,7 +126,10 @@ def load_candidate(solution_dir: Path, backend: str, cache_dir: Path, max_jobs: 
     from cuda_agent.tasks.task import load_task_module
 
     builder = InlineBuilder(backend, cache_dir, max_jobs)
-    builder.install()
+    if fast_build:
+        builder.install()
+    else:  # torch's own loader in a fresh build folder, as other harnesses do (for comparisons)
+        os.environ["TORCH_EXTENSIONS_DIR"] = str(solution_dir.parent / "torch_extensions")
     kernels = solution_dir / "kernels"
     if kernels.is_dir():
         files = {f.relative_to(solution_dir).as_posix(): f.read_text() for f in sorted(kernels.rglob("*"))
@@ -154,7 +158,8 @@ def run_candidate(chan: ChildChannel) -> None:
 
     # ---- compile
     try:
-        ModelNew, builder = load_candidate(Path(job["solution_dir"]), backend, cache_dir / "build", cfg["max_jobs"])
+        ModelNew, builder = load_candidate(Path(job["solution_dir"]), backend, cache_dir / "build", cfg["max_jobs"],
+                                           cfg["fast_build"])
     except BuildError as exc:
         chan.send(ok=False, phase="compile", message=exc.summary)
         return
@@ -239,6 +244,8 @@ def main() -> None:
     faulthandler.enable()  # a crashing kernel leaves the Python stack that called it in the log
     role = sys.argv[1]
     chan = ChildChannel()
+    if os.environ.get("CUDA_AGENT_WORKER_BACKEND") == "cuda" and torch.cuda.is_available():
+        torch.empty(1, device="cuda")  # create the context now, while no job waits for us
     chan.send(ready=True, pid=os.getpid())
     try:
         (run_judge if role == "judge" else run_candidate)(chan)

@@ -1,0 +1,116 @@
+"""Run the synthesis pipeline on CUDA for a time budget and project the cost of 6,000 tasks.
+
+    python benchmarks/synth_gpu.py --num 200 --budget-seconds 1200 --out /tmp/synth-gpu \
+        --kernelbench ../shared/kernelbench
+
+Runs `cuda-agent synth --backend cuda` (one worker per visible GPU) in a child process, stops it
+when the budget is spent (the run is resumable: rerun to continue), then reads the run's journals
+and prints the per-task GPU cost (worker-seconds per filtered task and per written task, split by
+outcome) and the projected wall time for 6,000 written tasks on this machine and on N GPUs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+
+def run_pipeline(args) -> float:
+    cmd = [sys.executable, "-m", "cuda_agent.cli", "synth", "--num", str(args.num), "--out", str(args.out),
+           "--backend", "cuda", "--seed", str(args.seed), "--no-progress"]
+    if args.kernelbench:
+        cmd += ["--kernelbench", str(args.kernelbench)]
+    if args.workers:
+        cmd += ["--workers", str(args.workers)]
+    if args.window:
+        cmd += ["--window", args.window]
+    print("running:", " ".join(cmd), flush=True)
+    start = time.monotonic()
+    proc = subprocess.Popen(cmd, start_new_session=True)
+    try:
+        proc.wait(timeout=args.budget_seconds)
+    except subprocess.TimeoutExpired:
+        print(f"budget of {args.budget_seconds:.0f} s spent: stopping (finished work is kept)", flush=True)
+        os.killpg(proc.pid, signal.SIGINT)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    return time.monotonic() - start
+
+
+def report(out: Path, wall_s: float, workers: int, target: int = 6000, gpus: tuple = (8, 64, 128)) -> dict:
+    work = out / "work"
+    candidates = [json.loads(x) for x in (work / "candidates.jsonl").read_text().splitlines() if x.strip()]
+    results = [json.loads(x) for x in (work / "results.jsonl").read_text().splitlines() if x.strip()]
+    if not results:
+        print("no task was filtered yet: give it a larger --budget-seconds")
+        return {}
+    by_reason = defaultdict(list)
+    for r in results:
+        by_reason["passed" if r["ok"] else r["reason"]].append(r.get("seconds", 0.0))
+    busy = sum(sum(v) for v in by_reason.values())
+    passed = len(by_reason["passed"])
+    print(f"\n{len(candidates)} candidates composed, {len(results)} filtered on the GPU, {passed} passed "
+          f"({wall_s:.0f} s wall, {workers} GPU worker(s))")
+    print(f"{'outcome':24s} {'tasks':>6s} {'mean s':>8s} {'median s':>9s} {'total s':>9s}")
+    for reason, secs in sorted(by_reason.items(), key=lambda kv: -sum(kv[1])):
+        print(f"{reason:24s} {len(secs):6d} {statistics.fmean(secs):8.2f} {statistics.median(secs):9.2f} "
+              f"{sum(secs):9.1f}")
+    per_filtered = busy / len(results)
+    per_written = busy / max(passed, 1)
+    eager = [r["eager_ms"] for r in results if r["ok"]]
+    compiled = [r["compile_ms"] for r in results if r["ok"] and r.get("compile_ms")]
+    print(f"\nGPU-seconds per filtered task: {per_filtered:.2f}; per written task: {per_written:.2f} "
+          f"(pass rate {passed / len(results):.1%})")
+    if eager:
+        print(f"written tasks: eager median {statistics.median(eager):.3g} ms, "
+              f"torch.compile median {statistics.median(compiled):.3g} ms" if compiled else "")
+    rate = passed / wall_s if wall_s > 0 else 0.0
+    projection = {"gpu_seconds_per_written_task": per_written, "observed_tasks_per_hour": rate * 3600}
+    if rate:
+        print(f"projected wall time for {target} tasks on this machine ({workers} GPU): "
+              f"{target / rate / 3600:.1f} h (observed rate, includes start-up)")
+    for n in gpus:
+        hours = target * per_written / n / 3600
+        projection[f"hours_on_{n}_gpus"] = hours
+        print(f"projected wall time for {target} tasks on {n} GPUs (one worker each): {hours:.2f} h")
+    return projection
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--num", type=int, default=200, help="tasks to ask for")
+    parser.add_argument("--budget-seconds", type=float, default=1800, help="stop the run after this long")
+    parser.add_argument("--out", type=Path, default=Path("synth-gpu-run"))
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--kernelbench", type=Path, default=None,
+                        help="KernelBench folder (default $CUDA_AGENT_KERNELBENCH)")
+    parser.add_argument("--workers", type=int, default=None, help="default: one per visible GPU")
+    parser.add_argument("--window", default=None, help="eager window LO,HI in ms (default 1,100)")
+    parser.add_argument("--report-only", action="store_true", help="only read an existing run's journals")
+    args = parser.parse_args()
+    import torch
+
+    if not torch.cuda.is_available() and not args.report_only:
+        sys.exit("no CUDA device: this benchmark runs the pipeline with --backend cuda")
+    workers = args.workers or max(1, torch.cuda.device_count())
+    wall = 0.0 if args.report_only else run_pipeline(args)
+    if args.report_only:
+        stats = args.out / "work" / "results.jsonl"
+        wall = max(1.0, stats.stat().st_mtime - (args.out / "work" / "config.json").stat().st_mtime)
+    projection = report(args.out, wall, workers)
+    (args.out / "gpu_cost.json").write_text(json.dumps(projection, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,14 @@
+# Workspace form: kernels/ is built into the `cuda_extension` module.
+import torch
+import torch.nn as nn
+
+import cuda_extension
+
+
+class ModelNew(nn.Module):
+    def __init__(self, features):
+        super().__init__()
+        self.bias = nn.Parameter(torch.randn(features))
+
+    def forward(self, x):
+        return cuda_extension.bias_relu(x, self.bias)
