@@ -125,7 +125,7 @@ def toolchain(backend: str) -> Toolchain:
     abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
     common = ["-O3", "-std=c++20", "-fPIC", f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
               "-DTORCH_API_INCLUDE_EXTENSION_H"]
-    include_flags = [f"-isystem{p}" for p in includes]
+    include_flags = [flag for p in includes for flag in ("-isystem", p)]
     versions = [torch.__version__, sys.version, _tool_version(cxx)]
     if nvcc:
         versions.append(_tool_version(nvcc))
@@ -145,7 +145,7 @@ def _tool_version(tool: str) -> str:
 # error summaries
 
 _ERROR_LINE = re.compile(
-    r"(error|undefined reference|undefined symbol|fatal|multiple definition|ld returned)", re.I)
+    r"(error|undefined reference|undefined symbol|fatal|multiple definition|cannot find)", re.I)
 
 
 def summarize_compiler_output(text: str, max_errors: int = 6, max_chars: int = 2500) -> str:
@@ -245,9 +245,9 @@ def build_extension(name: str, files: dict[str, str], backend: str, cache_dir: P
     extra_ldflags = list(extra_ldflags or [])
     extra_include = [f"-I{p}" for p in (extra_include_paths or [])]
     if "cublas" in text_all.lower():
-        extra_ldflags += ["-lcublas", "-lcublasLt"]
+        extra_include, extra_ldflags = _with_library("cublas_v2.h", "cublas", extra_include, extra_ldflags)
     if "cudnn" in text_all.lower():
-        extra_include, extra_ldflags = _with_cudnn(extra_include, extra_ldflags)
+        extra_include, extra_ldflags = _with_library("cudnn.h", "cudnn", extra_include, extra_ldflags)
 
     # Sources live in a content-addressed folder so compiler messages name the user's own paths.
     headers_digest = _sha(*(f"{p}\n{files[p]}" for p in sorted(files) if p.endswith(HEADERS)))
@@ -326,15 +326,24 @@ def _abi() -> bool:
     return torch._C._GLIBCXX_USE_CXX11_ABI
 
 
-def _with_cudnn(includes: list[str], ldflags: list[str]) -> tuple[list[str], list[str]]:
-    """cuDNN from the nvidia-cudnn wheel that CUDA builds of torch depend on, if present."""
+def _with_library(header: str, lib: str, includes: list[str], ldflags: list[str]) -> tuple[list[str], list[str]]:
+    """Flags for a CUDA library (cuBLAS, cuDNN): the toolkit's copy, else the `nvidia-*` wheel that
+    CUDA builds of torch install (and have already loaded, so the same library is used at run time)."""
+    home = find_cuda_home()
+    if home is not None and (home / "include" / header).exists():
+        return includes, ldflags + [f"-l{lib}"]
     try:
-        import nvidia.cudnn as cudnn  # type: ignore
+        import nvidia  # type: ignore  (namespace package of the nvidia-* wheels)
 
-        root = Path(list(cudnn.__path__)[0])
-        return includes + [f"-I{root / 'include'}"], ldflags + [f"-L{root / 'lib'}", "-l:libcudnn.so.9"]
-    except (ImportError, IndexError):
-        return includes, ldflags + ["-lcudnn"]
+        for root in map(Path, nvidia.__path__):
+            for found in root.glob(f"**/include/{header}"):
+                lib_dir = found.parent.parent / "lib"
+                shared = sorted(lib_dir.glob(f"lib{lib}.so*"))
+                link = [f"-L{lib_dir}", f"-l:{shared[0].name}" if shared else f"-l{lib}"]
+                return includes + [f"-I{found.parent}"], ldflags + link
+    except ImportError:
+        pass
+    return includes, ldflags + [f"-l{lib}"]
 
 
 def _mkdir(path: Path) -> Path:
