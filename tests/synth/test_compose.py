@@ -6,7 +6,6 @@ import random
 import warnings
 
 import pytest
-import torch
 
 from cuda_agent.synth.compose import TINY, ChainSpec, ComposeError, compose_chain, link_shapes, render_chain, \
     render_candidate

@@ -167,6 +167,7 @@ class _Evaluation:
             inputs_code = strip_reference_model(self.task.code)
         except TaskError as exc:
             raise _Failed("task", str(exc))
+        self._static_check()
         solution_dir = self.solution.write(self.job_dir / "solution")
 
         # Both start at once: the judge computes the reference while the candidate compiles.
@@ -197,13 +198,25 @@ class _Evaluation:
         self.candidate.kill()
         self._baselines()
 
+    def _static_check(self) -> None:
+        from cuda_agent.env.static_check import check_source
+
+        findings = [f for path, text in self.solution.files.items() if path.endswith(".py")
+                    for f in check_source(text, path)]
+        self.result.warnings += [f.describe() for f in findings if not f.reject]
+        rejections = [f for f in findings if f.reject]
+        if rejections and self.config.guard:
+            self._lap("compile")
+            raise _Failed("compile", "the solution was rejected before running:\n" +
+                          "\n".join(f.describe() for f in rejections[:5]), rule=f"static:{rejections[0].rule}")
+
     def _verify(self) -> None:
         self.phase = "verify"
         self.candidate.channel.send(cmd="verify")
         for _ in self.result.seeds:
             out = self._ask(self.candidate, self.config.timeout_verify, "verify")
             if not out["ok"]:
-                raise _Failed("verify", out["message"])
+                raise _Failed("verify", out["message"], out.get("rule"))
             self.result.weights = out["weights"]
             verdict = self._compare(out["path"], out["trial"])
             if not verdict["ok"]:
@@ -227,14 +240,15 @@ class _Evaluation:
         out = self._ask(self.candidate, self.config.timeout_profile, "profile")
         if not out["ok"]:
             self.result.correct = False
-            raise _Failed("profile", out["message"])
-        verdict = self._compare(out["path"], out["trial"])
-        self.result.max_abs_error.pop()
-        if not verdict["ok"]:
-            self.result.correct = False
-            raise _Failed("profile", "the output of the last timed call is wrong although the same input "
-                                     f"passed verification (results cached between calls?): {verdict['message']}",
-                          rule="recheck-after-timing")
+            raise _Failed("profile", out["message"], out.get("rule"))
+        for trial, path in out["rechecks"]:  # the last timed call, and one guarded call after timing
+            verdict = self._compare(path, trial)
+            self.result.max_abs_error.pop()
+            if not verdict["ok"]:
+                self.result.correct = False
+                raise _Failed("profile", "an output produced after verification is wrong although the same input "
+                                         f"passed before (results cached between calls?): {verdict['message']}",
+                              rule="recheck-after-timing")
         timing = Timing(**out["timing"])
         self.result.timings["kernel"] = timing
         self.result.kernel_ms = timing.median_ms

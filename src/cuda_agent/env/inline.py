@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from cuda_agent.env.compiler import build_extension, load_module
+from cuda_agent.env.guard import ExtensionProxy
 
 
 class InlineBuilder:
@@ -64,7 +65,7 @@ class InlineBuilder:
         report = build_extension(name, files, self.backend, self.cache_dir, extra_cflags=extra_cflags,
                                  extra_cuda_cflags=extra_cuda_cflags, extra_ldflags=extra_ldflags,
                                  extra_include_paths=extra_include_paths, max_jobs=self.max_jobs)
-        module = load_module(name, report.path)
+        module = ExtensionProxy(load_module(name, report.path))  # counts calls into the kernels
         self.built.append(name)
         self.modules[name] = module
         return module

@@ -72,6 +72,7 @@ class TimingRun:
     timing: Timing
     last_output: Any      # output of the final timed call, for a correctness re-check
     last_set: int         # which input set that call used
+    calls: int            # how many times fn was called (warm-up included)
 
 
 def _time_one_cuda(fn: Callable, args: list, device: torch.device) -> tuple[float, Any]:
@@ -113,7 +114,8 @@ def time_callable(fn: Callable, input_sets: list[list], device: torch.device, *,
             one(args)
             if budget_s and i >= 1 and _perf_counter() - warm_start > budget_s / 4:
                 break
-        per_call = (_perf_counter() - warm_start) / (i + 1)
+        warm_calls = i + 1
+        per_call = (_perf_counter() - warm_start) / warm_calls
         if budget_s and per_call * iters > budget_s:
             iters = max(5, int(budget_s / max(per_call, 1e-9)))
 
@@ -125,4 +127,4 @@ def time_callable(fn: Callable, input_sets: list[list], device: torch.device, *,
             device_synchronize(device)
             ms, out = one(args)
             samples.append(ms)
-    return TimingRun(Timing.from_samples(samples), out, index)
+    return TimingRun(Timing.from_samples(samples), out, index, warm_calls + iters)

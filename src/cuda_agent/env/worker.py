@@ -121,6 +121,7 @@ def load_candidate(solution_dir: Path, backend: str, cache_dir: Path, max_jobs: 
                    fast_build: bool = True):
     """Build the solution's kernels and import `model_new.py`; returns (ModelNew class, builder)."""
     from cuda_agent.env.compiler import build_extension, load_module
+    from cuda_agent.env.guard import ExtensionProxy
     from cuda_agent.env.inline import InlineBuilder
     from cuda_agent.tasks.solution import KERNEL_SUFFIXES
     from cuda_agent.tasks.task import load_task_module
@@ -136,7 +137,9 @@ def load_candidate(solution_dir: Path, backend: str, cache_dir: Path, max_jobs: 
                  if f.is_file() and f.suffix in KERNEL_SUFFIXES}
         if files:
             report = build_extension("cuda_extension", files, backend, cache_dir, max_jobs=max_jobs)
-            builder.modules["cuda_extension"] = load_module("cuda_extension", report.path)
+            proxy = ExtensionProxy(load_module("cuda_extension", report.path))
+            sys.modules["cuda_extension"] = proxy  # `import cuda_extension` gets the counting proxy
+            builder.modules["cuda_extension"] = proxy
             builder.built.append("cuda_extension")
     sys.path.insert(0, str(solution_dir))
     entry = solution_dir / "model_new.py"
@@ -148,6 +151,7 @@ def load_candidate(solution_dir: Path, backend: str, cache_dir: Path, max_jobs: 
 
 def run_candidate(chan: ChildChannel) -> None:
     from cuda_agent.env.compiler import BuildError
+    from cuda_agent.env.guard import COUNTER, Rejected, check_output, checked_forward
     from cuda_agent.tasks.task import load_task_module
 
     job = chan.receive()
@@ -191,19 +195,24 @@ def run_candidate(chan: ChildChannel) -> None:
         else:
             weights = "none"
         model = model.to(device).eval()
-        input_sets = []
+        input_sets, calls_per_forward = [], None
         with torch.no_grad():
             for trial, seed in enumerate(seeds):
                 inputs = draw_inputs(task_module, seed, device)
                 input_sets.append(inputs)
-                out = model(*timing.clone_args(inputs))
-                timing.device_synchronize(device)
-                _check_output_type(out)
+                out, calls_per_forward = checked_forward(model, timing.clone_args(inputs), inputs, device,
+                                                         guard=cfg["guard"])
+                # copied on the current stream, with no device-wide sync first: work hidden on a
+                # side stream is not finished here and shows up as a wrong output
                 path = job_dir / f"candidate_{trial}.pt"
                 torch.save(timing.to_device(out, torch.device("cpu")), path)
+                del out
                 chan.send(ok=True, phase="verify", trial=trial, path=str(path), weights=weights)
                 if chan.receive().get("cmd") != "continue":
                     return
+    except Rejected as exc:
+        chan.send(ok=False, phase="verify", message=str(exc), rule=exc.rule)
+        return
     except Exception as exc:
         chan.send(ok=False, phase="verify", message=_short_traceback(exc))
         return
@@ -213,29 +222,32 @@ def run_candidate(chan: ChildChannel) -> None:
     if cmd.get("cmd") != "profile":
         return
     try:
+        calls_before = COUNTER.calls
         run = timing.time_callable(model, input_sets, device, warmup=cfg["warmup"], iters=cmd["iters"],
                                    flush_l2=cfg["flush_l2"], budget_s=cfg["profile_budget_s"])
-        _check_output_type(run.last_output)
-        path = job_dir / "candidate_recheck.pt"
-        torch.save(timing.to_device(run.last_output, torch.device("cpu")), path)
+        timed_calls = COUNTER.calls - calls_before
+        if cfg["guard"] and timed_calls != calls_per_forward * run.calls:
+            raise Rejected("behaviour-changed", f"forward called the extension {timed_calls / run.calls:g} times per "
+                                                f"call while timed but {calls_per_forward} times while verified")
+        check_output(run.last_output, [], device)
+        last_path = job_dir / "candidate_last_timed.pt"
+        torch.save(timing.to_device(run.last_output, torch.device("cpu")), last_path)
+        # one more guarded call after timing, on another input set
+        next_set = (run.last_set + 1) % len(input_sets)
+        with torch.no_grad():
+            out, _ = checked_forward(model, timing.clone_args(input_sets[next_set]), input_sets[next_set], device,
+                                     guard=cfg["guard"])
+        recheck_path = job_dir / "candidate_recheck.pt"
+        torch.save(timing.to_device(out, torch.device("cpu")), recheck_path)
+    except Rejected as exc:
+        chan.send(ok=False, phase="profile", message=str(exc), rule=exc.rule)
+        return
     except Exception as exc:
         chan.send(ok=False, phase="profile", message=_short_traceback(exc))
         return
-    chan.send(ok=True, phase="profile", timing=run.timing.__dict__, trial=run.last_set, path=str(path))
+    chan.send(ok=True, phase="profile", timing=run.timing.__dict__,
+              rechecks=[[run.last_set, str(last_path)], [next_set, str(recheck_path)]])
     chan.receive()
-
-
-def _check_output_type(out) -> None:
-    """Outputs must be plain tensors (or containers of them), not lazy subclasses."""
-    if isinstance(out, torch.Tensor):
-        if type(out) is not torch.Tensor:
-            raise TypeError(f"forward returned a {type(out).__name__}, not a plain torch.Tensor")
-    elif isinstance(out, (list, tuple)):
-        for item in out:
-            _check_output_type(item)
-    elif isinstance(out, dict):
-        for item in out.values():
-            _check_output_type(item)
 
 
 def main() -> None:

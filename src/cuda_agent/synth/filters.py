@@ -119,8 +119,15 @@ def _fit_window(candidate: dict, catalog_ops, cfg: FilterConfig, device) -> tupl
     lo, hi = cfg.window_ms
     batch = base_batch(candidate)
     ident = candidate["id"]
+    note = ""
     for attempt in range(cfg.max_rescales + 1):
-        code = render_candidate(candidate, catalog_ops, batch if attempt else None)
+        try:
+            code = render_candidate(candidate, catalog_ops, batch if attempt else None)
+        except Exception as exc:  # noqa: BLE001 - a link whose shapes tie the batch to another dim
+            if attempt == 0:
+                raise Drop("eager_error", _short(exc)) from None
+            note = f"; batch {batch} does not fit the chain ({_short(exc)[:80]})"
+            break
         try:
             module, model = _build(code, ident, cfg, device)
             inputs = _draw(module, cfg.seed, device)
@@ -146,7 +153,7 @@ def _fit_window(candidate: dict, catalog_ops, cfg: FilterConfig, device) -> tupl
         del model, module
         batch = new
     raise Drop("runtime_below_window" if ms < lo else "runtime_above_window",
-               f"{ms:.4g} ms at batch {batch}, window {lo}-{hi} ms")
+               f"{ms:.4g} ms, window {lo}-{hi} ms{note}")
 
 
 def _short(exc: BaseException) -> str:

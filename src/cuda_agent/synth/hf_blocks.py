@@ -48,11 +48,9 @@ class BlockSpec:
 
 
 def available() -> bool:
-    try:
-        import transformers  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    import importlib.util
+
+    return importlib.util.find_spec("transformers") is not None
 
 
 def _config_kwargs(spec: BlockSpec, sizes: dict) -> dict:
