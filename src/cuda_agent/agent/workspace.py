@@ -227,11 +227,15 @@ class Workspace:
 
 def _run_command(command: str, task: Task, solution: Solution, base: EvalConfig,
                  evaluator: Evaluator) -> EvalResult:
-    """compile = build (or a one-input-set check until the env's builder lands); verify = no timing."""
+    """compile = build and import only; verify = no timing; profile = the full evaluation."""
     try:
         if command == "compile":
             return _compile(task, solution, base, evaluator)
         if command == "verify":
+            if evaluator is default_evaluator:
+                from cuda_agent.env import evaluate
+
+                return evaluate(task, solution, base, stop_after="verify")
             return evaluator(task, solution, replace(base, baselines=False))
         return evaluator(task, solution, base)
     except Exception as exc:  # the environment itself failed; tell the model, do not crash the loop
@@ -240,22 +244,12 @@ def _run_command(command: str, task: Task, solution: Solution, base: EvalConfig,
 
 
 def _compile(task: Task, solution: Solution, base: EvalConfig, evaluator: Evaluator) -> EvalResult:
-    # Switch-over point: once `cuda_agent.env.compiler.build_solution` exists and we are using the
-    # real environment, compile builds only; a fake evaluator (tests) keeps the evaluate path.
+    # The real environment builds and imports only (no reference, no verification); a fake
+    # evaluator (tests) keeps the plain evaluate path.
     if evaluator is default_evaluator:
-        try:
-            from cuda_agent.env.compiler import build_solution  # type: ignore[attr-defined]
-        except ImportError:
-            build_solution = None
-        if build_solution is not None:
-            from cuda_agent.env.compiler import BuildError
+        from cuda_agent.env import evaluate
 
-            try:  # the candidate worker builds under <cache_dir>/build: share its objects
-                build_solution(solution, base.backend, Path(base.cache_dir) / "build")
-            except BuildError as exc:
-                return EvalResult(task=task.name, backend=base.backend or "",
-                                  error=EvalError("compile", exc.summary))
-            return EvalResult(task=task.name, backend=base.backend or "", compiled=True)
+        return evaluate(task, solution, base, stop_after="compile")
     return evaluator(task, solution, replace(base, baselines=False, num_correct_trials=1))
 
 

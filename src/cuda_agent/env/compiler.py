@@ -206,7 +206,9 @@ def _pch(tc: Toolchain, cache_dir: Path) -> Path:
         if (folder / "torch_extension_pch.h.gch").exists():
             return header
         tmp = Path(tempfile.mkdtemp(dir=cache_dir, prefix="pch-tmp-"))
-        (tmp / "torch_extension_pch.h").write_text("#pragma once\n#include <torch/extension.h>\n")
+        # Bindings on CUDA nearly always also need the current stream.
+        extra = "#include <c10/cuda/CUDAStream.h>\n" if tc.has_cuda else ""
+        (tmp / "torch_extension_pch.h").write_text("#pragma once\n#include <torch/extension.h>\n" + extra)
         _run([tc.cxx, "-x", "c++-header", *tc.common_flags, *tc.include_flags,
               "torch_extension_pch.h", "-o", "torch_extension_pch.h.gch"], tmp, "precompiling torch/extension.h")
         folder.parent.mkdir(parents=True, exist_ok=True)

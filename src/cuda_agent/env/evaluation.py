@@ -52,8 +52,14 @@ def job_root() -> str | None:
 
 
 def evaluate(task: Task, solution: Solution, config: EvalConfig | None = None, *,
-             gpu: int | None = None) -> EvalResult:
-    """Evaluate `solution` against `task`. Never raises for anything the solution or task does."""
+             gpu: int | None = None, stop_after: str | None = None) -> EvalResult:
+    """Evaluate `solution` against `task`. Never raises for anything the solution or task does.
+
+    `stop_after="compile"` only builds and imports the solution (in the sandboxed candidate process,
+    no reference needed); `stop_after="verify"` skips timing. The agent's compile/verify commands.
+    """
+    if stop_after not in (None, "compile", "verify"):
+        raise ValueError("stop_after must be None, 'compile' or 'verify'")
     from cuda_agent.env import spares
 
     config = config or EvalConfig()
@@ -62,7 +68,7 @@ def evaluate(task: Task, solution: Solution, config: EvalConfig | None = None, *
     key = (backend, gpu, config.sandbox, str(config.cache_dir))
     pair = spares.take(key) if config.prewarm else None
     job_dir = pair.job_dir if pair else Path(tempfile.mkdtemp(prefix="cuda-agent-job-", dir=job_root()))
-    evaluation = _Evaluation(task, solution, config, backend, job_dir, gpu, result)
+    evaluation = _Evaluation(task, solution, config, backend, job_dir, gpu, result, stop_after)
     if pair:
         evaluation.judge, evaluation.candidate = pair.judge, pair.candidate
     if config.prewarm:  # the next evaluation's workers start while this one runs
@@ -76,7 +82,7 @@ def evaluate(task: Task, solution: Solution, config: EvalConfig | None = None, *
     finally:
         evaluation.shutdown()
         shutil.rmtree(job_dir, ignore_errors=True)
-    _score(result)
+    _score(result, partial=stop_after is not None)
     return result
 
 
@@ -89,9 +95,12 @@ def _start_pair(config: EvalConfig, backend: str, job_dir: Path, gpu: int | None
     return WorkerPair(job_dir, judge, candidate)
 
 
-def _score(result: EvalResult) -> None:
+def _score(result: EvalResult, partial: bool = False) -> None:
     if result.task_error:
         result.reward = None
+        return
+    if partial:  # a compile- or verify-only run earns no milestone; failures still score -1
+        result.reward = None if result.error is None else -1
         return
     if result.correct and result.kernel_ms:
         if result.eager_ms:
@@ -103,8 +112,8 @@ def _score(result: EvalResult) -> None:
 
 
 class _Evaluation:
-    def __init__(self, task, solution, config, backend, job_dir, gpu, result):
-        self.task, self.solution, self.config = task, solution, config
+    def __init__(self, task, solution, config, backend, job_dir, gpu, result, stop_after=None):
+        self.task, self.solution, self.config, self.stop_after = task, solution, config, stop_after
         self.backend, self.job_dir, self.gpu, self.result = backend, job_dir, gpu, result
         self.judge: Worker | None = None
         self.candidate: Worker | None = None
@@ -181,10 +190,11 @@ class _Evaluation:
         self.candidate.channel.send(task_inputs_code=inputs_code, solution_dir=str(solution_dir),
                                     backend=self.backend, config=self.cfg, job_dir=str(self.job_dir))
 
-        reference = self._ask(self.judge, self.config.timeout_reference, "task")
-        if not reference["ok"]:
-            raise _Failed("task", f"the task's reference failed: {reference['message']}")
-        self.result.seeds, self.result.device = reference["seeds"], reference["device"]
+        if self.stop_after != "compile":
+            reference = self._ask(self.judge, self.config.timeout_reference, "task")
+            if not reference["ok"]:
+                raise _Failed("task", f"the task's reference failed: {reference['message']}")
+            self.result.seeds, self.result.device = reference["seeds"], reference["device"]
 
         self.phase = "compile"
         built = self._ask(self.candidate, self.config.timeout_compile, "compile")
@@ -192,8 +202,12 @@ class _Evaluation:
         if not built["ok"]:
             raise _Failed("compile", built["message"])
         self.result.compiled = True
+        if self.stop_after == "compile":
+            return
 
         self._verify()
+        if self.stop_after == "verify":
+            return
         self._profile()
         self.candidate.kill()
         self._baselines()
