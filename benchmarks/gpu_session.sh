@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# One GPU-machine session: the GPU test suite and the turnaround benchmark, results under $OUT.
+# One GPU-machine session: GPU tests, benchmarks and the agent session, results under $OUT.
 # Expects (carried, not committed): .whl/ (pure-Python wheels missing there), .deb/ (bubblewrap),
-# .kb/ (a KernelBench copy: level1..3). Usage on the device: bash benchmarks/gpu_session.sh [pytest args]
+# .kb/ (a KernelBench copy: level1..3).
+#   STEPS="tests turnaround agent synth" bash benchmarks/gpu_session.sh [pytest paths]
 set -u
 OUT=${OUT:-/tmp/out}
+STEPS=${STEPS:-tests turnaround}
 mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
 export PYTHONPATH="$PWD/src:$PWD:/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
@@ -14,12 +16,30 @@ export CUDA_AGENT_KERNELBENCH="$PWD/.kb" CUDA_AGENT_CACHE=/tmp/cuda-agent-cache
 {
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
   python3 -c "import torch, sys; print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.version.cuda)"
-  nvcc --version | tail -1; g++ --version | head -1; bwrap --version
-  python3 -c "from cuda_agent.env.sandbox import sandbox_available; print('sandbox', sandbox_available())"
-} 2>&1 | tee "$OUT/machine.txt"
-CUDA_AGENT_GPU_REPORT="$OUT/gpu_results.jsonl" timeout "${PYTEST_TIMEOUT:-420}" \
-  python3 -m pytest -m gpu -p no:cacheprovider -q -rA "${@:-tests/gpu}" 2>&1 | tee "$OUT/pytest_gpu.txt" | tail -40
-if [ "${TURNAROUND:-1}" = 1 ]; then
-  timeout "${TURNAROUND_TIMEOUT:-400}" python3 benchmarks/turnaround.py --backend cuda --json "$OUT/turnaround.json" \
-    2>&1 | tee "$OUT/turnaround.txt" | tail -12
-fi
+  nvcc --version | tail -1; g++ --version | head -1; bwrap --version; nproc
+  python3 -c "import pyarrow, transformers; print('pyarrow', pyarrow.__version__, 'transformers', transformers.__version__)"
+} > "$OUT/machine.txt" 2>&1
+for step in $STEPS; do
+  start=$(date +%s)
+  case $step in
+    tests)
+      CUDA_AGENT_GPU_REPORT="$OUT/gpu_results.jsonl" timeout "${PYTEST_TIMEOUT:-420}" \
+        python3 -m pytest -m gpu -p no:cacheprovider -q -rA "${@:-tests/gpu}" > "$OUT/pytest_gpu.txt" 2>&1
+      tail -25 "$OUT/pytest_gpu.txt" ;;
+    turnaround)
+      timeout "${TURNAROUND_TIMEOUT:-400}" python3 benchmarks/turnaround.py --backend cuda \
+        --edits "${EDITS:-5}" --inline-edits "${INLINE_EDITS:-2}" --plain-edits "${PLAIN_EDITS:-1}" \
+        --json "$OUT/turnaround.json" > "$OUT/turnaround.txt" 2>&1
+      tail -12 "$OUT/turnaround.txt" ;;
+    agent)
+      timeout "${AGENT_TIMEOUT:-300}" bash benchmarks/agent_session/run.sh > "$OUT/agent_session.txt" 2>&1
+      grep -E "^(===|---)|reward|correct|ms|error|\(.* s\)" "$OUT/agent_session.txt" | head -60 ;;
+    synth)
+      timeout "${SYNTH_TIMEOUT:-300}" python3 benchmarks/synth_gpu.py --num "${SYNTH_NUM:-200}" \
+        --budget-seconds "${SYNTH_BUDGET:-240}" --out /tmp/synth-gpu --kernelbench "$CUDA_AGENT_KERNELBENCH" \
+        > "$OUT/synth_gpu.txt" 2>&1
+      cp /tmp/synth-gpu/datasheet.md "$OUT/synth_datasheet.md" 2>/dev/null
+      tail -20 "$OUT/synth_gpu.txt" ;;
+  esac
+  echo "[$step took $(( $(date +%s) - start )) s]"
+done

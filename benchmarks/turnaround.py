@@ -65,6 +65,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--backend", default=None)
     parser.add_argument("--edits", type=int, default=5)
+    parser.add_argument("--inline-edits", type=int, default=3)
     parser.add_argument("--plain-edits", type=int, default=2)
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
@@ -86,7 +87,7 @@ def main() -> None:
     rows["ours: workspace kernel edit"] = [timed(task, workspace_edit(backend, i), warm)[0]
                                           for i in range(1, args.edits + 1)]
     rows["ours: load_inline kernel edit"] = [timed(task, inline_edit(backend, i), warm)[0]
-                                             for i in range(1, args.edits + 1)]
+                                             for i in range(1, args.inline_edits + 1)]
     plain = EvalConfig(**base, fast_build=False)
     rows["plain load_inline rebuild"] = [timed(task, inline_edit(backend, i), plain)[0]
                                          for i in range(1, args.plain_edits + 1)]

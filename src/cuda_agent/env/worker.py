@@ -37,6 +37,28 @@ def draw_inputs(module, seed: int, device: torch.device) -> list:
     return list(timing.to_device(inputs, device))
 
 
+# Input sets kept in memory for timing, and reference outputs kept on the device, up to these sizes:
+# KernelBench's level-1 tasks have inputs of several GB, and five of them would not fit beside
+# the model. Beyond the budget, sets are dropped after verification and outputs move to host RAM.
+KEEP_INPUT_BYTES = 4 << 30
+KEEP_OUTPUT_BYTES_ON_DEVICE = 4 << 30
+
+
+def nbytes(value) -> int:
+    if isinstance(value, torch.Tensor):
+        return value.numel() * value.element_size()
+    if isinstance(value, (list, tuple)):
+        return sum(nbytes(v) for v in value)
+    if isinstance(value, dict):
+        return sum(nbytes(v) for v in value.values())
+    return 0
+
+
+def keep_for_timing(input_sets: list, inputs) -> bool:
+    """Keep the first set always, further ones while they fit the budget."""
+    return not input_sets or nbytes(input_sets) + nbytes(inputs) <= KEEP_INPUT_BYTES
+
+
 def draw_init_inputs(module) -> list:
     init = module.get_init_inputs()
     if not isinstance(init, (list, tuple)):
@@ -72,12 +94,18 @@ def run_judge(chan: ChildChannel) -> None:
         torch.manual_seed(cfg["seed"])
         model = module.Model(*init_inputs).to(device).eval()
         torch.save({"init_inputs": init_inputs, "state_dict": model.state_dict()}, job_dir / "reference_init.pt")
-        input_sets, outputs = [], []
+        input_sets, outputs, output_bytes = [], [], 0
         with torch.no_grad():
             for seed in seeds:
                 inputs = draw_inputs(module, seed, device)
-                input_sets.append(inputs)
-                outputs.append(model(*timing.clone_args(inputs)))
+                out = model(*timing.clone_args(inputs))
+                output_bytes += nbytes(out)
+                if output_bytes > KEEP_OUTPUT_BYTES_ON_DEVICE:
+                    out = timing.to_device(out, torch.device("cpu"))
+                outputs.append(out)
+                if keep_for_timing(input_sets, inputs):
+                    input_sets.append(inputs)
+                del inputs
         timing.device_synchronize(device)
     except Exception as exc:  # the task itself is broken
         chan.send(ok=False, message=f"{type(exc).__name__}: {exc}\n{_short_traceback(exc)}")
@@ -88,17 +116,30 @@ def run_judge(chan: ChildChannel) -> None:
     while True:
         cmd = chan.receive()
         if cmd["cmd"] == "compare":
+            reference_out = outputs[cmd["trial"]]
+            where = next(iter(t.device for t in _tensors_of(reference_out)), device)
             try:
-                candidate_out = torch.load(cmd["path"], map_location=device, weights_only=True)
+                candidate_out = torch.load(cmd["path"], map_location=where, weights_only=True)
             except Exception as exc:
                 chan.send(ok=False, max_abs_error=float("inf"), message=f"candidate output unreadable: {exc}")
                 continue
-            result = compare_outputs(outputs[cmd["trial"]], candidate_out, cfg["atol"], cfg["rtol"])
+            result = compare_outputs(reference_out, candidate_out, cfg["atol"], cfg["rtol"])
+            del candidate_out
             chan.send(ok=result.ok, max_abs_error=result.max_abs_error, message=result.message)
         elif cmd["cmd"] == "baselines":
             chan.send(**_time_baselines(model, input_sets, device, cfg, cmd["compile"]))
         else:
             return
+
+
+def _tensors_of(value) -> list:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in _tensors_of(v)]
+    if isinstance(value, dict):
+        return [t for v in value.values() for t in _tensors_of(v)]
+    return []
 
 
 def _time_baselines(model, input_sets, device, cfg, with_compile: bool) -> dict:
@@ -199,9 +240,11 @@ def run_candidate(chan: ChildChannel) -> None:
         with torch.no_grad():
             for trial, seed in enumerate(seeds):
                 inputs = draw_inputs(task_module, seed, device)
-                input_sets.append(inputs)
                 out, calls_per_forward = checked_forward(model, timing.clone_args(inputs), inputs, device,
                                                          guard=cfg["guard"])
+                if keep_for_timing(input_sets, inputs):
+                    input_sets.append(inputs)
+                del inputs
                 # copied on the current stream, with no device-wide sync first: work hidden on a
                 # side stream is not finished here and shows up as a wrong output
                 path = job_dir / f"candidate_{trial}.pt"
