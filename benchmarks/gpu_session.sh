@@ -28,7 +28,7 @@ for step in $STEPS; do
       tail -25 "$OUT/pytest_gpu.txt" ;;
     turnaround)
       timeout "${TURNAROUND_TIMEOUT:-400}" python3 benchmarks/turnaround.py --backend cuda \
-        --edits "${EDITS:-5}" --inline-edits "${INLINE_EDITS:-2}" --plain-edits "${PLAIN_EDITS:-1}" \
+        --edits "${EDITS:-5}" --plain-edits "${PLAIN_EDITS:-1}" \
         --json "$OUT/turnaround.json" > "$OUT/turnaround.txt" 2>&1
       tail -12 "$OUT/turnaround.txt" ;;
     agent)

@@ -1,14 +1,14 @@
 """Agent-iteration turnaround: compile + verify + profile wall time for kernel-only edits.
 
-Measured in one run, on the embedded bias+ReLU task:
-  cold         first evaluation with an empty cache (toolchain header precompiled, binding built)
-  cold binding a new solution whose binding is not cached yet (toolchain warm)
+Measured in one run, on the embedded bias+ReLU task, each line printed as soon as it is known:
+  toolchain    precompiling torch/extension.h, once per machine and toolchain
+  cold         first evaluation of a workspace solution (binding and kernel built)
   ours         kernel-only edits of the workspace form (only the .cu recompiles), prewarmed workers
-  ours inline  kernel-only edits of the single-file load_inline form through our builder
-  plain        the same single-file edits through torch's own load_inline in a fresh build folder,
-               as KernelBench-style harnesses and the published workspace do
+  plain        a kernel-only edit of the single-file form through torch's own load_inline in a
+               fresh build folder, as KernelBench-style harnesses and the published workspace do
+  ours inline  the same single-file form through our builder: first build, then a kernel edit
 
-    python benchmarks/turnaround.py [--backend cuda] [--edits 5] [--plain-edits 2] [--json out.json]
+    python benchmarks/turnaround.py [--backend cuda] [--edits 5] [--plain-edits 1] [--json out.json]
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 from cuda_agent.env import EvalConfig, evaluate
+from cuda_agent.env.compiler import prepare_toolchain
 from cuda_agent.tasks import Solution, load_solution, load_task
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "src" / "cuda_agent" / "examples" / "bias_relu"
@@ -52,6 +53,20 @@ def inline_edit(backend: str, i: int) -> Solution:
     return Solution.from_code(edited)
 
 
+class Recorder:
+    def __init__(self, path: Path | None):
+        self.path, self.rows = path, {}
+
+    def add(self, name: str, seconds: float, detail: str = "") -> None:
+        self.rows.setdefault(name, []).append(seconds)
+        print(f"  {name:36s} {seconds:7.2f} s  {detail}", flush=True)
+        if self.path:
+            self.path.write_text(json.dumps(self.rows, indent=1))
+
+    def median(self, name: str) -> float:
+        return statistics.median(self.rows[name])
+
+
 def timed(task, solution, config) -> tuple[float, dict]:
     start = time.perf_counter()
     result = evaluate(task, solution, config)
@@ -65,8 +80,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--backend", default=None)
     parser.add_argument("--edits", type=int, default=5)
-    parser.add_argument("--inline-edits", type=int, default=3)
-    parser.add_argument("--plain-edits", type=int, default=2)
+    parser.add_argument("--plain-edits", type=int, default=1)
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
 
@@ -74,37 +88,32 @@ def main() -> None:
     cache = Path(tempfile.mkdtemp(prefix="turnaround-cache-"))
     base = dict(backend=args.backend, cache_dir=cache, compile_baseline=True)
     backend = EvalConfig(**base).resolved_backend()
-    rows: dict[str, list[float]] = {}
+    rec = Recorder(args.json)
+    print(f"turnaround on {backend} (wall seconds per evaluation: compile + verify + profile)", flush=True)
 
+    start = time.perf_counter()
+    prepare_toolchain(backend, cache / "build")
+    rec.add("toolchain: precompiled header", time.perf_counter() - start, "(once per machine)")
     wall, phases = timed(task, workspace_edit(backend, 0), EvalConfig(**base))
-    rows["cold (empty cache)"] = [wall]
-    cold_compile = phases["compile"]
-    rows["cold binding (toolchain warm)"] = [timed(task, load_solution(EXAMPLE / (
-        "solution_cuda_inline.py" if backend == "cuda" else "solution_cpu_inline.py")), EvalConfig(**base))[0]]
+    rec.add("cold: first workspace build", wall, f"(compile phase {phases['compile']:.1f} s, "
+                                                 f"baselines {phases.get('baselines', 0):.1f} s)")
 
     warm = EvalConfig(**base, prewarm=True)
-    timed(task, workspace_edit(backend, 0), warm)  # starts the first spare pair
-    rows["ours: workspace kernel edit"] = [timed(task, workspace_edit(backend, i), warm)[0]
-                                          for i in range(1, args.edits + 1)]
-    rows["ours: load_inline kernel edit"] = [timed(task, inline_edit(backend, i), warm)[0]
-                                             for i in range(1, args.inline_edits + 1)]
+    timed(task, workspace_edit(backend, 0), warm)  # starts the first spare worker pair
+    for i in range(1, args.edits + 1):
+        wall, phases = timed(task, workspace_edit(backend, i), warm)
+        rec.add("ours: workspace kernel edit", wall, f"(compile {phases['compile']:.2f} s)")
     plain = EvalConfig(**base, fast_build=False)
-    rows["plain load_inline rebuild"] = [timed(task, inline_edit(backend, i), plain)[0]
-                                         for i in range(1, args.plain_edits + 1)]
+    for i in range(1, args.plain_edits + 1):
+        rec.add("plain load_inline rebuild", timed(task, inline_edit(backend, i), plain)[0])
+    rec.add("ours: load_inline first build", timed(task, inline_edit(backend, 0), warm)[0])
+    rec.add("ours: load_inline kernel edit", timed(task, inline_edit(backend, 1), warm)[0])
 
-    medians = {name: statistics.median(values) for name, values in rows.items()}
-    ours, plain_median = medians["ours: workspace kernel edit"], medians["plain load_inline rebuild"]
-    print(f"\nturnaround on {backend} (wall seconds per evaluation: compile + verify + profile)")
-    for name, values in rows.items():
-        print(f"  {name:34s} median {medians[name]:7.2f} s   runs {[round(v, 2) for v in values]}")
-    print(f"  cold first build (compile phase)   {cold_compile:7.2f} s")
-    print(f"  speedup, workspace edit vs plain load_inline rebuild: {plain_median / ours:.1f}x")
-    print(f"  speedup, our load_inline edit vs plain load_inline:   "
-          f"{plain_median / medians['ours: load_inline kernel edit']:.1f}x")
-    if args.json:
-        args.json.write_text(json.dumps({"backend": backend, "runs": rows, "medians": medians,
-                                         "cold_compile_phase_s": cold_compile,
-                                         "ratio_plain_over_ours": plain_median / ours}, indent=1))
+    ours, plain_median = rec.median("ours: workspace kernel edit"), rec.median("plain load_inline rebuild")
+    print(f"  median workspace kernel edit {ours:.2f} s; plain load_inline rebuild {plain_median:.2f} s; "
+          f"ratio {plain_median / ours:.1f}x", flush=True)
+    print(f"  our load_inline kernel edit vs plain: "
+          f"{plain_median / rec.median('ours: load_inline kernel edit'):.1f}x", flush=True)
 
 
 if __name__ == "__main__":

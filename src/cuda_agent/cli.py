@@ -15,7 +15,7 @@ for _name in ("agent", "synth", "bench"):
     try:
         _module = __import__(f"cuda_agent.{_name}.cli", fromlist=["register"])
     except ModuleNotFoundError as exc:  # a subpackage without commands yet
-        if exc.name != f"cuda_agent.{_name}.cli":
+        if exc.name not in (f"cuda_agent.{_name}", f"cuda_agent.{_name}.cli"):
             raise
         continue
     _module.register(app)

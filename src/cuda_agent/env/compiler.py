@@ -219,6 +219,11 @@ def _pch(tc: Toolchain, cache_dir: Path) -> Path:
     return header
 
 
+def prepare_toolchain(backend: str, cache_dir: Path) -> Path:
+    """Build the precompiled torch header now (once per toolchain), so no evaluation waits for it."""
+    return _pch(toolchain(backend), Path(cache_dir))
+
+
 @dataclass
 class BuildReport:
     path: Path                  # the built .so
