@@ -43,13 +43,14 @@ def test_elementwise_single_file_load_inline(cache_dir):
 
 
 def test_reduction_with_warp_shuffles(cache_dir):
-    result = evaluate(load_task(SOLUTIONS / "row_sum" / "task.py"), workspace("row_sum"), gpu_config(cache_dir))
+    result = evaluate(load_task(SOLUTIONS / "row_sum" / "task.py"), workspace("row_sum"),
+                      gpu_config(cache_dir, compile_baseline=False))
     _record("row_sum_reduction", result)
     _assert_correct(result)
 
 
 def test_illegal_memory_access_is_contained(cache_dir):
-    bad = evaluate(example_task(), workspace("illegal"), gpu_config(cache_dir))
+    bad = evaluate(example_task(), workspace("illegal"), gpu_config(cache_dir, baselines=False))
     _record("illegal_memory_access", bad)
     assert not bad.correct and bad.reward == -1 and bad.error.phase == "verify"
     assert "illegal memory access" in (bad.error.message + bad.log).lower()
