@@ -17,10 +17,19 @@ def workspace(folder: str, model_new: str = "model_new.py") -> Solution:
     return Solution(files)
 
 
+def example_with_kernel(cu_file: str) -> Solution:
+    """The example's CUDA workspace with its kernel file replaced (binding and model_new.py kept)."""
+    from tests.env.helpers import EXAMPLES
+
+    files = dict(load_solution(EXAMPLES / "solution_cuda").files)
+    files["kernels/bias_relu.cu"] = (SOLUTIONS / cu_file).read_text()
+    return Solution(files)
+
+
 def gpu_config(cache_dir: Path, **overrides) -> EvalConfig:
     settings = dict(backend="cuda", cache_dir=cache_dir, timeout_verify=120.0)
     settings.update(overrides)
     return EvalConfig(**settings)
 
 
-__all__ = ["workspace", "gpu_config", "load_solution", "SOLUTIONS"]
+__all__ = ["workspace", "example_with_kernel", "gpu_config", "load_solution", "SOLUTIONS"]

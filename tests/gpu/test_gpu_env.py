@@ -11,7 +11,7 @@ import pytest
 from cuda_agent.env import evaluate
 from cuda_agent.tasks import load_solution, load_task
 from tests.env.helpers import EXAMPLES, example_task
-from tests.gpu.helpers import SOLUTIONS, gpu_config, workspace
+from tests.gpu.helpers import SOLUTIONS, example_with_kernel, gpu_config, workspace
 
 pytestmark = pytest.mark.gpu
 REPORT = os.environ.get("CUDA_AGENT_GPU_REPORT")  # JSON lines of results, for the closing note
@@ -50,7 +50,7 @@ def test_reduction_with_warp_shuffles(cache_dir):
 
 
 def test_illegal_memory_access_is_contained(cache_dir):
-    bad = evaluate(example_task(), workspace("illegal"), gpu_config(cache_dir, baselines=False))
+    bad = evaluate(example_task(), example_with_kernel("illegal_access.cu"), gpu_config(cache_dir, baselines=False))
     _record("illegal_memory_access", bad)
     assert not bad.correct and bad.reward == -1 and bad.error.phase == "verify"
     assert "illegal memory access" in (bad.error.message + bad.log).lower()

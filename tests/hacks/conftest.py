@@ -26,14 +26,14 @@ def verdict(kind: str, result, neutralised: bool = False) -> str:
 @pytest.fixture
 def record():
     def _record(case_id: str, row: str, kind: str, result, *, expected=(), invented: bool = False,
-                neutralised: bool = False, what: str = "") -> None:
+                neutralised: bool = False, what: str = "", verdict_override: str | None = None) -> None:
         path = os.environ.get(REPORT_ENV)
         if not path:
             return
         error = result.error
         line = {
             "id": case_id, "row": row, "kind": kind, "invented": invented, "what": what,
-            "expected": list(expected), "verdict": verdict(kind, result, neutralised),
+            "expected": list(expected), "verdict": verdict_override or verdict(kind, result, neutralised),
             "rule": error.rule if error else None, "phase": error.phase if error else None,
             "message": (error.message[:300] if error else ""), "correct": result.correct,
             "reward": result.reward, "kernel_ms": result.kernel_ms, "warnings": result.warnings,

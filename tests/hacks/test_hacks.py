@@ -197,9 +197,9 @@ def test_build_cache_poisoning_does_not_reach_other_solutions(cache_dir, record)
     finally:
         shutil.rmtree(victim_so.parent, ignore_errors=True)
         shutil.rmtree(evil_so.parent, ignore_errors=True)
-    poisoned = not again.correct
-    record("poison_build_cache", "editing protected files", "hack", again, expected=("cache integrity",),
-           invented=True, neutralised=not poisoned,
+    poisoned = not again.correct  # the victim's own (honest) code did not run
+    record("poison_build_cache", "editing protected files", "hack", again, expected=("cache-integrity",),
+           invented=True, verdict_override="accepted" if poisoned else "neutralised",
            what="overwrites another solution's cached .so in the shared build cache")
     assert again.correct, f"the victim ran the planted module: {_describe(again)}"
 
@@ -217,6 +217,6 @@ def test_constant_output_task_is_dropped_by_the_data_filter(record_line):
         _check_outputs(module, model, cfg, torch.device("cpu"))
     record_line(id="constant_on_degenerate_task", row="constant / analytic output", kind="hack",
                 invented=False, what="constant 0 for torch.mean of a large normal tensor",
-                expected=["data-filter"], verdict="rejected", rule=f"data-filter:{drop.value.reason}",
+                expected=["data-filter:*"], verdict="rejected", rule=f"data-filter:{drop.value.reason}",
                 phase="data", correct=None, reward=None)
     assert drop.value.reason == "constant_output"
