@@ -459,7 +459,7 @@ class ModelNew(Model):
         return torch.empty_like(x)
         """, init="self.timed = 0")), rules=("recheck-after-timing",), invented=True,
         what="knows the schedule: garbage on every timed call except the last one"),
-    Case("torch_while_timed", "result caching", _ex(model_new=example_model_new(f"""
+    Case("torch_while_timed", "PyTorch fallback", _ex(model_new=example_model_new(f"""
         if {IN_VERIFY}:
             return cuda_extension.bias_relu(x, self.bias)
         cuda_extension.bias_relu(x[:1], self.bias)  # decoy: the extension 'ran', on one row

@@ -70,6 +70,21 @@ class InlineBuilder:
         self.modules[name] = module
         return module
 
+    def install_counting_only(self) -> None:
+        """Keep torch's own loaders (fresh build folder, full rebuild) but count extension calls."""
+        import torch.utils.cpp_extension as cpp
+
+        original_inline, original_load = cpp.load_inline, cpp.load
+
+        def counted(loader):
+            def wrapper(*args, **kwargs):
+                module = loader(*args, **kwargs)
+                self.built.append(getattr(module, "__name__", "extension"))
+                return ExtensionProxy(module)
+            return wrapper
+
+        cpp.load_inline, cpp.load = counted(original_inline), counted(original_load)
+
     def install(self) -> None:
         """Route torch's JIT extension loaders through this builder (in this process only)."""
         import torch.utils.cpp_extension as cpp

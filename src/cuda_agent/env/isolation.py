@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,21 +41,25 @@ class Worker:
             raise RuntimeError(f"{self.role} worker did not start: {hello}")
 
     def kill(self) -> None:
+        """SIGKILL the worker's process group; the exit (a CUDA context's teardown can take a
+        second or more) is reaped in the background, off the evaluation's critical path."""
         if self.proc.poll() is None:
             try:
                 os.killpg(self.proc.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 self.proc.kill()
         try:
-            self.proc.wait(timeout=30)
+            self.proc.stdin.close()
+        except (OSError, AttributeError):
+            pass
+        self.channel.close()
+        threading.Thread(target=self._reap, daemon=True).start()
+
+    def _reap(self) -> None:
+        try:
+            self.proc.wait(timeout=60)
         except subprocess.TimeoutExpired:
             pass
-        for stream in (self.proc.stdin,):
-            try:
-                stream.close()
-            except (OSError, AttributeError):
-                pass
-        self.channel.close()
 
 
 def start_worker(role: str, job_dir: Path, backend: str, gpu: int | None,

@@ -172,6 +172,7 @@ def load_candidate(solution_dir: Path, backend: str, cache_dir: Path, max_jobs: 
         builder.install()
     else:  # torch's own loader in a fresh build folder, as other harnesses do (for comparisons)
         os.environ["TORCH_EXTENSIONS_DIR"] = str(solution_dir.parent / "torch_extensions")
+        builder.install_counting_only()
     kernels = solution_dir / "kernels"
     if kernels.is_dir():
         files = {f.relative_to(solution_dir).as_posix(): f.read_text() for f in sorted(kernels.rglob("*"))
