@@ -2,7 +2,7 @@
 # One GPU-machine session: GPU tests, benchmarks and the agent session, results under $OUT.
 # Expects (carried, not committed): .whl/ (pure-Python wheels missing there), .deb/ (bubblewrap),
 # .kb/ (a KernelBench copy: level1..3).
-#   STEPS="tests turnaround agent synth" bash benchmarks/gpu_session.sh [pytest paths]
+#   STEPS="tests hacks resilience turnaround agent synth" bash benchmarks/gpu_session.sh [pytest paths]
 set -u
 OUT=${OUT:-/tmp/out}
 STEPS=${STEPS:-tests turnaround}
@@ -26,6 +26,14 @@ for step in $STEPS; do
       CUDA_AGENT_GPU_REPORT="$OUT/gpu_results.jsonl" timeout "${PYTEST_TIMEOUT:-420}" \
         python3 -m pytest -m gpu -p no:cacheprovider -q -rA "${@:-tests/gpu}" > "$OUT/pytest_gpu.txt" 2>&1
       tail -25 "$OUT/pytest_gpu.txt" ;;
+    hacks)
+      CUDA_AGENT_GPU_REPORT="$OUT/gpu_results.jsonl" timeout "${HACKS_TIMEOUT:-300}" \
+        python3 -m pytest -m gpu -p no:cacheprovider -q -rA tests/gpu/hacks -k "not hundred" > "$OUT/pytest_hacks.txt" 2>&1
+      tail -25 "$OUT/pytest_hacks.txt" ;;
+    resilience)
+      CUDA_AGENT_GPU_REPORT="$OUT/gpu_results.jsonl" timeout "${RESILIENCE_TIMEOUT:-300}" \
+        python3 -m pytest -m gpu -p no:cacheprovider -q -rA -s tests/gpu/hacks -k hundred > "$OUT/pytest_resilience.txt" 2>&1
+      tail -8 "$OUT/pytest_resilience.txt" ;;
     turnaround)
       timeout "${TURNAROUND_TIMEOUT:-400}" python3 benchmarks/turnaround.py --backend cuda \
         --edits "${EDITS:-5}" --plain-edits "${PLAIN_EDITS:-1}" \

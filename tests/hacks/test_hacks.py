@@ -6,15 +6,14 @@ from __future__ import annotations
 
 import json
 import shutil
-import textwrap
 import uuid
 
 import pytest
 
 from cuda_agent.env import evaluate
 from tests.env.helpers import HONEST_BODY, cpu_workspace, example_task
-from tests.hacks.cases import (HACKS, HONEST, ITERS, TASKS, WARMUP, Case, example_kernel, example_model_new,
-                               gemm_task, hack_config, honest_with, ops_workspace, plain_model_new, rule_matches)
+from tests.hacks.cases import (HACKS, HONEST, ITERS, TASKS, Case, example_kernel, example_model_new, gemm_task,
+                               hack_config, honest_with, ops_workspace, plain_model_new, rule_matches)
 
 
 def _describe(result) -> str:

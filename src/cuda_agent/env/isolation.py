@@ -75,6 +75,8 @@ def start_worker(role: str, job_dir: Path, backend: str, gpu: int | None,
         env["CUDA_VISIBLE_DEVICES"] = str(gpu)
     elif backend == "cpu":
         env["CUDA_VISIBLE_DEVICES"] = ""  # a CPU evaluation must not touch (or hog) a GPU
+    if role == "candidate":
+        env["MALLOC_PERTURB_"] = "165"  # heap memory comes back as garbage, never stale results
     # Our package must be importable in the child even when it is not installed.
     src = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)

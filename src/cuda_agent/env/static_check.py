@@ -58,6 +58,7 @@ class _Checker(ast.NodeVisitor):
     def __init__(self):
         self.findings: list[Finding] = []
         self.forward_depth = 0
+        self.numpy_names = {"np", "numpy"}  # grows with `import numpy as x` / `from numpy import y`
 
     def add(self, rule: str, node: ast.AST, message: str, reject: bool = True) -> None:
         self.findings.append(Finding(rule, getattr(node, "lineno", 0), message, reject))
@@ -72,12 +73,16 @@ class _Checker(ast.NodeVisitor):
     def visit_Import(self, node: ast.Import) -> None:
         for alias in node.names:
             self._check_module(alias.name, node)
-            if alias.name.split(".")[0] == "numpy" and self.forward_depth:
-                self.add("numpy", node, "imports numpy inside forward")
+            if alias.name.split(".")[0] == "numpy":
+                self.numpy_names.add((alias.asname or alias.name).split(".")[0])
+                if self.forward_depth:
+                    self.add("numpy", node, "imports numpy inside forward")
 
     def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
         module = node.module or ""
         self._check_module(module, node)
+        if module.split(".")[0] == "numpy":
+            self.numpy_names.update(alias.asname or alias.name for alias in node.names)
         for alias in node.names:
             self._check_module(f"{module}.{alias.name}", node)
             if alias.name == "Model":
@@ -93,7 +98,7 @@ class _Checker(ast.NodeVisitor):
     def visit_Name(self, node: ast.Name) -> None:
         if node.id == "Model" and isinstance(node.ctx, ast.Load):
             self.add("reference-model", node, "uses the name Model (the reference implementation)")
-        if node.id in ("np", "numpy") and self.forward_depth:
+        if node.id in self.numpy_names and self.forward_depth:
             self.add("numpy", node, "computes with numpy inside forward: only your kernels may compute")
         if node.id in ("__import__", "eval", "exec", "globals", "vars") and isinstance(node.ctx, ast.Load):
             self.add("introspection", node, f"uses {node.id}(), which can reach around the harness")
@@ -105,6 +110,8 @@ class _Checker(ast.NodeVisitor):
             if dotted == forbidden or dotted.startswith(forbidden + "."):
                 self.add(rule, node, f"uses {dotted}")
                 break
+        if node.attr == "numpy" and self.forward_depth:
+            self.add("numpy", node, "converts a tensor to numpy inside forward: only your kernels may compute")
         if node.attr in ("__subclasses__", "__globals__", "__code__", "__closure__", "f_back", "f_globals",
                          "_target", "_wrapped_cache"):
             self.add("introspection", node, f"uses .{node.attr}, which can reach around the harness")

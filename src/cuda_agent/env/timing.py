@@ -7,6 +7,7 @@ before any candidate code runs, so a candidate that monkeypatches `torch.cuda.sy
 
 from __future__ import annotations
 
+import random
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -94,12 +95,16 @@ def _time_one_cpu(fn: Callable, args: list) -> tuple[float, Any]:
 
 
 def time_callable(fn: Callable, input_sets: list[list], device: torch.device, *, warmup: int = 10,
-                  iters: int = 100, flush_l2: bool = True, budget_s: float | None = None) -> TimingRun:
+                  iters: int = 100, flush_l2: bool = True, budget_s: float | None = None,
+                  spot_check: Callable[[list, list], Any] | None = None, spot_checks: int = 0) -> TimingRun:
     """Median-of-many timing of `fn(*args)`, cycling through `input_sets` with fresh copies.
 
     Each call gets a fresh clone of one input set (never the buffers of the previous call), so a
     candidate that caches results by pointer or shape is caught by the re-check of `last_output`.
     When a single call is slow, the number of timed calls shrinks (to at least 5) to fit `budget_s`.
+    `spot_check(args, pristine)` replaces `spot_checks` calls at secret random positions among the
+    timed ones (they are not timed): a solution cannot tell those calls from timed ones, so
+    behaving differently while timed is caught.
     """
     if not input_sets:
         raise ValueError("time_callable needs at least one input set")
@@ -119,12 +124,16 @@ def time_callable(fn: Callable, input_sets: list[list], device: torch.device, *,
         if budget_s and per_call * iters > budget_s:
             iters = max(5, int(budget_s / max(per_call, 1e-9)))
 
+        spots = set(random.SystemRandom().sample(range(iters), min(spot_checks, iters))) if spot_check else set()
         samples, out, index = [], None, 0
-        for i in range(iters):
+        for i in range(iters + len(spots)):
             index = i % len(input_sets)
             args = clone_args(input_sets[index])
+            if i in spots:
+                spot_check(args, input_sets[index])
+                continue
             flush()
             device_synchronize(device)
             ms, out = one(args)
             samples.append(ms)
-    return TimingRun(Timing.from_samples(samples), out, index, warm_calls + iters)
+    return TimingRun(Timing.from_samples(samples), out, index, warm_calls + iters + len(spots))

@@ -267,8 +267,13 @@ def run_candidate(chan: ChildChannel) -> None:
         return
     try:
         calls_before = COUNTER.calls
+        def spot_check(args, pristine):
+            checked_forward(model, args, pristine, device, guard=cfg["guard"])
+
         run = timing.time_callable(model, input_sets, device, warmup=cfg["warmup"], iters=cmd["iters"],
-                                   flush_l2=cfg["flush_l2"], budget_s=cfg["profile_budget_s"])
+                                   flush_l2=cfg["flush_l2"], budget_s=cfg["profile_budget_s"],
+                                   spot_check=spot_check if cfg["guard"] else None,
+                                   spot_checks=max(2, cmd["iters"] // 10))
         timed_calls = COUNTER.calls - calls_before
         if cfg["guard"] and timed_calls != calls_per_forward * run.calls:
             raise Rejected("behaviour-changed", f"forward called the extension {timed_calls / run.calls:g} times per "

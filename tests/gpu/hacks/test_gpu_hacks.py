@@ -153,8 +153,8 @@ def test_side_stream_without_sync_is_rejected(cache_dir):
     kernel = cu("""
         static cudaStream_t side = nullptr;
         if (!side) cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking);
-        // on a stream nobody waits for, returning at once; the answer lands ~10+ ms later
-        bias_relu_kernel<<<(n + 255) / 256, 256, 0, side>>>(x, bias, out, n, cols, 20000000LL);
+        // on a stream nobody waits for, returning at once; the answer lands ~0.1 s or more later
+        bias_relu_kernel<<<(n + 255) / 256, 256, 0, side>>>(x, bias, out, n, cols, 200000000LL);
         return cudaGetLastError();
         """)
     result = evaluate(example_task(), cuda_workspace(kernel), config(cache_dir))
@@ -315,14 +315,22 @@ CORRUPT = cu("""
     }
     """)
 
-FAILURE_RULES = {"crash", "timeout", "correctness", "input-mutation", "output-type", None}
+FAILURE_RULES = {"crash", "correctness", "input-mutation", "output-type", None}  # None: a CUDA error raised in Python
 
 
 def test_one_hundred_failures_in_a_row_then_an_honest_kernel(cache_dir):
     """Crashes (illegal address), hangs (an endless kernel) and memory corruption, 100 evaluations in
-    a row: each must come back as a structured failure within its time limits, and the GPU must be fit
-    for an honest evaluation right after."""
-    timeout_verify = 3.0
+    a row: each must come back as a structured failure of its own kind (a hang as a timeout, a crash
+    or corruption as anything but a timeout) within its time limits, and the GPU must be fit for an
+    honest evaluation right after. Target: under ~4 minutes on an H100.
+
+    Seen on an H100 (2026-11-22): with timeout_verify = 3 s every crash and corruption timed out too,
+    because a candidate's first guarded call spends ~6.4 s in torch.use_deterministic_algorithms /
+    the first NaN-filled allocation; this test fails until that start-up cost leaves the verify phase.
+    """
+    from cuda_agent.env.compiler import build_extension
+
+    timeout_verify = 5.0
     cfg = config(cache_dir, num_correct_trials=1, iters=5, warmup=1, timeout_verify=timeout_verify,
                  timeout_profile=20.0, timeout_compile=300.0)
     kinds = {
@@ -330,11 +338,14 @@ def test_one_hundred_failures_in_a_row_then_an_honest_kernel(cache_dir):
         "hang": cuda_workspace(HANG),
         "corrupt": cuda_workspace(CORRUPT),
     }
-    order = ["crash", "corrupt", "hang"] * 34
-    order = order[:100]
+    for solution in kinds.values():  # build outside the clock (the candidate finds them in the cache)
+        build_extension("cuda_extension", solution.kernel_files, "cuda", cache_dir / "build")
+    count = int(os.environ.get("CUDA_AGENT_RESILIENCE_RUNS", "100"))  # fewer for a quick calibration
+    order = (["crash", "corrupt", "hang"] * count)[:count]
     task = example_task()
     stats: dict[str, list[float]] = {kind: [] for kind in kinds}
     outcomes: dict[str, dict[str, int]] = {kind: {} for kind in kinds}
+    problems: list[str] = []
     started = time.monotonic()
     for i, kind in enumerate(order):
         t0 = time.monotonic()
@@ -343,18 +354,20 @@ def test_one_hundred_failures_in_a_row_then_an_honest_kernel(cache_dir):
         stats[kind].append(elapsed)
         key = f"{result.error.phase}:{result.error.rule}" if result.error else "accepted"
         outcomes[kind][key] = outcomes[kind].get(key, 0) + 1
+        # the harness itself must never break: always a structured failure, in bounded time
         assert not result.correct and result.reward == -1, f"#{i} {kind}: {_describe(result)}"
         assert result.error.phase in ("verify", "profile"), f"#{i} {kind}: {_describe(result)}"
-        assert result.error.rule in FAILURE_RULES, f"#{i} {kind}: {_describe(result)}"
-        if kind == "hang":
-            assert result.error.rule == "timeout", f"#{i} hang: {_describe(result)}"
-        # within its limits: the verify timeout, plus start-up, the (cached) build and a kill
-        first_build = i < len(kinds)
-        assert elapsed < (300.0 if first_build else timeout_verify + 30.0), f"#{i} {kind} took {elapsed:.1f} s"
+        assert elapsed < timeout_verify + 30.0, f"#{i} {kind} took {elapsed:.1f} s"
+        # and it must fail for what it is
+        expected_ok = result.error.rule == "timeout" if kind == "hang" else result.error.rule in FAILURE_RULES
+        if not expected_ok:
+            problems.append(f"#{i} {kind}: {_describe(result)[:200]}")
     total = time.monotonic() - started
     honest = evaluate(task, load_solution(EXAMPLES / "solution_cuda"), config(cache_dir))
     summary = {kind: {"n": len(v), "mean_s": round(sum(v) / len(v), 2), "max_s": round(max(v), 2),
-                      "outcomes": outcomes[kind]} for kind, v in stats.items()}
-    print(f"\n100 failing evaluations in {total:.1f} s: {json.dumps(summary)}")
-    _record("resilience_honest_after_100_failures", "honest", honest, failures=summary, total_s=round(total, 1))
+                      "outcomes": outcomes[kind]} for kind, v in stats.items() if v}
+    print(f"\n{count} failing evaluations in {total:.1f} s: {json.dumps(summary)}")
+    _record("resilience_honest_after_failures", "honest", honest, failures=summary, total_s=round(total, 1))
     assert_accepted(honest)
+    assert not problems, f"{len(problems)} evaluations failed for the wrong reason, e.g. " + "; ".join(problems[:3])
+    assert total < 240.0 * count / 100 + 30.0, f"{count} failing evaluations took {total:.0f} s"
