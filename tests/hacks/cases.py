@@ -4,7 +4,7 @@ Every case names the row of docs/hacks.md it belongs to (`invented` marks cheats
 task, the solution, and the `EvalError.rule` values that may reject it (`static:*` matches any rule
 of the static pass). Most cases reuse the example's binding (`cpu_workspace`) or the one binding of
 this folder (`kernels/ops_binding.cpp`), so only the plain C++ kernels and `model_new.py` change
-and builds stay cached. `figures.py` and `test_hacks.py` both read `CASES`.
+and builds stay cached. `test_hacks.py` runs `CASES`; `figures.py` tabulates a run.
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ KERNELS = HERE / "kernels"
 
 # The timing schedule every case runs under (see hack_config); a few cheats count on it.
 TRIALS, WARMUP, ITERS = 3, 2, 5
+SPOTS = max(2, ITERS // 10)  # guarded calls the harness hides among the timed ones (worker.py)
+LOOP_END = TRIALS + WARMUP + ITERS + SPOTS  # call number of the last call in the timing loop
 
 ROWS = (
     "PyTorch fallback", "try/except fallback", "reuse the reference", "stale memory",
@@ -143,7 +145,9 @@ def _ops(model_new: str, task: Callable[[], Task] = example_task, kernels: str |
 
 THREAD_INCLUDES = "#include <chrono>\n#include <thread>\n#include <vector>\n"
 
-IN_VERIFY = "torch.are_deterministic_algorithms_enabled()"  # on while outputs are poisoned (verification)
+# True during verification while the guard poisoned allocations through torch's deterministic mode
+# (a tell that the candidate could query); the cheats using it check that the tell stays gone.
+IN_VERIFY = "torch.are_deterministic_algorithms_enabled()"
 
 # ---------------------------------------------------------------------------------------------
 # honest solutions: each must be accepted (correct, reward >= 1)
@@ -447,18 +451,18 @@ class ModelNew(Model):
         if self.last is None or {IN_VERIFY}:
             self.last = cuda_extension.bias_relu(x, self.bias)
         return self.last   # while timed: no kernel call at all
-        """, init="self.last = None")), rules=("behaviour-changed", "recheck-after-timing", "correctness"),
+        """, init="self.last = None")), rules=("behaviour-changed", "recheck-after-timing", "correctness", "no-custom-kernel"),
         what="while timed, returns the cached output without calling the extension"),
-    Case("honest_only_when_rechecked", "result caching", _ex(model_new=example_model_new(f"""
-        if {IN_VERIFY}:
-            return cuda_extension.bias_relu(x, self.bias)
-        self.timed += 1
-        if self.timed == {WARMUP + ITERS}:   # the last timed call: the only one re-checked
+    Case("honest_only_when_compared", "result caching", _ex(model_new=example_model_new(f"""
+        self.calls += 1
+        if self.calls <= {TRIALS} or self.calls > {LOOP_END - 3}:
+            # verification, the last calls of the timing loop (one of them is the last timed call) and
+            # the re-check after it: the only outputs the harness compares with the reference
             return cuda_extension.bias_relu(x, self.bias)
         cuda_extension.bias_relu(x[:1], self.bias)  # decoy: the extension 'ran', on one row
-        return torch.empty_like(x)
-        """, init="self.timed = 0")), rules=("recheck-after-timing",), invented=True,
-        what="knows the schedule: garbage on every timed call except the last one"),
+        return torch.empty_like(x)   # garbage, fast, while timed
+        """, init="self.calls = 0")), rules=("recheck-after-timing", "correctness"), invented=True,
+        what="knows the schedule from the harness's source: garbage on every timed call but the last ones"),
     Case("torch_while_timed", "PyTorch fallback", _ex(model_new=example_model_new(f"""
         if {IN_VERIFY}:
             return cuda_extension.bias_relu(x, self.bias)
@@ -466,6 +470,14 @@ class ModelNew(Model):
         return torch.relu(x + self.bias)   # timed calls are not guarded
         """)), rules=("torch-op", "behaviour-changed"), invented=True,
         what="kernel while verified, PyTorch while timed (same number of extension calls)"),
+    Case("torch_after_verification", "PyTorch fallback", _ex(model_new=example_model_new(f"""
+        self.calls += 1
+        if self.calls <= {TRIALS}:   # the verified calls come first
+            return cuda_extension.bias_relu(x, self.bias)
+        cuda_extension.bias_relu(x[:1], self.bias)  # keep the number of extension calls
+        return torch.relu(x + self.bias)
+        """, init="self.calls = 0")), rules=("torch-op", "behaviour-changed"), invented=True,
+        what="kernel for the first (verified) calls, PyTorch afterwards, counted by call number"),
     # -- side stream (CPU analogue: a native thread) -----------------------------------------
     Case("native_thread_finishes_late", "side stream", _ex("""
         std::thread([=] {   // returns at once; the answer arrives 200 ms later
@@ -584,13 +596,13 @@ class ModelNew(Model):
         what="imports the harness's guard module and replaces its dispatch mode"),
     Case("forge_protocol_answer", "peeking at the harness", _ex(model_new=example_model_new(f"""
         out = cuda_extension.bias_relu(x, self.bias)
-        if {IN_VERIFY}:
+        self.calls += 1
+        if self.calls <= {TRIALS}:
             self.outputs.append(out)   # honest answers of the verified input sets
-        elif not self.forged:
-            self.forged = True
+        elif self.calls == {TRIALS + 1}:   # the first call of the profile phase
             _forge(self.outputs)
         return out
-        """, header=FORGE_PROTOCOL, init="self.outputs, self.forged = [], False")),
+        """, header=FORGE_PROTOCOL, init="self.outputs, self.calls = [], 0")),
         rules=("*",), invented=True,
         what="writes a fake profile answer (0.0001 ms) on the harness's answer pipe"),
     # -- silent launch failure --------------------------------------------------------------

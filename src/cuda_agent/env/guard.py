@@ -130,19 +130,25 @@ def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
     return False
 
 
+_POISON_FLOATS: dict[int, int] = {}
+
+
 def poison_allocator(device: torch.device) -> None:
     """Leave the CUDA caching allocator's free memory filled with NaN, so an `empty` output that a
     kernel does not fully write never holds plausible stale values. (On the CPU, MALLOC_PERTURB_
     in the candidate's environment does the same for the heap; fresh pages are zero.)
 
-    Nothing observable from Python changes (unlike torch's deterministic fill mode, which a
-    candidate could query to tell verification from timing)."""
+    The block is sized once and then refilled from the allocator's cache (no new device memory
+    per call). Nothing observable from Python changes, unlike torch's deterministic fill mode,
+    which a candidate could query to tell verification from timing."""
     if device.type != "cuda":
         return
-    torch.cuda.empty_cache()
-    free, _ = torch.cuda.mem_get_info(device)
-    big = torch.full((min(free // 2, 8 << 30) // 4,), float("nan"), device=device)
-    small = [torch.full((1 << 17,), float("nan"), device=device) for _ in range(32)]  # small-block pool
+    index = device.index or 0
+    if index not in _POISON_FLOATS:
+        free, _ = torch.cuda.mem_get_info(device)
+        _POISON_FLOATS[index] = min(free // 4, 2 << 30) // 4
+    big = torch.empty(_POISON_FLOATS[index], device=device).fill_(float("nan"))
+    small = [torch.empty(1 << 17, device=device).fill_(float("nan")) for _ in range(32)]  # small-block pool
     del big, small
 
 

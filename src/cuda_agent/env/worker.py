@@ -161,7 +161,7 @@ def _time_baselines(model, input_sets, device, cfg, with_compile: bool) -> dict:
 def load_candidate(solution_dir: Path, backend: str, cache_dir: Path, max_jobs: int | None,
                    fast_build: bool = True):
     """Build the solution's kernels and import `model_new.py`; returns (ModelNew class, builder)."""
-    from cuda_agent.env.compiler import build_extension, load_module
+    from cuda_agent.env.compiler import BuildError, build_extension, load_module
     from cuda_agent.env.guard import ExtensionProxy
     from cuda_agent.env.inline import InlineBuilder
     from cuda_agent.tasks.solution import KERNEL_SUFFIXES
@@ -185,7 +185,13 @@ def load_candidate(solution_dir: Path, backend: str, cache_dir: Path, max_jobs: 
             builder.built.append("cuda_extension")
     sys.path.insert(0, str(solution_dir))
     entry = solution_dir / "model_new.py"
-    module = load_task_module(entry.read_text(), "model_new", filename=str(entry))
+    try:
+        module = load_task_module(entry.read_text(), "model_new", filename=str(entry))
+    except ModuleNotFoundError as exc:
+        if exc.name == "cuda_extension":  # the workspace form without any kernels yet
+            raise BuildError("model_new.py imports cuda_extension, but kernels/ holds no .cu or .cpp files "
+                             "to build it from: write your kernels and binding there first") from None
+        raise
     if not hasattr(module, "ModelNew"):
         raise AttributeError("model_new.py defines no `ModelNew` class")
     return module.ModelNew, builder

@@ -324,9 +324,10 @@ def test_one_hundred_failures_in_a_row_then_an_honest_kernel(cache_dir):
     or corruption as anything but a timeout) within its time limits, and the GPU must be fit for an
     honest evaluation right after. Target: under ~4 minutes on an H100.
 
-    Seen on an H100 (2026-11-22): with timeout_verify = 3 s every crash and corruption timed out too,
-    because a candidate's first guarded call spends ~6.4 s in torch.use_deterministic_algorithms /
-    the first NaN-filled allocation; this test fails until that start-up cost leaves the verify phase.
+    Seen on an H100 (2026-11-22, before the guard's NaN fill moved from torch's deterministic mode to
+    the allocator): with timeout_verify = 3 s every crash and corruption timed out as well, because a
+    candidate's first guarded call spent ~6.4 s in torch.use_deterministic_algorithms(True). Whatever
+    the guard does before the first call must stay well under timeout_verify.
     """
     from cuda_agent.env.compiler import build_extension
 
