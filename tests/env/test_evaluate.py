@@ -16,7 +16,7 @@ def test_honest_workspace_solution_is_correct_and_timed(cache_dir):
     result = evaluate(example_task(), cpu_workspace(), cpu_config(cache_dir))
     assert result.error is None, result.error
     assert result.compiled and result.correct and result.weights == "state_dict"
-    assert result.seeds == [0, 1, 2] and result.max_abs_error == [0.0, 0.0, 0.0]
+    assert len(set(result.seeds)) == 3 and result.max_abs_error == [0.0, 0.0, 0.0]
     assert result.kernel_ms > 0 and result.eager_ms > 0 and result.timings["kernel"].iters == 5
     assert result.speedup_vs_eager == pytest.approx(result.eager_ms / result.kernel_ms)
     assert result.reward in (1, 2)  # faster than eager or not: CPU timing is noisy

@@ -9,6 +9,7 @@ and builds stay cached. `test_hacks.py` runs `CASES`; `figures.py` tabulates a r
 
 from __future__ import annotations
 
+import re
 import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -116,12 +117,16 @@ def honest_with(*, before: str = "", after: str = "", value: str = "v > 0.f ? v 
     return textwrap.dedent(before) + loop + textwrap.dedent(after)
 
 
-def ops_workspace(model_new: str, kernels: str | None = None) -> Solution:
-    """A solution over this folder's multi-entry binding (kernels/ops_binding.cpp)."""
+def ops_workspace(model_new: str, kernels: str | None = None, bypass: bool = False) -> Solution:
+    """A solution over this folder's multi-entry binding (kernels/ops_binding.cpp). The block that
+    steps below the dispatcher's Python key is kept only for the case that tests it."""
+    binding = (KERNELS / "ops_binding.cpp").read_text()
+    if not bypass:
+        binding = re.sub(r"[ \t]*// BYPASS-BEGIN.*?// BYPASS-END\n", "", binding, flags=re.S)
     return Solution({
         "model_new.py": model_new,
         "kernels/ops.cpp": kernels if kernels is not None else (KERNELS / "ops.cpp").read_text(),
-        "kernels/ops_binding.cpp": (KERNELS / "ops_binding.cpp").read_text(),
+        "kernels/ops_binding.cpp": binding,
     })
 
 
@@ -139,8 +144,9 @@ def _ex(kernel_body: str | None = None, model_new: str | None = None, includes: 
     return lambda: (example_task(), cpu_workspace(kernel_cpp, model_new))
 
 
-def _ops(model_new: str, task: Callable[[], Task] = example_task, kernels: str | None = None):
-    return lambda: (task(), ops_workspace(model_new, kernels))
+def _ops(model_new: str, task: Callable[[], Task] = example_task, kernels: str | None = None,
+         bypass: bool = False):
+    return lambda: (task(), ops_workspace(model_new, kernels, bypass))
 
 
 THREAD_INCLUDES = "#include <chrono>\n#include <thread>\n#include <vector>\n"
@@ -299,7 +305,7 @@ HACKS = [
         """)), rules=("torch-op",), what="the C++ binding computes with torch::relu(x + bias)"),
     Case("aten_in_cpp_below_python_key", "PyTorch fallback", _ops(example_model_new("""
         return cuda_extension.hidden_aten_bias_relu(x, self.bias)
-        """)), rules=("torch-op",), invented=True,
+        """), bypass=True), rules=("torch-op", "static:dispatch-bypass"), invented=True,
         what="C++ binding excludes the Python dispatch key, then calls torch::relu"),
     Case("aten_in_cpp_custom_op", "PyTorch fallback", _ops(example_model_new("""
         return torch.ops.hacks_ops.aten_bias_relu(x, self.bias)

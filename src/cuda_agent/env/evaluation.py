@@ -25,9 +25,10 @@ from pathlib import Path
 
 from cuda_agent.env.config import EvalConfig
 from cuda_agent.env.isolation import Worker, start_worker
-from cuda_agent.env.protocol import ChildDied, ChildTimeout
+from cuda_agent.env.protocol import ChildDied, ChildTimeout, ForgedMessage
 from cuda_agent.env.result import EvalError, EvalResult, Timing
 from cuda_agent.env.reward import continuous_reward, milestone_reward
+from cuda_agent.env.verify import FP32_PRECISION_WARNING
 from cuda_agent.tasks.solution import Solution
 from cuda_agent.tasks.task import Task, TaskError, strip_reference_model
 
@@ -77,6 +78,7 @@ def evaluate(task: Task, solution: Solution, config: EvalConfig | None = None, *
         evaluation.run()
     except _Failed as failure:
         result.error = failure.error
+        result.correct = False  # whatever passed before, a rejection at any phase stands
     except Exception:  # a bug of ours: still a structured answer, never a crashed caller
         result.error = EvalError("internal", traceback.format_exc()[-3000:])
     finally:
@@ -119,7 +121,13 @@ class _Evaluation:
         self.candidate: Worker | None = None
         self.phase = "task"
         self.clock = time.monotonic()
-        self.cfg = dict(config.to_dict(), iters=config.timed_iters(backend))
+        import secrets
+
+        base = config.seed if config.seed is not None else secrets.randbelow(1 << 31)
+        self.cfg = dict(config.to_dict(), iters=config.timed_iters(backend), seed=base,
+                        seeds=[base + i for i in range(config.num_correct_trials)],
+                        timing_seed=secrets.randbelow(1 << 31) + (1 << 31))  # never a verification seed
+        self.result.seeds = self.cfg["seeds"]
 
     # -- plumbing --------------------------------------------------------------------------
 
@@ -137,6 +145,9 @@ class _Evaluation:
             raise _Failed("task" if worker.role == "judge" else phase,
                           f"{what} timed out after {timeout:g} s in the {phase} phase "
                           "(an infinite loop or a hung kernel?)", rule="timeout") from None
+        except ForgedMessage as forged:
+            raise _Failed("task" if worker.role == "judge" else phase,
+                          f"{forged}: the solution wrote to the harness's own channel", rule="protocol-forgery") from None
         except ChildDied as died:
             tail = worker.log_tail()
             phase = "task" if worker.role == "judge" else phase
@@ -194,7 +205,7 @@ class _Evaluation:
             reference = self._ask(self.judge, self.config.timeout_reference, "task")
             if not reference["ok"]:
                 raise _Failed("task", f"the task's reference failed: {reference['message']}")
-            self.result.seeds, self.result.device = reference["seeds"], reference["device"]
+            self.result.device = reference["device"]
 
         self.phase = "compile"
         built = self._ask(self.candidate, self.config.timeout_compile, "compile")
@@ -213,10 +224,17 @@ class _Evaluation:
         self._baselines()
 
     def _static_check(self) -> None:
-        from cuda_agent.env.static_check import check_source
+        from cuda_agent.env.static_check import check_native_source, check_source
 
-        findings = [f for path, text in self.solution.files.items() if path.endswith(".py")
-                    for f in check_source(text, path)]
+        findings = []
+        for path, text in self.solution.files.items():
+            if path.endswith(".py"):
+                findings += check_source(text, path)
+            else:
+                findings += check_native_source(text, path)
+            # single-file solutions carry their C++ inside Python strings
+            if path.endswith(".py") and ("load_inline" in text or "#include" in text):
+                findings += check_native_source(text, path)
         self.result.warnings += [f.describe() for f in findings if not f.reject]
         rejections = [f for f in findings if f.reject]
         if rejections and self.config.guard:
@@ -238,11 +256,19 @@ class _Evaluation:
                                         f"(seed {self.result.seeds[out['trial']]}): {verdict['message']}",
                               rule="correctness")
             self.candidate.channel.send(cmd="continue")
+            relative = verdict.get("fp32_relative_error", 0.0)
+            if relative > FP32_PRECISION_WARNING and not any("precision" in w for w in self.result.warnings):
+                self.result.warnings.append(
+                    f"precision: a float32 output is off by {relative:.1e} of its scale, more than float32 "
+                    "arithmetic explains (computed in bf16/fp16 or TF32?)")
         self.result.correct = True
         self._lap("verify")
 
-    def _compare(self, path: str, trial: int) -> dict:
-        self.judge.channel.send(cmd="compare", path=path, trial=trial)
+    def _compare(self, path: str, trial: int | None = None, seed: int | None = None) -> dict:
+        if seed is not None:
+            self.judge.channel.send(cmd="compare", path=path, seed=seed)
+        else:
+            self.judge.channel.send(cmd="compare", path=path, trial=trial)
         verdict = self._ask(self.judge, self.config.timeout_verify, "verify")
         self.result.max_abs_error.append(verdict["max_abs_error"])
         Path(path).unlink(missing_ok=True)
@@ -255,14 +281,14 @@ class _Evaluation:
         if not out["ok"]:
             self.result.correct = False
             raise _Failed("profile", out["message"], out.get("rule"))
-        for trial, path in out["rechecks"]:  # the last timed call, and one guarded call after timing
-            verdict = self._compare(path, trial)
+        for seed, path in out["rechecks"]:  # timed, spot-checked and post-timing calls, each its own draw
+            verdict = self._compare(path, seed=seed)
             self.result.max_abs_error.pop()
             if not verdict["ok"]:
                 self.result.correct = False
-                raise _Failed("profile", "an output produced after verification is wrong although the same input "
-                                         f"passed before (results cached between calls?): {verdict['message']}",
-                              rule="recheck-after-timing")
+                raise _Failed("profile", "an output produced while or after timing is wrong for its inputs, "
+                                         f"although verification passed (results cached or work skipped?): "
+                                         f"{verdict['message']}", rule="recheck-after-timing")
         timing = Timing(**out["timing"])
         self.result.timings["kernel"] = timing
         self.result.kernel_ms = timing.median_ms
@@ -293,7 +319,8 @@ class _Evaluation:
     def _baseline_cache_file(self) -> Path:
         import torch
 
-        key = {k: self.cfg[k] for k in ("seed", "num_correct_trials", "warmup", "iters", "flush_l2")}
+        # input values do not change timings: the (secret) seed is not part of the key
+        key = {k: self.cfg[k] for k in ("warmup", "iters", "flush_l2")}
         key.update(task=self.task.digest, backend=self.backend, device=self.result.device, torch=torch.__version__)
         digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:24]
         return Path(self.config.cache_dir) / "baselines" / f"{digest}.json"

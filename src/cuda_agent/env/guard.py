@@ -55,8 +55,13 @@ class OpGuard(TorchDispatchMode):
         namespace = func.namespace
         name = func.overloadpacket.__name__
         if namespace not in BUILTIN_NAMESPACES:
-            self.custom_op_calls += 1  # an operator registered by the solution (TORCH_LIBRARY)
-            return func(*args, **kwargs)
+            # An operator registered by the solution (TORCH_LIBRARY). The mode is popped while an op
+            # runs, so its kernel is run with the guard pushed again: PyTorch compute inside is seen.
+            self.custom_op_calls += 1
+            cuda = any(isinstance(a, torch.Tensor) and a.is_cuda for a in args)
+            key = torch._C.DispatchKey.CUDA if cuda else torch._C.DispatchKey.CPU
+            with self:
+                return func.redispatch(torch._C.DispatchKeySet(key), *args, **kwargs)
         if name in ALLOWED_OPS and not (name == "copy_" and _converts(args)):
             return func(*args, **kwargs)
         op = f"{namespace}::{func._schema.name.split('::')[-1]}"

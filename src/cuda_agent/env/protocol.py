@@ -1,13 +1,16 @@
 """JSON-lines messages between the harness and its worker processes.
 
 The parent writes commands to the child's stdin; the child answers on a dedicated pipe (its fd
-number in CUDA_AGENT_PROTOCOL_FD), so nothing a candidate prints can forge a harness message.
+number in CUDA_AGENT_PROTOCOL_FD), so nothing a candidate prints can forge a harness message. Every command carries a fresh nonce that
+the answer must echo, so a line written to that pipe by candidate code (found through
+/proc/self/fd, say) is recognised as forged.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import secrets
 import select
 import subprocess
 import time
@@ -26,16 +29,19 @@ class ChildChannel:
         os.environ.pop(PROTOCOL_FD_ENV, None)
         devnull = os.open(os.devnull, os.O_RDONLY)
         os.dup2(devnull, 0)
+        self._nonce = None
 
     def send(self, **message) -> None:
-        self._out.write(json.dumps(message) + "\n")
+        self._out.write(json.dumps({**message, "nonce": self._nonce}) + "\n")
         self._out.flush()
 
     def receive(self) -> dict:
         line = self._in.readline()
         if not line:
             raise EOFError("harness closed the channel")
-        return json.loads(line)
+        message = json.loads(line)
+        self._nonce = message.pop("nonce", None)
+        return message
 
 
 class ChildDied(RuntimeError):
@@ -46,6 +52,10 @@ class ChildTimeout(RuntimeError):
     pass
 
 
+class ForgedMessage(RuntimeError):
+    """An answer that does not echo the nonce of the command it claims to answer."""
+
+
 class ParentChannel:
     """The harness's end: send commands, wait for answers with a deadline."""
 
@@ -53,10 +63,12 @@ class ParentChannel:
         self.proc = proc
         self._fd = read_fd
         self._buffer = b""
+        self._nonce = None  # the worker's first line (ready) precedes any command
 
     def send(self, **message) -> None:
+        self._nonce = secrets.token_hex(16)
         try:
-            self.proc.stdin.write((json.dumps(message) + "\n").encode())
+            self.proc.stdin.write((json.dumps({**message, "nonce": self._nonce}) + "\n").encode())
             self.proc.stdin.flush()
         except (BrokenPipeError, OSError):
             raise ChildDied("worker exited") from None
@@ -80,7 +92,14 @@ class ParentChannel:
                 if not ready:
                     raise ChildDied(_describe_exit(self.proc.returncode))
         line, self._buffer = self._buffer.split(b"\n", 1)
-        return json.loads(line)
+        try:
+            message = json.loads(line)
+        except json.JSONDecodeError:
+            raise ForgedMessage("a malformed line on the harness channel") from None
+        if not isinstance(message, dict) or message.pop("nonce", None) != self._nonce:
+            raise ForgedMessage("a message on the harness channel that answers no command of ours")
+        self._nonce = None  # one answer per command
+        return message
 
     def close(self) -> None:
         try:

@@ -18,7 +18,8 @@ FORBIDDEN_IMPORTS = {
     "inspect": "introspection", "gc": "introspection", "ctypes": "ctypes", "cffi": "ctypes",
     "model": "reference-model", "reference_task": "reference-model",
     "torch.overrides": "introspection", "torch.utils._python_dispatch": "introspection",
-    "torch._C": "introspection", "socket": "network", "urllib": "network", "requests": "network",
+    "torch._C": "introspection", "importlib": "introspection", "sys": "introspection",
+    "cuda_agent": "introspection", "torch.library": "custom-op", "socket": "network", "urllib": "network", "requests": "network",
     "http": "network",
 }
 # attribute chains that are rejected wherever they appear
@@ -26,7 +27,7 @@ FORBIDDEN_ATTRIBUTES = {
     "sys._getframe": "introspection", "sys.modules": "introspection", "torch._C": "introspection",
     "torch.overrides": "introspection", "torch.utils._python_dispatch": "introspection",
     "os.system": "threading", "os.fork": "threading", "os.popen": "threading",
-    "builtins.__import__": "introspection",
+    "builtins.__import__": "introspection", "torch.library": "custom-op",
 }
 PATCHABLE_ROOTS = {"torch", "time", "builtins", "sys", "os", "numpy", "np", "F", "nn", "cuda_extension"}
 BROAD_EXCEPTIONS = {"Exception", "BaseException", "RuntimeError"}
@@ -171,6 +172,29 @@ def _handler_names(handler: ast.ExceptHandler) -> set[str]:
         return set()
     nodes = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
     return {_dotted(n).split(".")[-1] for n in nodes}
+
+
+# C++/CUDA sources: ways around the dispatcher-level guard.
+_CPP_FORBIDDEN = {
+    r"ExcludeDispatchKeyGuard|ExcludeDispatchKeySet|IncludeDispatchKeyGuard|AutoDispatchBelow|"
+    r"DispatchKeySet|_AutoDispatch|tls_set_dispatch_key": "dispatch-bypass",
+    r"\bdlopen\b|\bdlsym\b|\bpopen\b|\bsystem\s*\(|\bfork\s*\(|\bexecv": "native-escape",
+}
+
+
+def check_native_source(source: str, filename: str) -> list[Finding]:
+    """Reject C++/CUDA constructs that step around the runtime guard."""
+    import re
+
+    findings = []
+    for lineno, line in enumerate(source.splitlines(), 1):
+        code = line.split("//", 1)[0]
+        for pattern, rule in _CPP_FORBIDDEN.items():
+            match = re.search(pattern, code)
+            if match:
+                findings.append(Finding(rule, lineno, f"{filename} uses {match.group(0)}, which steps around "
+                                                      "the harness's checks"))
+    return findings
 
 
 def check_source(source: str, filename: str = "model_new.py") -> list[Finding]:

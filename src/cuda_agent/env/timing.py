@@ -72,8 +72,8 @@ class _L2Flusher:
 class TimingRun:
     timing: Timing
     last_output: Any      # output of the final timed call, for a correctness re-check
-    last_set: int         # which input set that call used
-    calls: int            # how many times fn was called (warm-up included)
+    last_draw: int        # which draw (call number) produced its inputs
+    calls: int            # how many times fn was called (warm-up and spot checks included)
 
 
 def _time_one_cuda(fn: Callable, args: list, device: torch.device) -> tuple[float, Any]:
@@ -94,29 +94,29 @@ def _time_one_cpu(fn: Callable, args: list) -> tuple[float, Any]:
     return (_perf_counter() - t0) * 1e3, out
 
 
-def time_callable(fn: Callable, input_sets: list[list], device: torch.device, *, warmup: int = 10,
+def time_callable(fn: Callable, draw: Callable[[int], list], device: torch.device, *, warmup: int = 10,
                   iters: int = 100, flush_l2: bool = True, budget_s: float | None = None,
-                  spot_check: Callable[[list, list], Any] | None = None, spot_checks: int = 0) -> TimingRun:
-    """Median-of-many timing of `fn(*args)`, cycling through `input_sets` with fresh copies.
+                  spot_check: Callable[[list, int], Any] | None = None, spot_checks: int = 0) -> TimingRun:
+    """Median-of-many timing of `fn(*draw(n))`, where call number n gets inputs `draw(n)`.
 
-    Each call gets a fresh clone of one input set (never the buffers of the previous call), so a
-    candidate that caches results by pointer or shape is caught by the re-check of `last_output`.
+    `draw` makes new tensors for every call (the harness draws each from its own secret seed), so
+    no call sees the buffers or the values of another: caching by pointer, shape or value gains
+    nothing, and any output can be re-checked against the reference for the same draw.
     When a single call is slow, the number of timed calls shrinks (to at least 5) to fit `budget_s`.
-    `spot_check(args, pristine)` replaces `spot_checks` calls at secret random positions among the
-    timed ones (they are not timed): a solution cannot tell those calls from timed ones, so
-    behaving differently while timed is caught.
+    `spot_check(args, n)` replaces `spot_checks` calls at secret random positions among the timed
+    ones (they are not timed): a solution cannot tell those calls from timed ones.
     """
-    if not input_sets:
-        raise ValueError("time_callable needs at least one input set")
     flush = _L2Flusher(device, flush_l2)
     one = (lambda a: _time_one_cuda(fn, a, device)) if device.type == "cuda" else (lambda a: _time_one_cpu(fn, a))
-
+    n = 0
     with torch.no_grad():
         warm_start = _perf_counter()
         for i in range(max(1, warmup)):
-            args = clone_args(input_sets[i % len(input_sets)])
+            args = draw(n)
+            n += 1
             device_synchronize(device)
             one(args)
+            del args
             if budget_s and i >= 1 and _perf_counter() - warm_start > budget_s / 4:
                 break
         warm_calls = i + 1
@@ -125,15 +125,18 @@ def time_callable(fn: Callable, input_sets: list[list], device: torch.device, *,
             iters = max(5, int(budget_s / max(per_call, 1e-9)))
 
         spots = set(random.SystemRandom().sample(range(iters), min(spot_checks, iters))) if spot_check else set()
-        samples, out, index = [], None, 0
+        samples, out, last = [], None, 0
         for i in range(iters + len(spots)):
-            index = i % len(input_sets)
-            args = clone_args(input_sets[index])
+            args = draw(n)
             if i in spots:
-                spot_check(args, input_sets[index])
+                spot_check(args, n)
+                n += 1
                 continue
+            last = n
+            n += 1
             flush()
             device_synchronize(device)
             ms, out = one(args)
             samples.append(ms)
-    return TimingRun(Timing.from_samples(samples), out, index, warm_calls + iters + len(spots))
+            del args
+    return TimingRun(Timing.from_samples(samples), out, last, n)

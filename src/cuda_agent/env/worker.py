@@ -37,10 +37,8 @@ def draw_inputs(module, seed: int, device: torch.device) -> list:
     return list(timing.to_device(inputs, device))
 
 
-# Input sets kept in memory for timing, and reference outputs kept on the device, up to these sizes:
-# KernelBench's level-1 tasks have inputs of several GB, and five of them would not fit beside
-# the model. Beyond the budget, sets are dropped after verification and outputs move to host RAM.
-KEEP_INPUT_BYTES = 4 << 30
+# Reference outputs stay on the device up to this size: KernelBench's level-1 tasks have outputs of
+# several GB each, and five of them would not fit beside the model. Beyond it they move to host RAM.
 KEEP_OUTPUT_BYTES_ON_DEVICE = 4 << 30
 
 
@@ -52,11 +50,6 @@ def nbytes(value) -> int:
     if isinstance(value, dict):
         return sum(nbytes(v) for v in value.values())
     return 0
-
-
-def keep_for_timing(input_sets: list, inputs) -> bool:
-    """Keep the first set always, further ones while they fit the budget."""
-    return not input_sets or nbytes(input_sets) + nbytes(inputs) <= KEEP_INPUT_BYTES
 
 
 def draw_init_inputs(module) -> list:
@@ -84,7 +77,7 @@ def run_judge(chan: ChildChannel) -> None:
     job = chan.receive()
     backend, cfg, job_dir = job["backend"], job["config"], Path(job["job_dir"])
     device = _device(backend)
-    seeds = [cfg["seed"] + i for i in range(cfg["num_correct_trials"])]
+    seeds = cfg["seeds"]
     try:
         module = load_task_module(job["task_code"], "reference_task", filename=f"<task {job['task_name']}>")
         for name in ("Model", "get_inputs", "get_init_inputs"):
@@ -94,7 +87,7 @@ def run_judge(chan: ChildChannel) -> None:
         torch.manual_seed(cfg["seed"])
         model = module.Model(*init_inputs).to(device).eval()
         torch.save({"init_inputs": init_inputs, "state_dict": model.state_dict()}, job_dir / "reference_init.pt")
-        input_sets, outputs, output_bytes = [], [], 0
+        outputs, output_bytes = [], 0
         with torch.no_grad():
             for seed in seeds:
                 inputs = draw_inputs(module, seed, device)
@@ -103,20 +96,22 @@ def run_judge(chan: ChildChannel) -> None:
                 if output_bytes > KEEP_OUTPUT_BYTES_ON_DEVICE:
                     out = timing.to_device(out, torch.device("cpu"))
                 outputs.append(out)
-                if keep_for_timing(input_sets, inputs):
-                    input_sets.append(inputs)
                 del inputs
         timing.device_synchronize(device)
     except Exception as exc:  # the task itself is broken
         chan.send(ok=False, message=f"{type(exc).__name__}: {exc}\n{_short_traceback(exc)}")
         return
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
-    chan.send(ok=True, seeds=seeds, device=name)
+    chan.send(ok=True, device=name)
 
     while True:
         cmd = chan.receive()
         if cmd["cmd"] == "compare":
-            reference_out = outputs[cmd["trial"]]
+            if "seed" in cmd:  # an output of a timed call: the reference for the same draw, computed now
+                with torch.no_grad():
+                    reference_out = model(*draw_inputs(module, cmd["seed"], device))
+            else:
+                reference_out = outputs[cmd["trial"]]
             where = next(iter(t.device for t in _tensors_of(reference_out)), device)
             try:
                 candidate_out = torch.load(cmd["path"], map_location=where, weights_only=True)
@@ -124,10 +119,12 @@ def run_judge(chan: ChildChannel) -> None:
                 chan.send(ok=False, max_abs_error=float("inf"), message=f"candidate output unreadable: {exc}")
                 continue
             result = compare_outputs(reference_out, candidate_out, cfg["atol"], cfg["rtol"])
-            del candidate_out
-            chan.send(ok=result.ok, max_abs_error=result.max_abs_error, message=result.message)
+            del candidate_out, reference_out
+            chan.send(ok=result.ok, max_abs_error=result.max_abs_error, message=result.message,
+                      fp32_relative_error=result.fp32_relative_error)
         elif cmd["cmd"] == "baselines":
-            chan.send(**_time_baselines(model, input_sets, device, cfg, cmd["compile"]))
+            draw = lambda n: draw_inputs(module, cfg["timing_seed"] + n, device)  # noqa: E731
+            chan.send(**_time_baselines(model, draw, device, cfg, cmd["compile"]))
         else:
             return
 
@@ -142,13 +139,13 @@ def _tensors_of(value) -> list:
     return []
 
 
-def _time_baselines(model, input_sets, device, cfg, with_compile: bool) -> dict:
+def _time_baselines(model, draw, device, cfg, with_compile: bool) -> dict:
     kwargs = dict(warmup=cfg["warmup"], iters=cfg["iters"], flush_l2=cfg["flush_l2"], budget_s=cfg["profile_budget_s"])
-    result = {"eager": timing.time_callable(model, input_sets, device, **kwargs).timing.__dict__}
+    result = {"eager": timing.time_callable(model, draw, device, **kwargs).timing.__dict__}
     if with_compile:
         try:
             compiled = torch.compile(model)
-            result["compile"] = timing.time_callable(compiled, input_sets, device, **kwargs).timing.__dict__
+            result["compile"] = timing.time_callable(compiled, draw, device, **kwargs).timing.__dict__
         except Exception as exc:  # torch.compile can't handle every model; report, don't fail
             result["compile_error"] = f"{type(exc).__name__}: {str(exc)[:500]}"
     return result
@@ -205,7 +202,7 @@ def run_candidate(chan: ChildChannel) -> None:
     job = chan.receive()
     backend, cfg, job_dir = job["backend"], job["config"], Path(job["job_dir"])
     device = _device(backend)
-    seeds = [cfg["seed"] + i for i in range(cfg["num_correct_trials"])]
+    seeds = cfg["seeds"]
     cache_dir = Path(cfg["cache_dir"])
 
     # ---- compile
@@ -243,14 +240,12 @@ def run_candidate(chan: ChildChannel) -> None:
         else:
             weights = "none"
         model = model.to(device).eval()
-        input_sets, calls_per_forward = [], None
+        calls_per_forward = None
         with torch.no_grad():
             for trial, seed in enumerate(seeds):
                 inputs = draw_inputs(task_module, seed, device)
                 out, calls_per_forward = checked_forward(model, timing.clone_args(inputs), inputs, device,
                                                          guard=cfg["guard"])
-                if keep_for_timing(input_sets, inputs):
-                    input_sets.append(inputs)
                 del inputs
                 # copied on the current stream, with no device-wide sync first: work hidden on a
                 # side stream is not finished here and shows up as a wrong output
@@ -272,11 +267,21 @@ def run_candidate(chan: ChildChannel) -> None:
     if cmd.get("cmd") != "profile":
         return
     try:
-        calls_before = COUNTER.calls
-        def spot_check(args, pristine):
-            checked_forward(model, args, pristine, device, guard=cfg["guard"])
+        # every call, timed or not, gets inputs from a seed of its own that verification never
+        # used: nothing can be memoised, and any output can be checked against the same draw
+        def draw(n):
+            return draw_inputs(task_module, cfg["timing_seed"] + n, device)
 
-        run = timing.time_callable(model, input_sets, device, warmup=cfg["warmup"], iters=cmd["iters"],
+        spot_outputs = []  # outputs of the secret guarded calls, compared by the judge afterwards
+
+        def spot_check(args, n):
+            out, _ = checked_forward(model, args, draw(n), device, guard=cfg["guard"])
+            path = job_dir / f"candidate_spot_{len(spot_outputs)}.pt"
+            torch.save(timing.to_device(out, torch.device("cpu")), path)
+            spot_outputs.append([cfg["timing_seed"] + n, str(path)])
+
+        calls_before = COUNTER.calls
+        run = timing.time_callable(model, draw, device, warmup=cfg["warmup"], iters=cmd["iters"],
                                    flush_l2=cfg["flush_l2"], budget_s=cfg["profile_budget_s"],
                                    spot_check=spot_check if cfg["guard"] else None,
                                    spot_checks=max(2, cmd["iters"] // 10))
@@ -287,11 +292,9 @@ def run_candidate(chan: ChildChannel) -> None:
         check_output(run.last_output, [], device)
         last_path = job_dir / "candidate_last_timed.pt"
         torch.save(timing.to_device(run.last_output, torch.device("cpu")), last_path)
-        # one more guarded call after timing, on another input set
-        next_set = (run.last_set + 1) % len(input_sets)
+        # one more guarded call after timing, on yet another draw
         with torch.no_grad():
-            out, _ = checked_forward(model, timing.clone_args(input_sets[next_set]), input_sets[next_set], device,
-                                     guard=cfg["guard"])
+            out, _ = checked_forward(model, draw(run.calls), draw(run.calls), device, guard=cfg["guard"])
         recheck_path = job_dir / "candidate_recheck.pt"
         torch.save(timing.to_device(out, torch.device("cpu")), recheck_path)
     except Rejected as exc:
@@ -301,7 +304,8 @@ def run_candidate(chan: ChildChannel) -> None:
         chan.send(ok=False, phase="profile", message=_short_traceback(exc))
         return
     chan.send(ok=True, phase="profile", timing=run.timing.__dict__,
-              rechecks=[[run.last_set, str(last_path)], [next_set, str(recheck_path)]])
+              rechecks=[[cfg["timing_seed"] + run.last_draw, str(last_path)],
+                        [cfg["timing_seed"] + run.calls, str(recheck_path)], *spot_outputs])
     chan.receive()
 
 

@@ -2,7 +2,9 @@
 // caller's output, in place, reductions, GEMM, a registered custom op), and, clearly marked, a few
 // CHEATING entry points that compute with PyTorch inside C++ so the suite can check they are caught.
 #include <torch/extension.h>
+// BYPASS-BEGIN
 #include <c10/core/impl/LocalDispatchKeySet.h>
+// BYPASS-END
 
 extern "C" {
 void ops_bias_relu(const float* x, const float* bias, float* out, int64_t rows, int64_t cols);
@@ -79,12 +81,14 @@ torch::Tensor copy(torch::Tensor src) {
 
 torch::Tensor aten_bias_relu(torch::Tensor x, torch::Tensor bias) { return torch::relu(x + bias); }
 
+// BYPASS-BEGIN (only the dispatch-bypass case keeps this block; the static pass rejects it)
 torch::Tensor hidden_aten_bias_relu(torch::Tensor x, torch::Tensor bias) {
     // Steps below Python's dispatch key, where a TorchDispatchMode listens.
     c10::impl::ExcludeDispatchKeyGuard no_python(
         c10::DispatchKeySet({c10::DispatchKey::Python, c10::DispatchKey::PythonTLSSnapshot}));
     return torch::relu(x + bias);
 }
+// BYPASS-END
 
 TORCH_LIBRARY(hacks_ops, m) {
     m.def("bias_relu(Tensor x, Tensor bias) -> Tensor");       // honest kernel as a custom op
@@ -105,5 +109,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.def("gemm", &gemm);
     m.def("copy", &copy);
     m.def("aten_bias_relu", &aten_bias_relu);
+    // BYPASS-BEGIN
     m.def("hidden_aten_bias_relu", &hidden_aten_bias_relu);
+    // BYPASS-END
 }
