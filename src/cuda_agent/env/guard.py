@@ -115,13 +115,14 @@ class ExtensionProxy(types.ModuleType):
 # ---------------------------------------------------------------------------------------------
 
 
-def _tensors(value: Any) -> list[torch.Tensor]:
+def tensors_in(value: Any) -> list[torch.Tensor]:
+    """Every tensor inside (nested) lists, tuples and dicts."""
     if isinstance(value, torch.Tensor):
         return [value]
     if isinstance(value, (list, tuple)):
-        return [t for v in value for t in _tensors(v)]
+        return [t for v in value for t in tensors_in(v)]
     if isinstance(value, dict):
-        return [t for v in value.values() for t in _tensors(v)]
+        return [t for v in value.values() for t in tensors_in(v)]
     return []
 
 
@@ -190,17 +191,17 @@ def checked_forward(model, args: list, pristine: list, device: torch.device, gua
     # Outputs are inspected right away, before any synchronisation of our own: work left on a side
     # stream shows up as a wrong output when it is copied on the current stream.
     check_output(out, args, device)
-    for given, original in zip(_tensors(args), _tensors(pristine)):
+    for given, original in zip(tensors_in(args), tensors_in(pristine)):
         if not _same(given, original):
             raise Rejected("input-mutation", "forward modified one of its input tensors; inputs must be left unchanged")
     return out, calls
 
 
 def check_output(out: Any, args: list, device: torch.device) -> None:
-    tensors = _tensors(out)
+    tensors = tensors_in(out)
     if not tensors and not isinstance(out, (int, float, bool)):
         raise Rejected("output-type", f"forward returned {type(out).__name__}, not a tensor")
-    input_storages = {t.untyped_storage().data_ptr() for t in _tensors(args) if t.numel()}
+    input_storages = {t.untyped_storage().data_ptr() for t in tensors_in(args) if t.numel()}
     for t in tensors:
         if type(t) is not torch.Tensor:
             raise Rejected("output-type", f"forward returned a {type(t).__name__}, not a plain torch.Tensor")

@@ -71,6 +71,7 @@ def _short_traceback(exc: BaseException, limit_frames: int = 4) -> str:
 
 
 def run_judge(chan: ChildChannel) -> None:
+    from cuda_agent.env.guard import tensors_in
     from cuda_agent.env.verify import compare_outputs
     from cuda_agent.tasks.task import load_task_module
 
@@ -112,7 +113,7 @@ def run_judge(chan: ChildChannel) -> None:
                     reference_out = model(*draw_inputs(module, cmd["seed"], device))
             else:
                 reference_out = outputs[cmd["trial"]]
-            where = next(iter(t.device for t in _tensors_of(reference_out)), device)
+            where = next(iter(t.device for t in tensors_in(reference_out)), device)
             try:
                 candidate_out = torch.load(cmd["path"], map_location=where, weights_only=True)
             except Exception as exc:
@@ -127,16 +128,6 @@ def run_judge(chan: ChildChannel) -> None:
             chan.send(**_time_baselines(model, draw, device, cfg, cmd["compile"]))
         else:
             return
-
-
-def _tensors_of(value) -> list:
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, (list, tuple)):
-        return [t for v in value for t in _tensors_of(v)]
-    if isinstance(value, dict):
-        return [t for v in value.values() for t in _tensors_of(v)]
-    return []
 
 
 def _time_baselines(model, draw, device, cfg, with_compile: bool) -> dict:
