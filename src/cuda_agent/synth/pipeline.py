@@ -1,6 +1,6 @@
 """The synthesis pipeline: catalog -> compose -> dedupe -> decontaminate -> filters -> write.
 
-Resumable: everything finished is appended (and fsync'd) to JSONL files under `OUT/work/` as it
+Resumable: everything finished is appended (and fsync'd) to JSONL files in the run folder `OUT`, subfolder `work`, as it
 finishes; a rerun with the same settings reads them back and only does what is missing. Killing
 the run (Ctrl-C, crash, lost machine) loses at most the tasks that were in flight.
 
