@@ -130,3 +130,14 @@ def test_cli_json_and_exit_codes(cache_dir, tmp_path):
 
     proc = subprocess.run(cmd[:4] + ["no/such/task.py", str(bad), *env_args], capture_output=True, text=True)
     assert proc.returncode == 2 and "not found" in proc.stderr
+
+
+def test_compile_only_and_verify_only_runs(cache_dir):
+    compiled = evaluate(example_task(), cpu_workspace(), cpu_config(cache_dir), stop_after="compile")
+    assert compiled.compiled and not compiled.correct and compiled.reward is None and compiled.seeds
+    assert set(compiled.phase_seconds) == {"compile"}
+    verified = evaluate(example_task(), cpu_workspace(), cpu_config(cache_dir), stop_after="verify")
+    assert verified.correct and verified.kernel_ms is None and verified.reward is None
+    broken = evaluate(example_task(), cpu_workspace(kernel("int oops = ;\n")), cpu_config(cache_dir),
+                      stop_after="compile")
+    assert broken.error.phase == "compile" and broken.reward == -1

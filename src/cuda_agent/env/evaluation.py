@@ -191,17 +191,20 @@ class _Evaluation:
         solution_dir = self.solution.write(self.job_dir / "solution")
 
         # Both start at once: the judge computes the reference while the candidate compiles.
-        if self.judge is None:  # not handed a pre-started pair
-            self.judge = self._start("judge")
+        # A compile-only run needs no reference.
+        need_judge = self.stop_after != "compile"
+        if self.candidate is None:  # not handed a pre-started pair
+            self.judge = self._start("judge") if need_judge else None
             self.candidate = self._start("candidate")
-        self._wait_ready(self.judge)
-        self.judge.channel.send(task_code=self.task.code, task_name=self.task.name, backend=self.backend,
-                                config=self.cfg, job_dir=str(self.job_dir))
+        if need_judge:
+            self._wait_ready(self.judge)
+            self.judge.channel.send(task_code=self.task.code, task_name=self.task.name, backend=self.backend,
+                                    config=self.cfg, job_dir=str(self.job_dir))
         self._wait_ready(self.candidate)
         self.candidate.channel.send(task_inputs_code=inputs_code, solution_dir=str(solution_dir),
                                     backend=self.backend, config=self.cfg, job_dir=str(self.job_dir))
 
-        if self.stop_after != "compile":
+        if need_judge:
             reference = self._ask(self.judge, self.config.timeout_reference, "task")
             if not reference["ok"]:
                 raise _Failed("task", f"the task's reference failed: {reference['message']}")
