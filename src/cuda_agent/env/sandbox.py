@@ -58,6 +58,20 @@ def sandbox_prefix(config, job_dir: Path) -> list[str] | None:
             "--unshare-net", "--unshare-ipc", "--unshare-uts", "--die-with-parent"]
     for device in sorted(glob.glob("/dev/nvidia*")) + sorted(glob.glob("/dev/dri/*")):
         args += ["--dev-bind", device, device]
+    # The private /tmp hides whatever lived there: bring back (read-only) the interpreter, its
+    # packages and our own source when they are installed under /tmp (CI clones, pytest folders).
+    for path in sorted(_python_paths()):
+        if path == "/tmp" or path.startswith("/tmp/"):
+            args += ["--ro-bind", path, path]
     for writable in (Path(job_dir), build_cache):
         args += ["--bind", str(writable), str(writable)]
     return args
+
+
+def _python_paths() -> set[str]:
+    import os
+    import sys
+
+    source_root = str(Path(__file__).resolve().parents[2])
+    candidates = {sys.prefix, sys.base_prefix, sys.exec_prefix, source_root, *sys.path}
+    return {os.path.realpath(p) for p in candidates if p and os.path.exists(p)}
