@@ -94,7 +94,7 @@ def _time_one_cpu(fn: Callable, args: list) -> tuple[float, Any]:
     return (_perf_counter() - t0) * 1e3, out
 
 
-def time_callable(fn: Callable, draw: Callable[[int], list], device: torch.device, *, warmup: int = 10,
+def time_callable(fn: Callable, draw: Callable[[int], list] | list[list], device: torch.device, *, warmup: int = 10,
                   iters: int = 100, flush_l2: bool = True, budget_s: float | None = None,
                   spot_check: Callable[[list, int], Any] | None = None, spot_checks: int = 0) -> TimingRun:
     """Median-of-many timing of `fn(*draw(n))`, where call number n gets inputs `draw(n)`.
@@ -105,7 +105,13 @@ def time_callable(fn: Callable, draw: Callable[[int], list], device: torch.devic
     When a single call is slow, the number of timed calls shrinks (to at least 5) to fit `budget_s`.
     `spot_check(args, n)` replaces `spot_checks` calls at secret random positions among the timed
     ones (they are not timed): a solution cannot tell those calls from timed ones.
+    A list of input sets instead of `draw` cycles through fresh copies of them.
     """
+    if not callable(draw):  # fixed input sets (trusted code, e.g. synthesis filters): cycle fresh copies
+        if not draw:
+            raise ValueError("time_callable needs at least one input set")
+        input_sets = draw
+        draw = lambda n: clone_args(input_sets[n % len(input_sets)])  # noqa: E731
     flush = _L2Flusher(device, flush_l2)
     one = (lambda a: _time_one_cuda(fn, a, device)) if device.type == "cuda" else (lambda a: _time_one_cpu(fn, a))
     n = 0
