@@ -19,10 +19,15 @@ def cpu_workspace(kernel_cpp: str | None = None, model_new: str | None = None) -
 
     The binding file stays the same, so its (slow) build is shared by every test through the cache.
     """
-    solution = load_solution(EXAMPLES / "solution_cpu")
-    files = dict(solution.files)
-    if kernel_cpp is not None:
-        files["kernels/bias_relu.cpp"] = kernel_cpp
+    return example_solution("cpu", kernel_cpp, model_new)
+
+
+def example_solution(backend: str, kernel_source: str | None = None, model_new: str | None = None) -> Solution:
+    """The example's workspace for `backend` ("cpu" or "cuda") with its kernel file and/or
+    model_new.py replaced; the binding is kept."""
+    files = dict(load_solution(EXAMPLES / f"solution_{backend}").files)
+    if kernel_source is not None:
+        files["kernels/bias_relu.cpp" if backend == "cpu" else "kernels/bias_relu.cu"] = kernel_source
     if model_new is not None:
         files["model_new.py"] = model_new
     return Solution(files)

@@ -19,11 +19,9 @@ def workspace(folder: str, model_new: str = "model_new.py") -> Solution:
 
 def example_with_kernel(cu_file: str) -> Solution:
     """The example's CUDA workspace with its kernel file replaced (binding and model_new.py kept)."""
-    from tests.env.helpers import EXAMPLES
+    from tests.env.helpers import example_solution
 
-    files = dict(load_solution(EXAMPLES / "solution_cuda").files)
-    files["kernels/bias_relu.cu"] = (SOLUTIONS / cu_file).read_text()
-    return Solution(files)
+    return example_solution("cuda", (SOLUTIONS / cu_file).read_text())
 
 
 def gpu_config(cache_dir: Path, **overrides) -> EvalConfig:

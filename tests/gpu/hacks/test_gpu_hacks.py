@@ -14,7 +14,7 @@ import pytest
 
 from cuda_agent.env import evaluate
 from cuda_agent.tasks import Solution, load_solution, load_task
-from tests.env.helpers import EXAMPLES, example_task
+from tests.env.helpers import EXAMPLES, example_solution, example_task
 from tests.gpu.helpers import SOLUTIONS, example_with_kernel, gpu_config, workspace
 from tests.hacks.cases import TASKS, example_model_new, rule_matches
 
@@ -46,12 +46,7 @@ def cu(launcher_body: str, kernels: str = ELEMENTWISE) -> str:
 
 def cuda_workspace(kernel_cu: str | None = None, model_new: str | None = None) -> Solution:
     """The example's CUDA workspace with another kernel file and/or model_new.py."""
-    files = dict(load_solution(EXAMPLES / "solution_cuda").files)
-    if kernel_cu is not None:
-        files["kernels/bias_relu.cu"] = kernel_cu
-    if model_new is not None:
-        files["model_new.py"] = model_new
-    return Solution(files)
+    return example_solution("cuda", kernel_cu, model_new)
 
 
 def gemm_workspace(model_new: str) -> Solution:
