@@ -24,7 +24,7 @@ for step in $STEPS; do
   case $step in
     tests)
       CUDA_AGENT_GPU_REPORT="$OUT/gpu_results.jsonl" timeout "${PYTEST_TIMEOUT:-420}" \
-        python3 -m pytest -m gpu -p no:cacheprovider -q -rA "${@:-tests/gpu}" > "$OUT/pytest_gpu.txt" 2>&1
+        python3 -m pytest -m gpu -p no:cacheprovider -q -rA "${@:-tests/gpu/test_gpu_env.py}" > "$OUT/pytest_gpu.txt" 2>&1
       tail -25 "$OUT/pytest_gpu.txt" ;;
     hacks)
       CUDA_AGENT_GPU_REPORT="$OUT/gpu_results.jsonl" timeout "${HACKS_TIMEOUT:-300}" \

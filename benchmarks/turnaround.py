@@ -2,7 +2,9 @@
 
 Measured in one run, on the embedded bias+ReLU task, each line printed as soon as it is known:
   toolchain    precompiling torch/extension.h, once per machine and toolchain
-  cold         first evaluation of a workspace solution (binding and kernel built)
+  cold         first evaluation of a workspace solution (binding and kernel built); the task's
+               eager and torch.compile baselines, timed once per task and then cached, are
+               shown but not counted
   ours         kernel-only edits of the workspace form (only the .cu recompiles), prewarmed workers
   plain        a kernel-only edit of the single-file form through torch's own load_inline in a
                fresh build folder, as KernelBench-style harnesses and the published workspace do
@@ -95,14 +97,15 @@ def main() -> None:
     prepare_toolchain(backend, cache / "build")
     rec.add("toolchain: precompiled header", time.perf_counter() - start, "(once per machine)")
     wall, phases = timed(task, workspace_edit(backend, 0), EvalConfig(**base))
-    rec.add("cold: first workspace build", wall, f"(compile phase {phases['compile']:.1f} s, "
-                                                 f"baselines {phases.get('baselines', 0):.1f} s)")
+    baselines = phases.get("baselines", 0.0)  # eager and torch.compile timings: once per task, then cached
+    rec.add("cold: first workspace build", wall - baselines,
+            "(compile + verify + profile; " + ", ".join(f"{k} {v:.1f} s" for k, v in phases.items()) + ")")
 
     warm = EvalConfig(**base, prewarm=True)
     timed(task, workspace_edit(backend, 0), warm)  # starts the first spare worker pair
     for i in range(1, args.edits + 1):
         wall, phases = timed(task, workspace_edit(backend, i), warm)
-        rec.add("ours: workspace kernel edit", wall, f"(compile {phases['compile']:.2f} s)")
+        rec.add("ours: workspace kernel edit", wall, "(" + ", ".join(f"{k} {v:.2f} s" for k, v in phases.items()) + ")")
     plain = EvalConfig(**base, fast_build=False)
     for i in range(1, args.plain_edits + 1):
         rec.add("plain load_inline rebuild", timed(task, inline_edit(backend, i), plain)[0])
