@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One GPU-machine session: GPU tests, benchmarks and the agent session, results under $OUT.
 # Expects (carried, not committed): .whl/ (pure-Python wheels missing there), .deb/ (bubblewrap),
-# .kb/ (a KernelBench copy: level1..3).
+# .kb/ (a KernelBench copy: level1..3). Step time caps: GPU_TESTS_TIMEOUT, HACKS_TIMEOUT, ...
+# (not PYTEST_TIMEOUT: pytest-timeout, installed there, reads that one as a per-test limit).
 #   STEPS="tests hacks resilience turnaround agent synth" bash benchmarks/gpu_session.sh [pytest paths]
 set -u
 OUT=${OUT:-/tmp/out}
@@ -13,6 +14,7 @@ if ! command -v bwrap >/dev/null; then
   dpkg -x .deb/bubblewrap_*.deb /tmp/bw && export PATH="/tmp/bw/usr/bin:$PATH"
 fi
 export CUDA_AGENT_KERNELBENCH="$PWD/.kb" CUDA_AGENT_CACHE=/tmp/cuda-agent-cache
+export CUDA_AGENT_TEST_CACHE=/tmp/cuda-agent-cache  # one build cache (and torch header) for every step
 {
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
   python3 -c "import torch, sys; print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.version.cuda)"
@@ -23,7 +25,7 @@ for step in $STEPS; do
   start=$(date +%s)
   case $step in
     tests)
-      CUDA_AGENT_GPU_REPORT="$OUT/gpu_results.jsonl" timeout "${PYTEST_TIMEOUT:-420}" \
+      CUDA_AGENT_GPU_REPORT="$OUT/gpu_results.jsonl" timeout "${GPU_TESTS_TIMEOUT:-420}" \
         python3 -m pytest -m gpu -p no:cacheprovider -q -rA "${@:-tests/gpu/test_gpu_env.py}" > "$OUT/pytest_gpu.txt" 2>&1
       tail -25 "$OUT/pytest_gpu.txt" ;;
     hacks)
@@ -36,7 +38,7 @@ for step in $STEPS; do
       tail -8 "$OUT/pytest_resilience.txt" ;;
     turnaround)
       timeout "${TURNAROUND_TIMEOUT:-400}" python3 benchmarks/turnaround.py --backend cuda \
-        --edits "${EDITS:-5}" --plain-edits "${PLAIN_EDITS:-1}" \
+        --edits "${EDITS:-5}" --plain-edits "${PLAIN_EDITS:-1}" ${TURNAROUND_ARGS:-} \
         --json "$OUT/turnaround.json" > "$OUT/turnaround.txt" 2>&1
       tail -12 "$OUT/turnaround.txt" ;;
     agent)

@@ -4,7 +4,9 @@
 # snippet, put in the kernels written for it, then ./compile, ./verify, ./profile.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
+# AGENT_TASKS picks tasks by folder name (default: both)
 for pair in "level1/40 level1_40_layernorm" "level2/12 level2_12_gemm_mul_leaky"; do
+  case " ${AGENT_TASKS:-level1_40_layernorm level2_12_gemm_mul_leaky} " in *" ${pair#* } "*) ;; *) continue ;; esac
   set -- $pair
   ws=/tmp/agent-ws-$2
   rm -rf "$ws"

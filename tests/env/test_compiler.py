@@ -79,3 +79,32 @@ def test_summarize_keeps_first_errors_only():
     summary = summarize_compiler_output(text)
     assert summary.startswith('kernels/a.cu(12): error: identifier "foo"')
     assert "candidate template" not in summary and "fix the first ones first" in summary
+
+
+@pytest.mark.parametrize("flags, kind", [
+    (["-O3", "--use_fast_math", "-Xptxas", "-O3,-v", "-gencode", "arch=compute_90a,code=sm_90a", "-std=c++17",
+      "-DTILE=64", "-lineinfo", "--maxrregcount=64", "-Xcompiler", "-fopenmp", "-march=native", "-Wall"], "cuda_cflags"),
+    (["-Xcompiler=-O3,-fopenmp", "-arch=sm_90a", "--expt-relaxed-constexpr", "-U__CUDA_NO_HALF_OPERATORS__"], "cuda_cflags"),
+    (["-lcublas", "-lcublasLt", "-L/usr/local/cuda/lib64"], "ldflags"),
+])
+def test_usual_kernel_flags_are_allowed(flags, kind):
+    from cuda_agent.env.build_flags import check_flags
+
+    assert check_flags(flags, kind) == flags
+
+
+@pytest.mark.parametrize("flags, kind", [
+    (["-fplugin=/tmp/x.so"], "cflags"), (["-Xcompiler", "-fplugin=/x"], "cuda_cflags"),
+    (["-Xcompiler=-O3,-B/tmp"], "cuda_cflags"), (["-B/tmp/evil"], "cflags"), (["@/tmp/response"], "cflags"),
+    (["--compiler-bindir=/tmp"], "cuda_cflags"), (["-ccbin", "/tmp/x"], "cuda_cflags"),
+    (["-wrapper", "gdb"], "cflags"), (["-specs=/tmp/x"], "cflags"), (["-include", "/etc/passwd"], "cflags"),
+    (["-o", "/tmp/x.o"], "cflags"), (["-Wl,-rpath,/x"], "cflags"), (["-Wl,-rpath,/x"], "ldflags"),
+    (["-Xlinker", "-plugin"], "ldflags"),
+])
+def test_flags_that_could_run_or_redirect_the_compiler_are_refused(flags, kind, cache_dir):
+    from cuda_agent.env.build_flags import UnsafeFlag, check_flags
+
+    with pytest.raises(UnsafeFlag, match="not allowed"):
+        check_flags(flags, kind)
+    with pytest.raises(BuildError, match="not allowed"):  # and build_extension checks them itself
+        build_extension("cuda_extension", _kernel_files(), "cpu", cache_dir / "build", **{f"extra_{kind}": flags})

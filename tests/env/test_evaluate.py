@@ -30,6 +30,20 @@ def test_honest_single_file_load_inline_solution(cache_dir):
     assert result.correct and result.reward == 1 and result.eager_ms is None
 
 
+def test_load_inline_builds_in_the_harness_and_refuses_unsafe_flags(cache_dir):
+    """load_inline in the candidate is served by the harness, which compiles into the shared cache;
+    a flag that could make the compiler run code of the solution's choosing is refused."""
+    code = (EXAMPLES / "solution_cpu_inline.py").read_text()
+    honest = evaluate(example_task(), Solution.from_code(code), cpu_config(cache_dir, baselines=False))
+    assert honest.correct, honest.error
+    built = list((cache_dir / "build" / "lib").glob("*/bias_relu_cpu.so"))
+    assert built, "the harness did not build into the shared cache"
+    evil = code.replace('functions=["bias_relu"])', 'functions=["bias_relu"], extra_cflags=["-O3", "-fplugin=./p.so"])')
+    assert evil != code
+    result = evaluate(example_task(), Solution.from_code(evil), cpu_config(cache_dir, baselines=False))
+    assert result.error.phase == "compile" and "-fplugin=./p.so" in result.error.message and "not allowed" in result.error.message
+
+
 def test_compile_error_names_file_and_line(cache_dir):
     result = evaluate(example_task(), cpu_workspace(kernel("int oops = ;\n" + HONEST_BODY)), cpu_config(cache_dir))
     assert not result.compiled and result.reward == -1

@@ -315,6 +315,15 @@ HACKS = [
         return torch.ops.hacks_py.bias_relu(x, self.bias)
         """, header=PY_CUSTOM_OP)), rules=("torch-op", "static:*"), invented=True,
         what="torch.library.custom_op defined in model_new.py, body in PyTorch"),
+    Case("torch_compile_in_forward", "PyTorch fallback", _ex(model_new=example_model_new("""
+        cuda_extension.bias_relu(x[:1], self.bias)  # decoy call on one row
+        return _fused(x, self.bias)
+        """, header="""
+        import torch
+
+        _fused = torch.compile(lambda x, b: torch.relu(x + b))   # generated kernels, not the solution's
+        """)), rules=("static:torch-compile", "torch-op"), invented=True,
+        what="torch.compile generates the kernels; a decoy call on one row"),
     Case("reduction_torch_sum", "PyTorch fallback", _ops(plain_model_new("x", """
         return x.sum(dim=1)
         """), task=row_sum_task), rules=("torch-op",), what="reduction task done by Tensor.sum"),

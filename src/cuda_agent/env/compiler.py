@@ -189,8 +189,11 @@ def _file_lock(path: Path):
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def _run(cmd: list[str], cwd: Path, what: str) -> None:
-    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
+def _run(cmd: list[str], cwd: Path, what: str, timeout: float | None = None) -> None:
+    try:
+        proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise BuildError(f"{what} took longer than {timeout:g} s and was stopped") from None
     if proc.returncode != 0:
         log = f"$ {' '.join(cmd)}\n{proc.stdout}{proc.stderr}"
         raise BuildError(f"{what} failed:\n" + summarize_compiler_output(proc.stdout + proc.stderr), log)
@@ -234,10 +237,26 @@ class BuildReport:
 def build_extension(name: str, files: dict[str, str], backend: str, cache_dir: Path, *,
                     extra_cflags: list[str] | None = None, extra_cuda_cflags: list[str] | None = None,
                     extra_ldflags: list[str] | None = None, extra_include_paths: list[str] | None = None,
-                    max_jobs: int | None = None) -> BuildReport:
-    """Compile `files` (relative path -> source) into the Python extension module `name`."""
+                    max_jobs: int | None = None, timeout: float | None = None) -> BuildReport:
+    """Compile `files` (relative path -> source) into the Python extension module `name`.
+
+    Extra flags are checked against an allowlist (build_flags.py): builds run in the harness's
+    process, so no flag may make a compiler run or write what the solution chooses. `timeout`
+    bounds each compiler call."""
+    from cuda_agent.env.build_flags import UnsafeFlag, check_flags, check_include_paths
+
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
         raise BuildError(f"extension name {name!r} is not a valid Python identifier")
+    for rel in files:
+        if rel.startswith("/") or ".." in Path(rel).parts:
+            raise BuildError(f"source path {rel!r} must be relative and stay inside the build folder")
+    try:
+        check_flags(extra_cflags, "cflags")
+        check_flags(extra_cuda_cflags, "cuda_cflags")
+        check_flags(extra_ldflags, "ldflags")
+        check_include_paths(extra_include_paths)
+    except UnsafeFlag as exc:
+        raise BuildError(str(exc)) from None
     units = sorted(p for p in files if p.endswith(TRANSLATION_UNITS))
     if not units:
         raise BuildError("nothing to compile: no .cu or .cpp files")
@@ -299,7 +318,7 @@ def build_extension(name: str, files: dict[str, str], backend: str, cache_dir: P
         if obj.exists():
             return
         tmp = obj.with_suffix(f".tmp{os.getpid()}.{abs(hash(unit))}.o")
-        _run([str(tmp) if c == "OUT" else c for c in cmd], src_dir, f"compiling {unit}")
+        _run([str(tmp) if c == "OUT" else c for c in cmd], src_dir, f"compiling {unit}", timeout)
         os.replace(tmp, obj)
 
     workers = max_jobs or min(len(jobs), os.cpu_count() or 1)
@@ -319,7 +338,7 @@ def build_extension(name: str, files: dict[str, str], backend: str, cache_dir: P
     so = lib_dir / f"{name}.so"
     if not so.exists():
         tmp_dir = Path(tempfile.mkdtemp(dir=_mkdir(cache_dir / "lib"), prefix="tmp-"))
-        _run([tc.cxx, "-shared", *objs, "-o", str(tmp_dir / f"{name}.so"), *link_flags], src_dir, "linking")
+        _run([tc.cxx, "-shared", *objs, "-o", str(tmp_dir / f"{name}.so"), *link_flags], src_dir, "linking", timeout)
         try:
             tmp_dir.rename(lib_dir)
         except OSError:

@@ -50,7 +50,7 @@ class EvalConfig:
     cache_dir: Path = field(default_factory=default_cache_dir)
     max_jobs: int | None = None         # parallel compiler processes
     fast_build: bool = True             # our cached builder; False: torch's own load_inline, fresh build dir
-    prewarm: bool = False               # keep the next worker pair started (see spares.py)
+    prewarm: int = 0                    # worker pairs kept started for the next evaluations (True = 1; spares.py)
 
     def resolved_backend(self) -> str:
         return self.backend or detect_backend()

@@ -33,6 +33,9 @@ from cuda_agent.tasks.solution import Solution
 from cuda_agent.tasks.task import Task, TaskError, strip_reference_model
 
 
+MAX_BUILD_REQUESTS = 16  # load_inline/load calls one candidate may ask the harness to build
+
+
 class _Failed(Exception):
     """Ends an evaluation early with a structured error."""
 
@@ -73,7 +76,7 @@ def evaluate(task: Task, solution: Solution, config: EvalConfig | None = None, *
     if pair:
         evaluation.judge, evaluation.candidate = pair.judge, pair.candidate
     if config.prewarm:  # the next evaluation's workers start while this one runs
-        spares.prepare(key, lambda folder: _start_pair(config, backend, folder, gpu), job_root())
+        spares.prepare(key, lambda folder: _start_pair(config, backend, folder, gpu), job_root(), int(config.prewarm))
     try:
         evaluation.run()
     except _Failed as failure:
@@ -119,6 +122,7 @@ class _Evaluation:
         self.backend, self.job_dir, self.gpu, self.result = backend, job_dir, gpu, result
         self.judge: Worker | None = None
         self.candidate: Worker | None = None
+        self.build_requests = 0
         self.phase = "task"
         self.clock = time.monotonic()
         import secrets
@@ -137,9 +141,14 @@ class _Evaluation:
         self.clock = now
 
     def _ask(self, worker: Worker, timeout: float, phase: str) -> dict:
-        """Wait for a worker's answer; a timeout or death becomes a failure of `phase`."""
+        """Wait for a worker's answer; a timeout or death becomes a failure of `phase`. Build
+        requests from the candidate (load_inline) are served on the way, each with a fresh clock."""
         try:
-            return worker.channel.receive(timeout)
+            while True:
+                message = worker.channel.receive(timeout)
+                if worker.role != "candidate" or message.get("request") != "build":
+                    return message
+                worker.channel.send(**self._serve_build(message))
         except ChildTimeout:
             what = "the task's reference" if worker.role == "judge" else "the solution"
             raise _Failed("task" if worker.role == "judge" else phase,
@@ -153,6 +162,31 @@ class _Evaluation:
             phase = "task" if worker.role == "judge" else phase
             raise _Failed(phase, f"{died} during the {phase} phase" + (f"; its last output:\n{tail}" if tail else ""),
                           rule="crash") from None
+
+    def _build(self, name: str, files: dict, **flags):
+        from cuda_agent.env.compiler import build_extension
+
+        return build_extension(name, files, self.backend, Path(self.config.cache_dir) / "build",
+                               max_jobs=self.config.max_jobs, timeout=self.config.timeout_compile, **flags)
+
+    def _serve_build(self, request: dict) -> dict:
+        """Compile for the candidate (its load_inline / load calls): the shared build cache is
+        written by the harness only. Sources and flags are checked like any build input."""
+        from cuda_agent.env.compiler import BuildError
+
+        self.build_requests += 1
+        if self.build_requests > MAX_BUILD_REQUESTS:
+            return {"ok": False, "message": f"more than {MAX_BUILD_REQUESTS} extension builds in one evaluation"}
+        files, name = request.get("files"), request.get("name")
+        flags = {k: request.get(k) for k in ("extra_cflags", "extra_cuda_cflags", "extra_ldflags", "extra_include_paths")}
+        if not (isinstance(name, str) and isinstance(files, dict)
+                and all(isinstance(k, str) and isinstance(v, str) for k, v in files.items())
+                and all(v is None or (isinstance(v, list) and all(isinstance(f, str) for f in v)) for v in flags.values())):
+            return {"ok": False, "message": "malformed build request"}
+        try:
+            return {"ok": True, "path": str(self._build(name, files, **flags).path)}
+        except BuildError as exc:
+            return {"ok": False, "message": exc.summary}
 
     def shutdown(self) -> None:
         for worker in (self.candidate, self.judge):
@@ -190,8 +224,16 @@ class _Evaluation:
         self._static_check()
         solution_dir = self.solution.write(self.job_dir / "solution")
 
-        # Both start at once: the judge computes the reference while the candidate compiles.
+        # All at once: the workspace's kernels build here (never in the candidate, which only reads
+        # the build cache) while the workers start and the judge computes the reference.
         # A compile-only run needs no reference.
+        building = None
+        if self.solution.kernel_files:
+            from concurrent.futures import ThreadPoolExecutor
+
+            pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="build")
+            building = pool.submit(self._build, "cuda_extension", self._kernel_sources())
+            pool.shutdown(wait=False)
         need_judge = self.stop_after != "compile"
         if self.candidate is None:  # not handed a pre-started pair
             self.judge = self._start("judge") if need_judge else None
@@ -200,9 +242,20 @@ class _Evaluation:
             self._wait_ready(self.judge)
             self.judge.channel.send(task_code=self.task.code, task_name=self.task.name, backend=self.backend,
                                     config=self.cfg, job_dir=str(self.job_dir))
+        prebuilt = {}
+        if building is not None:
+            from cuda_agent.env.compiler import BuildError
+
+            try:
+                prebuilt["cuda_extension"] = str(building.result().path)
+            except BuildError as exc:
+                self.phase = "compile"
+                self._lap("compile")
+                raise _Failed("compile", exc.summary) from None
         self._wait_ready(self.candidate)
         self.candidate.channel.send(task_inputs_code=inputs_code, solution_dir=str(solution_dir),
-                                    backend=self.backend, config=self.cfg, job_dir=str(self.job_dir))
+                                    backend=self.backend, config=self.cfg, job_dir=str(self.job_dir),
+                                    prebuilt=prebuilt)
 
         if need_judge:
             reference = self._ask(self.judge, self.config.timeout_reference, "task")
@@ -225,6 +278,12 @@ class _Evaluation:
         self._profile()
         self.candidate.kill()
         self._baselines()
+
+    def _kernel_sources(self) -> dict[str, str]:
+        from cuda_agent.tasks.solution import KERNEL_SUFFIXES
+
+        return {path: text for path, text in sorted(self.solution.kernel_files.items())
+                if path.endswith(KERNEL_SUFFIXES)}
 
     def _static_check(self) -> None:
         from cuda_agent.env.static_check import check_native_source, check_source

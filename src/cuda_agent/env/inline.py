@@ -1,20 +1,32 @@
 """Drop-in replacements for `torch.utils.cpp_extension.load_inline` / `load` that use our cached,
 incremental builder. Installed into the candidate's process before its module is executed, so
-KernelBench-style single-file solutions build fast without any change to their source."""
+KernelBench-style single-file solutions build fast without any change to their source.
+
+The candidate does not compile: `build` hands the sources to the harness (worker.remote_build),
+which builds them into the shared cache that the candidate can only read."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
 
 from cuda_agent.env.compiler import build_extension, load_module
 from cuda_agent.env.guard import ExtensionProxy
 
+# build(name, files, extra_cflags=, extra_cuda_cflags=, extra_ldflags=, extra_include_paths=) -> .so
+BuildFn = Callable[..., Path]
+
+
+def local_build(backend: str, cache_dir: Path, max_jobs: int | None = None) -> BuildFn:
+    """Build in this process (trusted callers, tests)."""
+    def build(name: str, files: dict[str, str], **flags) -> Path:
+        return build_extension(name, files, backend, Path(cache_dir), max_jobs=max_jobs, **flags).path
+    return build
+
 
 class InlineBuilder:
-    def __init__(self, backend: str, cache_dir: Path, max_jobs: int | None = None):
-        self.backend = backend
-        self.cache_dir = Path(cache_dir)
-        self.max_jobs = max_jobs
+    def __init__(self, build: BuildFn):
+        self.build = build
         self.built: list[str] = []        # extension names built in this process
         self.modules: dict[str, object] = {}
 
@@ -62,13 +74,16 @@ class InlineBuilder:
     def _build(self, name, files, extra_cflags, extra_cuda_cflags, extra_ldflags, extra_include_paths):
         if name in self.modules:  # same name built twice in one process: reuse, like torch does
             return self.modules[name]
-        report = build_extension(name, files, self.backend, self.cache_dir, extra_cflags=extra_cflags,
-                                 extra_cuda_cflags=extra_cuda_cflags, extra_ldflags=extra_ldflags,
-                                 extra_include_paths=extra_include_paths, max_jobs=self.max_jobs)
-        module = ExtensionProxy(load_module(name, report.path))  # counts calls into the kernels
+        path = self.build(name, files, extra_cflags=extra_cflags, extra_cuda_cflags=extra_cuda_cflags,
+                          extra_ldflags=extra_ldflags, extra_include_paths=extra_include_paths)
+        return self.add(name, load_module(name, path))
+
+    def add(self, name: str, module) -> ExtensionProxy:
+        """Record a loaded extension; calls into it are counted from now on."""
+        proxy = ExtensionProxy(module)
         self.built.append(name)
-        self.modules[name] = module
-        return module
+        self.modules[name] = proxy
+        return proxy
 
     def install_counting_only(self) -> None:
         """Keep torch's own loaders (fresh build folder, full rebuild) but count extension calls."""

@@ -1,8 +1,8 @@
 """The candidate's sandbox: bubblewrap with no network, a read-only file system and a private /tmp.
 
-Writable inside: the evaluation's own job folder and the build cache (the candidate compiles
-there). Not writable: everything else, including the baseline-timing cache, the harness's code and
-a workspace's protected scripts. GPU device files are bound on CUDA hosts.
+Writable inside: the evaluation's own job folder. Not writable: everything else, including the
+build cache (the harness compiles for the candidate, which only loads), the baseline-timing cache,
+the harness's code and a workspace's protected scripts. GPU device files are bound on CUDA hosts.
 
 `EvalConfig.sandbox`: "auto" (default) and "bwrap" require bubblewrap and fail clearly without it;
 "none" runs unsandboxed, which the user must ask for.
@@ -63,8 +63,9 @@ def sandbox_prefix(config, job_dir: Path) -> list[str] | None:
     for path in sorted(_python_paths()):
         if path == "/tmp" or path.startswith("/tmp/"):
             args += ["--ro-bind", path, path]
-    for writable in (Path(job_dir), build_cache):
-        args += ["--bind", str(writable), str(writable)]
+    # The build cache is shared by every evaluation: the candidate loads from it but never writes
+    # it (the harness builds on its behalf), so it cannot plant a module another evaluation loads.
+    args += ["--ro-bind", str(build_cache), str(build_cache), "--bind", str(job_dir), str(job_dir)]
     return args
 
 

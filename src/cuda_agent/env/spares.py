@@ -1,7 +1,8 @@
 """Pre-started worker pairs, so an evaluation does not wait for Python, torch and CUDA to start.
 
 With `EvalConfig(prewarm=True)` (agent loops, pools, benchmarks), each evaluation takes a ready
-judge/candidate pair and starts the next one in the background; the start-up cost (about a second
+judge/candidate pair and starts the next one in the background (`prewarm=N` keeps N waiting, for
+callers that evaluate back to back faster than a pair starts); the start-up cost (about a second
 or two per process) leaves the critical path of the next evaluation. Workers still serve exactly
 one evaluation each: isolation is unchanged.
 """
@@ -31,41 +32,49 @@ class WorkerPair:
         shutil.rmtree(self.job_dir, ignore_errors=True)
 
 
-_spares: dict[tuple, WorkerPair] = {}
+_spares: dict[tuple, list[WorkerPair]] = {}
 _lock = threading.Lock()
 
 
 def take(key: tuple) -> WorkerPair | None:
-    with _lock:
-        pair = _spares.pop(key, None)
-    if pair and (pair.judge.proc.poll() is not None or pair.candidate.proc.poll() is not None):
-        pair.discard()  # died while waiting (e.g. killed from outside): start fresh instead
-        return None
-    return pair
+    """The oldest waiting pair for `key` (the likeliest to be ready), or None."""
+    while True:
+        with _lock:
+            waiting = _spares.get(key) or []
+            pair = waiting.pop(0) if waiting else None
+        if pair is None:
+            return None
+        if pair.judge.proc.poll() is None and pair.candidate.proc.poll() is None:
+            return pair
+        pair.discard()  # died while waiting (e.g. killed from outside): try the next one
 
 
-def prepare(key: tuple, start: Callable[[Path], WorkerPair], job_root: str | None) -> None:
-    """Start a spare pair for `key` unless one is waiting already."""
-    with _lock:
-        if key in _spares:
+def prepare(key: tuple, start: Callable[[Path], WorkerPair], job_root: str | None, count: int = 1) -> None:
+    """Start spare pairs for `key` until `count` are waiting."""
+    while True:
+        with _lock:
+            if len(_spares.get(key, [])) >= count:
+                return
+        job_dir = Path(tempfile.mkdtemp(prefix="cuda-agent-job-", dir=job_root))
+        try:
+            pair = start(job_dir)
+        except Exception:
+            shutil.rmtree(job_dir, ignore_errors=True)
             return
-    job_dir = Path(tempfile.mkdtemp(prefix="cuda-agent-job-", dir=job_root))
-    try:
-        pair = start(job_dir)
-    except Exception:
-        shutil.rmtree(job_dir, ignore_errors=True)
-        return
-    with _lock:
-        old = _spares.get(key)
-        _spares[key] = pair
-    if old:
-        old.discard()
+        with _lock:
+            waiting = _spares.setdefault(key, [])
+            surplus = len(waiting) >= count
+            if not surplus:
+                waiting.append(pair)
+        if surplus:  # another thread filled the slot meanwhile
+            pair.discard()
+            return
 
 
 @atexit.register
 def discard_all() -> None:
     with _lock:
-        pairs = list(_spares.values())
+        pairs = [pair for waiting in _spares.values() for pair in waiting]
         _spares.clear()
     for pair in pairs:
         pair.discard()

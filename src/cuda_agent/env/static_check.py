@@ -20,7 +20,8 @@ FORBIDDEN_IMPORTS = {
     "torch.overrides": "introspection", "torch.utils._python_dispatch": "introspection",
     "torch._C": "introspection", "importlib": "introspection", "sys": "introspection",
     "cuda_agent": "introspection", "torch.library": "custom-op", "socket": "network", "urllib": "network", "requests": "network",
-    "http": "network",
+    "http": "network", "torch._dynamo": "torch-compile", "torch._inductor": "torch-compile",
+    "torch.compile": "torch-compile",
 }
 # attribute chains that are rejected wherever they appear
 FORBIDDEN_ATTRIBUTES = {
@@ -28,6 +29,7 @@ FORBIDDEN_ATTRIBUTES = {
     "torch.overrides": "introspection", "torch.utils._python_dispatch": "introspection",
     "os.system": "threading", "os.fork": "threading", "os.popen": "threading",
     "builtins.__import__": "introspection", "torch.library": "custom-op",
+    "torch.compile": "torch-compile", "torch._dynamo": "torch-compile", "torch._inductor": "torch-compile",
 }
 PATCHABLE_ROOTS = {"torch", "time", "builtins", "sys", "os", "numpy", "np", "F", "nn", "cuda_extension"}
 BROAD_EXCEPTIONS = {"Exception", "BaseException", "RuntimeError"}
@@ -109,7 +111,8 @@ class _Checker(ast.NodeVisitor):
         dotted = _dotted(node)
         for forbidden, rule in FORBIDDEN_ATTRIBUTES.items():
             if dotted == forbidden or dotted.startswith(forbidden + "."):
-                self.add(rule, node, f"uses {dotted}")
+                why = ": its generated kernels are not your own kernels" if rule == "torch-compile" else ""
+                self.add(rule, node, f"uses {dotted}{why}")
                 break
         if node.attr == "numpy" and self.forward_depth:
             self.add("numpy", node, "converts a tensor to numpy inside forward: only your kernels may compute")

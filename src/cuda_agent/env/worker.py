@@ -146,31 +146,22 @@ def _time_baselines(model, draw, device, cfg, with_compile: bool) -> dict:
 # candidate
 
 
-def load_candidate(solution_dir: Path, backend: str, cache_dir: Path, max_jobs: int | None,
-                   fast_build: bool = True):
-    """Build the solution's kernels and import `model_new.py`; returns (ModelNew class, builder)."""
-    from cuda_agent.env.compiler import BuildError, build_extension, load_module
-    from cuda_agent.env.guard import ExtensionProxy
+def load_candidate(solution_dir: Path, build, prebuilt: dict[str, str] | None = None, fast_build: bool = True):
+    """Load the solution: its prebuilt workspace extension (`prebuilt`: module name -> .so, built by
+    the harness), then `model_new.py`, whose load_inline/load calls go through `build`.
+    Returns (ModelNew class, builder)."""
+    from cuda_agent.env.compiler import BuildError, load_module
     from cuda_agent.env.inline import InlineBuilder
-    from cuda_agent.tasks.solution import KERNEL_SUFFIXES
     from cuda_agent.tasks.task import load_task_module
 
-    builder = InlineBuilder(backend, cache_dir, max_jobs)
+    builder = InlineBuilder(build)
     if fast_build:
         builder.install()
     else:  # torch's own loader in a fresh build folder, as other harnesses do (for comparisons)
         os.environ["TORCH_EXTENSIONS_DIR"] = str(solution_dir.parent / "torch_extensions")
         builder.install_counting_only()
-    kernels = solution_dir / "kernels"
-    if kernels.is_dir():
-        files = {f.relative_to(solution_dir).as_posix(): f.read_text() for f in sorted(kernels.rglob("*"))
-                 if f.is_file() and f.suffix in KERNEL_SUFFIXES}
-        if files:
-            report = build_extension("cuda_extension", files, backend, cache_dir, max_jobs=max_jobs)
-            proxy = ExtensionProxy(load_module("cuda_extension", report.path))
-            sys.modules["cuda_extension"] = proxy  # `import cuda_extension` gets the counting proxy
-            builder.modules["cuda_extension"] = proxy
-            builder.built.append("cuda_extension")
+    for name, so_path in (prebuilt or {}).items():
+        sys.modules[name] = builder.add(name, load_module(name, Path(so_path)))  # `import name`: the counting proxy
     sys.path.insert(0, str(solution_dir))
     entry = solution_dir / "model_new.py"
     try:
@@ -185,6 +176,20 @@ def load_candidate(solution_dir: Path, backend: str, cache_dir: Path, max_jobs: 
     return module.ModelNew, builder
 
 
+def remote_build(chan: ChildChannel):
+    """A `build` for InlineBuilder that asks the harness to compile: the candidate never writes the
+    shared build cache, so it cannot plant a module that another evaluation would load."""
+    from cuda_agent.env.compiler import BuildError
+
+    def build(name: str, files: dict[str, str], **flags) -> Path:
+        chan.send(request="build", name=name, files=files, **flags)
+        reply = chan.receive()
+        if not reply.get("ok"):
+            raise BuildError(reply.get("message", "the build failed"))
+        return Path(reply["path"])
+    return build
+
+
 def run_candidate(chan: ChildChannel) -> None:
     from cuda_agent.env.compiler import BuildError
     from cuda_agent.env.guard import COUNTER, Rejected, check_output, checked_forward
@@ -194,11 +199,10 @@ def run_candidate(chan: ChildChannel) -> None:
     backend, cfg, job_dir = job["backend"], job["config"], Path(job["job_dir"])
     device = _device(backend)
     seeds = cfg["seeds"]
-    cache_dir = Path(cfg["cache_dir"])
 
-    # ---- compile
+    # ---- compile (the harness builds; this process loads)
     try:
-        ModelNew, builder = load_candidate(Path(job["solution_dir"]), backend, cache_dir / "build", cfg["max_jobs"],
+        ModelNew, builder = load_candidate(Path(job["solution_dir"]), remote_build(chan), job.get("prebuilt"),
                                            cfg["fast_build"])
     except BuildError as exc:
         chan.send(ok=False, phase="compile", message=exc.summary)
@@ -318,9 +322,11 @@ def main() -> None:
     faulthandler.enable()  # a crashing kernel leaves the Python stack that called it in the log
     role = sys.argv[1]
     chan = ChildChannel()
-    if role == "candidate":
-        # The guard's first dispatch-mode call imports torch._dynamo (1.5 s on a CPU host, ~5 s on
-        # the GPU hosts): import it in the background, so it overlaps with start-up and the build.
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    if role == "candidate" and not hasattr(TorchDispatchMode, "_should_skip_dynamo"):
+        # On a torch where the guard cannot opt out of it, its first dispatch-mode call imports
+        # torch._dynamo (~5 s on the GPU hosts): import it in the background, off the verify clock.
         global _PREIMPORT
         import threading
 

@@ -328,8 +328,9 @@ def test_one_hundred_failures_in_a_row_then_an_honest_kernel(cache_dir):
     from cuda_agent.env.compiler import build_extension
 
     timeout_verify = 4.0
+    # three spare worker pairs: a crash is answered faster than a pair starts (~4 s on the H100 host)
     cfg = config(cache_dir, num_correct_trials=1, iters=5, warmup=1, timeout_verify=timeout_verify,
-                 timeout_profile=20.0, timeout_compile=300.0)
+                 timeout_profile=20.0, timeout_compile=300.0, prewarm=3)
     kinds = {
         "crash": example_with_kernel("illegal_access.cu"),
         "hang": cuda_workspace(HANG),
@@ -351,6 +352,7 @@ def test_one_hundred_failures_in_a_row_then_an_honest_kernel(cache_dir):
         stats[kind].append(elapsed)
         key = f"{result.error.phase}:{result.error.rule}" if result.error else "accepted"
         outcomes[kind][key] = outcomes[kind].get(key, 0) + 1
+        print(f"#{i} {kind}: {key} in {elapsed:.1f} s", flush=True)  # progress, kept if the run is cut off
         # the harness itself must never break: always a structured failure, in bounded time
         assert not result.correct and result.reward == -1, f"#{i} {kind}: {_describe(result)}"
         assert result.error.phase in ("verify", "profile"), f"#{i} {kind}: {_describe(result)}"

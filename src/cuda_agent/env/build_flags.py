@@ -1,0 +1,73 @@
+"""Which compiler and linker flags a solution may pass to `load_inline` / `load`.
+
+Builds run in the harness's own process (the candidate asks for them), so a flag must never make
+a compiler run code or read and write files of the solution's choosing: `-fplugin=`, `-B`,
+`-wrapper`, `--compiler-bindir`, `@responsefile`, `-Wl,`/`-Xlinker` pass-throughs and the like
+are refused. What kernels legitimately use (optimisation levels, defines, language standards,
+fast math, architecture and register options, warnings, extra include paths, libraries) passes.
+"""
+
+from __future__ import annotations
+
+import re
+
+_SAFE = [
+    r"-O[0-3sfg]?", r"-[DU][A-Za-z_][A-Za-z0-9_]*(=[^\s]*)?", r"-std=[a-z0-9+]+", r"--std=[a-z0-9+]+",
+    r"-g[0-3]?", r"-w", r"-W(?![lap],)[A-Za-z0-9=+-]+", r"-pedantic", r"-fPIC", r"-fopenmp",
+    r"-f(no-)?(fast-math|unroll-loops|strict-aliasing|math-errno|finite-math-only|omit-frame-pointer|"
+    r"tree-vectorize|inline-functions|exceptions|rtti|openmp-simd|visibility-inlines-hidden)",
+    r"-fvisibility=(hidden|default)", r"-ffp-contract=(fast|on|off)",
+    r"-m[a-z0-9][a-z0-9=.-]*",                      # -march=native, -mavx2, -mtune=...
+    r"-pthread", r"-DNDEBUG",
+    # nvcc
+    r"-?-use_fast_math", r"-lineinfo", r"--?expt-relaxed-constexpr", r"--?expt-extended-lambda",
+    r"--?extended-lambda", r"-?-res-usage", r"--resource-usage", r"--?restrict",
+    r"-?-maxrregcount(=\d+)?", r"\d+", r"-?-ftz=(true|false)", r"-?-prec-div=(true|false)",
+    r"-?-prec-sqrt=(true|false)", r"-?-fmad=(true|false)", r"--?extra-device-vectorization",
+    r"-arch=(sm|compute)_\d+[a-z]?", r"--gpu-architecture=(sm|compute)_\d+[a-z]?",
+    r"-gencode=?", r"arch=compute_\d+[a-z]?,code=\[?(sm|compute)_\d+[a-z]?(,(sm|compute)_\d+[a-z]?)*\]?",
+    r"-gencode=arch=compute_\d+[a-z]?,code=\[?(sm|compute)_\d+[a-z]?(,(sm|compute)_\d+[a-z]?)*\]?",
+    r"-Xptxas=?", r"--ptxas-options=?", r"-v", r"-dlcm=c[ag]",
+    r"-t\d*", r"--threads(=\d+)?", r"-Xcompiler=?", r"--compiler-options=?",
+    r"-DTORCH_[A-Z_]+(=[^\s]*)?",
+]
+_SAFE_LINK = [r"-l[A-Za-z0-9_+.:-]+", r"-L[^\s@]+", r"-lcuda", r"-pthread", r"-fopenmp"]
+_SAFE_RE = re.compile("|".join(f"(?:{p})" for p in _SAFE))
+_SAFE_LINK_RE = re.compile("|".join(f"(?:{p})" for p in _SAFE_LINK))
+
+
+_PASS_THROUGH = ("-Xcompiler=", "--compiler-options=", "-Xptxas=", "--ptxas-options=")
+
+
+class UnsafeFlag(ValueError):
+    pass
+
+
+def check_flags(flags: list[str] | None, kind: str) -> list[str]:
+    """Return `flags` unchanged, or raise `UnsafeFlag` naming the first refused one.
+
+    `kind`: "cflags", "cuda_cflags" or "ldflags". Comma-separated values after -Xcompiler/-Xptxas
+    (nvcc's pass-through form) are checked one by one."""
+    pattern = _SAFE_LINK_RE if kind == "ldflags" else _SAFE_RE
+    for flag in flags or []:
+        if not isinstance(flag, str):
+            raise UnsafeFlag(f"compiler flags must be strings, got {type(flag).__name__}")
+        value = flag.strip()
+        for prefix in _PASS_THROUGH:
+            if value.startswith(prefix):
+                value = value[len(prefix):]
+        # nvcc forwards comma-separated lists (-Xcompiler -O3,-fopenmp): each item must pass
+        parts = [value] if kind == "ldflags" or value.startswith("arch=") else value.split(",")
+        for part in parts:
+            if part and not pattern.fullmatch(part):
+                raise UnsafeFlag(f"the build flag {flag!r} is not allowed (flags that could run or "
+                                 "redirect the compiler are refused; optimisation, defines, -std, "
+                                 "fast-math, architecture and include/library flags are fine)")
+    return list(flags or [])
+
+
+def check_include_paths(paths: list[str] | None) -> list[str]:
+    for path in paths or []:
+        if not isinstance(path, str) or path.startswith("-") or "\n" in path:
+            raise UnsafeFlag(f"the include path {path!r} is not allowed")
+    return list(paths or [])
