@@ -46,7 +46,7 @@ for step in $STEPS; do
       grep -E "^(===|---)|reward|correct|ms|error|\(.* s\)" "$OUT/agent_session.txt" | head -60 ;;
     synth)
       timeout "${SYNTH_TIMEOUT:-300}" python3 benchmarks/synth_gpu.py --num "${SYNTH_NUM:-200}" \
-        --budget-seconds "${SYNTH_BUDGET:-240}" --out /tmp/synth-gpu --kernelbench "$CUDA_AGENT_KERNELBENCH" \
+        --budget-seconds "${SYNTH_BUDGET:-240}" ${SYNTH_ARGS:-} --out /tmp/synth-gpu --kernelbench "$CUDA_AGENT_KERNELBENCH" \
         > "$OUT/synth_gpu.txt" 2>&1
       cp /tmp/synth-gpu/datasheet.md "$OUT/synth_datasheet.md" 2>/dev/null
       tail -20 "$OUT/synth_gpu.txt" ;;
