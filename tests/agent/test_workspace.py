@@ -121,6 +121,15 @@ def test_format_result_messages():
                    warnings=["slow path"])
     text = format_result("profile", r)
     assert "2.00x faster" in text and "target not met" in text and "warning: slow path" in text
+    assert "than torch.compile (" in text and "+2.0%" in text  # names the baseline that blocks reward 3
+    # the level2/12 case: 6 % under torch.compile but only 3 % under eager: eager is what blocks
+    mixed = EvalResult(task="t", backend="cuda", compiled=True, correct=True, kernel_ms=2.746, eager_ms=2.837,
+                       compile_ms=2.922, speedup_vs_eager=1.033, speedup_vs_compile=1.064, reward=1)
+    text = format_result("profile", mixed)
+    assert "not >5% faster than eager PyTorch (" in text and "+6.0%" in text
+    done = EvalResult(task="t", backend="cuda", compiled=True, correct=True, kernel_ms=1.0, eager_ms=2.0,
+                      compile_ms=1.5, speedup_vs_eager=2.0, speedup_vs_compile=1.5, reward=3)
+    assert "target not met" not in format_result("profile", done)
     bad = EvalResult(task="t", backend="cpu", compiled=True,
                      error=EvalError("verify", "torch.relu called in forward", rule="torch-op"))
     text = format_result("verify", bad)
