@@ -146,6 +146,16 @@ def test_cli_json_and_exit_codes(cache_dir, tmp_path):
     assert proc.returncode == 2 and "not found" in proc.stderr
 
 
+def test_cache_warm_precompiles_the_torch_header(cache_dir):
+    cmd = [sys.executable, "-m", "cuda_agent.cli", "cache"]
+    proc = subprocess.run([*cmd, "warm", "--backend", "cpu", "--cache-dir", str(cache_dir)],
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0 and "cpu toolchain ready" in proc.stdout, proc.stderr
+    assert list((cache_dir / "build" / "pch").glob("*/torch_extension_pch.h.gch"))
+    proc = subprocess.run([*cmd, "defrost", "--cache-dir", str(cache_dir)], capture_output=True, text=True)
+    assert proc.returncode == 2 and "'info', 'clear' or 'warm'" in proc.stderr
+
+
 def test_compile_only_and_verify_only_runs(cache_dir):
     compiled = evaluate(example_task(), cpu_workspace(), cpu_config(cache_dir), stop_after="compile")
     assert compiled.compiled and not compiled.correct and compiled.reward is None and compiled.seeds

@@ -65,10 +65,12 @@ def register(app: typer.Typer) -> None:
 
     @app.command("cache")
     def cache_command(
-        action: str = typer.Argument(..., help="'info' or 'clear'."),
+        action: str = typer.Argument(..., help="'info', 'clear' or 'warm'."),
         cache_dir: Optional[Path] = typer.Option(None),
+        backend: Optional[str] = typer.Option(None, help="warm: cuda or cpu (default: cuda when a GPU is present)."),
     ):
-        """Show or clear the build and baseline cache."""
+        """Show, clear or warm the build and baseline cache (warm: precompile the torch header once,
+        about 30-60 s, so no evaluation waits for it)."""
         from cuda_agent.env.compiler import clear_cache
         from cuda_agent.env.config import default_cache_dir
 
@@ -82,8 +84,21 @@ def register(app: typer.Typer) -> None:
 
             shutil.rmtree(root / "baselines", ignore_errors=True)
             typer.echo(f"cleared {root} ({freed / 1e6:.1f} MB of builds)")
+        elif action == "warm":
+            import time
+
+            from cuda_agent.env.compiler import BuildError, prepare_toolchain
+            from cuda_agent.env.config import EvalConfig
+
+            chosen = EvalConfig(backend=backend).resolved_backend()
+            start = time.perf_counter()
+            try:
+                header = prepare_toolchain(chosen, root / "build")
+            except BuildError as exc:
+                _fail(f"could not prepare the {chosen} toolchain: {exc.summary}")
+            typer.echo(f"{chosen} toolchain ready in {time.perf_counter() - start:.1f} s ({header.parent})")
         else:
-            _fail("action must be 'info' or 'clear'")
+            _fail("action must be 'info', 'clear' or 'warm'")
 
 
 def _print_result(result) -> None:
