@@ -172,8 +172,16 @@ class TransformersClient:
         self.model = model
         self.max_new_tokens = max_new_tokens
         self.temperature = temperature
+        import importlib.util
+
+        import torch
+
+        if device_map == "auto" and importlib.util.find_spec("accelerate") is None:
+            device_map = None  # "auto" needs accelerate; without it, one device: ours to choose
         self._tokenizer = AutoTokenizer.from_pretrained(model)
-        self._model = AutoModelForCausalLM.from_pretrained(model, device_map=device_map, torch_dtype=torch_dtype)
+        self._model = AutoModelForCausalLM.from_pretrained(model, device_map=device_map, dtype=torch_dtype)
+        if device_map is None and torch.cuda.is_available():
+            self._model.to("cuda")
 
     def complete(self, messages: list[dict], tools: list[dict]) -> Completion:
         import torch
