@@ -106,9 +106,11 @@ def main() -> None:
     args = parser.parse_args()
     import torch
 
+    from cuda_agent.synth.pipeline import SynthConfig
+
     if not torch.cuda.is_available() and not args.report_only:
         sys.exit("no CUDA device: this benchmark runs the pipeline with --backend cuda")
-    workers = args.workers or max(1, torch.cuda.device_count(), (os.cpu_count() or 2) * 3 // 4)
+    workers = SynthConfig(num=args.num, out=str(args.out), backend="cuda", workers=args.workers).resolved().workers
     wall = 0.0 if args.report_only else run_pipeline(args)
     if args.report_only:
         stats = args.out / "work" / "results.jsonl"

@@ -18,7 +18,7 @@ _SAFE = [
     r"tree-vectorize|inline-functions|exceptions|rtti|openmp-simd|visibility-inlines-hidden)",
     r"-fvisibility=(hidden|default)", r"-ffp-contract=(fast|on|off)",
     r"-m[a-z0-9][a-z0-9=.-]*",                      # -march=native, -mavx2, -mtune=...
-    r"-pthread", r"-DNDEBUG",
+    r"-pthread",
     # nvcc
     r"-?-use_fast_math", r"-lineinfo", r"--?expt-relaxed-constexpr", r"--?expt-extended-lambda",
     r"--?extended-lambda", r"-?-res-usage", r"--resource-usage", r"--?restrict",
@@ -29,9 +29,8 @@ _SAFE = [
     r"-gencode=arch=compute_\d+[a-z]?,code=\[?(sm|compute)_\d+[a-z]?(,(sm|compute)_\d+[a-z]?)*\]?",
     r"-Xptxas=?", r"--ptxas-options=?", r"-v", r"-dlcm=c[ag]",
     r"-t\d*", r"--threads(=\d+)?", r"-Xcompiler=?", r"--compiler-options=?",
-    r"-DTORCH_[A-Z_]+(=[^\s]*)?",
 ]
-_SAFE_LINK = [r"-l[A-Za-z0-9_+.:-]+", r"-L[^\s@]+", r"-lcuda", r"-pthread", r"-fopenmp"]
+_SAFE_LINK = [r"-l[A-Za-z0-9_+.:-]+", r"-L[^\s@]+", r"-pthread", r"-fopenmp"]
 _SAFE_RE = re.compile("|".join(f"(?:{p})" for p in _SAFE))
 _SAFE_LINK_RE = re.compile("|".join(f"(?:{p})" for p in _SAFE_LINK))
 

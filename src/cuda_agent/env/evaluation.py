@@ -91,13 +91,19 @@ def evaluate(task: Task, solution: Solution, config: EvalConfig | None = None, *
     return result
 
 
-def _start_pair(config: EvalConfig, backend: str, job_dir: Path, gpu: int | None):
+def _start_worker(role: str, config: EvalConfig, backend: str, job_dir: Path, gpu: int | None) -> Worker:
+    """A judge, or a candidate inside the sandbox (raises SandboxUnavailable when it cannot be)."""
     from cuda_agent.env.sandbox import sandbox_prefix
+
+    wrap = sandbox_prefix(config, job_dir) if role == "candidate" else None
+    return start_worker(role, job_dir, backend, gpu, wrap)
+
+
+def _start_pair(config: EvalConfig, backend: str, job_dir: Path, gpu: int | None):
     from cuda_agent.env.spares import WorkerPair
 
-    judge = start_worker("judge", job_dir, backend, gpu)
-    candidate = start_worker("candidate", job_dir, backend, gpu, sandbox_prefix(config, job_dir))
-    return WorkerPair(job_dir, judge, candidate)
+    return WorkerPair(job_dir, _start_worker("judge", config, backend, job_dir, gpu),
+                      _start_worker("candidate", config, backend, job_dir, gpu))
 
 
 def _score(result: EvalResult, partial: bool = False) -> None:
@@ -196,13 +202,12 @@ class _Evaluation:
                 worker.kill()
 
     def _start(self, role: str) -> Worker:
-        from cuda_agent.env.sandbox import SandboxUnavailable, sandbox_prefix
+        from cuda_agent.env.sandbox import SandboxUnavailable
 
         try:
-            wrap = sandbox_prefix(self.config, self.job_dir) if role == "candidate" else None
+            return _start_worker(role, self.config, self.backend, self.job_dir, self.gpu)
         except SandboxUnavailable as exc:
             raise _Failed("internal", str(exc), rule="sandbox") from None
-        return start_worker(role, self.job_dir, self.backend, self.gpu, wrap)
 
     def _wait_ready(self, worker: Worker) -> None:
         role = worker.role

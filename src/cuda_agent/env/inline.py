@@ -10,18 +10,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
-from cuda_agent.env.compiler import build_extension, load_module
+from cuda_agent.env.compiler import load_module
 from cuda_agent.env.guard import ExtensionProxy
 
 # build(name, files, extra_cflags=, extra_cuda_cflags=, extra_ldflags=, extra_include_paths=) -> .so
 BuildFn = Callable[..., Path]
-
-
-def local_build(backend: str, cache_dir: Path, max_jobs: int | None = None) -> BuildFn:
-    """Build in this process (trusted callers, tests)."""
-    def build(name: str, files: dict[str, str], **flags) -> Path:
-        return build_extension(name, files, backend, Path(cache_dir), max_jobs=max_jobs, **flags).path
-    return build
 
 
 class InlineBuilder:

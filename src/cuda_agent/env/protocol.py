@@ -1,9 +1,9 @@
 """JSON-lines messages between the harness and its worker processes.
 
 The parent writes commands to the child's stdin; the child answers on a dedicated pipe (its fd
-number in CUDA_AGENT_PROTOCOL_FD), so nothing a candidate prints can forge a harness message. Every command carries a fresh nonce that
-the answer must echo, so a line written to that pipe by candidate code (found through
-/proc/self/fd, say) is recognised as forged.
+number in CUDA_AGENT_PROTOCOL_FD), so nothing a candidate prints can forge a harness message.
+Every command carries a fresh nonce that the answer must echo, so a line written to that pipe by
+candidate code (found through /proc/self/fd, say) is recognised as forged.
 """
 
 from __future__ import annotations

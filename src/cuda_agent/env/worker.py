@@ -42,16 +42,6 @@ def draw_inputs(module, seed: int, device: torch.device) -> list:
 KEEP_OUTPUT_BYTES_ON_DEVICE = 4 << 30
 
 
-def nbytes(value) -> int:
-    if isinstance(value, torch.Tensor):
-        return value.numel() * value.element_size()
-    if isinstance(value, (list, tuple)):
-        return sum(nbytes(v) for v in value)
-    if isinstance(value, dict):
-        return sum(nbytes(v) for v in value.values())
-    return 0
-
-
 def draw_init_inputs(module) -> list:
     init = module.get_init_inputs()
     if not isinstance(init, (list, tuple)):
@@ -91,13 +81,11 @@ def run_judge(chan: ChildChannel) -> None:
         outputs, output_bytes = [], 0
         with torch.no_grad():
             for seed in seeds:
-                inputs = draw_inputs(module, seed, device)
-                out = model(*timing.clone_args(inputs))
-                output_bytes += nbytes(out)
+                out = model(*draw_inputs(module, seed, device))
+                output_bytes += sum(t.nbytes for t in tensors_in(out))
                 if output_bytes > KEEP_OUTPUT_BYTES_ON_DEVICE:
                     out = timing.to_device(out, torch.device("cpu"))
                 outputs.append(out)
-                del inputs
         timing.device_synchronize(device)
     except Exception as exc:  # the task itself is broken
         chan.send(ok=False, message=f"{type(exc).__name__}: {exc}\n{_short_traceback(exc)}")
@@ -290,8 +278,9 @@ def run_candidate(chan: ChildChannel) -> None:
         last_path = job_dir / "candidate_last_timed.pt"
         torch.save(timing.to_device(run.last_output, torch.device("cpu")), last_path)
         # one more guarded call after timing, on yet another draw
+        inputs = draw(run.calls)
         with torch.no_grad():
-            out, _ = checked_forward(model, draw(run.calls), draw(run.calls), device, guard=cfg["guard"])
+            out, _ = checked_forward(model, timing.clone_args(inputs), inputs, device, guard=cfg["guard"])
         recheck_path = job_dir / "candidate_recheck.pt"
         torch.save(timing.to_device(out, torch.device("cpu")), recheck_path)
     except Rejected as exc:

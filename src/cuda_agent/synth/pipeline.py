@@ -1,8 +1,9 @@
 """The synthesis pipeline: catalog -> compose -> dedupe -> decontaminate -> filters -> write.
 
-Resumable: everything finished is appended (and fsync'd) to JSONL files in the run folder `OUT`, subfolder `work`, as it
-finishes; a rerun with the same settings reads them back and only does what is missing. Killing
-the run (Ctrl-C, crash, lost machine) loses at most the tasks that were in flight.
+Resumable: everything finished is appended (and fsync'd) to JSONL files in the run folder's
+`work` subfolder as it finishes; a rerun with the same settings reads them back and only does
+what is missing. Killing the run (Ctrl-C, crash, lost machine) loses at most the tasks that were
+in flight.
 
 Deterministic for a given seed: candidate j of class c is drawn from its own RNG seeded with
 (seed, c, j), candidates are submitted in j order, and a class only submits while
@@ -40,7 +41,7 @@ class SynthConfig:
     out: str
     backend: str = "cpu"
     seed: int = 0
-    workers: int | None = None              # default: GPUs on cuda, CPU cores on cpu
+    workers: int | None = None              # default: 3/4 of the cores on cuda (sharing the GPUs), all on cpu
     mix: dict = field(default_factory=lambda: dict(DEFAULT_MIX))
     window_ms: tuple | None = None          # default per backend (DEFAULT_WINDOW)
     profile: str | None = None              # base shapes: "gpu" on cuda, "tiny" on cpu
