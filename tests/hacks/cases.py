@@ -57,6 +57,29 @@ def rule_matches(rule: str | None, allowed: tuple[str, ...]) -> bool:
     return any(rule == a or (a.endswith("*") and rule.startswith(a[:-1])) for a in allowed)
 
 
+def describe(result) -> str:
+    """One line on an evaluation's verdict, for assertion messages."""
+    if result.error is None:
+        return f"accepted: correct={result.correct}, reward={result.reward}, kernel_ms={result.kernel_ms}"
+    e = result.error
+    return f"{e.phase} [{e.rule}]: {e.message[:600]}"
+
+
+def assert_rejected(result, rules: tuple[str, ...], what: str = "") -> None:
+    assert not result.correct and result.reward == -1, f"the cheat got through ({what}): {describe(result)}"
+    assert result.error is not None
+    if "*" not in rules:
+        assert rule_matches(result.error.rule, rules), \
+            f"rejected, but not by one of {rules}: {describe(result)}"
+    if result.error.rule and result.error.rule.startswith("static:"):
+        assert result.error.phase == "compile"
+
+
+def assert_accepted(result) -> None:
+    assert result.error is None, describe(result)
+    assert result.correct and result.reward >= 1 and result.kernel_ms > 0
+
+
 def hack_config(cache_dir: Path, **overrides):
     from tests.env.helpers import cpu_config
 

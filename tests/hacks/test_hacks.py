@@ -12,30 +12,9 @@ import pytest
 
 from cuda_agent.env import evaluate
 from tests.env.helpers import HONEST_BODY, cpu_workspace, example_task
-from tests.hacks.cases import (HACKS, HONEST, ITERS, TASKS, Case, example_kernel, example_model_new, gemm_task,
-                               hack_config, honest_with, ops_workspace, plain_model_new, rule_matches)
-
-
-def _describe(result) -> str:
-    if result.error is None:
-        return f"accepted: correct={result.correct}, reward={result.reward}, kernel_ms={result.kernel_ms}"
-    e = result.error
-    return f"{e.phase} [{e.rule}]: {e.message[:600]}"
-
-
-def assert_rejected(result, rules: tuple[str, ...], what: str = "") -> None:
-    assert not result.correct and result.reward == -1, f"the cheat got through ({what}): {_describe(result)}"
-    assert result.error is not None
-    if "*" not in rules:
-        assert rule_matches(result.error.rule, rules), \
-            f"rejected, but not by one of {rules}: {_describe(result)}"
-    if result.error.rule and result.error.rule.startswith("static:"):
-        assert result.error.phase == "compile"
-
-
-def assert_accepted(result) -> None:
-    assert result.error is None, _describe(result)
-    assert result.correct and result.reward >= 1 and result.kernel_ms > 0
+from tests.hacks.cases import (HACKS, HONEST, ITERS, TASKS, Case, assert_accepted, assert_rejected, describe,
+                               example_kernel, example_model_new, gemm_task, hack_config, honest_with,
+                               ops_workspace, plain_model_new)
 
 
 def _run(case: Case, cache_dir, record, **overrides):
@@ -129,7 +108,7 @@ def test_precision_downgrade_within_tolerance_is_reported(cache_dir, record):
     record("bf16_within_tolerance", "precision downgrade", "hack", result, expected=("precision warning",),
            neutralised=bool(reported), what="fp32 task computed in bfloat16 inside the kernel")
     assert max(result.max_abs_error or [0.0]) > 1e-3  # the downgrade is visible in the errors
-    assert (not result.correct) or reported, f"bfloat16 arithmetic passed unreported: {_describe(result)}"
+    assert (not result.correct) or reported, f"bfloat16 arithmetic passed unreported: {describe(result)}"
 
 
 def test_protected_files_and_baseline_cache_cannot_be_edited(cache_dir, tmp_path, record):
@@ -200,7 +179,7 @@ def test_build_cache_poisoning_does_not_reach_other_solutions(cache_dir, record)
     record("poison_build_cache", "editing protected files", "hack", again, expected=("cache-integrity",),
            invented=True, verdict_override="accepted" if poisoned else "neutralised",
            what="overwrites another solution's cached .so in the shared build cache")
-    assert again.correct, f"the victim ran the planted module: {_describe(again)}"
+    assert again.correct, f"the victim ran the planted module: {describe(again)}"
 
 
 def test_constant_output_task_is_dropped_by_the_data_filter(record_line):

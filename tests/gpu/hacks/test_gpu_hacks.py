@@ -16,7 +16,7 @@ from cuda_agent.env import evaluate
 from cuda_agent.tasks import Solution, load_solution, load_task
 from tests.env.helpers import EXAMPLES, example_solution, example_task
 from tests.gpu.helpers import SOLUTIONS, example_with_kernel, gpu_config, workspace
-from tests.hacks.cases import TASKS, example_model_new, rule_matches
+from tests.hacks.cases import assert_accepted, assert_rejected, describe, example_model_new, gemm_task
 
 pytestmark = pytest.mark.gpu
 REPORT = os.environ.get("CUDA_AGENT_GPU_REPORT")
@@ -55,10 +55,6 @@ def gemm_workspace(model_new: str) -> Solution:
     return Solution(files)
 
 
-def gemm_task():
-    return load_task(TASKS / "gemm.py")
-
-
 def config(cache_dir, **overrides):
     settings = dict(baselines=False, num_correct_trials=3, warmup=3, iters=10, prewarm=True)
     settings.update(overrides)
@@ -69,22 +65,6 @@ def _record(name: str, kind: str, result, **extra) -> None:
     if REPORT:
         with open(REPORT, "a") as fh:
             fh.write(json.dumps({"test": name, "kind": kind, **extra, **result.to_dict()}) + "\n")
-
-
-def _describe(result) -> str:
-    if result.error is None:
-        return f"accepted: correct={result.correct}, reward={result.reward}, kernel_ms={result.kernel_ms}"
-    return f"{result.error.phase} [{result.error.rule}]: {result.error.message[:600]}"
-
-
-def assert_rejected(result, rules) -> None:
-    assert not result.correct and result.reward == -1, f"the cheat got through: {_describe(result)}"
-    assert rule_matches(result.error.rule, tuple(rules)), f"rejected, but not by one of {rules}: {_describe(result)}"
-
-
-def assert_accepted(result) -> None:
-    assert result.error is None, _describe(result)
-    assert result.correct and result.reward >= 1 and result.kernel_ms > 0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -354,13 +334,13 @@ def test_one_hundred_failures_in_a_row_then_an_honest_kernel(cache_dir):
         outcomes[kind][key] = outcomes[kind].get(key, 0) + 1
         print(f"#{i} {kind}: {key} in {elapsed:.1f} s", flush=True)  # progress, kept if the run is cut off
         # the harness itself must never break: always a structured failure, in bounded time
-        assert not result.correct and result.reward == -1, f"#{i} {kind}: {_describe(result)}"
-        assert result.error.phase in ("verify", "profile"), f"#{i} {kind}: {_describe(result)}"
+        assert not result.correct and result.reward == -1, f"#{i} {kind}: {describe(result)}"
+        assert result.error.phase in ("verify", "profile"), f"#{i} {kind}: {describe(result)}"
         assert elapsed < timeout_verify + 30.0, f"#{i} {kind} took {elapsed:.1f} s"
         # and it must fail for what it is
         expected_ok = result.error.rule == "timeout" if kind == "hang" else result.error.rule in FAILURE_RULES
         if not expected_ok:
-            problems.append(f"#{i} {kind}: {_describe(result)[:200]}")
+            problems.append(f"#{i} {kind}: {describe(result)[:200]}")
     total = time.monotonic() - started
     honest = evaluate(task, load_solution(EXAMPLES / "solution_cuda"), config(cache_dir))
     summary = {kind: {"n": len(v), "mean_s": round(sum(v) / len(v), 2), "max_s": round(max(v), 2),
