@@ -113,7 +113,6 @@ def test_torch_compile_baseline_and_baseline_cache(cache_dir):
     assert first.correct and first.compile_ms is not None and first.speedup_vs_compile is not None
     second = evaluate(example_task(), cpu_workspace(), config)
     assert second.eager_ms == first.eager_ms and second.compile_ms == first.compile_ms  # from the cache
-    assert second.phase_seconds["baselines"] < 1.0
 
 
 def test_pool_runs_concurrent_jobs(cache_dir):

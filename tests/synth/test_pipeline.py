@@ -89,7 +89,8 @@ def test_resuming_with_other_settings_is_refused(seeded_out, kernelbench, inline
     assert summary["written"] == 4
 
 
-def test_decontamination_needs_kernelbench(seeded_out):
+def test_decontamination_needs_kernelbench(seeded_out, monkeypatch):
+    monkeypatch.delenv("CUDA_AGENT_KERNELBENCH", raising=False)   # the user's own setting must not matter
     with pytest.raises(ValueError, match="KernelBench"):
         synthesize(SynthConfig(**{**FAST, "num": 1, "out": str(seeded_out), "kernelbench": None}))
 

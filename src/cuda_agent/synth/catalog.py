@@ -35,6 +35,9 @@ CANON = {1: (24,), 2: (4, 24), 3: (4, 8, 20), 4: (2, 8, 12, 12), 5: (2, 4, 6, 8,
 
 _RANDOM_NAME = re.compile(r"dropout|^rand|bernoulli|binomial|multinomial|^normal$|^poisson$|gumbel|rrelu|"
                           r"^exponential|^geometric|^cauchy|^log_normal|^uniform")
+# Ops whose output is uninitialised memory: what they return depends on the heap, so probing them
+# would classify them differently from run to run (the crawl must be deterministic).
+_UNINITIALISED = re.compile(r"^(new_)?empty(_like|_strided|_permuted)?$")
 _SKIP_MODULES = {"Module", "Sequential", "ModuleList", "ModuleDict", "ParameterList", "ParameterDict",
                  "Container", "Identity"}
 # ATen ops that move or copy data without computing anything.
@@ -387,6 +390,8 @@ def _crawl_one(name: str, kind: str, obj: Any, nn_families: dict[str, str]) -> t
     lower = name.split(".", 1)[1].lower()
     if _RANDOM_NAME.search(lower):
         return None, "random: name says it samples"
+    if _UNINITIALISED.match(lower):
+        return None, "uninitialised memory (no values to compute)"
     if kind == "module":
         short = name.split(".", 1)[1]
         if short in _SKIP_MODULES or short.startswith("Lazy") or inspect.isabstract(obj):
