@@ -222,6 +222,11 @@ def _pch(tc: Toolchain, cache_dir: Path) -> Path:
     return header
 
 
+def header_ready(backend: str, cache_dir: Path) -> bool:
+    """Whether the precompiled torch header exists (else the next C++ build precompiles it, ~1 min)."""
+    return (Path(cache_dir) / "pch" / toolchain(backend).key / "torch_extension_pch.h.gch").exists()
+
+
 def prepare_toolchain(backend: str, cache_dir: Path) -> Path:
     """Build the precompiled torch header now (once per toolchain), so no evaluation waits for it."""
     return _pch(toolchain(backend), Path(cache_dir))

@@ -22,6 +22,7 @@ import tempfile
 import time
 import traceback
 from pathlib import Path
+from typing import Callable
 
 from cuda_agent.env.config import EvalConfig
 from cuda_agent.env.isolation import Worker, start_worker
@@ -56,11 +57,13 @@ def job_root() -> str | None:
 
 
 def evaluate(task: Task, solution: Solution, config: EvalConfig | None = None, *,
-             gpu: int | None = None, stop_after: str | None = None) -> EvalResult:
+             gpu: int | None = None, stop_after: str | None = None,
+             progress: Callable[[str], None] | None = None) -> EvalResult:
     """Evaluate `solution` against `task`. Never raises for anything the solution or task does.
 
     `stop_after="compile"` only builds and imports the solution (in the sandboxed candidate process,
     no reference needed); `stop_after="verify"` skips timing. The agent's compile/verify commands.
+    `progress(text)` is told what is happening as it starts (e.g. for a spinner on a terminal).
     """
     if stop_after not in (None, "compile", "verify"):
         raise ValueError("stop_after must be None, 'compile' or 'verify'")
@@ -73,6 +76,7 @@ def evaluate(task: Task, solution: Solution, config: EvalConfig | None = None, *
     pair = spares.take(key) if config.prewarm else None
     job_dir = pair.job_dir if pair else Path(tempfile.mkdtemp(prefix="cuda-agent-job-", dir=job_root()))
     evaluation = _Evaluation(task, solution, config, backend, job_dir, gpu, result, stop_after)
+    evaluation.say = progress or (lambda text: None)
     if pair:
         evaluation.judge, evaluation.candidate = pair.judge, pair.candidate
     if config.prewarm:  # the next evaluation's workers start while this one runs
@@ -236,6 +240,14 @@ class _Evaluation:
         if self.solution.kernel_files:
             from concurrent.futures import ThreadPoolExecutor
 
+            from cuda_agent.env.compiler import BuildError, header_ready
+
+            try:
+                first = not header_ready(self.backend, Path(self.config.cache_dir) / "build")
+            except BuildError:
+                first = False   # the build itself reports the broken toolchain
+            self.say("building kernels" + (" (precompiling torch headers first: once per machine, about a minute)"
+                                           if first else ""))
             pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="build")
             building = pool.submit(self._build, "cuda_extension", self._kernel_sources())
             pool.shutdown(wait=False)
@@ -263,6 +275,7 @@ class _Evaluation:
                                     prebuilt=prebuilt)
 
         if need_judge:
+            self.say("computing the reference outputs")
             reference = self._ask(self.judge, self.config.timeout_reference, "task")
             if not reference["ok"]:
                 raise _Failed("task", f"the task's reference failed: {reference['message']}")
@@ -310,6 +323,7 @@ class _Evaluation:
                           "\n".join(f.describe() for f in rejections[:5]), rule=f"static:{rejections[0].rule}")
 
     def _verify(self) -> None:
+        self.say("verifying")
         self.phase = "verify"
         self.candidate.channel.send(cmd="verify")
         for _ in self.result.seeds:
@@ -342,6 +356,7 @@ class _Evaluation:
         return verdict
 
     def _profile(self) -> None:
+        self.say("timing the solution")
         self.phase = "profile"
         self.candidate.channel.send(cmd="profile", iters=self.cfg["iters"])
         out = self._ask(self.candidate, self.config.timeout_profile, "profile")
@@ -368,6 +383,7 @@ class _Evaluation:
         cache_file = self._baseline_cache_file()
         cached = json.loads(cache_file.read_text()) if cache_file.exists() else None
         if cached is None or (want_compile and "compile" not in cached and "compile_error" not in cached):
+            self.say("timing the eager and torch.compile baselines (once per task)")
             self.judge.channel.send(cmd="baselines", compile=want_compile)
             cached = self._ask(self.judge, self.config.timeout_reference + self.config.timeout_profile, "profile")
             cache_file.parent.mkdir(parents=True, exist_ok=True)
