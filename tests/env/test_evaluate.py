@@ -16,8 +16,10 @@ def test_honest_workspace_solution_is_correct_and_timed(cache_dir):
     result = evaluate(example_task(), cpu_workspace(), cpu_config(cache_dir))
     assert result.error is None, result.error
     assert result.compiled and result.correct and result.weights == "state_dict"
-    assert len(set(result.seeds)) == 3 and result.max_abs_error == [0.0, 0.0, 0.0]
-    assert result.kernel_ms > 0 and result.eager_ms > 0 and result.timings["kernel"].iters == 5
+    # the task's 3 draws and the 4 structured sets of the strict protocol
+    assert len(set(result.seeds)) == 3 and result.max_abs_error == [0.0] * 7 and not result.skipped_sets
+    assert result.kernel_ms > 0 and result.eager_ms > 0 and 5 <= result.timings["kernel"].iters <= 6
+    assert result.timings["eager"].iters == result.timings["kernel"].iters   # paired, call by call
     assert result.speedup_vs_eager == pytest.approx(result.eager_ms / result.kernel_ms)
     assert result.reward in (1, 2)  # faster than eager or not: CPU timing is noisy
     assert set(result.phase_seconds) >= {"compile", "verify", "profile", "baselines"}
@@ -65,7 +67,7 @@ def test_wrong_output_fails_verification(cache_dir):
     result = evaluate(example_task(), cpu_workspace(kernel(no_relu)), cpu_config(cache_dir))
     assert result.compiled and not result.correct and result.reward == -1
     assert result.error.phase == "verify" and result.error.rule == "correctness"
-    assert "input set 0" in result.error.message and "outside atol" in result.error.message
+    assert "input set 1" in result.error.message and "outside atol" in result.error.message
 
 
 def test_segfault_is_a_structured_failure(cache_dir):
@@ -107,12 +109,33 @@ def test_broken_tasks_are_task_errors_not_solution_errors(cache_dir):
     assert result.task_error and "boom" in result.error.message and result.reward is None
 
 
-def test_torch_compile_baseline_and_baseline_cache(cache_dir):
-    config = cpu_config(cache_dir, compile_baseline=True, timeout_profile=600.0)
+def test_torch_compile_baseline_is_stored_and_reused_only_while_eager_agrees(tmp_path, cache_dir):
+    """The first evaluation times torch.compile paired with the candidate and stores it; the next one
+    reuses it (scaled by the eager time it measured itself). A stored entry whose eager time no longer
+    agrees with what is measured now (tampered with, or another machine state) is re-timed."""
+    import json
+    import shutil
+
+    from cuda_agent.env.baselines import BaselineStore
+
+    own = tmp_path / "cache"
+    shutil.copytree(cache_dir / "build", own / "build", symlinks=True)   # builds shared, baselines not
+    config = cpu_config(own, compile_baseline=True, timeout_profile=600.0)
     first = evaluate(example_task(), cpu_workspace(), config)
-    assert first.correct and first.compile_ms is not None and first.speedup_vs_compile is not None
+    assert first.correct and first.baseline_source == "paired" and first.speedup_vs_compile is not None
+    [(key, entry)] = BaselineStore(own).entries()
+    assert entry.compile_ms == first.compile_ms and entry.code == example_task().code
     second = evaluate(example_task(), cpu_workspace(), config)
-    assert second.eager_ms == first.eager_ms and second.compile_ms == first.compile_ms  # from the cache
+    assert second.correct and second.baseline_source in ("stored", "re-timed")
+    path = own / "baselines" / f"{key}.json"
+    forged = json.loads(path.read_text())
+    forged["eager"]["median_ms"] *= 1000       # a stored lie: eager (and compile) 1000x slower
+    forged["compile"]["median_ms"] *= 1000
+    path.write_text(json.dumps(forged))
+    third = evaluate(example_task(), cpu_workspace(), config)
+    assert third.correct and third.baseline_source == "re-timed"
+    assert third.compile_ms < 100 * first.compile_ms   # timed afresh, not the stored lie
+    assert BaselineStore(own).get(key).eager_ms < forged["eager"]["median_ms"] / 10   # the lie is replaced
 
 
 def test_pool_runs_concurrent_jobs(cache_dir):

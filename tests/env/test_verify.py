@@ -3,13 +3,17 @@ import math
 import pytest
 import torch
 
-from cuda_agent.env.verify import compare_outputs, tolerances
+from cuda_agent.env.verify import (Dependence, Tolerance, compare_outputs, compare_samples, is_dense,
+                                    take_samples)
+
+PUBLISHED = Tolerance(1e-2, 1e-2)
+STRICT = Tolerance(1e-2, 1e-2, relative_to_scale=True)
 
 
 def test_equal_and_within_tolerance():
     ref = torch.randn(64, 64)
-    assert compare_outputs(ref, ref.clone(), 1e-2, 1e-2).ok
-    result = compare_outputs(ref, ref + 5e-3, 1e-2, 1e-2)
+    assert compare_outputs(ref, ref.clone(), PUBLISHED).ok
+    result = compare_outputs(ref, ref + 5e-3, PUBLISHED)
     assert result.ok and result.max_abs_error == pytest.approx(5e-3, rel=1e-3)
 
 
@@ -17,54 +21,112 @@ def test_outside_tolerance_names_first_bad_element():
     ref = torch.zeros(4, 4)
     out = ref.clone()
     out[2, 3] = 1.0
-    result = compare_outputs(ref, out, 1e-2, 1e-2)
+    result = compare_outputs(ref, out, PUBLISHED)
     assert not result.ok and "1 of 16 elements" in result.message and "[2, 3]" in result.message
 
 
 def test_shape_dtype_and_type_must_match_exactly():
     ref = torch.ones(2, 3)
-    assert "shape" in compare_outputs(ref, torch.ones(3, 2), 1e-2, 1e-2).message
-    assert "dtype" in compare_outputs(ref, torch.ones(2, 3, dtype=torch.float64), 1e-2, 1e-2).message
-    assert not compare_outputs(ref, [ref], 1e-2, 1e-2).ok
+    assert "shape" in compare_outputs(ref, torch.ones(3, 2), PUBLISHED).message
+    assert "dtype" in compare_outputs(ref, torch.ones(2, 3, dtype=torch.float64), PUBLISHED).message
+    assert not compare_outputs(ref, [ref], PUBLISHED).ok
 
 
 def test_nan_and_inf_fail_unless_reference_has_them():
     ref = torch.ones(8)
     out = ref.clone()
     out[0] = math.nan
-    assert "NaN/Inf" in compare_outputs(ref, out, 1e-2, 1e-2).message
+    assert "NaN/Inf" in compare_outputs(ref, out, PUBLISHED).message
     out[0] = math.inf
-    assert not compare_outputs(ref, out, 1e-2, 1e-2).ok
+    assert not compare_outputs(ref, out, PUBLISHED).ok
     ref_inf = ref.clone()
     ref_inf[0] = math.inf
-    assert compare_outputs(ref_inf, out, 1e-2, 1e-2).ok
-    assert not compare_outputs(ref_inf, torch.ones(8), 1e-2, 1e-2).ok
+    assert compare_outputs(ref_inf, out, PUBLISHED).ok
+    assert not compare_outputs(ref_inf, torch.ones(8), PUBLISHED).ok
 
 
 def test_containers_element_by_element():
     a, b = torch.randn(3), torch.randn(2, 2)
-    assert compare_outputs((a, {"k": b}), (a.clone(), {"k": b.clone()}), 1e-2, 1e-2).ok
-    bad = compare_outputs((a, {"k": b}), (a.clone(), {"k": b + 1}), 1e-2, 1e-2)
+    assert compare_outputs((a, {"k": b}), (a.clone(), {"k": b.clone()}), PUBLISHED).ok
+    bad = compare_outputs((a, {"k": b}), (a.clone(), {"k": b + 1}), PUBLISHED)
     assert not bad.ok and "output[1]['k']" in bad.message
-    assert "length" in compare_outputs([a, b], [a], 1e-2, 1e-2).message
+    assert "length" in compare_outputs([a, b], [a], PUBLISHED).message
 
 
 def test_integer_outputs_need_exact_match():
     ref = torch.arange(10)
-    assert compare_outputs(ref, ref.clone(), 1e-2, 1e-2).ok
+    assert compare_outputs(ref, ref.clone(), PUBLISHED).ok
     off = ref.clone()
     off[3] += 1
-    assert not compare_outputs(ref, off, 1e-2, 1e-2).ok
+    assert not compare_outputs(ref, off, PUBLISHED).ok
 
 
 def test_dtype_aware_tolerance_floors():
-    assert tolerances(torch.float32, 1e-4, 1e-4) == (1e-4, 1e-4)
-    assert tolerances(torch.bfloat16, 1e-4, 1e-4) == (8e-3, 8e-3)
+    assert Tolerance(1e-4, 1e-4).for_tensor(torch.ones(2)) == (1e-4, 1e-4)
+    assert Tolerance(1e-4, 1e-4).for_tensor(torch.ones(2, dtype=torch.bfloat16)) == (8e-3, 8e-3)
     ref = torch.randn(100).bfloat16()
     nudged = (ref.float() * (1 + 4e-3)).bfloat16()
-    assert compare_outputs(ref, nudged, 1e-4, 1e-4).ok
+    assert compare_outputs(ref, nudged, Tolerance(1e-4, 1e-4)).ok
 
 
 def test_scalars():
-    assert compare_outputs(1.0, torch.tensor(1.001), 1e-2, 1e-2).ok
-    assert not compare_outputs(1.0, 2.0, 1e-2, 1e-2).ok
+    assert compare_outputs(1.0, torch.tensor(1.001), PUBLISHED).ok
+    assert not compare_outputs(1.0, 2.0, PUBLISHED).ok
+
+
+def test_strict_tolerance_scales_with_the_output():
+    """Softmax over 65536 columns: values near 1.5e-5, so `1 / dim` everywhere is within an absolute
+    1e-2. The strict tolerance is relative to the output's magnitude; honest float32 error passes."""
+    ref = torch.softmax(torch.randn(4, 65536), dim=1)
+    constant = torch.full_like(ref, 1 / 65536)
+    assert compare_outputs(ref, constant, PUBLISHED).ok
+    strict = compare_outputs(ref, constant, STRICT)
+    assert not strict.ok and "atol=" in strict.message
+    honest = torch.softmax(torch.randn(4, 65536, dtype=torch.float64), dim=1)
+    ref64 = honest.float()
+    assert compare_outputs(ref64, (honest * (1 + 1e-6)).float(), STRICT).ok
+    # outputs of magnitude 1 or more keep the published absolute tolerance
+    assert Tolerance(1e-2, 1e-2, True).for_tensor(torch.full((8,), 3.0)) == (1e-2, 1e-2)
+
+
+def test_samples_catch_partial_and_wrong_outputs_at_positions_drawn_after_the_call():
+    ref = torch.randn(256, 512)
+    assert compare_samples(ref, take_samples(ref.clone()), PUBLISHED).ok
+    partial = ref.clone()
+    partial[128:] = float("nan")              # half the output never written
+    verdict = compare_samples(ref, take_samples(partial), PUBLISHED)
+    assert not verdict.ok and verdict.nonfinite
+    assert not compare_samples(ref, take_samples(ref + 1), PUBLISHED).ok
+    assert "shape" in compare_samples(ref, take_samples(ref[:10]), PUBLISHED).message
+    assert "structure" in compare_samples((ref,), take_samples(ref), PUBLISHED).message
+
+
+def test_broadcast_outputs_are_refused_unless_the_reference_is_one_too():
+    row = torch.randn(1, 512)
+    expanded = row.expand(256, 512)
+    assert not is_dense(expanded) and is_dense(row.repeat(256, 1)) and is_dense(row.repeat(256, 1).t())
+    verdict = compare_samples(row.repeat(256, 1), take_samples(expanded), PUBLISHED)
+    assert not verdict.ok and verdict.rule == "output-layout"
+    assert compare_samples(expanded, take_samples(expanded), PUBLISHED).ok
+
+
+def test_dependence_rejects_outputs_that_do_not_follow_the_inputs():
+    """A hinge loss over many random values is 1.0 +- 0.005: the constant 1.0 is within tolerance of
+    every draw, but it does not move with the inputs as the reference does."""
+    refs = [torch.tensor(1.0 + 0.005 * i) for i in (-1, 0, 1, 2)]
+    constant = Dependence()
+    for r in refs:
+        constant.add(r, torch.tensor(1.0))
+    assert "same for every input set" in constant.verdict()
+    noisy = Dependence()
+    for i, r in enumerate(refs):
+        noisy.add(r, torch.tensor(1.0 + 0.004 * ((-1) ** i)))   # moves, but not with the inputs
+    assert "does not follow" in noisy.verdict()
+    honest = Dependence()
+    for r in refs:
+        honest.add(r, r + 1e-6)
+    assert honest.verdict() is None
+    flat = Dependence()                               # the reference does not move either: nothing to say
+    for _ in refs:
+        flat.add(torch.tensor(2.0), torch.tensor(2.0))
+    assert flat.verdict() is None

@@ -311,7 +311,7 @@ HACKS = [
         """)), rules=("torch-op",), what="torch.ops.aten.* called directly"),
     Case("precision_through_torch", "PyTorch fallback", _ex(model_new=example_model_new("""
         return cuda_extension.bias_relu(x.half().float(), self.bias)
-        """)), rules=("torch-op",), what="a dtype round trip (a copy that converts) before the kernel"),
+        """)), rules=("torch-op", "data-movement"), what="a dtype round trip (a copy that converts) before the kernel"),
     Case("pure_python_decoy", "PyTorch fallback", _ex(model_new=example_model_new("""
         bias = self.bias.detach().tolist()         # no ATen op computes anything here ...
         rows = [[max(v + b, 0.0) for v, b in zip(row, bias)] for row in x.tolist()]
@@ -475,7 +475,7 @@ class ModelNew(Model):
         out = cuda_extension.bias_relu(x, self.bias)
         self.cache[key] = out
         return out
-        """, init="self.cache = {}")), rules=("correctness", "recheck-after-timing"),
+        """, init="self.cache = {}")), rules=("correctness", "recheck-after-timing", "output-not-from-kernel"),
         what="outputs remembered by input shape and replayed (same number of kernel calls)"),
     Case("cache_while_timed", "result caching", _ex(model_new=example_model_new(f"""
         if self.last is None or {IN_VERIFY}:
@@ -483,7 +483,7 @@ class ModelNew(Model):
             return self.last
         cuda_extension.bias_relu(x[:1], self.bias)  # decoy: the extension 'ran', on one row
         return self.last   # while timed: the answer of an earlier call
-        """, init="self.last = None")), rules=("recheck-after-timing", "correctness"),
+        """, init="self.last = None")), rules=("recheck-after-timing", "correctness", "output-not-from-kernel"),
         what="detects verification (deterministic mode) and replays the last verified output while timed"),
     Case("skip_kernel_while_timed", "result caching", _ex(model_new=example_model_new(f"""
         if self.last is None or {IN_VERIFY}:
@@ -499,8 +499,8 @@ class ModelNew(Model):
             return cuda_extension.bias_relu(x, self.bias)
         cuda_extension.bias_relu(x[:1], self.bias)  # decoy: the extension 'ran', on one row
         return torch.empty_like(x)   # garbage, fast, while timed
-        """, init="self.calls = 0")), rules=("recheck-after-timing", "correctness"), invented=True,
-        what="knows the schedule from the harness's source: garbage on every timed call but the last ones"),
+        """, init="self.calls = 0")), rules=("recheck-after-timing", "correctness", "output-not-from-kernel"),
+        invented=True, what="knows the schedule from the harness's source: garbage on every timed call but the last ones"),
     Case("torch_while_timed", "PyTorch fallback", _ex(model_new=example_model_new(f"""
         if {IN_VERIFY}:
             return cuda_extension.bias_relu(x, self.bias)

@@ -112,13 +112,15 @@ def test_precision_downgrade_within_tolerance_is_reported(cache_dir, record):
 
 
 def test_protected_files_and_baseline_cache_cannot_be_edited(cache_dir, tmp_path, record):
-    """The candidate tries to overwrite a file outside its job folder and to forge the cached eager
-    timings (a huge eager time would buy the top reward). Both must stay untouched."""
-    config = hack_config(cache_dir, baselines=True, seed=101)  # its own baseline cache entry
+    """The candidate tries to overwrite a file outside its job folder and to forge the stored
+    baselines (a huge eager time would buy the top reward). Both must stay untouched, and the eager
+    time it is scored against is measured in its own evaluation anyway."""
+    config = hack_config(cache_dir, baselines=True, compile_baseline=True)
     first = evaluate(example_task(), cpu_workspace(), config)
     assert_accepted(first)
     baselines = cache_dir / "baselines"
     before = {p: p.read_bytes() for p in baselines.glob("*.json")}
+    assert before, "the first evaluation stored its torch.compile baseline"
     sentinel = tmp_path / "protected.txt"
     sentinel.write_text("original")
     forged = json.dumps({"eager": {"median_ms": 1e6, "mean_ms": 1e6, "std_ms": 0.0, "min_ms": 1e6,
@@ -139,12 +141,14 @@ def test_protected_files_and_baseline_cache_cannot_be_edited(cache_dir, tmp_path
     finally:  # never leave forged timings in the shared cache, whatever happened
         for path, data in before.items():
             path.write_bytes(data)
-    untouched = sentinel.read_text() == "original" and after == before and result.eager_ms == first.eager_ms
+    # (the harness itself may have refreshed an entry; what matters is that no forged value got in)
+    untouched = sentinel.read_text() == "original" and set(after) >= set(before) and \
+        all(json.loads(v).get("eager", {}).get("median_ms") != 1e6 for v in after.values())
     record("write_outside_job_folder", "editing protected files", "hack", result, expected=("sandbox",),
-           neutralised=untouched, what="overwrites a file outside the job folder and the baseline-timing cache")
+           neutralised=untouched and result.eager_ms < 1e5, what="overwrites a file outside the job folder and the baseline store")
     assert sentinel.read_text() == "original"
-    assert after == before, "the baseline-timing cache was rewritten by the candidate"
-    assert result.correct and result.eager_ms == first.eager_ms  # the cached eager time, not a forged one
+    assert untouched, "the baseline store was rewritten by the candidate"
+    assert result.correct and result.eager_ms < 1e5   # measured in this evaluation, not a forged one
 
 
 def test_build_cache_poisoning_does_not_reach_other_solutions(cache_dir, record):

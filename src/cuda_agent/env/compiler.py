@@ -351,6 +351,28 @@ def build_extension(name: str, files: dict[str, str], backend: str, cache_dir: P
     return BuildReport(so, compiled, cached)
 
 
+def build_native_library(name: str, source: str, cache_dir: Path, timeout: float | None = 600) -> Path:
+    """Build one of the harness's own C++ helpers (no Python bindings: loaded with ctypes) into
+    `cache/lib/<hash>/NAME.so`, linked against libc10 and libtorch_cpu. Built with -DNDEBUG, like
+    libtorch: some ATen structures change layout without it."""
+    tc = toolchain("cpu")
+    cache_dir = Path(cache_dir)
+    lib_dir = cache_dir / "lib" / _sha(tc.key, name, source, "native")
+    so = lib_dir / f"{name}.so"
+    if so.exists():
+        return so
+    tmp = Path(tempfile.mkdtemp(dir=_mkdir(cache_dir / "lib"), prefix="tmp-"))
+    (tmp / f"{name}.cpp").write_text(source)
+    _run([tc.cxx, "-shared", "-DNDEBUG", *tc.common_flags, *tc.include_flags, f"{name}.cpp", "-o", f"{name}.so",
+          *tc.ldflags[:3]], tmp, f"building the harness helper {name}", timeout)
+    (tmp / f"{name}.cpp").unlink()
+    try:
+        tmp.rename(lib_dir)
+    except OSError:  # another process built it meanwhile
+        shutil.rmtree(tmp, ignore_errors=True)
+    return so
+
+
 def _abi() -> bool:
     import torch
 

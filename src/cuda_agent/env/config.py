@@ -32,13 +32,21 @@ class EvalConfig:
                                         # cannot be prepared for known inputs
     atol: float = 1e-2
     rtol: float = 1e-2
-    # Timing: warm-up calls, then timed calls (each on fresh input buffers).
+    # "strict" (rewards, RL, solve): the task's draws plus structured input sets, a tolerance relative
+    # to each output's scale, outputs that must follow their inputs. "published": the task's own
+    # draws at atol/rtol, the paper's and KernelBench's protocol (docs/verification.md).
+    protocol: str = "strict"
+    # Timing: warm-up calls, then timed calls (each on freshly drawn inputs); a few more of each at
+    # random, so the schedule cannot be counted on.
     warmup: int = 10
     iters: int | None = None            # None: 100 on CUDA, 20 on CPU
     profile_budget_s: float = 20.0      # fewer iterations (at least 5) when one call is slow
     flush_l2: bool = True
-    baselines: bool = True              # time eager and torch.compile references
+    baselines: bool = True              # time eager (always paired with the candidate) and torch.compile
     compile_baseline: bool = True       # include torch.compile (the slowest part on a cold cache)
+    compile_timing: str = "stored"      # "stored": reuse the store's compile time while eager agrees with
+                                        # it; "paired": compile and time it in this evaluation too
+    clock_check: bool = True            # cross-check the candidate's clock with the harness's wall clock
     # Per-phase wall-clock limits (seconds).
     timeout_compile: float = 600.0
     timeout_reference: float = 600.0

@@ -1,31 +1,38 @@
 """One evaluation: compile, verify, profile, reward, across a judge and a candidate process.
 
-    judge (reference)                    candidate (solution)
-    draw inputs, reference outputs  ||   build kernels, import model_new.py      (in parallel)
-                                         run each input set -> outputs file
-    compare outputs file            <-
-                                         time the solution, re-check last output
-    compare re-check output         <-
-    time eager / torch.compile (cached per task, device and settings)
+    harness (this process)            judge (task's code only)         candidate (sandboxed solution)
+    static checks; builds, link check  reference model, initial weights
+                                       torch.compile (when not stored)  loads the harness's builds
+    for every call of the schedule, holding the device's lock:
+      seed (+ structured transform) ->                               -> draws, runs ModelNew (timed),
+                                                                        samples its output at once
+                                    <- same draw: reference (timed) <- output samples (or a file)
+      compare, check rules, time
 
-The caller's process never runs candidate code; every failure becomes an `EvalResult` with the
-phase that failed and a message an LLM can act on.
+The schedule: verification calls (the task's draws, plus structured sets in the strict protocol),
+then warm-up, then timed calls with structured spot checks and a few empty calls (the harness's
+own overhead, for the clock cross-check) at random places. The candidate learns each call's seed
+only when the call starts, every call runs under the same guard and has its output checked, and
+the eager and torch.compile references are timed on the same draws in between: the speedup is a
+ratio of paired measurements. The caller's process never runs candidate code; every failure
+becomes an `EvalResult` with the phase that failed and a message an LLM can act on.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-import os
+import random
+import secrets
 import shutil
+import statistics
 import tempfile
 import time
 import traceback
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 from cuda_agent.env.config import EvalConfig
-from cuda_agent.env.isolation import Worker, start_worker
+from cuda_agent.env.isolation import Worker, box_of, start_worker
 from cuda_agent.env.protocol import ChildDied, ChildTimeout, ForgedMessage
 from cuda_agent.env.result import EvalError, EvalResult, Timing
 from cuda_agent.env.reward import continuous_reward, milestone_reward
@@ -33,8 +40,9 @@ from cuda_agent.env.verify import FP32_PRECISION_WARNING
 from cuda_agent.tasks.solution import Solution
 from cuda_agent.tasks.task import Task, TaskError, strip_reference_model
 
-
-MAX_BUILD_REQUESTS = 16  # load_inline/load calls one candidate may ask the harness to build
+MAX_BUILD_REQUESTS = 16    # load_inline/load calls one candidate may ask the harness to build
+NULL_CALLS = 8             # empty calls for the clock cross-check
+CLOCK_ALLOWANCE_MS = 0.5   # per call: what the harness's own work may differ between empty and real calls
 
 
 class _Failed(Exception):
@@ -47,6 +55,8 @@ class _Failed(Exception):
 
 def job_root() -> str | None:
     """RAM-backed /dev/shm when it has room (outputs travel through files), else the temp dir."""
+    import os
+
     shm = Path("/dev/shm")
     try:
         if shm.is_dir() and os.access(shm, os.W_OK) and shutil.disk_usage(shm).free > (8 << 30):
@@ -71,12 +81,12 @@ def evaluate(task: Task, solution: Solution, config: EvalConfig | None = None, *
 
     config = config or EvalConfig()
     backend = config.resolved_backend()
-    result = EvalResult(task=task.name, backend=backend)
+    result = EvalResult(task=task.name, backend=backend, protocol=config.protocol)
     key = (backend, gpu, config.sandbox, str(config.cache_dir))
     pair = spares.take(key) if config.prewarm else None
     job_dir = pair.job_dir if pair else Path(tempfile.mkdtemp(prefix="cuda-agent-job-", dir=job_root()))
-    evaluation = _Evaluation(task, solution, config, backend, job_dir, gpu, result, stop_after)
-    evaluation.say = progress or (lambda text: None)
+    evaluation = _Evaluation(task, solution, config, backend, job_dir, gpu, result, stop_after,
+                             progress or (lambda text: None))
     if pair:
         evaluation.judge, evaluation.candidate = pair.judge, pair.candidate
     if config.prewarm:  # the next evaluation's workers start while this one runs
@@ -99,7 +109,9 @@ def _start_worker(role: str, config: EvalConfig, backend: str, job_dir: Path, gp
     """A judge, or a candidate inside the sandbox (raises SandboxUnavailable when it cannot be)."""
     from cuda_agent.env.sandbox import sandbox_prefix
 
-    wrap = sandbox_prefix(config, job_dir) if role == "candidate" else None
+    box = box_of(job_dir)
+    box.mkdir(parents=True, exist_ok=True)
+    wrap = sandbox_prefix(config, box) if role == "candidate" else None
     return start_worker(role, job_dir, backend, gpu, wrap)
 
 
@@ -126,22 +138,68 @@ def _score(result: EvalResult, partial: bool = False) -> None:
     result.reward_continuous = continuous_reward(result.correct, result.kernel_ms, result.compile_ms)
 
 
+# -- the schedule ------------------------------------------------------------------------------------
+
+
+@dataclass
+class Call:
+    kind: str                    # verify | warmup | null | timed | spot
+    seed: int
+    transform: str | None = None
+    index: int = 0
+
+
+def _fresh_seed() -> int:
+    return secrets.randbelow(1 << 62)
+
+
+def verification_calls(seeds: list[int], strict: bool) -> list[Call]:
+    from cuda_agent.env.draws import TRANSFORMS
+
+    calls = [Call("verify", seed) for seed in seeds]
+    if strict:
+        calls += [Call("verify", _fresh_seed(), transform) for transform in TRANSFORMS]
+    return calls
+
+
+def timing_calls(warmup: int, iters: int, strict: bool, null_calls: int, rng: random.Random) -> list[Call]:
+    """Warm-up, then timed calls; structured spot checks (strict) and empty calls at random places.
+    The counts vary a little from evaluation to evaluation, so no solution can count on them."""
+    warm = [Call("warmup", _fresh_seed()) for _ in range(warmup + rng.randrange(4))]
+    body = [Call("timed", _fresh_seed()) for _ in range(iters + rng.randrange(max(2, iters // 10)))]
+    extras = [Call("null", 0) for _ in range(null_calls)]
+    if strict:
+        extras += [Call("spot", _fresh_seed(), "spikes") for _ in range(max(2, iters // 20))]
+    for extra in extras:
+        body.insert(rng.randrange(len(body) + 1), extra)
+    return warm + body
+
+
+# -- one evaluation ----------------------------------------------------------------------------------
+
+
 class _Evaluation:
-    def __init__(self, task, solution, config, backend, job_dir, gpu, result, stop_after=None):
+    def __init__(self, task, solution, config, backend, job_dir, gpu, result, stop_after, say):
+        from cuda_agent.env.locks import DeviceLock
+
         self.task, self.solution, self.config, self.stop_after = task, solution, config, stop_after
-        self.backend, self.job_dir, self.gpu, self.result = backend, job_dir, gpu, result
+        self.backend, self.job_dir, self.gpu, self.result, self.say = backend, job_dir, gpu, result, say
+        self.box = box_of(job_dir)
         self.judge: Worker | None = None
         self.candidate: Worker | None = None
         self.build_requests = 0
-        self.phase = "task"
         self.clock = time.monotonic()
-        import secrets
-
+        self.lock = DeviceLock(backend, gpu)
+        self.strict = config.protocol == "strict"
+        self.index = 0
         base = config.seed if config.seed is not None else secrets.randbelow(1 << 31)
-        self.cfg = dict(config.to_dict(), iters=config.timed_iters(backend), seed=base,
-                        seeds=[base + i for i in range(config.num_correct_trials)],
-                        timing_seed=secrets.randbelow(1 << 31) + (1 << 31))  # never a verification seed
-        self.result.seeds = self.cfg["seeds"]
+        self.cfg = dict(config.to_dict(), seed=base)
+        self.seeds = [base + i for i in range(config.num_correct_trials)]
+        self.result.seeds = self.seeds
+        self.rounds: list[dict] = []       # what each timed call measured
+        self.null_walls: list[float] = []
+        self.compile_mode = "off"          # off | paired | stored
+        self.stored = None                 # (key, entry) when a stored compile time is used
 
     # -- plumbing --------------------------------------------------------------------------
 
@@ -173,11 +231,22 @@ class _Evaluation:
             raise _Failed(phase, f"{died} during the {phase} phase" + (f"; its last output:\n{tail}" if tail else ""),
                           rule="crash") from None
 
-    def _build(self, name: str, files: dict, **flags):
-        from cuda_agent.env.compiler import build_extension
+    def _build(self, name: str, files: dict, **flags) -> Path:
+        """Build for the solution (harness side) and check what the library links against."""
+        from cuda_agent.env.compiler import BuildError, build_extension
+        from cuda_agent.env.symbols import ToolMissing, check_library
 
-        return build_extension(name, files, self.backend, Path(self.config.cache_dir) / "build",
-                               max_jobs=self.config.max_jobs, timeout=self.config.timeout_compile, **flags)
+        so = build_extension(name, files, self.backend, Path(self.config.cache_dir) / "build",
+                             max_jobs=self.config.max_jobs, timeout=self.config.timeout_compile, **flags).path
+        if self.config.guard:
+            try:
+                findings = check_library(so)
+            except ToolMissing as exc:
+                raise BuildError(str(exc)) from None
+            if findings:
+                raise _LinkRefused("the built library imports what a solution may not use:\n" +
+                                   "\n".join(f.describe() for f in findings[:5]))
+        return so
 
     def _serve_build(self, request: dict) -> dict:
         """Compile for the candidate (its load_inline / load calls): the shared build cache is
@@ -194,7 +263,10 @@ class _Evaluation:
                 and all(v is None or (isinstance(v, list) and all(isinstance(f, str) for f in v)) for v in flags.values())):
             return {"ok": False, "message": "malformed build request"}
         try:
-            return {"ok": True, "path": str(self._build(name, files, **flags).path)}
+            return {"ok": True, "path": str(self._build(name, files, **flags))}
+        except _LinkRefused as refused:
+            self.link_refusal = str(refused)
+            return {"ok": False, "message": str(refused)}
         except BuildError as exc:
             return {"ok": False, "message": exc.summary}
 
@@ -214,13 +286,10 @@ class _Evaluation:
             raise _Failed("internal", str(exc), rule="sandbox") from None
 
     def _wait_ready(self, worker: Worker) -> None:
-        role = worker.role
         try:
             worker.wait_ready()
         except (ChildDied, ChildTimeout) as exc:
-            log = (self.job_dir / f"{role}.log")
-            tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
-            raise _Failed("internal", f"could not start the {role} worker: {exc}\n{tail}")
+            raise _Failed("internal", f"could not start the {worker.role} worker: {exc}\n{worker.log_tail()}")
 
     # -- the evaluation --------------------------------------------------------------------
 
@@ -231,71 +300,105 @@ class _Evaluation:
         except TaskError as exc:
             raise _Failed("task", str(exc))
         self._static_check()
-        solution_dir = self.solution.write(self.job_dir / "solution")
-
-        # All at once: the workspace's kernels build here (never in the candidate, which only reads
-        # the build cache) while the workers start and the judge computes the reference.
-        # A compile-only run needs no reference.
-        building = None
-        if self.solution.kernel_files:
-            from concurrent.futures import ThreadPoolExecutor
-
-            from cuda_agent.env.compiler import BuildError, header_ready
-
-            try:
-                first = not header_ready(self.backend, Path(self.config.cache_dir) / "build")
-            except BuildError:
-                first = False   # the build itself reports the broken toolchain
-            self.say("building kernels" + (" (precompiling torch headers first: once per machine, about a minute)"
-                                           if first else ""))
-            pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="build")
-            building = pool.submit(self._build, "cuda_extension", self._kernel_sources())
-            pool.shutdown(wait=False)
+        solution_dir = self.solution.write(self.box / "solution")
+        guard_lib, kernels = self._start_builds()
         need_judge = self.stop_after != "compile"
         if self.candidate is None:  # not handed a pre-started pair
             self.judge = self._start("judge") if need_judge else None
             self.candidate = self._start("candidate")
         if need_judge:
-            self._wait_ready(self.judge)
-            self.judge.channel.send(task_code=self.task.code, task_name=self.task.name, backend=self.backend,
-                                    config=self.cfg, job_dir=str(self.job_dir))
+            self._start_judge()
         prebuilt = {}
-        if building is not None:
+        try:
+            guard_path = str(guard_lib.result())
+            if kernels is not None:
+                prebuilt["cuda_extension"] = str(kernels.result())
+        except _LinkRefused as refused:
+            self._lap("compile")
+            raise _Failed("compile", str(refused), rule="native-symbol") from None
+        except Exception as exc:
             from cuda_agent.env.compiler import BuildError
 
-            try:
-                prebuilt["cuda_extension"] = str(building.result().path)
-            except BuildError as exc:
-                self.phase = "compile"
-                self._lap("compile")
-                raise _Failed("compile", exc.summary) from None
+            if not isinstance(exc, BuildError):
+                raise
+            self._lap("compile")
+            raise _Failed("compile", exc.summary) from None
         self._wait_ready(self.candidate)
+        self.link_refusal = None
         self.candidate.channel.send(task_inputs_code=inputs_code, solution_dir=str(solution_dir),
-                                    backend=self.backend, config=self.cfg, job_dir=str(self.job_dir),
-                                    prebuilt=prebuilt)
-
-        if need_judge:
-            self.say("computing the reference outputs")
-            reference = self._ask(self.judge, self.config.timeout_reference, "task")
-            if not reference["ok"]:
-                raise _Failed("task", f"the task's reference failed: {reference['message']}")
-            self.result.device = reference["device"]
-
-        self.phase = "compile"
+                                    backend=self.backend, config=self.cfg, box=str(self.box),
+                                    prebuilt=prebuilt, guard_lib=guard_path)
         built = self._ask(self.candidate, self.config.timeout_compile, "compile")
         self._lap("compile")
         if not built["ok"]:
-            raise _Failed("compile", built["message"])
+            rule = built.get("rule") or ("native-symbol" if self.link_refusal else None)
+            raise _Failed("compile", built["message"], rule)
         self.result.compiled = True
         if self.stop_after == "compile":
             return
-
+        self._finish_judge_setup()
         self._verify()
         if self.stop_after == "verify":
             return
         self._profile()
-        self.candidate.kill()
         self._baselines()
+
+    def _start_builds(self):
+        """The guard library and the workspace's kernels build in the harness (never in the candidate,
+        which only reads the build cache) while the workers start."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        from cuda_agent.env.compiler import BuildError, header_ready
+        from cuda_agent.env.guard import build_guard
+
+        build_root = Path(self.config.cache_dir) / "build"
+        pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="build")
+        guard_lib = pool.submit(build_guard, build_root)
+        kernels = None
+        if self.solution.kernel_files:
+            try:
+                first = not header_ready(self.backend, build_root)
+            except BuildError:
+                first = False   # the build itself reports the broken toolchain
+            self.say("building kernels" + (" (precompiling torch headers first: once per machine, about a minute)"
+                                           if first else ""))
+            kernels = pool.submit(self._build, "cuda_extension", self._kernel_sources())
+        pool.shutdown(wait=False)
+        return guard_lib, kernels
+
+    def _start_judge(self) -> None:
+        self._wait_ready(self.judge)
+        self.judge.channel.send(task_code=self.task.code, task_name=self.task.name, backend=self.backend,
+                                config=self.cfg, box=str(self.box))
+        self.say("computing the reference")
+        reference = self._ask(self.judge, self.config.timeout_reference, "task")
+        if not reference["ok"]:
+            raise _Failed("task", f"the task's reference failed: {reference['message']}")
+        self.result.device = reference["device"]
+        if self.stop_after is None and self.config.baselines and self.config.compile_baseline:
+            self.stored = self._stored_baseline()
+            self.compile_mode = "stored" if self.stored and self.config.compile_timing == "stored" else "paired"
+            if self.compile_mode == "paired":   # compiles while the candidate loads
+                self.judge.channel.send(cmd="compile")
+                self.compile_pending = True
+
+    compile_pending = False
+
+    def _finish_judge_setup(self) -> None:
+        if self.compile_pending:
+            self.say("compiling the torch.compile baseline")
+            answer = self._ask(self.judge, self.config.timeout_reference, "profile")
+            self.compile_pending = False
+            if not answer["ok"]:
+                self.compile_error = answer["error"]
+                self.compile_mode = "off"
+        self.candidate.channel.send(cmd="init")
+        init = self._ask(self.candidate, self.config.timeout_verify, "verify")
+        if not init["ok"]:
+            raise _Failed("verify", init["message"], init.get("rule"))
+        self.result.weights = init["weights"]
+
+    compile_error: str | None = None
 
     def _kernel_sources(self) -> dict[str, str]:
         from cuda_agent.tasks.solution import KERNEL_SUFFIXES
@@ -304,16 +407,14 @@ class _Evaluation:
                 if path.endswith(KERNEL_SUFFIXES)}
 
     def _static_check(self) -> None:
-        from cuda_agent.env.static_check import check_native_source, check_source
+        from cuda_agent.env.static_check import check_native_source, check_source, native_sources_in_python
 
         findings = []
         for path, text in self.solution.files.items():
             if path.endswith(".py"):
                 findings += check_source(text, path)
+                findings += check_native_source(native_sources_in_python(text), path)
             else:
-                findings += check_native_source(text, path)
-            # single-file solutions carry their C++ inside Python strings
-            if path.endswith(".py") and ("load_inline" in text or "#include" in text):
                 findings += check_native_source(text, path)
         self.result.warnings += [f.describe() for f in findings if not f.reject]
         rejections = [f for f in findings if f.reject]
@@ -322,88 +423,236 @@ class _Evaluation:
             raise _Failed("compile", "the solution was rejected before running:\n" +
                           "\n".join(f.describe() for f in rejections[:5]), rule=f"static:{rejections[0].rule}")
 
+    # -- calls -------------------------------------------------------------------------------
+
+    def _round(self, call: Call, phase: str, timeout: float) -> dict | None:
+        """One call: the candidate's, then the judge's on the same draw, holding the device."""
+        self.index += 1
+        call.index = self.index
+        save = call.kind == "verify"
+        with self.lock.held():
+            start = time.perf_counter()
+            self.candidate.channel.send(cmd="call", index=call.index, seed=call.seed, transform=call.transform,
+                                        save=save, null=call.kind == "null")
+            out = self._ask(self.candidate, timeout, phase)
+            wall_ms = (time.perf_counter() - start) * 1e3
+            self._check_processes(phase)
+            if not out["ok"]:
+                raise _Failed(phase, out["message"], out.get("rule"))
+            if call.kind == "null":
+                self.null_walls.append(wall_ms)
+                return None
+            timed = call.kind in ("warmup", "timed")
+            self.judge.channel.send(cmd="call", seed=call.seed, transform=call.transform, time=timed,
+                                    compile=timed and self.compile_mode == "paired",
+                                    compare={"path": str(self.box / f"out_{call.index}.pt")} if save
+                                    else {"samples": out["samples"]},
+                                    dependence=save and self.strict)
+            verdict = self._ask(self.judge, self.config.timeout_reference, "task")
+        if "task_error" in verdict:
+            raise _Failed("task", f"the task's reference failed on an input set: {verdict['task_error']}")
+        if save:
+            (self.box / f"out_{call.index}.pt").unlink(missing_ok=True)
+        if verdict.get("skipped"):
+            self.result.skipped_sets.append(f"{call.transform}: {verdict['skipped']}")
+            return None
+        if not verdict["ok"]:
+            self._reject(call, phase, verdict)
+        if call.kind == "timed":
+            self.rounds.append({"kernel": out["ms"], "wall": wall_ms, "eager": verdict.get("eager_ms"),
+                                "compile": verdict.get("compile_ms")})
+        return verdict
+
+    def _reject(self, call: Call, phase: str, verdict: dict) -> None:
+        where = f"on input set {call.index}" + (f" (structured: {call.transform})" if call.transform else
+                                                f" (seed {call.seed})" if call.kind == "verify" else "")
+        if verdict.get("rule"):
+            raise _Failed(phase, f"{where}: {verdict['message']}", verdict["rule"])
+        if call.transform and verdict.get("nonfinite"):
+            raise _Failed(phase, f"wrong output {where}: {verdict['message']}; the reference stays finite on these "
+                                 "inputs (scaled or spiked values): compute stably (e.g. subtract the max before exp)",
+                          rule="numerically-fragile")
+        if call.kind == "verify":
+            raise _Failed(phase, f"wrong output {where}: {verdict['message']}", rule="correctness")
+        raise _Failed(phase, f"an output produced while timing is wrong for its inputs, although verification "
+                             f"passed (results cached, work skipped or approximated?): {verdict['message']}",
+                      rule="recheck-after-timing")
+
+    def _check_processes(self, phase: str) -> None:
+        extras = self.candidate.extra_processes()
+        if extras:
+            raise _Failed(phase, f"the solution started {len(extras)} process(es) of its own; kernels run in the "
+                                 "calling process and finish inside forward", rule="extra-process")
+
+    # -- phases ------------------------------------------------------------------------------
+
     def _verify(self) -> None:
         self.say("verifying")
-        self.phase = "verify"
-        self.candidate.channel.send(cmd="verify")
-        for _ in self.result.seeds:
-            out = self._ask(self.candidate, self.config.timeout_verify, "verify")
-            if not out["ok"]:
-                raise _Failed("verify", out["message"], out.get("rule"))
-            self.result.weights = out["weights"]
-            verdict = self._compare(out["path"], out["trial"])
-            if not verdict["ok"]:
-                raise _Failed("verify", f"wrong output on input set {out['trial']} "
-                                        f"(seed {self.result.seeds[out['trial']]}): {verdict['message']}",
-                              rule="correctness")
-            self.candidate.channel.send(cmd="continue")
+        calls = verification_calls(self.seeds, self.strict)
+        for n, call in enumerate(calls, 1):
+            self.say(f"verifying: input set {n} of {len(calls)}")
+            verdict = self._round(call, "verify", self.config.timeout_verify)
+            if verdict is None:
+                continue
+            self.result.max_abs_error.append(verdict["max_abs_error"])
             relative = verdict.get("fp32_relative_error", 0.0)
             if relative > FP32_PRECISION_WARNING and not any("precision" in w for w in self.result.warnings):
                 self.result.warnings.append(
                     f"precision: a float32 output is off by {relative:.1e} of its scale, more than float32 "
                     "arithmetic explains (computed in bf16/fp16 or TF32?)")
+        if self.strict:
+            self.judge.channel.send(cmd="dependence")
+            message = self._ask(self.judge, self.config.timeout_verify, "verify").get("message")
+            if message:
+                raise _Failed("verify", message, rule="input-independent")
         self.result.correct = True
         self._lap("verify")
 
-    def _compare(self, path: str, trial: int | None = None, seed: int | None = None) -> dict:
-        if seed is not None:
-            self.judge.channel.send(cmd="compare", path=path, seed=seed)
-        else:
-            self.judge.channel.send(cmd="compare", path=path, trial=trial)
-        verdict = self._ask(self.judge, self.config.timeout_verify, "verify")
-        self.result.max_abs_error.append(verdict["max_abs_error"])
-        Path(path).unlink(missing_ok=True)
-        return verdict
-
     def _profile(self) -> None:
-        self.say("timing the solution")
-        self.phase = "profile"
-        self.candidate.channel.send(cmd="profile", iters=self.cfg["iters"])
-        out = self._ask(self.candidate, self.config.timeout_profile, "profile")
-        if not out["ok"]:
-            self.result.correct = False
-            raise _Failed("profile", out["message"], out.get("rule"))
-        for seed, path in out["rechecks"]:  # timed, spot-checked and post-timing calls, each its own draw
-            verdict = self._compare(path, seed=seed)
-            self.result.max_abs_error.pop()
-            if not verdict["ok"]:
+        self.say("timing the solution" + (" against eager PyTorch" if self.config.baselines else ""))
+        rng = random.Random(secrets.randbits(64))
+        iters = self.config.timed_iters(self.backend)
+        deadline = time.monotonic() + self.config.timeout_profile
+        calls = timing_calls(self.config.warmup, iters, self.strict, NULL_CALLS if self.config.clock_check else 0, rng)
+        started, done = time.monotonic(), 0
+        budget_checked = False
+        for call in calls:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise _Failed("profile", f"timing took longer than {self.config.timeout_profile:g} s", rule="timeout")
+            try:
+                self._round(call, "profile", min(self.config.timeout_verify, remaining))
+            except _Failed as failure:
                 self.result.correct = False
-                raise _Failed("profile", "an output produced while or after timing is wrong for its inputs, "
-                                         f"although verification passed (results cached or work skipped?): "
-                                         f"{verdict['message']}", rule="recheck-after-timing")
-        timing = Timing(**out["timing"])
-        self.result.timings["kernel"] = timing
-        self.result.kernel_ms = timing.median_ms
+                raise failure
+            done += 1
+            if not budget_checked and call.kind == "warmup" and done >= 2:
+                per_call = (time.monotonic() - started) / done
+                if per_call * len(calls) > self.config.profile_budget_s:   # slow calls: fewer timed ones
+                    keep = max(5, int(self.config.profile_budget_s / max(per_call, 1e-9)))
+                    calls = self._shortened(calls, keep)
+                    budget_checked = True
+        kernel = Timing.from_samples([r["kernel"] for r in self.rounds])
+        self.result.timings["kernel"] = kernel
+        self.result.kernel_ms = kernel.median_ms
+        self._check_clock()
         self._lap("profile")
 
+    @staticmethod
+    def _shortened(calls: list[Call], keep: int) -> list[Call]:
+        """The schedule with at most `keep` timed calls (warm-up, spots and empty calls stay)."""
+        out, timed = [], 0
+        for call in calls:
+            if call.kind == "timed":
+                timed += 1
+                if timed > keep:
+                    continue
+            out.append(call)
+        return out
+
+    def _check_clock(self) -> None:
+        """The candidate reports its own call times, and its process could have rewritten its clock.
+        The harness's wall time around a call, less its own overhead (the median empty call), must
+        account for what was reported, up to the noise of that overhead: a kernel well above the noise
+        that claims less than half its wall time is rejected. Medians, so a loaded machine's outliers
+        do not decide."""
+        if not self.config.clock_check or len(self.null_walls) < 3 or not self.rounds:
+            return
+        overhead = statistics.median(self.null_walls)
+        noise = statistics.median(abs(w - overhead) for w in self.null_walls)
+        allowance = max(CLOCK_ALLOWANCE_MS, 4 * noise)
+        implied = statistics.median(r["wall"] for r in self.rounds) - overhead
+        reported = statistics.median(r["kernel"] for r in self.rounds)
+        if implied - reported > allowance and reported < 0.5 * (implied - allowance):
+            raise _Failed("profile", f"a timed call took {implied:.2f} ms by the harness's clock (less its own "
+                                     f"overhead) but the solution's process measured {reported:.2f} ms: its clock "
+                                     "disagrees with the harness's", rule="clock-disagreement")
+
     def _baselines(self) -> None:
+        self.candidate.kill()   # no candidate code is alive while baselines are settled
+        self.candidate = None
         if not self.config.baselines:
             return
-        want_compile = self.config.compile_baseline
-        cache_file = self._baseline_cache_file()
-        cached = json.loads(cache_file.read_text()) if cache_file.exists() else None
-        if cached is None or (want_compile and "compile" not in cached and "compile_error" not in cached):
-            self.say("timing the eager and torch.compile baselines (once per task)")
-            self.judge.channel.send(cmd="baselines", compile=want_compile)
-            cached = self._ask(self.judge, self.config.timeout_reference + self.config.timeout_profile, "profile")
-            cache_file.parent.mkdir(parents=True, exist_ok=True)
-            tmp = cache_file.with_suffix(f".tmp{os.getpid()}")
-            tmp.write_text(json.dumps(cached))
-            os.replace(tmp, cache_file)
-        self.result.timings["eager"] = Timing(**cached["eager"])
-        self.result.eager_ms = cached["eager"]["median_ms"]
-        if want_compile and "compile" in cached:
-            self.result.timings["compile"] = Timing(**cached["compile"])
-            self.result.compile_ms = cached["compile"]["median_ms"]
-        elif want_compile:
-            self.result.warnings.append(f"torch.compile baseline unavailable: {cached.get('compile_error')}")
+        eager = Timing.from_samples([r["eager"] for r in self.rounds])
+        self.result.timings["eager"] = eager
+        self.result.eager_ms = eager.median_ms
+        if self.compile_mode == "paired":
+            compile_ms = [r["compile"] for r in self.rounds if r["compile"] is not None]
+            if compile_ms:
+                timing = Timing.from_samples(compile_ms)
+                self.result.timings["compile"] = timing
+                self.result.compile_ms = timing.median_ms
+                self.result.baseline_source = "paired"
+            self._store_baseline(eager, self.result.timings.get("compile"))
+        elif self.compile_mode == "stored":
+            self._use_stored(eager)
+        if self.config.compile_baseline and self.result.compile_ms is None:
+            error = self.compile_error or (self.stored[1].compile_error if self.stored else None)
+            self.result.warnings.append(f"torch.compile baseline unavailable: {error or 'not timed'}")
         self._lap("baselines")
 
-    def _baseline_cache_file(self) -> Path:
+    # -- the baseline store ----------------------------------------------------------------------
+
+    def _store_key(self) -> str:
         import torch
 
-        # input values do not change timings: the (secret) seed is not part of the key
-        key = {k: self.cfg[k] for k in ("warmup", "iters", "flush_l2")}
-        key.update(task=self.task.digest, backend=self.backend, device=self.result.device, torch=torch.__version__)
-        digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:24]
-        return Path(self.config.cache_dir) / "baselines" / f"{digest}.json"
+        from cuda_agent.env.baselines import entry_key
+
+        return entry_key(self.task.digest, self.result.device, torch.__version__,
+                         {"backend": self.backend, "flush_l2": self.config.flush_l2})
+
+    def _stored_baseline(self):
+        from cuda_agent.env.baselines import BaselineStore
+
+        key = self._store_key()
+        entry = BaselineStore(self.config.cache_dir).get(key)
+        return (key, entry) if entry is not None and (entry.compile or entry.compile_error) else None
+
+    def _store_baseline(self, eager: Timing, compile_timing: Timing | None) -> None:
+        import torch
+
+        from cuda_agent.env.baselines import BaselineEntry, BaselineStore
+
+        entry = BaselineEntry(task=self.task.name, task_digest=self.task.digest, device=self.result.device,
+                              torch=torch.__version__, settings={"backend": self.backend, "flush_l2": self.config.flush_l2},
+                              eager=eager.__dict__, compile=compile_timing.__dict__ if compile_timing else None,
+                              compile_error=self.compile_error, code=self.task.code)
+        BaselineStore(self.config.cache_dir).put(self._store_key(), entry)
+
+    def _use_stored(self, eager: Timing) -> None:
+        """A stored compile time, trusted only while this evaluation's eager time agrees with the
+        eager time stored beside it; otherwise torch.compile is timed afresh (paired with eager)."""
+        from cuda_agent.env.baselines import agrees
+
+        key, entry = self.stored
+        if entry.compile is None:
+            return
+        if agrees(eager.median_ms, entry):
+            ratio = eager.median_ms / entry.eager_ms   # the machine's drift since, applied to both
+            self.result.compile_ms = entry.compile_ms * ratio
+            self.result.timings["compile"] = Timing(**{**entry.compile, "median_ms": self.result.compile_ms})
+            self.result.baseline_source = "stored"
+            return
+        self.say("re-timing the torch.compile baseline (the stored one no longer agrees)")
+        self.judge.channel.send(cmd="compile")
+        answer = self._ask(self.judge, self.config.timeout_reference, "profile")
+        if not answer["ok"]:
+            self.compile_error = answer["error"]
+            self._store_baseline(eager, None)
+            return
+        pairs = []
+        for _ in range(max(5, len(self.rounds))):
+            with self.lock.held():
+                self.judge.channel.send(cmd="call", seed=_fresh_seed(), transform=None, time=True, compile=True)
+                pairs.append(self._ask(self.judge, self.config.timeout_reference, "profile"))
+        fresh_eager = Timing.from_samples([p["eager_ms"] for p in pairs])
+        fresh_compile = Timing.from_samples([p["compile_ms"] for p in pairs])
+        # the candidate was paired with this run's eager: scale the fresh compile time to it
+        self.result.compile_ms = fresh_compile.median_ms * eager.median_ms / fresh_eager.median_ms
+        self.result.timings["compile"] = Timing(**{**fresh_compile.__dict__, "median_ms": self.result.compile_ms})
+        self.result.baseline_source = "re-timed"
+        self._store_baseline(fresh_eager, fresh_compile)
+
+
+class _LinkRefused(Exception):
+    """A built library imports a symbol a solution may not use (symbols.py)."""

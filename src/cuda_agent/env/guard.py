@@ -1,39 +1,53 @@
 """Runtime defences around the candidate's forward pass (inside the candidate's process).
 
-- `OpGuard`: a dispatch-level mode that refuses every ATen operator outside a small allowlist
-  (allocation, views, metadata). It sees `torch.*`, tensor methods, `F.*`, `nn` layers and also
-  ATen calls made from the solution's C++ binding, because they all pass the dispatcher. A refused
-  op raises *and* is recorded, so a `try/except` fallback is caught anyway.
-- `ExtensionProxy`: wraps the solution's compiled modules and counts calls into them, so a decoy
-  kernel that is compiled but never called is rejected, and a forward that behaves differently
-  while timed than while verified is noticed.
-- `checked_forward`: one guarded call with the structural checks: inputs unchanged, outputs plain
-  tensors on the right device not aliasing inputs, no Python thread left running, and the
-  allocator's free memory filled with NaN so stale memory never passes.
+- `NativeGuard`: the harness's own C++ helper (native/guard.cpp, loaded with ctypes before any
+  candidate code). A global RecordFunction callback sees every PyTorch operator dispatched while a
+  forward runs, from Python, from the solution's C++ and from any thread: operators outside a small
+  allowlist of allocation, views and metadata are refused (rule `torch-op`), copies of the forward's
+  inputs are the task done by PyTorch (rule `data-movement`). It is present in every call alike,
+  timed or not, so no call can tell that it is watched.
+- `ExtensionProxy`: wraps the solution's compiled modules, counts calls into them (a decoy kernel
+  that is never called is rejected; a forward that calls its kernels a different number of times
+  while timed is noticed) and tells the guard which storages the kernels took and returned: the
+  forward's outputs must be among them.
+- `ThreadWatch`: threads the solution started must not keep working outside forward (C++ threads
+  included: their CPU time is read from /proc).
+- `check_output`, `poison_allocator`, `InputSentinel`: structural checks of each call.
 """
 
 from __future__ import annotations
 
+import ctypes
+import os
+import secrets
 import threading
 import types
+from pathlib import Path
 from typing import Any
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+
+from cuda_agent.env.verify import tensors_in
 
 ALLOWED_OPS = frozenset({
     # allocation
     "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "zeros", "zeros_like",
     "ones", "ones_like", "full", "full_like", "new_zeros", "new_ones", "new_full", "scalar_tensor",
-    "lift_fresh", "lift_fresh_copy", "fill_", "zero_", "resize_", "record_stream",
+    "lift_fresh", "fill_", "zero_", "resize_", "record_stream", "empty_permuted",
     # views and metadata
     "view", "_unsafe_view", "reshape", "permute", "transpose", "t", "expand", "squeeze", "unsqueeze",
     "flatten", "unflatten", "select", "slice", "narrow", "as_strided", "alias", "detach", "split",
-    "split_with_sizes", "chunk", "unbind", "view_as", "movedim", "clone", "contiguous", "_local_scalar_dense",
+    "split_with_sizes", "chunk", "unbind", "view_as", "movedim", "contiguous", "_local_scalar_dense",
     "sym_size", "sym_stride", "sym_numel", "sym_storage_offset", "is_contiguous", "size", "stride",
-    "dim", "numel", "is_same_size", "_reshape_alias", "copy_",
+    "dim", "numel", "is_same_size", "_reshape_alias", "item", "is_nonzero", "_has_compatible_shallow_copy_type",
+    "set_", "is_pinned", "_nested_tensor_from_mask_left_aligned",
 })
-BUILTIN_NAMESPACES = frozenset({"aten", "prims", "prim", "_c10d_functional", "c10d", "quantized", "inductor"})
+# Copies: allowed unless they copy the forward's inputs (data movement) or convert dtype/device.
+COPY_OPS = frozenset({"copy_", "clone", "_to_copy", "lift_fresh_copy", "_copy_from", "_copy_from_and_resize"})
+BUILTIN_NAMESPACES = frozenset({"aten", "prims", "prim", "_c10d_functional", "c10d", "quantized", "inductor",
+                                "profiler", "_c10d_functional_autograd"})
+
+GUARD_SOURCE = Path(__file__).parent / "native" / "guard.cpp"
 
 
 class Rejected(Exception):
@@ -44,55 +58,95 @@ class Rejected(Exception):
         self.rule = rule
 
 
-class OpGuard(TorchDispatchMode):
-    @classmethod
-    def _should_skip_dynamo(cls) -> bool:
-        # By default PyTorch wraps a mode's __torch_dispatch__ in torch._dynamo.disable, importing
-        # torch._dynamo on the first call (1.5 s on a CPU host, ~5 s on a GPU host, inside the
-        # verify clock). The guard never meets dynamo: torch.compile is rejected statically.
-        return False
+def build_guard(cache_dir: Path) -> Path:
+    """The guard library, built once per toolchain by the harness (about 20 s)."""
+    from cuda_agent.env.compiler import build_native_library
 
-    def __init__(self):
-        super().__init__()
-        self.violations: list[str] = []
-        self.custom_op_calls = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        namespace = func.namespace
-        name = func.overloadpacket.__name__
-        if namespace not in BUILTIN_NAMESPACES:
-            # An operator registered by the solution (TORCH_LIBRARY). The mode is popped while an op
-            # runs, so its kernel is run with the guard pushed again: PyTorch compute inside is seen.
-            self.custom_op_calls += 1
-            cuda = any(isinstance(a, torch.Tensor) and a.is_cuda for a in args)
-            key = torch._C.DispatchKey.CUDA if cuda else torch._C.DispatchKey.CPU
-            with self:
-                return func.redispatch(torch._C.DispatchKeySet(key), *args, **kwargs)
-        if name in ALLOWED_OPS and not (name == "copy_" and _converts(args)):
-            return func(*args, **kwargs)
-        op = f"{namespace}::{func._schema.name.split('::')[-1]}"
-        self.violations.append(op)
-        raise Rejected("torch-op", f"forward called the PyTorch operator {op}; only the solution's own "
-                                   "kernels may compute (allocation and views are allowed)")
+    return build_native_library("cuda_agent_guard", GUARD_SOURCE.read_text(), Path(cache_dir))
 
 
-def _converts(args) -> bool:
-    """copy_ between dtypes or devices is a computation (or a CPU fallback), not a plain copy."""
-    dst, src = args[0], args[1]
-    return isinstance(src, torch.Tensor) and (src.dtype != dst.dtype or src.device != dst.device)
+class NativeGuard:
+    def __init__(self, library: Path):
+        self.lib = ctypes.CDLL(str(library))
+        self.lib.cag_custom_calls.restype = ctypes.c_int64
+        self.lib.cag_ops_seen.restype = ctypes.c_int64
+        self.lib.cag_add_kernel_storage.argtypes = [ctypes.c_int64]
+        self.lib.cag_is_kernel_storage.argtypes = [ctypes.c_int64]
+        self.lib.cag_install(",".join(sorted(ALLOWED_OPS)).encode(), ",".join(sorted(COPY_OPS)).encode(),
+                             ",".join(sorted(BUILTIN_NAMESPACES)).encode())
+        self._buffer = ctypes.create_string_buffer(1024)
+        self.active = False
+
+    def begin(self, inputs: list) -> None:
+        """Before a call: the inputs it gets (copying them is data movement), a clean record."""
+        storages = [_storage(t) for t in tensors_in(inputs)]
+        array = (ctypes.c_int64 * len(storages))(*storages)
+        self.lib.cag_begin(array, len(storages))
+        self.active = True
+
+    def watching(self, fn):
+        """`fn` with recording on exactly while it runs (inside the timed region: two flag stores)."""
+        record = self.lib.cag_record
+
+        def watched(*args):
+            record(1)
+            try:
+                return fn(*args)
+            finally:
+                record(0)
+        return watched
+
+    def end(self) -> None:
+        self.lib.cag_end()
+        self.active = False
+
+    def violation(self) -> tuple[str, str] | None:
+        if not self.lib.cag_violation(self._buffer, len(self._buffer)):
+            return None
+        rule, _, op = self._buffer.value.decode(errors="replace").partition("|")
+        return rule, op
+
+    def custom_calls(self) -> int:
+        return int(self.lib.cag_custom_calls())
+
+    def ops_seen(self) -> int:
+        return int(self.lib.cag_ops_seen())
+
+    def note_kernel_tensors(self, value: Any) -> None:
+        for t in tensors_in(value):
+            self.lib.cag_add_kernel_storage(_storage(t))
+
+    def is_kernel_tensor(self, t: torch.Tensor) -> bool:
+        return bool(self.lib.cag_is_kernel_storage(_storage(t)))
+
+
+def _storage(t: torch.Tensor) -> int:
+    try:
+        return int(t.untyped_storage().data_ptr())
+    except (RuntimeError, NotImplementedError):  # meta or sparse: no storage to track
+        return 0
+
+
+def violation_message(rule: str, op: str) -> str:
+    if rule == "data-movement":
+        return (f"forward moved its input's data with PyTorch ({op}: a copy of an input, e.g. .contiguous() "
+                "on a transposed or permuted view); layout changes count as compute: do them in your kernel")
+    return (f"forward called the PyTorch operator {op}; only the solution's own kernels may compute "
+            "(allocation and views are allowed)")
 
 
 class ExtensionCounter:
     def __init__(self):
         self.calls = 0
+        self.guard: NativeGuard | None = None
 
 
 COUNTER = ExtensionCounter()
 
 
 class ExtensionProxy(types.ModuleType):
-    """Stands in for a compiled extension module; every call through it is counted."""
+    """Stands in for a compiled extension module; every call through it is counted, and the tensors
+    it takes and returns are kernel storages (where a forward's outputs must come from)."""
 
     def __init__(self, module: types.ModuleType):
         super().__init__(module.__name__, getattr(module, "__doc__", None))
@@ -107,7 +161,13 @@ class ExtensionProxy(types.ModuleType):
         if callable(value) and not isinstance(value, type):
             def counted(*args, __fn=value, **kwargs):
                 COUNTER.calls += 1
-                return __fn(*args, **kwargs)
+                guard = COUNTER.guard
+                if guard is not None:
+                    guard.note_kernel_tensors([args, kwargs])
+                result = __fn(*args, **kwargs)
+                if guard is not None:
+                    guard.note_kernel_tensors(result)
+                return result
 
             counted.__name__ = getattr(value, "__name__", name)
             counted.__doc__ = getattr(value, "__doc__", None)
@@ -122,15 +182,107 @@ class ExtensionProxy(types.ModuleType):
 # ---------------------------------------------------------------------------------------------
 
 
-def tensors_in(value: Any) -> list[torch.Tensor]:
-    """Every tensor inside (nested) lists, tuples and dicts."""
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, (list, tuple)):
-        return [t for v in value for t in tensors_in(v)]
-    if isinstance(value, dict):
-        return [t for v in value.values() for t in tensors_in(v)]
-    return []
+class ThreadWatch:
+    """Threads started by the solution (any thread that did not exist before its code was loaded)
+    may work only inside forward: CPU time they use between calls means work kept running after
+    forward returned, or started ahead of the next call. Read from /proc, so C++ threads count too."""
+
+    GAP_LIMIT_S = 0.002      # in one gap between calls (an OpenMP worker parking itself uses microseconds)
+    TOTAL_LIMIT_S = 0.02     # over all gaps
+
+    def __init__(self):
+        self.harness = set(_thread_ids())
+        self.last: dict[str, float] = {}
+        self.total = 0.0
+
+    def _usage(self) -> dict[str, float]:
+        usage = {}
+        for tid in _thread_ids():
+            if tid not in self.harness:
+                seconds = _cpu_seconds(tid)
+                if seconds is not None:
+                    usage[tid] = seconds
+        return usage
+
+    def mark(self) -> None:
+        """At the end of a call: remember what the solution's threads had used."""
+        self.last = self._usage()
+
+    def worked_since_mark(self) -> bool:
+        gap = sum(max(0.0, seconds - self.last.get(tid, 0.0)) for tid, seconds in self._usage().items())
+        self.total += gap
+        return gap > self.GAP_LIMIT_S or self.total > self.TOTAL_LIMIT_S
+
+
+def _thread_ids() -> list[str]:
+    try:
+        return os.listdir("/proc/self/task")
+    except OSError:
+        return []
+
+
+def _cpu_seconds(tid: str) -> float | None:
+    """A thread's CPU time: schedstat's nanoseconds where the kernel has them, else stat's ticks."""
+    try:
+        with open(f"/proc/self/task/{tid}/schedstat") as fh:
+            return int(fh.read().split()[0]) / 1e9
+    except (OSError, IndexError, ValueError):
+        pass
+    try:
+        with open(f"/proc/self/task/{tid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")   # utime + stime
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def warm_harness_threads(device: torch.device) -> None:
+    """Start PyTorch's own thread pools now, before the snapshot of harness threads."""
+    x = torch.randn(1 << 22)
+    (x * 2).sum()
+    torch.get_num_threads()
+    if device.type == "cuda":
+        torch.randn(1 << 16, device=device).sum().item()
+
+
+class InputSentinel:
+    """Whether a call left its inputs unchanged: bit for bit against a pristine copy (`full`), or at
+    positions drawn before the call (cheap enough for every timed call)."""
+
+    SAMPLES = 4096
+
+    def __init__(self, inputs: list, full: bool):
+        self.full = full
+        self.tensors = tensors_in(inputs)
+        if full:
+            self.copies = [t.detach().clone() for t in self.tensors]
+        else:
+            self.copies = []
+            for t in self.tensors:
+                flat = t.detach().reshape(-1)
+                n = flat.numel()
+                if n == 0:
+                    self.copies.append(None)
+                    continue
+                if n <= self.SAMPLES:
+                    pos = torch.arange(n, device=t.device)
+                else:
+                    gen = torch.Generator(device=t.device).manual_seed(secrets.randbits(62))
+                    pos = torch.randint(0, n, (self.SAMPLES,), generator=gen, device=t.device)
+                self.copies.append((pos, flat[pos].clone()))
+
+    def changed(self) -> bool:
+        for t, kept in zip(self.tensors, self.copies):
+            if kept is None:
+                continue
+            if self.full:
+                if not _same(t, kept):
+                    return True
+            else:
+                pos, values = kept
+                if not _same(t.detach().reshape(-1)[pos], values):
+                    return True
+        return False
 
 
 def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -152,8 +304,7 @@ def poison_allocator(device: torch.device) -> None:
     in the candidate's environment does the same for the heap; fresh pages are zero.)
 
     The block is sized once and then refilled from the allocator's cache (no new device memory
-    per call). Nothing observable from Python changes, unlike torch's deterministic fill mode,
-    which a candidate could query to tell verification from timing."""
+    per call). Done before every call alike, so nothing tells one call from another."""
     if device.type != "cuda":
         return
     index = device.index or 0
@@ -163,45 +314,6 @@ def poison_allocator(device: torch.device) -> None:
     big = torch.empty(_POISON_FLOATS[index], device=device).fill_(float("nan"))
     small = [torch.empty(1 << 17, device=device).fill_(float("nan")) for _ in range(32)]  # small-block pool
     del big, small
-
-
-def checked_forward(model, args: list, pristine: list, device: torch.device, guard: bool = True):
-    """One verified call: returns (output, calls through the extension modules). Raises `Rejected`."""
-    threads_before = {t.ident for t in threading.enumerate()}
-    calls_before = COUNTER.calls
-    op_guard = OpGuard() if guard else None
-    poison_allocator(device)
-    try:
-        if op_guard is not None:
-            with op_guard:
-                out = model(*args)
-        else:
-            out = model(*args)
-    except Rejected:
-        raise
-    except Exception:
-        if op_guard is not None and op_guard.violations:
-            raise Rejected("torch-op", f"forward called the PyTorch operator {op_guard.violations[0]} "
-                                       "(and caught the error); only the solution's own kernels may compute")
-        raise
-    if op_guard is not None and op_guard.violations:
-        raise Rejected("torch-op", f"forward called the PyTorch operator {op_guard.violations[0]} "
-                                   "(and caught the error); only the solution's own kernels may compute")
-    calls = COUNTER.calls - calls_before  # through the module proxies, counted while timed too
-    if guard and calls + op_guard.custom_op_calls == 0:
-        raise Rejected("no-custom-kernel", "forward never called the solution's compiled extension: "
-                                           "the output must come from your own kernels")
-    leftover = [t for t in threading.enumerate() if t.ident not in threads_before and t.is_alive()]
-    if leftover:
-        raise Rejected("background-thread", f"forward left a thread running ({leftover[0].name}); "
-                                            "all work must finish inside forward")
-    # Outputs are inspected right away, before any synchronisation of our own: work left on a side
-    # stream shows up as a wrong output when it is copied on the current stream.
-    check_output(out, args, device)
-    for given, original in zip(tensors_in(args), tensors_in(pristine)):
-        if not _same(given, original):
-            raise Rejected("input-mutation", "forward modified one of its input tensors; inputs must be left unchanged")
-    return out, calls
 
 
 def check_output(out: Any, args: list, device: torch.device) -> None:
@@ -218,3 +330,14 @@ def check_output(out: Any, args: list, device: torch.device) -> None:
             raise Rejected("output-type", f"forward returned a tensor on {t.device}, expected {device.type}")
         if t.numel() and t.untyped_storage().data_ptr() in input_storages:
             raise Rejected("output-type", "forward returned (a view of) one of its inputs instead of a new tensor")
+
+
+def python_threads() -> set[int]:
+    return {t.ident for t in threading.enumerate()}
+
+
+def new_python_thread(before: set[int]) -> str | None:
+    for t in threading.enumerate():
+        if t.ident not in before and t.is_alive():
+            return t.name
+    return None

@@ -1,8 +1,10 @@
 """Starting and stopping worker processes: own process group, own GPU, optional sandbox.
 
-A worker is `python -m cuda_agent.env.worker ROLE`, optionally inside bubblewrap (see
-sandbox.py). Its stdout/stderr go to a log file whose tail is reported; it is killed with its
-whole process group on timeout, so a hung kernel or a forked helper cannot outlive it.
+A worker is `python -m cuda_agent.env.worker ROLE`, the candidate inside bubblewrap (sandbox.py).
+An evaluation's folder holds the harness's own files (the workers' logs) and `box/`, the only place
+the candidate can write: its solution, the reference's initial weights (written by the judge) and
+the outputs it hands over. A worker is killed with its whole process group; a sandboxed one with
+its whole PID namespace, so nothing it started outlives it.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import signal
 import subprocess
 import sys
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from cuda_agent.env.protocol import PROTOCOL_FD_ENV, ParentChannel
@@ -21,33 +23,57 @@ from cuda_agent.env.protocol import PROTOCOL_FD_ENV, ParentChannel
 STARTUP_TIMEOUT_S = 120.0
 
 
+def box_of(job_dir: Path) -> Path:
+    """The candidate's writable folder inside a job folder."""
+    return Path(job_dir) / "box"
+
+
 @dataclass
 class Worker:
     role: str
     proc: subprocess.Popen
     channel: ParentChannel
     log_path: Path
+    expected: set[int] = field(default_factory=set)   # processes below it once it was ready
 
     def log_tail(self, limit: int = 2000) -> str:
         try:
-            data = self.log_path.read_bytes()
+            fd = os.open(self.log_path, os.O_RDONLY | os.O_NOFOLLOW)
         except OSError:
             return ""
-        return data[-limit:].decode(errors="replace")
+        with os.fdopen(fd, "rb") as fh:
+            size = fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, size - limit))
+            return fh.read().decode(errors="replace")
 
     def wait_ready(self, timeout: float = STARTUP_TIMEOUT_S) -> None:
+        from cuda_agent.env.sandbox import descendants
+
         hello = self.channel.receive(timeout)
         if not hello.get("ready"):
             raise RuntimeError(f"{self.role} worker did not start: {hello}")
+        self.expected = descendants(self.proc.pid)
+
+    def extra_processes(self) -> list[int]:
+        """Processes started below the worker since it was ready (none for an honest candidate)."""
+        from cuda_agent.env.sandbox import descendants
+
+        return sorted(descendants(self.proc.pid) - self.expected)
 
     def kill(self) -> None:
-        """SIGKILL the worker's process group; the exit (a CUDA context's teardown can take a
-        second or more) is reaped in the background, off the evaluation's critical path."""
+        """SIGKILL the worker's process group (for a sandbox: bwrap, whose namespace init then takes
+        every process inside down with it); the exit (a CUDA context's teardown can take a second or
+        more) is reaped in the background, off the evaluation's critical path."""
         if self.proc.poll() is None:
             try:
                 os.killpg(self.proc.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 self.proc.kill()
+        for pid in self.extra_processes():   # unsandboxed: whatever escaped the process group
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
         try:
             self.proc.stdin.close()
         except (OSError, AttributeError):
@@ -75,17 +101,27 @@ def start_worker(role: str, job_dir: Path, backend: str, gpu: int | None,
         env["CUDA_VISIBLE_DEVICES"] = str(gpu)
     elif backend == "cpu":
         env["CUDA_VISIBLE_DEVICES"] = ""  # a CPU evaluation must not touch (or hog) a GPU
+    if role == "judge":
+        # torch.compile compiles in the judge itself: no pool of compile processes left running (and
+        # loading the machine) while the baselines are timed
+        env["TORCHINDUCTOR_COMPILE_THREADS"] = "1"
     if role == "candidate":
         env["MALLOC_PERTURB_"] = "165"  # heap memory comes back as garbage, never stale results
+        # OpenMP workers park at once after a parallel region (instead of spinning for a while):
+        # the thread watch counts any CPU time the solution's threads use between calls.
+        env.update(OMP_WAIT_POLICY="PASSIVE", GOMP_SPINCOUNT="0", KMP_BLOCKTIME="0")
     # Our package must be importable in the child even when it is not installed.
     src = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
-    log_path = job_dir / f"{role}.log"
+    box = box_of(job_dir)
+    box.mkdir(parents=True, exist_ok=True)
+    log_path = Path(job_dir) / f"{role}.log"
     log = open(log_path, "wb")
     cmd = [*(wrap or []), sys.executable, "-m", "cuda_agent.env.worker", role]
     try:
         proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
-                                pass_fds=(write_fd,), env=env, cwd=job_dir, start_new_session=True)
+                                pass_fds=(write_fd,), env=env, cwd=box if role == "candidate" else job_dir,
+                                start_new_session=True)
     finally:
         os.close(write_fd)
         log.close()

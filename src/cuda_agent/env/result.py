@@ -60,6 +60,9 @@ class EvalResult:
     phase_seconds: dict[str, float] = field(default_factory=dict)
     device: str = ""
     log: str = ""                          # tail of the candidate's own stdout/stderr
+    protocol: str = "strict"               # "strict" | "published" (docs/verification.md)
+    baseline_source: str | None = None     # torch.compile time: "paired" | "stored" | "re-timed"
+    skipped_sets: list[str] = field(default_factory=list)   # structured input sets the reference rejects
 
     @property
     def task_error(self) -> bool:

@@ -1,8 +1,14 @@
-"""The candidate's sandbox: bubblewrap with no network, a read-only file system and a private /tmp.
+"""The candidate's sandbox: bubblewrap, with its own namespaces and nothing of the harness in reach.
 
-Writable inside: the evaluation's own job folder. Not writable: everything else, including the
-build cache (the harness compiles for the candidate, which only loads), the baseline-timing cache,
-the harness's code and a workspace's protected scripts. GPU device files are bound on CUDA hosts.
+- Its own PID namespace and /proc: the candidate sees no process but its own, so `/proc/<pid>/root`,
+  `/cwd`, `/fd` and `/mem` of the harness are out of reach; every process it starts dies with the
+  namespace's init when the harness kills the sandbox (nothing outlives it to disturb later timing).
+- No capability (`--cap-drop ALL`), and an unprivileged user (uid 65534) in a user namespace
+  where the kernel allows one; no network, IPC or UTS sharing; a new session (no terminal).
+- Writable: its own folder (the job's `box`) alone. The file system is read-only; `/tmp`, `/dev`
+  (with `/dev/shm`, where other jobs live) and the cache folder are private and empty, except the
+  build cache, which is bound read-only so the harness's builds load (the candidate never writes
+  it). GPU device files are bound on CUDA hosts.
 
 `EvalConfig.sandbox`: "auto" (default) and "bwrap" require bubblewrap and fail clearly without it;
 "none" runs unsandboxed, which the user must ask for.
@@ -11,68 +17,113 @@ the harness's code and a workspace's protected scripts. GPU device files are bou
 from __future__ import annotations
 
 import glob
+import os
 import shutil
 import subprocess
 from functools import lru_cache
 from pathlib import Path
 
-INSTALL_HINT = ("install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap) or, to run candidates "
-                "unsandboxed, pass --no-sandbox (EvalConfig(sandbox='none'))")
+INSTALL_HINT = ("install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap; `cuda-agent doctor --fix` "
+                "does it) or, to run candidates unsandboxed, pass --no-sandbox (EvalConfig(sandbox='none'))")
+SANDBOX_UID = 65534   # nobody
+_BASE = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--unshare-all",
+         "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
+_USER = ["--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)]
 
 
 class SandboxUnavailable(RuntimeError):
     pass
 
 
+def _probe(path: str, args: list[str]) -> str:
+    try:
+        probe = subprocess.run([path, *args, "true"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"bwrap could not run: {exc}"
+    return "" if probe.returncode == 0 else f"bwrap does not work here: {probe.stderr.strip()[:300]}"
+
+
 @lru_cache(maxsize=None)
-def _bwrap_status() -> tuple[str | None, str]:
-    """(path to a working bwrap, or None; why not)."""
+def _bwrap_status() -> tuple[str | None, bool, str]:
+    """(path to a working bwrap or None, whether a user namespace works too, why not)."""
     path = shutil.which("bwrap")
     if not path:
-        return None, "bubblewrap (bwrap) is not installed"
-    try:
-        probe = subprocess.run([path, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-net",
-                                "--die-with-parent", "true"], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.SubprocessError) as exc:
-        return None, f"bwrap could not run: {exc}"
-    if probe.returncode != 0:
-        return None, f"bwrap does not work here: {probe.stderr.strip()[:300]}"
-    return path, ""
+        return None, False, "bubblewrap (bwrap) is not installed"
+    why = _probe(path, _BASE)
+    if why:
+        return None, False, why
+    userns = os.environ.get("CUDA_AGENT_SANDBOX_USERNS", "1") != "0" and not _probe(path, [*_BASE, *_USER])
+    return path, userns, ""
 
 
 def sandbox_available() -> tuple[bool, str]:
-    path, why = _bwrap_status()
+    path, _, why = _bwrap_status()
     return path is not None, why
 
 
-def sandbox_prefix(config, job_dir: Path) -> list[str] | None:
+def sandbox_prefix(config, box: Path) -> list[str] | None:
     """The command prefix that runs a worker inside the sandbox, or None when sandboxing is off."""
     if config.sandbox == "none":
         return None
-    path, why = _bwrap_status()
+    path, userns, why = _bwrap_status()
     if path is None:
         raise SandboxUnavailable(f"cannot sandbox the candidate: {why}; {INSTALL_HINT}")
-    build_cache = Path(config.cache_dir) / "build"
+    cache = Path(config.cache_dir).resolve()
+    build_cache = cache / "build"
     build_cache.mkdir(parents=True, exist_ok=True)
-    args = [path, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
-            "--unshare-net", "--unshare-ipc", "--unshare-uts", "--die-with-parent"]
+    args = [path, *_BASE, *(_USER if userns else [])]
     for device in sorted(glob.glob("/dev/nvidia*")) + sorted(glob.glob("/dev/dri/*")):
         args += ["--dev-bind", device, device]
+    python = sorted(_python_paths())
+    # Hide the home folder (keys, histories) unless Python itself lives there; hide the cache
+    # (baselines, other solutions' sources) either way.
+    home = Path.home().resolve()
+    if str(home) != "/" and not any(_inside(p, home) for p in python) and not _inside(str(cache), home):
+        args += ["--tmpfs", str(home)]
+    args += ["--tmpfs", str(cache)]
     # The private /tmp hides whatever lived there: bring back (read-only) the interpreter, its
     # packages and our own source when they are installed under /tmp (CI clones, pytest folders).
-    for path in sorted(_python_paths()):
-        if path == "/tmp" or path.startswith("/tmp/"):
-            args += ["--ro-bind", path, path]
-    # The build cache is shared by every evaluation: the candidate loads from it but never writes
-    # it (the harness builds on its behalf), so it cannot plant a module another evaluation loads.
-    args += ["--ro-bind", str(build_cache), str(build_cache), "--bind", str(job_dir), str(job_dir)]
+    for p in python:
+        if _inside(p, Path("/tmp")) or _inside(p, cache):
+            args += ["--ro-bind", p, p]
+    args += ["--ro-bind", str(build_cache), str(build_cache), "--bind", str(box), str(box), "--chdir", str(box)]
     return args
 
 
+def _inside(path: str, folder: Path) -> bool:
+    return path == str(folder) or path.startswith(str(folder).rstrip("/") + "/")
+
+
 def _python_paths() -> set[str]:
-    import os
     import sys
 
     source_root = str(Path(__file__).resolve().parents[2])
     candidates = {sys.prefix, sys.base_prefix, sys.exec_prefix, source_root, *sys.path}
     return {os.path.realpath(p) for p in candidates if p and os.path.exists(p)}
+
+
+# -- what runs inside ---------------------------------------------------------------------------
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):   # a child forked by any thread is listed there
+            with open(f"/proc/{pid}/task/{task}/children") as fh:
+                found += [int(c) for c in fh.read().split()]
+    except (OSError, ValueError):
+        pass
+    return found
+
+
+def descendants(pid: int) -> set[int]:
+    """Every live process below `pid` (host PIDs). Below a sandbox's bwrap: its init, the worker, and
+    whatever the candidate started, even a session leader that left the worker's process group (it
+    is reparented to the namespace's init, never to anything outside)."""
+    found, stack = set(), _children(pid)
+    while stack:
+        child = stack.pop()
+        if child not in found:
+            found.add(child)
+            stack += _children(child)
+    return found

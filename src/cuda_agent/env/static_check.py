@@ -9,6 +9,7 @@ misbehave while timed).
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import dataclass
 
 # module -> rule; importing any of these is a rejection
@@ -177,26 +178,43 @@ def _handler_names(handler: ast.ExceptHandler) -> set[str]:
     return {_dotted(n).split(".")[-1] for n in nodes}
 
 
-# C++/CUDA sources: ways around the dispatcher-level guard.
+# C++/CUDA sources: ways around the guard, said early with a reason (the link-level check in
+# symbols.py is what cannot be dodged; this scan only explains).
 _CPP_FORBIDDEN = {
     r"ExcludeDispatchKeyGuard|ExcludeDispatchKeySet|IncludeDispatchKeyGuard|AutoDispatchBelow|"
     r"DispatchKeySet|_AutoDispatch|tls_set_dispatch_key": "dispatch-bypass",
     r"\bdlopen\b|\bdlsym\b|\bpopen\b|\bsystem\s*\(|\bfork\s*\(|\bexecv": "native-escape",
+    r"TORCH_LIBRARY(_IMPL|_FRAGMENT)?\s*\(\s*aten\b": "aten-override",
 }
+_CPP_COMMENT_OR_STRING = re.compile(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"', re.S)
+
+
+def _code_only(source: str) -> str:
+    """C++ source with comments and string literals blanked (line numbers kept)."""
+    return _CPP_COMMENT_OR_STRING.sub(lambda m: "\n" * m.group(0).count("\n"), source)
+
+
+def native_sources_in_python(source: str) -> str:
+    """The string literals of a Python file (where single-file solutions keep their C++), one per line
+    group; comments and the Python code itself are not C++ and are not scanned."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return ""
+    return "\n".join(node.value for node in ast.walk(tree)
+                     if isinstance(node, ast.Constant) and isinstance(node.value, str))
 
 
 def check_native_source(source: str, filename: str) -> list[Finding]:
-    """Reject C++/CUDA constructs that step around the runtime guard."""
-    import re
-
+    """Reject C++/CUDA constructs that step around the runtime guard (comments and strings ignored)."""
     findings = []
-    for lineno, line in enumerate(source.splitlines(), 1):
-        code = line.split("//", 1)[0]
+    for lineno, code in enumerate(_code_only(source).splitlines(), 1):
         for pattern, rule in _CPP_FORBIDDEN.items():
             match = re.search(pattern, code)
             if match:
-                findings.append(Finding(rule, lineno, f"{filename} uses {match.group(0)}, which steps around "
-                                                      "the harness's checks"))
+                why = ("registers a kernel for a PyTorch operator: register yours in a namespace of your own"
+                       if rule == "aten-override" else "steps around the harness's checks")
+                findings.append(Finding(rule, lineno, f"{filename} uses {match.group(0)}, which {why}"))
     return findings
 
 

@@ -1,4 +1,4 @@
-"""Timing a forward pass: warm-up, fresh input buffers per call, L2 flush, device-wide sync.
+"""Timing a forward pass: flushed caches, a synchronised start, events on the current stream.
 
 The primitives (clock, device sync, event methods) are captured when this module is imported,
 before any candidate code runs, so a candidate that monkeypatches `torch.cuda.synchronize`,
@@ -7,9 +7,7 @@ before any candidate code runs, so a candidate that monkeypatches `torch.cuda.sy
 
 from __future__ import annotations
 
-import random
 import time
-from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
@@ -54,7 +52,7 @@ def device_synchronize(device: torch.device) -> None:
             _cuda_sync()
 
 
-class _L2Flusher:
+class L2Flusher:
     """Writes a buffer twice the L2 size so each timed call starts with a cold cache."""
 
     def __init__(self, device: torch.device, enabled: bool):
@@ -68,81 +66,53 @@ class _L2Flusher:
             self.buffer.zero_()
 
 
-@dataclass
-class TimingRun:
-    timing: Timing
-    last_output: Any      # output of the final timed call, for a correctness re-check
-    last_draw: int        # which draw (call number) produced its inputs
-    calls: int            # how many times fn was called (warm-up and spot checks included)
+def time_once(fn: Callable, args: list, device: torch.device, flush: "L2Flusher | None" = None,
+              after: Callable[[Any], Any] | None = None) -> tuple[float, Any, Any]:
+    """One timed call: (milliseconds, output, after(output)).
 
-
-def _time_one_cuda(fn: Callable, args: list, device: torch.device) -> tuple[float, Any]:
+    The caches are flushed and the device synchronised first; on CUDA the call is timed with events
+    on the current stream (the same method as KernelBench's harness: no device-wide sync inside the
+    timed region, whose host wake-up latency is what made short kernels' times jitter). `after` runs
+    right after the end event is recorded and before anything waits for the device: the harness reads
+    samples of the output there, so work left running on another stream shows up as wrong values.
+    """
+    if flush is not None:
+        flush()
+    device_synchronize(device)
+    if device.type != "cuda":
+        t0 = _perf_counter()
+        out = fn(*args)
+        ms = (_perf_counter() - t0) * 1e3
+        return ms, out, after(out) if after else None
     stream = torch.cuda.current_stream(device)
     start = _EventBase(enable_timing=True)
     end = _EventBase(enable_timing=True)
     _event_record(start, stream)
     out = fn(*args)
-    _cuda_sync()              # inside the timed region: work on side streams is counted
     _event_record(end, stream)
+    extra = after(out) if after else None
     _event_sync(end)
-    return _event_elapsed(start, end), out
+    return _event_elapsed(start, end), out, extra
 
 
-def _time_one_cpu(fn: Callable, args: list) -> tuple[float, Any]:
-    t0 = _perf_counter()
-    out = fn(*args)
-    return (_perf_counter() - t0) * 1e3, out
-
-
-def time_callable(fn: Callable, draw: Callable[[int], list] | list[list], device: torch.device, *, warmup: int = 10,
-                  iters: int = 100, flush_l2: bool = True, budget_s: float | None = None,
-                  spot_check: Callable[[list, int], Any] | None = None, spot_checks: int = 0) -> TimingRun:
-    """Median-of-many timing of `fn(*draw(n))`, where call number n gets inputs `draw(n)`.
-
-    `draw` makes new tensors for every call (the harness draws each from its own secret seed), so
-    no call sees the buffers or the values of another: caching by pointer, shape or value gains
-    nothing, and any output can be re-checked against the reference for the same draw.
-    When a single call is slow, the number of timed calls shrinks (to at least 5) to fit `budget_s`.
-    `spot_check(args, n)` replaces `spot_checks` calls at secret random positions among the timed
-    ones (they are not timed): a solution cannot tell those calls from timed ones.
-    A list of input sets instead of `draw` cycles through fresh copies of them.
-    """
-    if not callable(draw):  # fixed input sets (trusted code, e.g. synthesis filters): cycle fresh copies
-        if not draw:
-            raise ValueError("time_callable needs at least one input set")
-        input_sets = draw
-        draw = lambda n: clone_args(input_sets[n % len(input_sets)])  # noqa: E731
-    flush = _L2Flusher(device, flush_l2)
-    one = (lambda a: _time_one_cuda(fn, a, device)) if device.type == "cuda" else (lambda a: _time_one_cpu(fn, a))
-    n = 0
+def time_callable(fn: Callable, inputs: list[list], device: torch.device, *, warmup: int = 10,
+                  iters: int = 100, flush_l2: bool = True, budget_s: float | None = None) -> Timing:
+    """Median-of-many timing of trusted code (the synthesis filters) on fixed input sets, each call
+    on a fresh copy of one of them. When one call is slow, fewer calls (at least 5) fit `budget_s`."""
+    if not inputs:
+        raise ValueError("time_callable needs at least one input set")
+    flush = L2Flusher(device, flush_l2)
+    samples = []
     with torch.no_grad():
         warm_start = _perf_counter()
         for i in range(max(1, warmup)):
-            args = draw(n)
-            n += 1
-            device_synchronize(device)
-            one(args)
-            del args
+            time_once(fn, clone_args(inputs[i % len(inputs)]), device)
             if budget_s and i >= 1 and _perf_counter() - warm_start > budget_s / 4:
                 break
-        warm_calls = i + 1
-        per_call = (_perf_counter() - warm_start) / warm_calls
+        per_call = (_perf_counter() - warm_start) / (i + 1)
         if budget_s and per_call * iters > budget_s:
             iters = max(5, int(budget_s / max(per_call, 1e-9)))
-
-        spots = set(random.SystemRandom().sample(range(iters), min(spot_checks, iters))) if spot_check else set()
-        samples, out, last = [], None, 0
-        for i in range(iters + len(spots)):
-            args = draw(n)
-            if i in spots:
-                spot_check(args, n)
-                n += 1
-                continue
-            last = n
-            n += 1
-            flush()
-            device_synchronize(device)
-            ms, out = one(args)
+        for i in range(iters):
+            ms, _, _ = time_once(fn, clone_args(inputs[i % len(inputs)]), device, flush)
             samples.append(ms)
-            del args
-    return TimingRun(Timing.from_samples(samples), out, last, n)
+    return Timing.from_samples(samples)

@@ -1,4 +1,20 @@
-"""Output comparison: structure, exact shape and dtype, dtype-aware tolerances, no NaN/Inf."""
+"""Comparing a candidate's outputs with the reference's.
+
+- `compare_outputs`: whole outputs (structure, exact shape and dtype, dtype-aware tolerances, NaN/Inf
+  only where the reference has them).
+- `take_samples` / `compare_samples`: every timed call's output is checked too, at positions drawn
+  after the call returned (the candidate cannot know them while it computes); only the sampled
+  values travel to the judge.
+- `Dependence`: whether outputs follow the inputs the way the reference's do (strict protocol).
+
+Tolerances: `atol + rtol * |ref|` per element, raised to a floor for half-precision dtypes. In the
+strict protocol the absolute part follows the output's magnitude (its RMS):
+- below 1 it shrinks with it: a softmax over 65536 columns has values near 1.5e-5, and `1 / dim`
+  everywhere would be within an absolute 1e-2 of it;
+- on a structured input set whose outputs are larger than on the task's own draws (inputs scaled by
+  100, spikes) it grows in proportion, so float32's cancellation error in an honest kernel's large
+  sums is judged as it is on the task's own draws.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +30,44 @@ _TOLERANCE_FLOOR = {
     torch.bfloat16: 8e-3,
 }
 
+# Float32 arithmetic in another order lands far below this; bf16/fp16 (or TF32) inside lands above.
+FP32_PRECISION_WARNING = 1e-4
+SAMPLES_PER_TENSOR = 2048
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    atol: float = 1e-2
+    rtol: float = 1e-2
+    relative_to_scale: bool = False     # strict protocol: atol follows the output's magnitude
+    base_scales: tuple = ()             # the reference's output scales on the task's own first draw
+
+    def for_tensor(self, ref: torch.Tensor, index: int = 0) -> tuple[float, float]:
+        floor = _TOLERANCE_FLOOR.get(ref.dtype, 0.0)
+        atol, rtol = max(self.atol, floor), max(self.rtol, floor)
+        if self.relative_to_scale:
+            scale = output_scale(ref)
+            base = self.base_scales[index] if index < len(self.base_scales) else scale
+            atol *= min(1.0, base) * max(1.0, scale / base)
+        return atol, rtol
+
+    def with_base(self, reference: Any) -> "Tolerance":
+        from dataclasses import replace
+
+        return replace(self, base_scales=tuple(output_scale(t) for t in tensors_in(reference)))
+
+
+def output_scale(ref: torch.Tensor) -> float:
+    """RMS of the finite values (1.0 for empty or all-zero outputs)."""
+    if not (ref.is_floating_point() or ref.is_complex()) or ref.numel() == 0:
+        return 1.0
+    values = ref.detach().reshape(-1)
+    values = values[torch.isfinite(values)] if not ref.is_complex() else values.abs()
+    if values.numel() == 0:
+        return 1.0
+    rms = float(values.to(torch.float64).pow(2).mean().sqrt())
+    return rms if rms > 0 else 1.0
+
 
 @dataclass
 class Comparison:
@@ -21,32 +75,61 @@ class Comparison:
     max_abs_error: float
     message: str = ""
     fp32_relative_error: float = 0.0  # of float32 outputs, relative to the output's largest value
+    nonfinite: bool = False           # the candidate gave NaN/Inf where the reference is finite
+    rule: str | None = None           # a failure with a rule of its own (e.g. output-layout)
 
 
-# Float32 arithmetic in another order lands far below this; bf16/fp16 (or TF32) inside lands above.
-FP32_PRECISION_WARNING = 1e-4
+def tensors_in(value: Any) -> list[torch.Tensor]:
+    """Every tensor inside (nested) lists, tuples and dicts, in a fixed order."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in tensors_in(v)]
+    if isinstance(value, dict):
+        return [t for k in value for t in tensors_in(value[k])]
+    return []
 
 
-def tolerances(dtype: torch.dtype, atol: float, rtol: float) -> tuple[float, float]:
-    floor = _TOLERANCE_FLOOR.get(dtype, 0.0)
-    return max(atol, floor), max(rtol, floor)
+def is_dense(t: torch.Tensor) -> bool:
+    """Whether every element has its own place in memory and no place is skipped (any dimension
+    order): false for broadcast (stride 0) and overlapping views."""
+    dims = sorted((stride, size) for size, stride in zip(t.shape, t.stride()) if size > 1)
+    expected = 1
+    for stride, size in dims:
+        if stride != expected:
+            return False
+        expected *= size
+    return True
 
 
-def compare_outputs(ref: Any, out: Any, atol: float, rtol: float, where: str = "output") -> Comparison:
+def structure(value: Any) -> Any:
+    """The container shape of an output, with tensors as "T" (compared before any values)."""
+    if isinstance(value, torch.Tensor):
+        return "T"
+    if isinstance(value, (list, tuple)):
+        return [structure(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): structure(v) for k, v in value.items()}
+    return type(value).__name__
+
+
+def compare_outputs(ref: Any, out: Any, tol: Tolerance, where: str = "output", _seen: list | None = None) -> Comparison:
     """Compare a candidate's output with the reference's, element by element in containers."""
+    seen = _seen if _seen is not None else [0]   # tensors visited so far, in tensors_in order
     if isinstance(ref, torch.Tensor):
+        seen[0] += 1
         if not isinstance(out, torch.Tensor):
             return Comparison(False, float("inf"), f"{where}: expected a tensor, got {type(out).__name__}")
-        return _compare_tensors(ref, out, atol, rtol, where)
+        return _compare_tensors(ref, out, tol, where, index=seen[0] - 1)
     if isinstance(ref, (list, tuple)):
         if not isinstance(out, (list, tuple)) or len(out) != len(ref):
             got = f"{type(out).__name__} of length {len(out)}" if isinstance(out, (list, tuple)) else type(out).__name__
             return Comparison(False, float("inf"), f"{where}: expected {type(ref).__name__} of length {len(ref)}, got {got}")
-        return _all(compare_outputs(r, o, atol, rtol, f"{where}[{i}]") for i, (r, o) in enumerate(zip(ref, out)))
+        return _all([compare_outputs(r, o, tol, f"{where}[{i}]", seen) for i, (r, o) in enumerate(zip(ref, out))])
     if isinstance(ref, dict):
         if not isinstance(out, dict) or set(out) != set(ref):
             return Comparison(False, float("inf"), f"{where}: expected a dict with keys {sorted(map(str, ref))}")
-        return _all(compare_outputs(ref[k], out[k], atol, rtol, f"{where}[{k!r}]") for k in ref)
+        return _all([compare_outputs(ref[k], out[k], tol, f"{where}[{k!r}]", seen) for k in ref])
     if isinstance(ref, (int, float, bool)) or ref is None:
         if isinstance(out, torch.Tensor) and out.numel() == 1:
             out = out.item()
@@ -56,7 +139,7 @@ def compare_outputs(ref: Any, out: Any, atol: float, rtol: float, where: str = "
         if not isinstance(out, (int, float)):
             return Comparison(False, float("inf"), f"{where}: expected a number, got {type(out).__name__}")
         err = abs(float(out) - float(ref))
-        ok = err <= atol + rtol * abs(float(ref))
+        ok = err <= tol.atol + tol.rtol * abs(float(ref))
         return Comparison(ok, err, "" if ok else f"{where}: expected {ref}, got {out}")
     return Comparison(False, float("inf"), f"{where}: cannot compare outputs of type {type(ref).__name__}")
 
@@ -66,10 +149,13 @@ def _all(parts) -> Comparison:
     worst = max((p.max_abs_error for p in parts), default=0.0)
     failed = [p for p in parts if not p.ok]
     relative = max((p.fp32_relative_error for p in parts), default=0.0)
-    return Comparison(not failed, worst, failed[0].message if failed else "", relative)
+    return Comparison(not failed, worst, failed[0].message if failed else "", relative,
+                      any(p.nonfinite for p in failed), failed[0].rule if failed else None)
 
 
-def _compare_tensors(ref: torch.Tensor, out: torch.Tensor, atol: float, rtol: float, where: str) -> Comparison:
+def _compare_tensors(ref: torch.Tensor, out: torch.Tensor, tol: Tolerance, where: str,
+                     scale_ref: torch.Tensor | None = None, index: int = 0) -> Comparison:
+    """`scale_ref`: the whole reference tensor when `ref` is a sample of it (the tolerance's scale)."""
     if tuple(out.shape) != tuple(ref.shape):
         return Comparison(False, float("inf"), f"{where}: shape {tuple(out.shape)}, expected {tuple(ref.shape)}")
     if out.dtype != ref.dtype:
@@ -78,17 +164,19 @@ def _compare_tensors(ref: torch.Tensor, out: torch.Tensor, atol: float, rtol: fl
     if not (ref.dtype.is_floating_point or ref.dtype.is_complex):
         mismatched = int((out != ref).sum())
         if mismatched:
-            return Comparison(False, float("inf"), f"{where}: {mismatched} of {ref.numel()} elements differ (exact match required for {ref.dtype})")
+            return Comparison(False, float("inf"), f"{where}: {mismatched} of {ref.numel()} elements differ "
+                                                   f"(exact match required for {ref.dtype})")
         return Comparison(True, 0.0)
     if ref.numel() == 0:
         return Comparison(True, 0.0)
-    atol, rtol = tolerances(ref.dtype, atol, rtol)
-    r, o = ref.to(torch.float64 if ref.dtype == torch.float64 else torch.float32), out.to(
-        torch.float64 if ref.dtype == torch.float64 else torch.float32)
+    atol, rtol = tol.for_tensor(scale_ref if scale_ref is not None else ref, index)
+    wide = torch.float64 if ref.dtype == torch.float64 else torch.float32
+    r, o = ref.to(wide), out.to(wide)
     ref_finite = torch.isfinite(r)
     bad_nonfinite = int((~torch.isfinite(o) & ref_finite).sum())
     if bad_nonfinite:
-        return Comparison(False, float("inf"), f"{where}: {bad_nonfinite} NaN/Inf values where the reference is finite")
+        return Comparison(False, float("inf"), f"{where}: {bad_nonfinite} NaN/Inf values where the reference is finite",
+                          nonfinite=True)
     # Where the reference itself is not finite, the candidate must match it exactly.
     special = ~ref_finite
     if bool(special.any()) and not torch.equal(torch.nan_to_num(r[special], nan=0.0), torch.nan_to_num(o[special], nan=0.0)):
@@ -101,7 +189,7 @@ def _compare_tensors(ref: torch.Tensor, out: torch.Tensor, atol: float, rtol: fl
     if n_over:
         idx = tuple(int(i) for i in torch.nonzero(over)[0])
         return Comparison(False, max_err,
-                          f"{where}: {n_over} of {ref.numel()} elements outside atol={atol:g}, rtol={rtol:g} "
+                          f"{where}: {n_over} of {ref.numel()} elements outside atol={atol:.3g}, rtol={rtol:g} "
                           f"(max abs error {max_err:.4g}; first at index {list(idx)}: got {float(o[idx]):.6g}, "
                           f"expected {float(r[idx]):.6g})")
     relative = 0.0
@@ -109,3 +197,124 @@ def _compare_tensors(ref: torch.Tensor, out: torch.Tensor, atol: float, rtol: fl
         scale = float(r.abs().masked_fill(special, 0.0).max())
         relative = max_err / scale if scale > 0 else 0.0
     return Comparison(True, max_err, "", relative)
+
+
+# -- samples of an output (every call) ---------------------------------------------------------------
+
+
+def take_samples(out: Any, count: int = SAMPLES_PER_TENSOR) -> dict:
+    """Values of `out` at random positions drawn now, after the call returned (candidate side).
+
+    Read on the current stream, with no synchronisation first: work a kernel left running on another
+    stream has not landed yet and shows up as wrong (NaN-poisoned) values."""
+    import secrets
+
+    tensors = []
+    for t in tensors_in(out):
+        n = t.numel()
+        real = t.layout == torch.strided and not t.is_meta
+        entry = {"shape": list(t.shape), "dtype": str(t.dtype).replace("torch.", ""),
+                 "strides": list(t.stride()) if real else [], "dense": is_dense(t) if real else True}
+        if n and real:
+            if n <= count:
+                positions = torch.arange(n, device=t.device)
+            else:
+                gen = torch.Generator(device=t.device).manual_seed(secrets.randbits(62))
+                positions = torch.randint(0, n, (count,), generator=gen, device=t.device)
+            values = t.detach().reshape(-1)[positions]
+            if values.is_complex():
+                values = torch.view_as_real(values)
+            entry["positions"] = positions.cpu().tolist()
+            entry["values"] = values.cpu().to(torch.float64 if values.is_floating_point() else torch.int64).tolist()
+        tensors.append(entry)
+    return {"structure": structure(out), "tensors": tensors}
+
+
+def compare_samples(ref: Any, samples: dict, tol: Tolerance) -> Comparison:
+    """Judge side: the candidate's sampled values against the reference output at the same positions."""
+    if samples.get("structure") != structure(ref):
+        return Comparison(False, float("inf"), f"output structure {samples.get('structure')}, expected {structure(ref)}")
+    parts = []
+    for i, (r, entry) in enumerate(zip(tensors_in(ref), samples["tensors"])):
+        where = f"output[{i}]" if len(samples["tensors"]) > 1 else "output"
+        if entry["shape"] != list(r.shape):
+            parts.append(Comparison(False, float("inf"), f"{where}: shape {tuple(entry['shape'])}, expected {tuple(r.shape)}"))
+            continue
+        if entry["dtype"] != str(r.dtype).replace("torch.", ""):
+            parts.append(Comparison(False, float("inf"), f"{where}: dtype {entry['dtype']}, expected {r.dtype}"))
+            continue
+        if not entry.get("dense", True) and r.numel() and is_dense(r):
+            parts.append(Comparison(False, float("inf"), f"{where}: an overlapping or broadcast (stride 0) view with "
+                                                         f"strides {entry['strides']}; the reference returns a dense "
+                                                         "tensor: return one computed by your kernels",
+                                    rule="output-layout"))
+            continue
+        if "positions" not in entry:
+            continue
+        positions = torch.tensor(entry["positions"], dtype=torch.long, device=r.device)
+        expected = r.detach().reshape(-1)[positions]
+        if expected.is_complex():
+            expected = torch.view_as_real(expected)
+        got = torch.tensor(entry["values"], device=r.device).to(expected.dtype).reshape(expected.shape)
+        parts.append(_compare_tensors(expected, got, tol, where, scale_ref=r, index=i))
+    return _all(parts)
+
+
+# -- outputs that follow their inputs (strict) --------------------------------------------------------
+
+
+class Dependence:
+    """Collects, per verification input set, the reference's and the candidate's values at fixed
+    positions, and judges whether the candidate's outputs move with the inputs like the reference's.
+
+    A candidate whose outputs stay put while the reference's move (a constant answer that lies
+    within tolerance because the task's output barely varies), or whose error is not small against
+    the reference's own spread across the sets, is rejected (rule `input-independent`)."""
+
+    MAX_ERROR_SHARE = 0.5   # error over the reference's spread, median across sets
+
+    def __init__(self, count: int = SAMPLES_PER_TENSOR, seed: int = 0):
+        self.count, self.seed = count, seed
+        self.positions: torch.Tensor | None = None
+        self.refs: list[torch.Tensor] = []
+        self.cands: list[torch.Tensor] = []
+
+    def add(self, ref: Any, cand: Any) -> None:
+        r, c = tensors_in(ref), tensors_in(cand)
+        if not r or not c or r[0].shape != c[0].shape or not r[0].is_floating_point() or r[0].numel() == 0:
+            return
+        flat_r, flat_c = r[0].detach().reshape(-1), c[0].detach().to(r[0].device).reshape(-1)
+        if self.positions is None:
+            n = flat_r.numel()
+            gen = torch.Generator(device="cpu").manual_seed(self.seed)
+            self.positions = (torch.arange(n) if n <= self.count else torch.randint(0, n, (self.count,), generator=gen))
+        pos = self.positions.to(flat_r.device)
+        self.refs.append(flat_r[pos].to(torch.float64).cpu())
+        self.cands.append(flat_c[pos].to(torch.float64).cpu())
+
+    def verdict(self) -> str | None:
+        """None when the candidate follows its inputs, else the message for the agent."""
+        n = len(self.refs)
+        if n < 2:
+            return None
+        shares = []
+        cand_moves = False
+        for i in range(n):
+            spread = max(float((self.refs[i] - self.refs[j]).abs().nan_to_num(0).max()) for j in range(n) if j != i)
+            if spread <= 0:
+                continue
+            error = float((self.cands[i] - self.refs[i]).abs().nan_to_num(0).max())
+            shares.append(error / spread)
+            cand_moves |= any(not torch.equal(self.cands[i], self.cands[j]) for j in range(n) if j != i)
+        if not shares:
+            return None   # the reference's own outputs do not move either: nothing to judge
+        if not cand_moves:
+            return ("the output is the same for every input set while the reference's changes: it does not "
+                    "depend on the inputs (a constant answer that happens to lie within tolerance?)")
+        shares.sort()
+        median = shares[len(shares) // 2]
+        if median > self.MAX_ERROR_SHARE:
+            return (f"the output's error is {median:.0%} of how much the reference's output changes between "
+                    "input sets: it does not follow the inputs the way the reference does (compute the actual "
+                    "result; an estimate or an input-independent value is not accepted)")
+        return None

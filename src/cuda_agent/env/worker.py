@@ -1,13 +1,19 @@
 """Worker processes: `python -m cuda_agent.env.worker judge|candidate`.
 
-- The judge loads the task, builds the reference `Model`, draws the input sets and computes the
-  reference outputs; it later compares candidate outputs and times eager / torch.compile.
-- The candidate builds and loads the solution, runs it on the same input sets (drawn again from
-  the same seeds, from task code with the `Model` class removed) and times it. It never holds the
-  reference model or its outputs; its outputs travel to the judge as files.
+Both are driven call by call by the harness (evaluation.py), which alone knows the schedule:
 
-Each evaluation gets a fresh pair, so a crash, a hung kernel or a corrupted CUDA context dies
-with its process. Both speak the JSON-lines protocol in protocol.py.
+- The judge (trusted: it runs only the task's code) builds the reference `Model`, and for every
+  call draws the same inputs as the candidate (from the seed the harness sends), runs the reference
+  on them (timed, when the call is a timed one, so the eager and torch.compile baselines are measured
+  on the very same draws, interleaved with the candidate's), and compares the candidate's output:
+  whole (a file) or at the positions the candidate sampled right after its call returned.
+- The candidate (sandboxed, one per evaluation) builds nothing: it loads the libraries the harness
+  built, then for every call draws its inputs, runs `ModelNew` under the runtime guard, times it the
+  same way, samples its output and reports. It never holds the reference model or its outputs.
+
+Every call is treated alike: the candidate cannot tell a checked call from a timed one, and cannot
+prepare for a call before the harness sends its seed. Both speak the JSON-lines protocol in
+protocol.py; each gets a fresh process per evaluation.
 """
 
 from __future__ import annotations
@@ -20,26 +26,12 @@ from pathlib import Path
 import torch
 
 from cuda_agent.env import timing  # captures clocks and sync before candidate code can patch them
+from cuda_agent.env.draws import draw_inputs
 from cuda_agent.env.protocol import ChildChannel
 
 
 def _device(backend: str) -> torch.device:
     return torch.device("cuda", 0) if backend == "cuda" else torch.device("cpu")
-
-
-def draw_inputs(module, seed: int, device: torch.device) -> list:
-    """The task's `get_inputs()` under a fixed seed, created directly on the device."""
-    torch.manual_seed(seed)
-    with torch.device(device):
-        inputs = module.get_inputs()
-    if not isinstance(inputs, (list, tuple)):
-        raise TypeError(f"get_inputs() must return a list, got {type(inputs).__name__}")
-    return list(timing.to_device(inputs, device))
-
-
-# Reference outputs stay on the device up to this size: KernelBench's level-1 tasks have outputs of
-# several GB each, and five of them would not fit beside the model. Beyond it they move to host RAM.
-KEEP_OUTPUT_BYTES_ON_DEVICE = 4 << 30
 
 
 def draw_init_inputs(module) -> list:
@@ -56,78 +48,141 @@ def _short_traceback(exc: BaseException, limit_frames: int = 4) -> str:
     return text.strip()[-3000:]
 
 
+def _all_finite(value) -> bool:
+    from cuda_agent.env.verify import tensors_in
+
+    return all(bool(torch.isfinite(t).all()) for t in tensors_in(value) if t.is_floating_point() or t.is_complex())
+
+
+def read_candidate_output(path: str, device: torch.device):
+    """A candidate output file, opened without following links (the candidate's folder is its own)."""
+    import io
+    import stat
+
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError("not a regular file")
+        with os.fdopen(fd, "rb", closefd=False) as fh:
+            data = io.BytesIO(fh.read())
+    finally:
+        os.close(fd)
+    return torch.load(data, map_location=device, weights_only=True)
+
+
 # ---------------------------------------------------------------------------------------------
 # judge
 
 
-def run_judge(chan: ChildChannel) -> None:
-    from cuda_agent.env.guard import tensors_in
-    from cuda_agent.env.verify import compare_outputs
-    from cuda_agent.tasks.task import load_task_module
+class _Judge:
+    """The reference side of an evaluation: the task's model, its compiled twin, the tolerance."""
 
-    job = chan.receive()
-    backend, cfg, job_dir = job["backend"], job["config"], Path(job["job_dir"])
-    device = _device(backend)
-    seeds = cfg["seeds"]
-    try:
-        module = load_task_module(job["task_code"], "reference_task", filename=f"<task {job['task_name']}>")
+    def __init__(self, job: dict):
+        from cuda_agent.env.verify import Dependence, Tolerance
+        from cuda_agent.tasks.task import load_task_module
+
+        self.cfg, self.box = job["config"], Path(job["box"])
+        self.device = _device(job["backend"])
+        self.tol = Tolerance(self.cfg["atol"], self.cfg["rtol"], relative_to_scale=self.cfg["protocol"] == "strict")
+        self.dependence = Dependence(seed=self.cfg["seed"])
+        self.compiled = None
+        self.module = load_task_module(job["task_code"], "reference_task", filename=f"<task {job['task_name']}>")
         for name in ("Model", "get_inputs", "get_init_inputs"):
-            if not hasattr(module, name):
+            if not hasattr(self.module, name):
                 raise AttributeError(f"the task defines no `{name}`")
-        init_inputs = draw_init_inputs(module)
-        torch.manual_seed(cfg["seed"])
-        model = module.Model(*init_inputs).to(device).eval()
-        torch.save({"init_inputs": init_inputs, "state_dict": model.state_dict()}, job_dir / "reference_init.pt")
-        outputs, output_bytes = [], 0
+        init_inputs = draw_init_inputs(self.module)
+        torch.manual_seed(self.cfg["seed"])
+        self.model = self.module.Model(*init_inputs).to(self.device).eval()
+        torch.save({"init_inputs": init_inputs, "state_dict": self.model.state_dict()}, self.box / "reference_init.pt")
         with torch.no_grad():
-            for seed in seeds:
-                out = model(*draw_inputs(module, seed, device))
-                output_bytes += sum(t.nbytes for t in tensors_in(out))
-                if output_bytes > KEEP_OUTPUT_BYTES_ON_DEVICE:
-                    out = timing.to_device(out, torch.device("cpu"))
-                outputs.append(out)
-        timing.device_synchronize(device)
+            self.model(*draw_inputs(self.module, self.cfg["seed"], self.device))   # the task runs at all (and is warm)
+        timing.device_synchronize(self.device)
+        self.flush = timing.L2Flusher(self.device, self.cfg["flush_l2"])
+
+    def compile(self) -> dict:
+        """torch.compile the reference and warm it up (its compilation is not timed)."""
+        try:
+            compiled = torch.compile(self.model)
+            with torch.no_grad():
+                for n in range(2):
+                    compiled(*draw_inputs(self.module, self.cfg["seed"] + 7919 * (n + 1), self.device))
+            timing.device_synchronize(self.device)
+        except Exception as exc:  # torch.compile can't handle every model; report, don't fail
+            return {"ok": False, "error": f"{type(exc).__name__}: {str(exc)[:500]}"}
+        self.compiled = compiled
+        return {"ok": True}
+
+    def call(self, cmd: dict) -> dict:
+        """The reference on the call's draw (timed, for a timed call), and the candidate's output
+        compared with it: a file (verification) or the candidate's samples."""
+        from cuda_agent.env.verify import compare_outputs, compare_samples
+
+        seed, transform = cmd["seed"], cmd.get("transform")
+        answer: dict = {}
+        with torch.no_grad():
+            try:
+                inputs = draw_inputs(self.module, seed, self.device, transform)
+                if cmd.get("time"):
+                    answer["eager_ms"], reference, _ = timing.time_once(self.model, inputs, self.device, self.flush)
+                    if cmd.get("compile") and self.compiled is not None:
+                        again = draw_inputs(self.module, seed, self.device, transform)
+                        answer["compile_ms"], _, _ = timing.time_once(self.compiled, again, self.device, self.flush)
+                        del again
+                else:
+                    reference = self.model(*inputs)
+                del inputs
+            except Exception as exc:
+                if transform:   # the reference is not defined on this structured set: nothing to compare
+                    return {"ok": True, "skipped": f"the reference fails on it ({type(exc).__name__})"}
+                raise
+        if transform and not _all_finite(reference):
+            return {"ok": True, "skipped": "the reference is not finite on it", **answer}
+        if not transform and not self.tol.base_scales:   # the task's own first draw sets the scale
+            self.tol = self.tol.with_base(reference)
+        compare = cmd.get("compare") or {}
+        if "path" in compare:
+            try:
+                candidate = read_candidate_output(compare["path"], self.device)
+            except Exception as exc:
+                return {"ok": False, "max_abs_error": float("inf"), "message": f"candidate output unreadable: {exc}",
+                        **answer}
+            verdict = compare_outputs(reference, candidate, self.tol)
+            if verdict.ok and cmd.get("dependence"):
+                self.dependence.add(reference, candidate)
+            del candidate
+        elif "samples" in compare:
+            verdict = compare_samples(reference, compare["samples"], self.tol)
+        else:
+            return {"ok": True, **answer}
+        return {"ok": verdict.ok, "max_abs_error": verdict.max_abs_error, "message": verdict.message,
+                "rule": verdict.rule, "nonfinite": verdict.nonfinite,
+                "fp32_relative_error": verdict.fp32_relative_error, **answer}
+
+
+def run_judge(chan: ChildChannel) -> None:
+    job = chan.receive()
+    try:
+        judge = _Judge(job)
     except Exception as exc:  # the task itself is broken
         chan.send(ok=False, message=f"{type(exc).__name__}: {exc}\n{_short_traceback(exc)}")
         return
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    name = torch.cuda.get_device_name(judge.device) if judge.device.type == "cuda" else "cpu"
     chan.send(ok=True, device=name)
-
     while True:
         cmd = chan.receive()
-        if cmd["cmd"] == "compare":
-            if "seed" in cmd:  # an output of a timed call: the reference for the same draw, computed now
-                with torch.no_grad():
-                    reference_out = model(*draw_inputs(module, cmd["seed"], device))
-            else:
-                reference_out = outputs[cmd["trial"]]
-            where = next(iter(t.device for t in tensors_in(reference_out)), device)
+        kind = cmd.get("cmd")
+        if kind == "compile":
+            chan.send(**judge.compile())
+        elif kind == "call":
             try:
-                candidate_out = torch.load(cmd["path"], map_location=where, weights_only=True)
-            except Exception as exc:
-                chan.send(ok=False, max_abs_error=float("inf"), message=f"candidate output unreadable: {exc}")
-                continue
-            result = compare_outputs(reference_out, candidate_out, cfg["atol"], cfg["rtol"])
-            del candidate_out, reference_out
-            chan.send(ok=result.ok, max_abs_error=result.max_abs_error, message=result.message,
-                      fp32_relative_error=result.fp32_relative_error)
-        elif cmd["cmd"] == "baselines":
-            draw = lambda n: draw_inputs(module, cfg["timing_seed"] + n, device)  # noqa: E731
-            chan.send(**_time_baselines(model, draw, device, cfg, cmd["compile"]))
+                answer = judge.call(cmd)
+            except Exception as exc:   # the task's own code failed on one of its draws
+                answer = {"ok": False, "task_error": f"{type(exc).__name__}: {exc}\n{_short_traceback(exc)}"}
+            chan.send(**answer)
+        elif kind == "dependence":
+            chan.send(message=judge.dependence.verdict())
         else:
             return
-
-
-def _time_baselines(model, draw, device, cfg, with_compile: bool) -> dict:
-    kwargs = dict(warmup=cfg["warmup"], iters=cfg["iters"], flush_l2=cfg["flush_l2"], budget_s=cfg["profile_budget_s"])
-    result = {"eager": timing.time_callable(model, draw, device, **kwargs).timing.__dict__}
-    if with_compile:
-        try:
-            compiled = torch.compile(model)
-            result["compile"] = timing.time_callable(compiled, draw, device, **kwargs).timing.__dict__
-        except Exception as exc:  # torch.compile can't handle every model; report, don't fail
-            result["compile_error"] = f"{type(exc).__name__}: {str(exc)[:500]}"
-    return result
 
 
 # ---------------------------------------------------------------------------------------------
@@ -152,15 +207,18 @@ def load_candidate(solution_dir: Path, build, prebuilt: dict[str, str] | None = 
         sys.modules[name] = builder.add(name, load_module(name, Path(so_path)))  # `import name`: the counting proxy
     sys.path.insert(0, str(solution_dir))
     entry = solution_dir / "model_new.py"
+    source = entry.read_text()
+    if not source.strip():
+        raise BuildError("model_new.py is empty: define `class ModelNew(nn.Module)` there (see SKILL.md)")
     try:
-        module = load_task_module(entry.read_text(), "model_new", filename=str(entry))
+        module = load_task_module(source, "model_new", filename=str(entry))
     except ModuleNotFoundError as exc:
         if exc.name == "cuda_extension":  # the workspace form without any kernels yet
             raise BuildError("model_new.py imports cuda_extension, but kernels/ holds no .cu or .cpp files "
                              "to build it from: write your kernels and binding there first") from None
         raise
     if not hasattr(module, "ModelNew"):
-        raise AttributeError("model_new.py defines no `ModelNew` class")
+        raise BuildError("model_new.py defines no `ModelNew` class: the harness constructs `ModelNew(*init_inputs)`")
     return module.ModelNew, builder
 
 
@@ -178,131 +236,205 @@ def remote_build(chan: ChildChannel):
     return build
 
 
-def run_candidate(chan: ChildChannel) -> None:
-    from cuda_agent.env.compiler import BuildError
-    from cuda_agent.env.guard import COUNTER, Rejected, check_output, checked_forward
-    from cuda_agent.tasks.task import load_task_module
+def _dispatcher_tables() -> dict[str, str]:
+    """Every ATen operator's registrations, to notice a solution registering kernels into `aten`."""
+    return {name: torch._C._dispatch_dump(name) for name in torch._C._dispatch_get_all_op_names()
+            if name.startswith("aten::")}
 
-    job = chan.receive()
-    backend, cfg, job_dir = job["backend"], job["config"], Path(job["job_dir"])
-    device = _device(backend)
-    seeds = cfg["seeds"]
 
-    # ---- compile (the harness builds; this process loads)
-    try:
-        ModelNew, builder = load_candidate(Path(job["solution_dir"]), remote_build(chan), job.get("prebuilt"),
-                                           cfg["fast_build"])
-    except BuildError as exc:
-        chan.send(ok=False, phase="compile", message=exc.summary)
-        return
-    except SyntaxError as exc:
-        chan.send(ok=False, phase="compile", message=f"SyntaxError in {Path(exc.filename or 'model_new.py').name} "
-                                                     f"line {exc.lineno}: {exc.msg}\n    {(exc.text or '').strip()}")
-        return
-    except Exception as exc:
-        chan.send(ok=False, phase="compile", message=_short_traceback(exc))
-        return
-    if _PREIMPORT is not None:  # part of getting ready to run: never on the verify phase's clock
-        _PREIMPORT.join()
-    chan.send(ok=True, phase="compile", extensions=builder.built)
+def _changed_aten_ops(before: dict[str, str]) -> list[str]:
+    after = _dispatcher_tables()
+    return sorted(name for name, table in after.items() if before.get(name) != table)
 
-    # ---- verify: construct with the reference's weights, run each input set
-    cmd = chan.receive()
-    if cmd.get("cmd") != "verify":
-        return
-    try:
-        task_module = load_task_module(job["task_inputs_code"], "task_inputs", filename="<task inputs>")
-        init = torch.load(job_dir / "reference_init.pt", map_location="cpu", weights_only=False)
-        torch.manual_seed(cfg["seed"])
-        model = ModelNew(*init["init_inputs"])
-        weights = "seed"
+
+class _Candidate:
+    """The candidate's state across calls: its model, guard, watches and the counts seen so far."""
+
+    def __init__(self, job: dict, chan: ChildChannel):
+        from cuda_agent.env.guard import COUNTER, NativeGuard, ThreadWatch, warm_harness_threads
+
+        self.chan, self.job = chan, job
+        self.cfg, self.box = job["config"], Path(job["box"])
+        self.device = _device(job["backend"])
+        warm_harness_threads(self.device)
+        self.guard = NativeGuard(Path(job["guard_lib"])) if self.cfg["guard"] else None
+        COUNTER.guard = self.guard
+        self.threads = ThreadWatch()
+        self.tables = _dispatcher_tables()
+        self.flush = timing.L2Flusher(self.device, self.cfg["flush_l2"])
+        self.model = None
+        self.task_module = None
+        self.calls_per_forward: list[int] = []
+        self.last_shape = None
+
+    # -- setup ---------------------------------------------------------------------------------
+
+    def load(self):
+        from cuda_agent.env.compiler import BuildError
+
+        try:
+            self.model_class, builder = load_candidate(Path(self.job["solution_dir"]), remote_build(self.chan),
+                                                       self.job.get("prebuilt"), self.cfg["fast_build"])
+        except BuildError as exc:
+            return {"ok": False, "phase": "compile", "message": exc.summary}
+        except SyntaxError as exc:
+            return {"ok": False, "phase": "compile",
+                    "message": f"SyntaxError in {Path(exc.filename or 'model_new.py').name} line {exc.lineno}: "
+                               f"{exc.msg}\n    {(exc.text or '').strip()}"}
+        except Exception as exc:
+            return {"ok": False, "phase": "compile", "message": _short_traceback(exc)}
+        overridden = _changed_aten_ops(self.tables) if self.cfg["guard"] else []
+        if overridden:
+            return {"ok": False, "phase": "compile", "rule": "aten-override",
+                    "message": f"the solution registered its own kernel for PyTorch's {overridden[0]} "
+                               "(TORCH_LIBRARY_IMPL(aten, ...)); register your kernels in a namespace of your own"}
+        return {"ok": True, "phase": "compile", "extensions": builder.built}
+
+    def init_model(self):
+        from cuda_agent.tasks.task import load_task_module
+
+        self.task_module = load_task_module(self.job["task_inputs_code"], "task_inputs", filename="<task inputs>")
+        init = torch.load(self.box / "reference_init.pt", map_location="cpu", weights_only=False)
+        torch.manual_seed(self.cfg["seed"])
+        model = self.model_class(*init["init_inputs"])
+        weights = "none"
         if init["state_dict"]:
+            weights = "seed"   # parameter names differ: identical seeding made the weights match instead
             try:
                 model.load_state_dict(init["state_dict"])
                 weights = "state_dict"
             except (RuntimeError, KeyError):
-                pass  # parameter names differ: identical seeding made the weights match instead
-        else:
-            weights = "none"
-        model = model.to(device).eval()
-        calls_per_forward = None
-        with torch.no_grad():
-            for trial, seed in enumerate(seeds):
-                inputs = draw_inputs(task_module, seed, device)
-                out, calls_per_forward = checked_forward(model, timing.clone_args(inputs), inputs, device,
-                                                         guard=cfg["guard"])
-                del inputs
-                # copied on the current stream, with no device-wide sync first: work hidden on a
-                # side stream is not finished here and shows up as a wrong output
-                path = job_dir / f"candidate_{trial}.pt"
-                torch.save(timing.to_device(out, torch.device("cpu")), path)
-                del out
-                chan.send(ok=True, phase="verify", trial=trial, path=str(path), weights=weights)
-                if chan.receive().get("cmd") != "continue":
-                    return
-    except Rejected as exc:
-        chan.send(ok=False, phase="verify", message=str(exc), rule=exc.rule)
-        return
-    except Exception as exc:
-        chan.send(ok=False, phase="verify", message=_short_traceback(exc))
-        return
+                pass
+        self.model = model.to(self.device).eval()
+        self.threads.mark()
+        return {"ok": True, "weights": weights}
 
-    # ---- profile, then re-check the output of the last timed call
-    cmd = chan.receive()
-    if cmd.get("cmd") != "profile":
-        return
-    try:
-        # every call, timed or not, gets inputs from a seed of its own that verification never
-        # used: nothing can be memoised, and any output can be checked against the same draw
-        def draw(n):
-            return draw_inputs(task_module, cfg["timing_seed"] + n, device)
+    # -- one call ------------------------------------------------------------------------------
 
-        spot_outputs = []  # outputs of the secret guarded calls, compared by the judge afterwards
+    def call(self, cmd: dict) -> dict:
+        """One call of the schedule. An empty call (`null`) goes through every step but the forward
+        itself, so the harness can tell its own overhead from the solution's time."""
+        from cuda_agent.env.guard import COUNTER, InputSentinel, Rejected, poison_allocator, python_threads
+        from cuda_agent.env.verify import take_samples
 
-        def spot_check(args, n):
-            out, _ = checked_forward(model, args, draw(n), device, guard=cfg["guard"])
-            path = job_dir / f"candidate_spot_{len(spot_outputs)}.pt"
-            torch.save(timing.to_device(out, torch.device("cpu")), path)
-            spot_outputs.append([cfg["timing_seed"] + n, str(path)])
-
+        if self.threads.worked_since_mark():
+            raise Rejected("background-thread", "a thread the solution started kept working outside forward "
+                                                "(after it returned or before the next call); all work must "
+                                                "finish inside forward")
+        null = bool(cmd.get("null"))
+        inputs = draw_inputs(self.task_module, cmd["seed"], self.device, cmd.get("transform"))
+        sentinel = InputSentinel(inputs, full=bool(cmd.get("save")))
+        poison_allocator(self.device)
+        fn = self._empty_forward if null else self.model
+        threads_before = python_threads()
         calls_before = COUNTER.calls
-        run = timing.time_callable(model, draw, device, warmup=cfg["warmup"], iters=cmd["iters"],
-                                   flush_l2=cfg["flush_l2"], budget_s=cfg["profile_budget_s"],
-                                   spot_check=spot_check if cfg["guard"] else None,
-                                   spot_checks=max(2, cmd["iters"] // 10))
-        timed_calls = COUNTER.calls - calls_before
-        if cfg["guard"] and timed_calls != calls_per_forward * run.calls:
-            raise Rejected("behaviour-changed", f"forward called the extension {timed_calls / run.calls:g} times per "
-                                                f"call while timed but {calls_per_forward} times while verified")
-        check_output(run.last_output, [], device)
-        last_path = job_dir / "candidate_last_timed.pt"
-        torch.save(timing.to_device(run.last_output, torch.device("cpu")), last_path)
-        # one more guarded call after timing, on yet another draw
-        inputs = draw(run.calls)
-        with torch.no_grad():
-            out, _ = checked_forward(model, timing.clone_args(inputs), inputs, device, guard=cfg["guard"])
-        recheck_path = job_dir / "candidate_recheck.pt"
-        torch.save(timing.to_device(out, torch.device("cpu")), recheck_path)
-    except Rejected as exc:
-        chan.send(ok=False, phase="profile", message=str(exc), rule=exc.rule)
+        if self.guard is not None:
+            self.guard.begin(inputs)
+            fn = self.guard.watching(fn)
+        try:
+            with torch.no_grad():
+                ms, out, samples = timing.time_once(fn, inputs, self.device, self.flush, after=take_samples)
+        finally:
+            if self.guard is not None:
+                self.guard.end()
+        timing.device_synchronize(self.device)   # nothing of this call may run while the judge times
+        calls, problem = self._inspect(out, inputs, calls_before, threads_before, sentinel)
+        self.threads.mark()
+        if null:   # the same reply as a real call's (its size is part of the overhead measured)
+            return {"ok": True, "ms": ms, "samples": samples, "calls": calls}
+        if problem is not None:
+            raise problem
+        self._count(calls)
+        tensors = _tensors(out)
+        if tensors:
+            self.last_shape = (tuple(tensors[0].shape), tensors[0].dtype)
+        answer = {"ok": True, "ms": ms, "samples": samples, "calls": calls}
+        if cmd.get("save"):
+            path = self.box / f"out_{cmd['index']}.pt"
+            torch.save(timing.to_device(out, torch.device("cpu")), path)
+            answer["path"] = str(path)
+        return answer
+
+    def _empty_forward(self, *inputs):
+        shape, dtype = self.last_shape or ((1,), torch.float32)
+        return torch.empty(shape, dtype=dtype, device=self.device)
+
+    def _inspect(self, out, inputs, calls_before, threads_before, sentinel):
+        """(extension calls of this forward, the first rule it broke or None)."""
+        from cuda_agent.env.guard import COUNTER, Rejected, check_output, new_python_thread, violation_message
+
+        calls = COUNTER.calls - calls_before
+        found = None
+        if self.guard is not None:
+            found = self.guard.violation()
+            calls += self.guard.custom_calls()
+        leftover = new_python_thread(threads_before)
+        try:
+            if found:
+                raise Rejected(found[0], violation_message(*found))
+            if self.cfg["guard"] and calls == 0:
+                raise Rejected("no-custom-kernel", "forward never called the solution's compiled extension: "
+                                                   "the output must come from your own kernels")
+            if leftover:
+                raise Rejected("background-thread", f"forward left a thread running ({leftover}); "
+                                                    "all work must finish inside forward")
+            check_output(out, inputs, self.device)
+            if self.guard is not None:
+                for t in _tensors(out):
+                    if t.numel() and not self.guard.is_kernel_tensor(t):
+                        raise Rejected("output-not-from-kernel",
+                                       "forward returned a tensor that none of the solution's kernels produced or "
+                                       "wrote (computed in Python or by a library?); outputs must come from your "
+                                       "kernels")
+            if sentinel.changed():
+                raise Rejected("input-mutation", "forward modified one of its input tensors; inputs must be "
+                                                 "left unchanged")
+        except Rejected as problem:
+            return calls, problem
+        return calls, None
+
+    def _count(self, calls: int) -> None:
+        """Every call must call the kernels equally often (the first may do one-time work)."""
+        from cuda_agent.env.guard import Rejected
+
+        self.calls_per_forward.append(calls)
+        steady = self.calls_per_forward[1:]
+        if self.cfg["guard"] and steady and any(c != steady[0] for c in steady):
+            raise Rejected("behaviour-changed", f"forward called its kernels {steady[-1]} times in one call and "
+                                                f"{steady[0]} times in another: every call must do the same work")
+
+
+def _tensors(value):
+    from cuda_agent.env.verify import tensors_in
+
+    return tensors_in(value)
+
+
+def run_candidate(chan: ChildChannel) -> None:
+    from cuda_agent.env.guard import Rejected
+
+    job = chan.receive()
+    candidate = _Candidate(job, chan)
+    built = candidate.load()
+    chan.send(**built)
+    if not built["ok"]:
         return
-    except Exception as exc:
-        chan.send(ok=False, phase="profile", message=_short_traceback(exc))
-        return
-    chan.send(ok=True, phase="profile", timing=run.timing.__dict__,
-              rechecks=[[cfg["timing_seed"] + run.last_draw, str(last_path)],
-                        [cfg["timing_seed"] + run.calls, str(recheck_path)], *spot_outputs])
-    chan.receive()
-
-
-_PREIMPORT = None  # the background import of torch._dynamo (candidate only)
-
-
-def _preimport_dynamo() -> None:
-    try:
-        import torch._dynamo  # noqa: F401
-    except Exception:  # the guard imports it again on first use and reports any error there
-        pass
+    while True:
+        cmd = chan.receive()
+        kind = cmd.get("cmd")
+        try:
+            if kind == "init":
+                chan.send(**candidate.init_model())
+            elif kind == "call":
+                chan.send(**candidate.call(cmd))
+            else:
+                return
+        except Rejected as exc:
+            chan.send(ok=False, message=str(exc), rule=exc.rule)
+            return
+        except Exception as exc:
+            chan.send(ok=False, message=_short_traceback(exc))
+            return
 
 
 def main() -> None:
@@ -311,16 +443,6 @@ def main() -> None:
     faulthandler.enable()  # a crashing kernel leaves the Python stack that called it in the log
     role = sys.argv[1]
     chan = ChildChannel()
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    if role == "candidate" and not hasattr(TorchDispatchMode, "_should_skip_dynamo"):
-        # On a torch where the guard cannot opt out of it, its first dispatch-mode call imports
-        # torch._dynamo (~5 s on the GPU hosts): import it in the background, off the verify clock.
-        global _PREIMPORT
-        import threading
-
-        _PREIMPORT = threading.Thread(target=_preimport_dynamo, name="preimport-dynamo", daemon=True)
-        _PREIMPORT.start()
     if os.environ.get("CUDA_AGENT_WORKER_BACKEND") == "cuda" and torch.cuda.is_available():
         torch.empty(1, device="cuda")  # create the context now, while no job waits for us
     chan.send(ready=True, pid=os.getpid())

@@ -107,9 +107,9 @@ def _output(out) -> torch.Tensor:
 def _time(fn, inputs, device, cfg) -> float:
     from cuda_agent.env.timing import time_callable
 
-    run = time_callable(fn, [inputs], device, warmup=cfg.warmup, iters=cfg.iters,
-                        flush_l2=device.type == "cuda", budget_s=cfg.timing_budget_s)
-    return float(run.timing.median_ms)
+    timing = time_callable(fn, [inputs], device, warmup=cfg.warmup, iters=cfg.iters,
+                           flush_l2=device.type == "cuda", budget_s=cfg.timing_budget_s)
+    return float(timing.median_ms)
 
 
 def _fit_window(candidate: dict, catalog_ops, cfg: FilterConfig, device) -> tuple[str, int, float, int]:

@@ -1,0 +1,84 @@
+"""The baseline store: eager and torch.compile timings per task, device, torch version and settings.
+
+Every evaluation times the eager reference itself, call by call interleaved with the candidate on
+the very same inputs, so the eager speedup never rests on a stored number. What the store saves is
+torch.compile's time, whose compilation costs seconds to minutes per task: an evaluation reuses a
+stored compile time only while the eager time it just measured agrees with the eager time stored
+beside it (within `AGREEMENT`), scaled by their ratio; otherwise it times torch.compile afresh, paired
+with eager, and replaces the entry.
+
+Only the harness writes here: the candidate's sandbox does not even see this folder, and every
+process a candidate started is dead before any baseline is timed. Entries carry the task's source,
+so `cuda-agent cache verify` can re-time a sample of them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+AGREEMENT = 0.15
+
+
+@dataclass
+class BaselineEntry:
+    task: str                      # task name, for people
+    task_digest: str
+    device: str
+    torch: str
+    settings: dict
+    eager: dict                    # Timing fields
+    compile: dict | None = None    # Timing fields, or None with compile_error
+    compile_error: str | None = None
+    code: str = ""                 # the task's source (for `cache verify`)
+    created: float = field(default_factory=time.time)
+
+    @property
+    def eager_ms(self) -> float:
+        return self.eager["median_ms"]
+
+    @property
+    def compile_ms(self) -> float | None:
+        return self.compile["median_ms"] if self.compile else None
+
+
+def entry_key(task_digest: str, device: str, torch_version: str, settings: dict) -> str:
+    key = {"task": task_digest, "device": device, "torch": torch_version, **settings}
+    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:24]
+
+
+class BaselineStore:
+    def __init__(self, cache_dir: Path):
+        self.folder = Path(cache_dir) / "baselines"
+
+    def _path(self, key: str) -> Path:
+        return self.folder / f"{key}.json"
+
+    def get(self, key: str) -> BaselineEntry | None:
+        try:
+            data = json.loads(self._path(key).read_text())
+            return BaselineEntry(**data)
+        except (OSError, ValueError, TypeError):
+            return None   # missing or unreadable: time it afresh
+
+    def put(self, key: str, entry: BaselineEntry) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        tmp = self.folder / f".{key}.tmp{os.getpid()}"
+        tmp.write_text(json.dumps(asdict(entry)))
+        os.replace(tmp, self._path(key))
+
+    def entries(self) -> list[tuple[str, BaselineEntry]]:
+        found = []
+        for path in sorted(self.folder.glob("*.json")):
+            entry = self.get(path.stem)
+            if entry is not None:
+                found.append((path.stem, entry))
+        return found
+
+
+def agrees(measured_eager_ms: float, entry: BaselineEntry) -> bool:
+    return abs(measured_eager_ms / entry.eager_ms - 1.0) <= AGREEMENT

@@ -1,0 +1,95 @@
+"""Input sets: the task's own draws, and structured variants built from them.
+
+The task's `get_inputs()` draws i.i.d. values (often N(0, 1), sometimes only non-negative). Kernels
+can be right on that distribution alone and wrong elsewhere: an identity passes ReLU on `rand`
+inputs, a softmax without the max subtraction passes N(0, 1) rows, and a reduction over every 32nd
+element lands within tolerance of the mean of i.i.d. values. The strict protocol therefore adds
+structured sets, each built from one of the task's own draws so that shapes, dtypes and integer
+inputs (indices, labels) stay valid; only floating-point tensors change:
+
+- `spikes`:   a few elements at random positions carry most of the tensor's mass (approximations
+              that read a sample of the input, or only part of it, miss them);
+- `negate`:   signs flipped (kernels right only on non-negative inputs);
+- `ramp`:     scaled by a ramp from -2 to 2 along the last dimension (position-dependent values);
+- `scale_up`: scaled by 100 (numerically fragile kernels: exp without the max subtraction, ...).
+
+A set on which the reference itself fails or gives non-finite values is skipped by the judge.
+Both workers build a set from (seed, transform) alone, so the candidate and the judge see the same
+values without exchanging them.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+TRANSFORMS = ("spikes", "negate", "ramp", "scale_up")
+
+
+def draw_inputs(module, seed: int, device: torch.device, transform: str | None = None) -> list:
+    """The task's `get_inputs()` under `seed`, created directly on the device (and transformed)."""
+    from cuda_agent.env import timing
+
+    torch.manual_seed(seed)
+    with torch.device(device):
+        inputs = module.get_inputs()
+    if not isinstance(inputs, (list, tuple)):
+        raise TypeError(f"get_inputs() must return a list, got {type(inputs).__name__}")
+    inputs = list(timing.to_device(inputs, device))
+    if transform:
+        inputs = structured(inputs, transform, seed)
+    return inputs
+
+
+def structured(inputs: list, transform: str, seed: int) -> list:
+    """`inputs` with every floating-point tensor changed by `transform` (deterministic in `seed`)."""
+    if transform not in TRANSFORMS:
+        raise ValueError(f"unknown input transform {transform!r}")
+    out = []
+    for index, value in enumerate(inputs):
+        if isinstance(value, torch.Tensor) and value.is_floating_point() and value.numel():
+            value = _TRANSFORM[transform](value, seed * 1009 + index)
+        out.append(value)
+    return out
+
+
+def has_float_inputs(inputs: list) -> bool:
+    return any(isinstance(v, torch.Tensor) and v.is_floating_point() and v.numel() for v in inputs)
+
+
+def _generator(x: torch.Tensor, seed: int) -> torch.Generator:
+    return torch.Generator(device=x.device).manual_seed(seed & ((1 << 63) - 1))
+
+
+def _spikes(x: torch.Tensor, seed: int) -> torch.Tensor:
+    # k positive spikes that together outweigh everything else: an estimate from a subsample of the
+    # elements sees Binomial(k, fraction) of them, far off the true value when k is small.
+    n = x.numel()
+    k = max(1, min(64, n // 16))
+    flat = x.detach().reshape(-1).clone()
+    scale = float(flat.float().abs().mean()) or 1.0
+    magnitude = scale * n / k
+    finfo = torch.finfo(x.dtype)
+    magnitude = min(magnitude, finfo.max / 16)
+    positions = torch.randint(0, n, (k,), generator=_generator(x, seed), device=x.device)
+    flat[positions] = magnitude
+    return flat.reshape(x.shape)
+
+
+def _negate(x: torch.Tensor, seed: int) -> torch.Tensor:
+    return -x
+
+
+def _ramp(x: torch.Tensor, seed: int) -> torch.Tensor:
+    size = x.shape[-1] if x.dim() else 1
+    ramp = torch.linspace(-2.0, 2.0, size, device=x.device, dtype=x.dtype)
+    return x * ramp
+
+
+def _scale_up(x: torch.Tensor, seed: int) -> torch.Tensor:
+    factor = min(100.0, torch.finfo(x.dtype).max / max(float(x.detach().float().abs().max()), 1e-30) / 16)
+    return x * (factor if math.isfinite(factor) else 1.0)
+
+
+_TRANSFORM = {"spikes": _spikes, "negate": _negate, "ramp": _ramp, "scale_up": _scale_up}

@@ -1,0 +1,274 @@
+// The runtime guard around the candidate's forward pass (loaded into the candidate process by the
+// harness, before any candidate code; called through ctypes from guard.py).
+//
+// A global RecordFunction callback sees every operator that enters PyTorch's dispatcher, from any
+// thread (std::thread and OpenMP workers included), whether it came from Python or from C++. It is
+// present during every call, checked or timed alike, so no call can tell whether it is watched. While a forward runs ("recording"), it notes:
+//   - builtin (aten/prims) operators outside the allowlist: rule torch-op (composite operators pass;
+//     the operators they decompose into are judged instead);
+//   - copies whose source is one of the forward's inputs (PyTorch moving the input's data is the
+//     task done by allowed ops): rule data-movement; copies that convert dtype or device: torch-op;
+//   - calls of operators registered by the solution (custom ops): counted, and the storages they
+//     take and return are "kernel storages", as are those of calls into the compiled modules (noted
+//     from Python). The forward's outputs must live in kernel storages.
+// Built with -DNDEBUG like libtorch itself: RecordFunction's layout depends on it.
+#include <ATen/record_function.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/ivalue.h>
+
+#include <atomic>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+namespace {
+
+enum class Kind { Allowed, Copy, Composite, Refused, Custom };
+
+struct State {
+  std::mutex mu;
+  std::unordered_set<std::string> allowed;
+  std::unordered_set<std::string> copies;
+  std::unordered_set<std::string> builtin_namespaces;
+  std::unordered_set<intptr_t> inputs;    // storages of this call's inputs
+  std::unordered_set<intptr_t> kernel;    // storages a kernel took or returned
+  std::string violation;                  // "rule|message" of the first one, empty if none
+  int64_t custom_calls = 0;
+};
+
+State& state() {
+  static State* s = new State();  // never destroyed: callbacks may run during teardown
+  return *s;
+}
+
+std::atomic<bool> recording{false};
+std::atomic<int64_t> ops_seen{0};
+at::CallbackHandle handle = 0;
+
+struct Ctx : at::ObserverContext {
+  Kind kind;
+  bool from_kernel = false;
+  c10::ScalarType src_dtype = c10::ScalarType::Undefined;  // inputs() is valid in the start callback only
+  explicit Ctx(Kind k) : kind(k) {}
+};
+
+intptr_t storage_of(const at::Tensor& t) {
+  if (!t.defined() || !t.has_storage()) return 0;
+  return reinterpret_cast<intptr_t>(t.storage().data());
+}
+
+template <class F>
+void for_each_tensor(const c10::IValue& v, F&& f) {
+  if (v.isTensor()) {
+    f(v.toTensor());
+  } else if (v.isTensorList()) {
+    for (const at::Tensor& t : v.toTensorList().vec()) f(t);
+  } else if (v.isList()) {
+    for (const c10::IValue& e : v.toListRef()) for_each_tensor(e, f);
+  } else if (v.isTuple()) {
+    for (const c10::IValue& e : v.toTupleRef().elements()) for_each_tensor(e, f);
+  }
+}
+
+Kind classify(State& s, const at::RecordFunction& fn) {
+  std::string name = fn.name();
+  auto colon = name.find("::");
+  std::string ns = colon == std::string::npos ? "" : name.substr(0, colon);
+  std::string base = colon == std::string::npos ? name : name.substr(colon + 2);
+  if (!s.builtin_namespaces.count(ns)) return Kind::Custom;
+  if (s.copies.count(base)) return Kind::Copy;
+  if (s.allowed.count(base)) return Kind::Allowed;
+  // A composite operator (one with no kernel of its own) passes: what it decomposes into is judged.
+  auto op_name = fn.operator_name();
+  auto op = op_name ? c10::Dispatcher::singleton().findOp(*op_name) : std::nullopt;
+  if (op && op->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd)) return Kind::Composite;
+  return Kind::Refused;
+}
+
+// The verdict per operator overload, keyed by its schema's name pointer (stable for the process):
+// the hot path takes no lock and builds no string.
+Kind kind_of(State& s, const at::RecordFunction& fn) {
+  thread_local std::unordered_map<const char*, Kind> cache;
+  const char* key = fn.name();
+  auto found = cache.find(key);
+  if (found != cache.end()) return found->second;
+  Kind kind;
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    kind = classify(s, fn);
+  }
+  cache.emplace(key, kind);
+  return kind;
+}
+
+void note_violation(State& s, const char* rule, const std::string& message) {
+  if (s.violation.empty()) s.violation = std::string(rule) + "|" + message;
+}
+
+std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
+  if (!recording.load(std::memory_order_acquire)) return nullptr;
+  State& s = state();
+  ops_seen.fetch_add(1, std::memory_order_relaxed);
+  Kind kind = kind_of(s, fn);
+  if (kind == Kind::Allowed || kind == Kind::Composite) return nullptr;
+  std::lock_guard<std::mutex> lock(s.mu);
+  std::string name = fn.name();
+  if (kind == Kind::Refused) {
+    note_violation(s, "torch-op", name);
+    return nullptr;
+  }
+  if (kind == Kind::Custom) {
+    s.custom_calls++;
+    for (const c10::IValue& v : fn.inputs()) for_each_tensor(v, [&](const at::Tensor& t) {
+      if (intptr_t p = storage_of(t)) s.kernel.insert(p);
+    });
+    return std::make_unique<Ctx>(kind);
+  }
+  // copy_(self, src): the source is the second argument; clone/_to_copy/lift_fresh_copy: the first
+  auto inputs = fn.inputs();
+  bool is_copy_into = name == "aten::copy_" || name == "aten::_copy_from" || name == "aten::_copy_from_and_resize";
+  size_t src_index = is_copy_into ? 1 : 0;
+  if (inputs.size() <= src_index || !inputs[src_index].isTensor()) return nullptr;
+  const at::Tensor& src = inputs[src_index].toTensor();
+  if (is_copy_into && inputs[0].isTensor()) {
+    const at::Tensor& dst = inputs[0].toTensor();
+    if (dst.scalar_type() != src.scalar_type() || dst.device() != src.device()) {
+      note_violation(s, "torch-op", name + " (a copy that converts dtype or device computes)");
+      return nullptr;
+    }
+  }
+  intptr_t p = storage_of(src);
+  if (p && s.inputs.count(p)) {
+    note_violation(s, "data-movement", name);
+    return nullptr;
+  }
+  auto ctx = std::make_unique<Ctx>(kind);
+  ctx->from_kernel = p && s.kernel.count(p);
+  ctx->src_dtype = src.scalar_type();
+  if (is_copy_into && ctx->from_kernel && inputs[0].isTensor()) {
+    if (intptr_t d = storage_of(inputs[0].toTensor())) s.kernel.insert(d);
+  }
+  return ctx;
+}
+
+void on_end(const at::RecordFunction& fn, at::ObserverContext* raw) {
+  auto* ctx = static_cast<Ctx*>(raw);
+  if (ctx == nullptr || !recording.load(std::memory_order_acquire)) return;
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (ctx->kind == Kind::Copy) {
+    for (const c10::IValue& v : fn.outputs()) for_each_tensor(v, [&](const at::Tensor& t) {
+      if (t.scalar_type() != ctx->src_dtype) {
+        note_violation(s, "torch-op", std::string(fn.name()) + " (a copy that converts dtype or device computes)");
+      }
+      if (ctx->from_kernel) {
+        if (intptr_t p = storage_of(t)) s.kernel.insert(p);
+      }
+    });
+  } else if (ctx->kind == Kind::Custom) {
+    for (const c10::IValue& v : fn.outputs()) for_each_tensor(v, [&](const at::Tensor& t) {
+      if (intptr_t p = storage_of(t)) s.kernel.insert(p);
+    });
+  }
+}
+
+std::vector<std::string> split_names(const char* names) {
+  std::vector<std::string> out;
+  std::string item;
+  for (const char* c = names; *c; ++c) {
+    if (*c == ',') {
+      if (!item.empty()) out.push_back(item);
+      item.clear();
+    } else {
+      item += *c;
+    }
+  }
+  if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+}  // namespace
+
+extern "C" {
+
+// Comma-separated op names (without namespace): the allowlist, the copy operators, and the
+// namespaces that are PyTorch's own (any other is an operator the solution registered).
+int cag_install(const char* allowed, const char* copies, const char* builtin_namespaces) {
+  State& s = state();
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    for (auto& n : split_names(allowed)) s.allowed.insert(n);
+    for (auto& n : split_names(copies)) s.copies.insert(n);
+    for (auto& n : split_names(builtin_namespaces)) s.builtin_namespaces.insert(n);
+  }
+  return 1;
+}
+
+void cag_begin(const int64_t* input_storages, int n) {
+  State& s = state();
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    s.inputs.clear();
+    s.kernel.clear();
+    s.violation.clear();
+    s.custom_calls = 0;
+    for (int i = 0; i < n; ++i) s.inputs.insert(static_cast<intptr_t>(input_storages[i]));
+  }
+  ops_seen.store(0);
+  // The callback exists only around a call (harness code elsewhere pays nothing); every call, timed
+  // or not, runs under it alike. Recording is switched on just for the forward itself.
+  if (handle == 0) {
+    handle = at::addGlobalCallback(at::RecordFunctionCallback(&on_start, &on_end)
+                                       .needsInputs(true)
+                                       .needsOutputs(true)
+                                       .scopes({at::RecordScope::FUNCTION}));
+  }
+}
+
+void cag_record(int on) { recording.store(on != 0, std::memory_order_release); }
+
+void cag_end() {
+  recording.store(false, std::memory_order_release);
+  if (handle != 0) {
+    at::removeCallback(handle);
+    handle = 0;
+  }
+}
+
+void cag_add_kernel_storage(int64_t storage) {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (storage) s.kernel.insert(static_cast<intptr_t>(storage));
+}
+
+int cag_is_kernel_storage(int64_t storage) {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  return s.kernel.count(static_cast<intptr_t>(storage)) ? 1 : 0;
+}
+
+// The first violation as "rule|op" into buf (0 when none); the number of custom-op calls; ops seen.
+int cag_violation(char* buf, int len) {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (s.violation.empty() || len <= 0) return 0;
+  std::strncpy(buf, s.violation.c_str(), len - 1);
+  buf[len - 1] = 0;
+  return 1;
+}
+
+int64_t cag_custom_calls() {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  return s.custom_calls;
+}
+
+int64_t cag_ops_seen() { return ops_seen.load(); }
+
+int cag_record_function_enabled() { return at::isRecordFunctionEnabled() && at::hasGlobalCallbacks() ? 1 : 0; }
+
+}  // extern "C"

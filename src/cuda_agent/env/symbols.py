@@ -1,0 +1,144 @@
+"""What a built solution library may link against: the check that no source trick can dodge.
+
+A token scan of the sources is easy to get around (macros, function pointers, pasted names), but
+whatever the library calls in PyTorch or the C library it must import by name, and the dynamic
+linker resolves it by that name. So the harness reads the undefined symbols of every library it
+built for a solution (`nm -D`) and refuses, naming the symbol:
+
+- ATen's own kernels reached past the dispatcher: `at::cpu::mm`, `at::cuda::add_out`,
+  `at::native::*`, `at::_ops::*::redispatch`, and the dispatcher's internals (`c10::Dispatcher`,
+  `c10::KernelFunction`, operator handles). Calls through `at::_ops::X::call` (what `torch::add`
+  and `x.relu()` compile to) stay allowed: they pass the runtime guard, which refuses them there.
+- Anything that turns the runtime guard off: RecordFunction switches, callback registration, the
+  thread-local state setters.
+- Processes, loaders and memory protection: `fork`, `exec*`, `dlopen`/`dlsym`,
+  `dl_iterate_phdr`, `mprotect`, `ptrace`, `process_vm_*`, raw `syscall` (and the `syscall`
+  instruction itself, found by disassembling the library's code).
+
+Allocation, tensor metadata, streams, `TORCH_CHECK`, custom operators (`torch::Library`), pybind11,
+cuBLAS, cuDNN and the CUDA runtime stay allowed, as do ATen's handle getters for them.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+# Namespaces whose functions are ATen operators' backend kernels, named after the operator.
+_BACKEND_KERNELS = re.compile(
+    r"^at::(cpu|cuda|meta|mps|xpu|compositeexplicitautograd|compositeexplicitautogradnonfunctional|"
+    r"compositeimplicitautograd|compositeimplicitautogradnestedtensor)::([A-Za-z0-9_]+)\(")
+# ATen helpers a kernel may use: handles and device facts for cuBLAS / cuDNN / the CUDA runtime.
+_ALLOWED_HELPERS = re.compile(
+    r"^at::(cuda::(getCurrentCUDABlasHandle|getCurrentCUDABlasLtHandle|getCurrentCUDASparseHandle|"
+    r"getCurrentCUDASolverDnHandle|getCurrentCUDAStream|getDefaultCUDAStream|getStreamFromPool|"
+    r"getCurrentDeviceProperties|getDeviceProperties|warp_size|getCUDABlasLtWorkspace\w*|"
+    r"getChosenWorkspaceSize|getCurrentCUDABlasLtWorkspace\w*)|native::getCudnnHandle)\(")
+_DENIED = [
+    (re.compile(r"^at::native::"), "calls an ATen kernel directly (at::native), past the dispatcher"),
+    (re.compile(r"^at::cuda::blas::"), "calls ATen's cuBLAS wrappers (at::cuda::blas); call cuBLAS itself"),
+    (re.compile(r"^at::_ops::\w+::redispatch\("), "redispatches an ATen operator below the guard"),
+    (re.compile(r"^c10::(Dispatcher|KernelFunction|OperatorHandle|impl::OperatorEntry|BoxedKernel)\b"),
+     "drives PyTorch's dispatcher directly"),
+    (re.compile(r"^at::(\w+::)*(\w*RecordFunction\w*|\w*[Cc]allbacks?\w*|\w*record_function\w*|"
+                r"ThreadLocalState::setThreadLocalState|ThreadLocalStateGuard)\b"),
+     "touches the operator-recording machinery the harness watches with"),
+    (re.compile(r"^at::(launch|intraop_launch|internal::launch_no_thread_state)\("),
+     "hands work to PyTorch's thread pools, where it outlives the call"),
+    (re.compile(r"^c10::impl::(TorchDispatchModeTLS|PythonDispatcherTLS|_force_tls_local_dispatch_key_set|"
+                r"tls_set_dispatch_key_(included|excluded))"), "changes the dispatcher's thread-local state"),
+]
+_DENIED_C = {
+    "fork", "vfork", "clone", "clone3", "execve", "execv", "execvp", "execvpe", "execl", "execlp", "execle",
+    "fexecve", "posix_spawn", "posix_spawnp", "system", "popen", "daemon", "setsid", "ptrace",
+    "process_vm_readv", "process_vm_writev", "dlopen", "dlmopen", "dlsym", "dlvsym", "dl_iterate_phdr",
+    "mprotect", "pkey_mprotect", "syscall", "unshare", "setns", "prctl", "kill", "tgkill", "getrandom",
+}
+
+
+class ToolMissing(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class Finding:
+    symbol: str
+    why: str
+
+    def describe(self) -> str:
+        return f"{self.symbol}: {self.why}"
+
+
+@lru_cache(maxsize=1)
+def _aten_operator_names() -> frozenset[str]:
+    import torch
+
+    return frozenset(name.split("::", 1)[1].split(".", 1)[0]
+                     for name in torch._C._dispatch_get_all_op_names() if name.startswith("aten::"))
+
+
+def _is_operator_kernel(function: str) -> bool:
+    names = _aten_operator_names()
+    base = re.sub(r"(_outf|_out|_symint)$", "", function)
+    return function in names or base in names or base.rstrip("_") in names
+
+
+def undefined_symbols(library: Path) -> list[str]:
+    """The library's undefined dynamic symbols, demangled."""
+    nm = shutil.which("nm")
+    if nm is None:
+        raise ToolMissing("`nm` (binutils) is needed to check built libraries: apt-get install binutils")
+    out = subprocess.run([nm, "-D", "--undefined-only", "-C", str(library)], capture_output=True, text=True,
+                         timeout=120)
+    if out.returncode != 0:
+        raise ToolMissing(f"nm could not read {library.name}: {out.stderr.strip()[:200]}")
+    symbols = []
+    for line in out.stdout.splitlines():
+        parts = line.split(None, 1)
+        if len(parts) == 2 and parts[0] in ("U", "w", "v"):
+            symbols.append(parts[1].split("@")[0].strip())
+    return symbols
+
+
+def check_symbol(symbol: str) -> str | None:
+    """Why `symbol` may not be imported, or None."""
+    if _ALLOWED_HELPERS.match(symbol):
+        return None
+    match = _BACKEND_KERNELS.match(symbol)
+    if match and _is_operator_kernel(match.group(2)):
+        return f"calls ATen's {match.group(1)} kernel for `{match.group(2)}` directly, past the dispatcher"
+    for pattern, why in _DENIED:
+        if pattern.search(symbol):
+            return why
+    if symbol in _DENIED_C:
+        return "a process, loader or memory-protection call a kernel has no use for"
+    return None
+
+
+def has_syscall_instruction(library: Path) -> bool:
+    """Whether the library's own code issues system calls directly (no libc symbol to see)."""
+    objdump = shutil.which("objdump")
+    if objdump is None:
+        raise ToolMissing("`objdump` (binutils) is needed to check built libraries: apt-get install binutils")
+    out = subprocess.run([objdump, "-d", "--no-show-raw-insn", str(library)], capture_output=True, text=True,
+                         timeout=300)
+    return bool(re.search(r"\t(syscall|sysenter|int\s+\$0x80)\b", out.stdout))
+
+
+@lru_cache(maxsize=4096)
+def _check_cached(path: str, size: int, mtime_ns: int) -> tuple[Finding, ...]:
+    library = Path(path)
+    findings = [Finding(s, why) for s in undefined_symbols(library) if (why := check_symbol(s))]
+    if has_syscall_instruction(library):
+        findings.append(Finding("syscall", "the library's code issues system calls itself"))
+    return tuple(findings)
+
+
+def check_library(library: Path) -> list[Finding]:
+    """Every refused import of a built library (empty when it is clean)."""
+    stat = Path(library).stat()
+    return list(_check_cached(str(library), stat.st_size, stat.st_mtime_ns))
