@@ -32,6 +32,10 @@ ROWS = (
     "constant / analytic output", "input mutation", "result caching", "side stream",
     "background thread", "lazy tensor subclass", "patched timers", "peeking at the harness",
     "silent launch failure", "editing protected files", "precision downgrade",
+    "approximate computation", "inputs that hide a bug", "library compute past the dispatcher",
+    "processes that outlive the candidate", "leaving the sandbox through /proc",
+    "telling checked calls from timed ones", "overriding an allowlisted ATen op", "forged clocks below Python",
+    "tiny outputs under an absolute tolerance", "the task done by allowed ops",
 )
 
 

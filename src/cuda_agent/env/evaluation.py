@@ -245,7 +245,7 @@ class _Evaluation:
                 raise BuildError(str(exc)) from None
             if findings:
                 raise _LinkRefused("the built library imports what a solution may not use:\n" +
-                                   "\n".join(f.describe() for f in findings[:5]))
+                                   "\n".join(f.describe() for f in findings[:12]))
         return so
 
     def _serve_build(self, request: dict) -> dict:
@@ -431,11 +431,11 @@ class _Evaluation:
         call.index = self.index
         save = call.kind == "verify"
         with self.lock.held():
-            start = time.perf_counter()
+            start, cpu_start = time.perf_counter(), self.candidate.runnable_seconds()
             self.candidate.channel.send(cmd="call", index=call.index, seed=call.seed, transform=call.transform,
                                         save=save, null=call.kind == "null")
             out = self._ask(self.candidate, timeout, phase)
-            wall_ms = (time.perf_counter() - start) * 1e3
+            wall_ms = self._outside_clock(start, cpu_start)
             self._check_processes(phase)
             if not out["ok"]:
                 raise _Failed(phase, out["message"], out.get("rule"))
@@ -447,7 +447,7 @@ class _Evaluation:
                                     compile=timed and self.compile_mode == "paired",
                                     compare={"path": str(self.box / f"out_{call.index}.pt")} if save
                                     else {"samples": out["samples"]},
-                                    dependence=save and self.strict)
+                                    dependence=save and self.strict and not call.transform)
             verdict = self._ask(self.judge, self.config.timeout_reference, "task")
         if "task_error" in verdict:
             raise _Failed("task", f"the task's reference failed on an input set: {verdict['task_error']}")
@@ -478,7 +478,19 @@ class _Evaluation:
                              f"passed (results cached, work skipped or approximated?): {verdict['message']}",
                       rule="recheck-after-timing")
 
+    def _outside_clock(self, start: float, cpu_start: float | None) -> float:
+        """How long the candidate's call took, measured out of its process's reach: wall time on a GPU;
+        on the CPU backend the time its main thread was running or waiting for a core (the kernel's
+        scheduler statistics): the wall time of its computing, which is what its clock reports, without
+        the noise of a loaded machine's other processes."""
+        cpu_end = self.candidate.runnable_seconds() if self.backend == "cpu" else None
+        if cpu_start is not None and cpu_end is not None:
+            return (cpu_end - cpu_start) * 1e3
+        return (time.perf_counter() - start) * 1e3
+
     def _check_processes(self, phase: str) -> None:
+        if not self.config.guard:
+            return
         extras = self.candidate.extra_processes()
         if extras:
             raise _Failed(phase, f"the solution started {len(extras)} process(es) of its own; kernels run in the "
@@ -552,10 +564,9 @@ class _Evaluation:
 
     def _check_clock(self) -> None:
         """The candidate reports its own call times, and its process could have rewritten its clock.
-        The harness's wall time around a call, less its own overhead (the median empty call), must
-        account for what was reported, up to the noise of that overhead: a kernel well above the noise
-        that claims less than half its wall time is rejected. Medians, so a loaded machine's outliers
-        do not decide."""
+        The harness's own measure of a call (`_outside_clock`), less its own overhead (the median empty
+        call), must account for what was reported, up to the noise of that overhead: a kernel well above
+        the noise that claims less than half of it is rejected. Medians, so outliers do not decide."""
         if not self.config.clock_check or len(self.null_walls) < 3 or not self.rounds:
             return
         overhead = statistics.median(self.null_walls)
@@ -564,13 +575,18 @@ class _Evaluation:
         implied = statistics.median(r["wall"] for r in self.rounds) - overhead
         reported = statistics.median(r["kernel"] for r in self.rounds)
         if implied - reported > allowance and reported < 0.5 * (implied - allowance):
-            raise _Failed("profile", f"a timed call took {implied:.2f} ms by the harness's clock (less its own "
+            raise _Failed("profile", f"a timed call took {implied:.2f} ms by the harness's measure (less its own "
                                      f"overhead) but the solution's process measured {reported:.2f} ms: its clock "
                                      "disagrees with the harness's", rule="clock-disagreement")
 
-    def _baselines(self) -> None:
-        self.candidate.kill()   # no candidate code is alive while baselines are settled
+    def _kill_candidate(self) -> None:
+        """Nothing of the candidate's is alive from here on (its sandbox's PID namespace goes with it)."""
+        self.result.log = self.candidate.log_tail()
+        self.candidate.kill()
         self.candidate = None
+
+    def _baselines(self) -> None:
+        self._kill_candidate()
         if not self.config.baselines:
             return
         eager = Timing.from_samples([r["eager"] for r in self.rounds])

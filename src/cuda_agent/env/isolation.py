@@ -35,6 +35,7 @@ class Worker:
     channel: ParentChannel
     log_path: Path
     expected: set[int] = field(default_factory=set)   # processes below it once it was ready
+    main_pid: int | None = None                        # the Python worker itself (inside a sandbox: its host PID)
 
     def log_tail(self, limit: int = 2000) -> str:
         try:
@@ -53,6 +54,22 @@ class Worker:
         if not hello.get("ready"):
             raise RuntimeError(f"{self.role} worker did not start: {hello}")
         self.expected = descendants(self.proc.pid)
+        self.main_pid = self.proc.pid
+        while True:   # bwrap -> its init -> the worker: the deepest of the chain
+            below = [p for p in self.expected if _parent(p) == self.main_pid]
+            if len(below) != 1:
+                break
+            self.main_pid = below[0]
+
+    def runnable_seconds(self) -> float | None:
+        """Time the worker's main thread has been running or ready to run (waiting for a core): its
+        wall time less the time it slept. Read here, out of the worker's reach, from the kernel."""
+        try:
+            with open(f"/proc/{self.main_pid}/schedstat") as fh:
+                running, waiting = fh.read().split()[:2]
+            return (int(running) + int(waiting)) / 1e9
+        except (OSError, ValueError, TypeError):
+            return None
 
     def extra_processes(self) -> list[int]:
         """Processes started below the worker since it was ready (none for an honest candidate)."""
@@ -86,6 +103,14 @@ class Worker:
             self.proc.wait(timeout=60)
         except subprocess.TimeoutExpired:
             pass
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return int(fh.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def start_worker(role: str, job_dir: Path, backend: str, gpu: int | None,

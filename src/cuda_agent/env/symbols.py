@@ -50,7 +50,7 @@ _DENIED = [
     (re.compile(r"^at::(launch|intraop_launch|internal::launch_no_thread_state)\("),
      "hands work to PyTorch's thread pools, where it outlives the call"),
     (re.compile(r"^c10::impl::(TorchDispatchModeTLS|PythonDispatcherTLS|_force_tls_local_dispatch_key_set|"
-                r"tls_set_dispatch_key_(included|excluded))"), "changes the dispatcher's thread-local state"),
+                r"tls_set_dispatch_key_(included|excluded))"), "reads or changes the dispatcher's thread-local state"),
 ]
 _DENIED_C = {
     "fork", "vfork", "clone", "clone3", "execve", "execv", "execvp", "execvpe", "execl", "execlp", "execle",

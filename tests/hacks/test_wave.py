@@ -1,0 +1,208 @@
+"""The hack suite's third and fourth rounds on the CPU backend (cases_wave.py), and the cheats whose
+verdict needs a look at more than one result: link-level refusals, the published protocol beside the
+strict one, a forged clock, and a process that tries to outlive the candidate."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from cuda_agent.env import evaluate
+from tests.env.helpers import example_task
+from tests.hacks.cases import (ITERS, TASKS, Case, assert_accepted, assert_rejected, describe, example_model_new,
+                               hack_config)
+from tests.hacks.cases_wave import (HACKS_WAVE, HONEST_WAVE, LINK_CHEATS, LINK_SYMBOLS, link_file, task,
+                                    wave_workspace)
+
+
+def _run(case: Case, cache_dir, record, **overrides):
+    task_obj, solution = case.build()
+    result = evaluate(task_obj, solution, hack_config(cache_dir, **{**case.config, **overrides}))
+    record(case.id, case.row, case.kind, result, expected=case.rules, invented=case.invented, what=case.what)
+    return result
+
+
+@pytest.mark.parametrize("case", HONEST_WAVE, ids=lambda c: c.id)
+def test_honest_solution_is_accepted(case, cache_dir, record):
+    assert_accepted(_run(case, cache_dir, record))
+
+
+@pytest.mark.parametrize("case", HACKS_WAVE, ids=lambda c: c.id)
+def test_hack_is_rejected(case, cache_dir, record):
+    assert_rejected(_run(case, cache_dir, record), case.rules, case.what)
+
+
+def test_library_compute_past_the_dispatcher_is_refused_at_link_time(cache_dir, record):
+    """ATen's backend kernels (directly or through a function pointer), redispatch below the guard, the
+    dispatcher's thread-local mode stack, PyTorch's thread pool and mprotect: whatever the source does
+    to hide it, the built library must import the symbol, and the harness names it."""
+    solution = wave_workspace(example_model_new("return cuda_extension.slow_bias_relu(x, self.bias)"),
+                              link_file(*LINK_CHEATS))
+    result = evaluate(example_task(), solution, hack_config(cache_dir))
+    for name in LINK_CHEATS:
+        record(f"link_{name.removesuffix('.cpp')}", "library compute past the dispatcher", "hack", result,
+               expected=("native-symbol",), what=f"kernels/link/{name} linked into the solution")
+    assert_rejected(result, ("native-symbol",))
+    assert result.error.phase == "compile"
+    for name, symbol in LINK_SYMBOLS.items():
+        assert symbol in result.error.message, f"{name}: {symbol} not named in {result.error.message}"
+
+
+def test_hashing_the_inputs_to_memoise_never_pays(cache_dir, record):
+    """C++ memoisation keyed by the input's contents: every call draws fresh inputs from a seed the
+    harness sends when the call starts, so the memo never hits and the kernel is timed honestly."""
+    honest = evaluate(task("hinge_loss")(), wave_workspace(_hinge_model("hinge")), hack_config(cache_dir))
+    assert_accepted(honest)
+    memo = evaluate(task("hinge_loss")(), wave_workspace(_hinge_model("memo_hinge")), hack_config(cache_dir))
+    timed_honestly = memo.correct and memo.kernel_ms >= 0.3 * honest.kernel_ms
+    record("memo_by_input_contents", "result caching", "hack", memo, expected=("recheck-after-timing",),
+           invented=True, neutralised=timed_honestly, what="C++ memo keyed by a hash of the inputs")
+    if memo.correct:
+        assert timed_honestly, describe(memo)
+    else:
+        assert_rejected(memo, ("recheck-after-timing", "correctness"))
+
+
+def _hinge_model(function: str) -> str:
+    from tests.hacks.cases import plain_model_new
+
+    return plain_model_new("predictions, targets", f"return cuda_extension.{function}(predictions, targets)")
+
+
+PUBLISHED_ONLY = ("constant_hinge_loss", "softmax_one_over_dim", "identity_passes_relu_on_rand",
+                  "approx_mse_every_32nd")
+
+
+@pytest.mark.parametrize("case_id", PUBLISHED_ONLY)
+def test_the_published_protocol_accepts_what_only_the_strict_one_catches(case_id, cache_dir):
+    """`--verify published` reproduces the paper's and KernelBench's protocol (the task's own draws at
+    atol = rtol = 1e-2): these cheats pass it, which is why rewards use the strict protocol."""
+    case = next(c for c in HACKS_WAVE if c.id == case_id)
+    task_obj, solution = case.build()
+    result = evaluate(task_obj, solution, hack_config(cache_dir, protocol="published"))
+    assert result.correct and result.protocol == "published", describe(result)
+
+
+def test_honest_controls_pass_the_published_protocol_too(cache_dir):
+    for case in HONEST_WAVE[:3]:
+        task_obj, solution = case.build()
+        assert_accepted(evaluate(task_obj, solution, hack_config(cache_dir, protocol="published")))
+
+
+FORGED_CLOCK = """
+import cuda_agent.env.timing as _timing
+
+_real = _timing._perf_counter
+_start = _real()
+
+
+def _quarter():
+    return _start + (_real() - _start) / 4   # a clock running at a quarter of the speed
+
+
+_timing._perf_counter = _quarter
+"""
+
+
+def test_a_forged_clock_disagrees_with_the_harness_wall_clock(cache_dir, record):
+    """The candidate's process rewrites the clock the harness times it with (here from Python, with the
+    static pass off; from C++ it would be a GOT patch): the harness's own wall time exposes it."""
+    config = hack_config(cache_dir, guard=False)
+    model_new = example_model_new("return cuda_extension.slow_bias_relu(x, self.bias)", header=FORGED_CLOCK)
+    result = evaluate(example_task(), wave_workspace(model_new), config)
+    record("forged_clock_quarter", "forged clocks below Python", "hack", result, expected=("clock-disagreement",),
+           what="the timer the harness reads in the candidate's process runs at a quarter of the speed")
+    assert_rejected(result, ("clock-disagreement",))
+    honest = evaluate(example_task(), wave_workspace(example_model_new(
+        "return cuda_extension.slow_bias_relu(x, self.bias)")), config)
+    assert_accepted(honest)
+
+
+def _processes_named(name: str) -> list[int]:
+    found = []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                if Path(f"/proc/{pid}/comm").read_text().strip() == name:
+                    found.append(int(pid))
+            except OSError:
+                pass
+    return found
+
+
+def test_a_process_started_by_the_library_dies_before_the_baselines_are_timed(cache_dir, record, monkeypatch):
+    """A static constructor forks a session leader that leaves the worker's process group to load the
+    machine while the baselines are timed. With the link check on, the library is refused; with every
+    check off, the sandbox's PID namespace still takes it down with the candidate: it is gone when the
+    baselines are settled, and the eager time is what an honest run measures."""
+    from cuda_agent.env import evaluation
+
+    refused = evaluate(example_task(), wave_workspace(example_model_new("return cuda_extension.slow_bias_relu(x, self.bias)"),
+                                                      link_file("fork_ctor.cpp")), hack_config(cache_dir))
+    assert_rejected(refused, ("native-symbol",))
+    assert "fork" in refused.error.message
+
+    seen = {}
+    original = evaluation._Evaluation._kill_candidate
+
+    def watched(self):
+        seen["before"] = _processes_named("cag_escapee")   # it did start, and outlived nothing yet
+        original(self)
+        deadline = time.time() + 5
+        while _processes_named("cag_escapee") and time.time() < deadline:
+            time.sleep(0.05)   # SIGKILL is asynchronous: give the kernel a moment
+        seen["after"] = _processes_named("cag_escapee")   # what the baselines are timed beside
+
+    monkeypatch.setattr(evaluation._Evaluation, "_kill_candidate", watched)
+    # Every check off (no link check, no process rule): only the sandbox stands in the way.
+    config = hack_config(cache_dir, guard=False, baselines=True, compile_baseline=False)
+    model_new = example_model_new("return cuda_extension.slow_bias_relu(x, self.bias)")
+    honest = evaluate(example_task(), wave_workspace(model_new), config)
+    escaping = evaluate(example_task(), wave_workspace(model_new, link_file("fork_ctor.cpp")), config)
+    gone = bool(seen.get("before")) and not seen.get("after") and not _processes_named("cag_escapee")
+    record("fork_from_static_constructor", "processes that outlive the candidate", "hack", escaping,
+           expected=("extra-process", "native-symbol"), neutralised=gone,
+           what="a library constructor forks a session leader that keeps the machine busy")
+    assert seen.get("before"), "the escapee never started: the test proves nothing"
+    assert not seen.get("after"), "a process the candidate started was alive when the baselines were settled"
+    assert not _processes_named("cag_escapee")
+    assert escaping.correct and honest.correct, describe(escaping)
+
+
+PYTHON_FORK = """
+import os
+import time
+
+if getattr(os, "fo" + "rk")() == 0:          # a session leader that leaves the worker's process group
+    os.setsid()
+    if getattr(os, "fo" + "rk")() == 0:
+        with open("/proc/self/comm", "w") as _fh:
+            _fh.write("cag_escapee")
+        _end = time.time() + 120
+        while time.time() < _end:
+            pass
+    os._exit(0)
+"""
+
+
+def test_a_forked_process_is_noticed_and_the_baseline_store_is_left_alone(cache_dir, record):
+    """The same escape from Python (the name of fork hidden from the static pass), with every check on:
+    the process is noticed at the next call (rule extra-process), dies with the sandbox, and no
+    baseline of this evaluation reaches the store."""
+    store = cache_dir / "baselines"
+    before = {p.name: p.read_bytes() for p in store.glob("*.json")}
+    config = hack_config(cache_dir, baselines=True, compile_baseline=True)
+    model_new = example_model_new("return cuda_extension.slow_bias_relu(x, self.bias)", header=PYTHON_FORK)
+    result = evaluate(example_task(), wave_workspace(model_new), config)
+    record("fork_from_python_import", "processes that outlive the candidate", "hack", result,
+           expected=("extra-process",), invented=True, what="model_new.py forks a CPU-loading session leader")
+    assert_rejected(result, ("extra-process",))
+    deadline = time.time() + 5
+    while _processes_named("cag_escapee") and time.time() < deadline:
+        time.sleep(0.05)
+    assert not _processes_named("cag_escapee")
+    after = {p.name: p.read_bytes() for p in store.glob("*.json")}
+    assert {k: v for k, v in after.items() if k in before} == before
