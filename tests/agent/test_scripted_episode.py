@@ -92,6 +92,7 @@ def run_scripted(tmp_path, relu_task, fake_evaluator, real_eval_config) -> dict:
                           config=AgentConfig(context=ContextBudget(max_tokens=2500, keep_recent=4)))
     assert not client.script
     traj = episode.trajectory.to_dict()
+    assert traj.pop("infra_error") is None   # added with the session; nothing failed on our side here
     for part in ("eval", "final_eval"):   # the evaluation settings as given (their fields are env's business)
         assert traj["config"].pop(part) == replace(eval_config, backend="cpu").to_dict()
     shown = [(kind, {k: data.get(k) for k in ("turn", "name", "ok", "command", "tool_calls", "reward", "reason",
