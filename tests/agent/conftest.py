@@ -107,6 +107,17 @@ def fake_evaluator() -> FakeEvaluator:
     return FakeEvaluator()
 
 
+@pytest.fixture
+def steady_bash_clock(monkeypatch):
+    """bash reports every command as taking 0.0 s: a build's duration changes the length of what the
+    model is told, and with it the token counts of a scripted client (and so compaction)."""
+    from types import SimpleNamespace
+
+    from cuda_agent.agent.tools import shell
+
+    monkeypatch.setattr(shell, "time", SimpleNamespace(perf_counter=lambda: 0.0))
+
+
 @pytest.fixture(scope="session")
 def real_eval_config(cache_dir) -> EvalConfig:
     """Small, fast settings for real evaluations on the CPU backend, sharing the suite's build cache."""
