@@ -178,7 +178,7 @@ def register(app: typer.Typer) -> None:
         out: Optional[Path] = typer.Option(None, help="Append the replayed trajectories to this JSONL file."),
         cache_dir: Optional[Path] = typer.Option(None, help="Build and baseline cache (default: the recorded one)."),
         no_sandbox: bool = typer.Option(False, help="Run candidates without bubblewrap."),
-        strict: bool = typer.Option(False, help="Exit with status 1 when a replayed reward differs from the recording."),
+        strict: bool = typer.Option(False, help="Exit with status 1 when a replayed reward differs."),
     ):
         """Re-run a trajectory's tool calls in a fresh workspace and score it again (no model is called)."""
         import tempfile
