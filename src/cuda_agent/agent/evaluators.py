@@ -26,13 +26,21 @@ class LoopEvaluator:
 
     def __init__(self, evaluate):
         self._evaluate = evaluate
-        self.loop: asyncio.AbstractEventLoop | None = None   # set while an async driver awaits the session
+        self.loop: asyncio.AbstractEventLoop | None = None   # the loop of the last async driver
 
     def __call__(self, task: Task, solution: Solution, config: EvalConfig) -> EvalResult:
         coroutine = self._evaluate(task, solution, config)
-        if self.loop is None:
-            return asyncio.run(coroutine)
-        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
+        loop = self.loop
+        if loop is not None and not loop.is_closed() and loop is not _running_loop():
+            return asyncio.run_coroutine_threadsafe(coroutine, loop).result()
+        return asyncio.run(coroutine)   # driven synchronously (inside a running loop this raises: use astep)
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 def blocking_evaluator(evaluator: Any) -> Evaluator:

@@ -231,7 +231,7 @@ class KernelSession:
         if error is not None:
             traj.error = error
         self.emit("stop", {"reason": traj.stop_reason, "error": traj.error})
-        self._read_claims(self.turn, None, StepInfo(turn=self.turn))   # made after the last step
+        self._read_claims(self.turn, None, None)   # made after the last step
         if unscored is None:
             rescore = self.rescore and traj.stop_reason != "interrupted"
             solution, result, rescored = self._final_evaluation(rescore)
@@ -263,14 +263,9 @@ class KernelSession:
 
     async def _in_thread(self, method, *args):
         loop = asyncio.get_running_loop()
-        bridge = self.evaluator if isinstance(self.evaluator, LoopEvaluator) else None
-        if bridge is not None:
-            bridge.loop = loop
-        try:
-            return await loop.run_in_executor(_THREADS, functools.partial(method, *args))
-        finally:
-            if bridge is not None:
-                bridge.loop = None
+        if isinstance(self.evaluator, LoopEvaluator):   # its coroutines run here (kept if we are cancelled)
+            self.evaluator.loop = loop
+        return await loop.run_in_executor(_THREADS, functools.partial(method, *args))
 
     # -- one tool call ----------------------------------------------------------------------------
 
@@ -306,7 +301,7 @@ class KernelSession:
                            "seconds": seconds, "command": rec.command})
         return reply, out.finish
 
-    def _read_claims(self, turn: int, rec: ToolCallRecord | None, info: StepInfo) -> None:
+    def _read_claims(self, turn: int, rec: ToolCallRecord | None, info: StepInfo | None) -> None:
         """Results of commands the model ran through bash, from the workspace's records: claims."""
         records, self.records_offset = self.workspace.read_records(self.records_offset)
         for r in records:
@@ -316,11 +311,12 @@ class KernelSession:
             if r.get("command") in VERIFYING:
                 self._offer(Candidate(r["solution"], r["result"], turn, trusted=False), info)
 
-    def _offer(self, candidate: Candidate, info: StepInfo) -> None:
-        if rank(candidate.result) is not None:
+    def _offer(self, candidate: Candidate, info: StepInfo | None) -> None:
+        if info is not None and rank(candidate.result) is not None:
             info.candidates.append(candidate)
         if self.tracker.offer(candidate):
-            info.new_best = True
+            if info is not None:
+                info.new_best = True
             r = candidate.result
             self.trajectory.best = {"turn": candidate.turn, "digest": candidate.solution.digest,
                                     "files": candidate.solution.files, "result": r.to_dict(),
