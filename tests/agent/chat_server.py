@@ -27,10 +27,10 @@ class Fail:
 _ids = iter(range(1, 1_000_000))
 
 
-def call(name: str, raw_arguments: str | None = None, **arguments) -> dict:
-    """A tool call; pass raw_arguments to send them verbatim (e.g. malformed JSON)."""
+def call(name: str, raw_arguments: str | None = None, *, call_id: str | None = None, **arguments) -> dict:
+    """A tool call; pass raw_arguments to send them verbatim (e.g. malformed JSON), call_id for a fixed id."""
     args = raw_arguments if raw_arguments is not None else json.dumps(arguments)
-    return {"id": f"call_{next(_ids)}", "type": "function", "function": {"name": name, "arguments": args}}
+    return {"id": call_id or f"call_{next(_ids)}", "type": "function", "function": {"name": name, "arguments": args}}
 
 
 def say(content: str = "", *calls: dict, finish_reason: str | None = None) -> dict:

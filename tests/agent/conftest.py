@@ -1,9 +1,11 @@
 from __future__ import annotations
 
+import copy
 import re
 
 import pytest
 
+from cuda_agent.agent.client import Completion
 from cuda_agent.env.config import EvalConfig
 from cuda_agent.env.result import EvalError, EvalResult
 from cuda_agent.env.reward import milestone_reward
@@ -105,6 +107,17 @@ def fake_evaluator() -> FakeEvaluator:
     return FakeEvaluator()
 
 
+@pytest.fixture
+def steady_bash_clock(monkeypatch):
+    """bash reports every command as taking 0.0 s: a build's duration changes the length of what the
+    model is told, and with it the token counts of a scripted client (and so compaction)."""
+    from types import SimpleNamespace
+
+    from cuda_agent.agent.tools import shell
+
+    monkeypatch.setattr(shell, "time", SimpleNamespace(perf_counter=lambda: 0.0))
+
+
 @pytest.fixture(scope="session")
 def real_eval_config(cache_dir) -> EvalConfig:
     """Small, fast settings for real evaluations on the CPU backend, sharing the suite's build cache."""
@@ -113,3 +126,25 @@ def real_eval_config(cache_dir) -> EvalConfig:
     ok, _ = sandbox_available()
     return EvalConfig(backend="cpu", compile_baseline=False, iters=3, num_correct_trials=2,
                       cache_dir=cache_dir, sandbox="auto" if ok else "none")
+
+
+class ScriptedClient:
+    """A `ChatClient` replaying a script in process (no HTTP): each entry is an assistant message
+    (`chat_server.say`) or an exception to raise. Usage figures are a fixed function of the request,
+    so whole episodes are deterministic. Every request's messages are kept."""
+
+    model = "scripted"
+
+    def __init__(self, script: list):
+        self.script = list(script)
+        self.requests: list[list[dict]] = []
+
+    def complete(self, messages: list[dict], tools: list[dict]) -> Completion:
+        self.requests.append(copy.deepcopy(messages))
+        entry = self.script.pop(0)
+        if isinstance(entry, Exception):
+            raise entry
+        message = dict(entry)
+        finish = message.pop("_finish_reason", "stop")
+        chars = sum(len(m.get("content") or "") for m in messages)
+        return Completion(message=message, finish_reason=finish, prompt_tokens=chars // 4 + 10, completion_tokens=20)

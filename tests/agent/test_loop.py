@@ -4,8 +4,9 @@ import json
 
 from cuda_agent.agent.client import OpenAIClient
 from cuda_agent.agent.context import ContextBudget
-from cuda_agent.agent.loop import AgentConfig, BestTracker, Candidate, rank, run_episode
+from cuda_agent.agent.loop import AgentConfig, run_episode
 from cuda_agent.agent.tools import ToolLimits
+from cuda_agent.agent.tracking import BestTracker, Candidate, rank
 from cuda_agent.env.config import EvalConfig
 from cuda_agent.env.result import EvalResult
 from cuda_agent.tasks import Solution

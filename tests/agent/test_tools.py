@@ -3,8 +3,8 @@ import shutil
 
 import pytest
 
-from cuda_agent.agent.tools import (AGENT_TOOLS, MCP_TOOLS, ToolContext, ToolLimits, _network_isolation_prefix,
-                                    call_tool, cap, registry)
+from cuda_agent.agent.tools import AGENT_TOOLS, MCP_TOOLS, ToolContext, ToolLimits, call_tool, cap, registry
+from cuda_agent.agent.tools.shell import network_isolation_prefix
 from cuda_agent.agent.workspace import Workspace
 from cuda_agent.env.config import EvalConfig
 
@@ -103,7 +103,7 @@ def test_bash_kills_the_whole_process_group(ctx, tmp_path):
     assert not marker.exists()
 
 
-@pytest.mark.skipif(not _network_isolation_prefix(), reason="no network namespaces here")
+@pytest.mark.skipif(not network_isolation_prefix(), reason="no network namespaces here")
 def test_bash_has_no_network(ctx):
     # a fresh network namespace: only a loopback interface, and it is down
     out = run(ctx, "bash", command="tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '")

@@ -65,3 +65,16 @@ def test_sft_export_filters_and_parquet_layout(tmp_path, relu_task, fake_evaluat
     exact = read_sft(out)[0]
     assert exact["tools"] == good.tools
     assert [m["content"] for m in exact["messages"]] == [m["content"] for m in good.messages]
+
+
+def test_sft_export_skips_our_failures(tmp_path, relu_task, fake_evaluator):
+    good = make_trajectory(tmp_path / "a", relu_task, fake_evaluator)
+    ours = copy.deepcopy(good)   # say the final evaluation service had crashed: the reward is unknown
+    ours.reward, ours.infra_error = None, "the final evaluation failed on our side: ConnectionError"
+    assert rejection_reason(ours, SFTFilter(min_reward=-10)) == "infra_error"
+    stats = export_sft([good, ours], tmp_path / "sft.parquet")
+    assert stats == {"kept": 1, "rejected": {"infra_error": 1}}
+    path = tmp_path / "t.jsonl"
+    append_jsonl(path, ours)
+    (back,) = read_jsonl(path)
+    assert back.infra_error == ours.infra_error and back.summary()["infra_error"] == ours.infra_error

@@ -1,4 +1,4 @@
-"""`cuda-agent workspace`, `cuda-agent solve`, `cuda-agent mcp` and `cuda-agent export-sft`."""
+"""`cuda-agent workspace`, `solve`, `mcp`, `export-sft` and `agent replay`."""
 
 from __future__ import annotations
 
@@ -131,13 +131,17 @@ def register(app: typer.Typer) -> None:
     def mcp_command(
         workspace: Path = typer.Option(..., help="Workspace folder (create one with `cuda-agent workspace`)."),
         http: Optional[int] = typer.Option(None, help="Serve streamable HTTP on this port instead of stdio."),
+        trajectories: Optional[Path] = typer.Option(
+            None, help="JSONL file the episode's trajectory is appended to when the server stops "
+                       "(default: WORKSPACE/.cuda_agent/trajectories.jsonl)."),
+        model: str = typer.Option("mcp", help="Name of the agent, recorded in the trajectory."),
     ):
-        """Serve a workspace's tools (compile, verify, profile, bash, read, write, edit, ...) over MCP."""
+        """Serve a workspace as one episode over MCP: compile, verify, profile, bash, read, write, edit, ..., submit."""
         from cuda_agent.agent.mcp_server import main
         from cuda_agent.agent.workspace import WorkspaceError
 
         try:
-            main(workspace, http)
+            main(workspace, http, trajectories, model)
         except WorkspaceError as exc:
             _fail(str(exc))
 
@@ -162,3 +166,55 @@ def register(app: typer.Typer) -> None:
         typer.echo(f"kept {stats['kept']}, rejected {stats['rejected']}; wrote {out}", err=False)
         if not stats["kept"]:
             print("warning: no trajectory passed the filter", file=sys.stderr)
+
+    agent_app = typer.Typer(no_args_is_help=True, help="Work with agent episodes (replay).")
+    app.add_typer(agent_app, name="agent")
+
+    @agent_app.command("replay")
+    def replay_command(
+        trajectory: Path = typer.Argument(..., help="trajectories.jsonl file (every record is replayed)."),
+        index: Optional[int] = typer.Option(None, help="Replay only this record (0-based)."),
+        workspace: Optional[Path] = typer.Option(None, help="Workspace folder (default: a temporary one per record)."),
+        out: Optional[Path] = typer.Option(None, help="Append the replayed trajectories to this JSONL file."),
+        cache_dir: Optional[Path] = typer.Option(None, help="Build and baseline cache (default: the recorded one)."),
+        no_sandbox: bool = typer.Option(False, help="Run candidates without bubblewrap."),
+        strict: bool = typer.Option(False, help="Exit with status 1 when a replayed reward differs."),
+    ):
+        """Re-run a trajectory's tool calls in a fresh workspace and score it again (no model is called)."""
+        import tempfile
+        from dataclasses import replace
+
+        from cuda_agent.agent.replay import differing_outputs, replay
+        from cuda_agent.agent.trajectory import append_jsonl, read_jsonl
+        from cuda_agent.env.config import EvalConfig
+
+        try:
+            records = list(read_jsonl(trajectory))
+        except (OSError, ValueError) as exc:
+            _fail(str(exc))
+        if index is not None:
+            if not 0 <= index < len(records):
+                _fail(f"{trajectory} has {len(records)} records; no record {index}")
+            records = [records[index]]
+
+        def config(recorded: dict) -> EvalConfig:
+            c = EvalConfig.from_dict(recorded)
+            c = replace(c, cache_dir=cache_dir) if cache_dir else c
+            return replace(c, sandbox="none") if no_sandbox else c
+
+        differ = 0
+        for traj in records:
+            with tempfile.TemporaryDirectory(prefix="cuda-agent-replay-") as tmp:
+                outcome = replay(traj, workspace or Path(tmp) / "ws", eval_config=config(traj.config["eval"]),
+                                 final_eval_config=config(traj.config.get("final_eval") or traj.config["eval"]))
+            new = outcome.trajectory
+            changed = differing_outputs(traj, new)
+            same = new.reward == traj.reward
+            differ += not same
+            typer.echo(f"{traj.id} {traj.task.get('name')}: recorded reward {traj.reward}, replayed {new.reward}"
+                       f" ({'same' if same else 'DIFFERENT'}); {sum(len(t.tool_calls) for t in new.turns)} tool calls, "
+                       f"{len(changed)} messages differ" + (f" (first: {changed[0]})" if changed else ""))
+            if out:
+                append_jsonl(out, new)
+        if strict and differ:
+            raise typer.Exit(1)

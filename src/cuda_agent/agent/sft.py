@@ -3,6 +3,7 @@ reads it (`data.multiturn.enable=true data.multiturn.messages_key=messages data.
 
 The default filter is the published rejection fine-tuning one: keep trajectories with reward > 0,
 drop those with invalid tool calls or redundant loops (the same call repeated turn after turn).
+Episodes that failed on our side (`infra_error`: endpoint down, evaluator crash) are always dropped.
 
 Parquet stores nested data with one schema per column, so keys missing from some messages or tools
 read back as nulls (e.g. another tool's parameters appear with value None). Tool-call arguments
@@ -44,6 +45,8 @@ def longest_repeat(traj: Trajectory) -> int:
 
 
 def rejection_reason(traj: Trajectory, flt: SFTFilter) -> str | None:
+    if traj.infra_error:   # we failed, not the policy: the record says nothing about it
+        return "infra_error"
     if traj.reward is None or traj.reward <= flt.min_reward:
         return "reward"
     errors = traj.tool_errors()

@@ -50,11 +50,13 @@ class Trajectory:
     messages: list[dict] = field(default_factory=list)
     tools: list[dict] = field(default_factory=list)
     turns: list[TurnRecord] = field(default_factory=list)
-    stop_reason: str = ""               # finish | max_turns | client_error | context_exceeded | no_tool_calls | error
+    stop_reason: str = ""               # finish | max_turns | time_limit | no_tool_calls | client_error
+                                        # | context_exceeded | interrupted | error | stopped
     error: str | None = None
     best: dict | None = None            # {"turn", "digest", "files", "result"} as tracked in the episode
     final: dict | None = None           # EvalResult dict of the clean re-evaluation
-    reward: float | None = None         # final milestone reward (-1 when nothing verified)
+    reward: float | None = None         # final milestone reward (-1 when nothing verified; None: see infra_error)
+    infra_error: str | None = None      # why the outcome says nothing about the policy (our failure, not its)
     speedup_vs_compile: float | None = None
     usage: dict = field(default_factory=lambda: {"prompt_tokens": 0, "completion_tokens": 0, "calls": 0})
     timings: dict = field(default_factory=dict)     # model_s, tools_s, eval_s, final_eval_s, total_s
@@ -79,7 +81,7 @@ class Trajectory:
                 "stop_reason": self.stop_reason, "reward": self.reward,
                 "speedup_vs_compile": self.speedup_vs_compile, "best_turn": (self.best or {}).get("turn"),
                 "usage": self.usage, "timings": self.timings, "tool_errors": self.tool_errors(),
-                "error": self.error}
+                "error": self.error, "infra_error": self.infra_error}
 
     # -- (de)serialisation ----------------------------------------------------------------------
 

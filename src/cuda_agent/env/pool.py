@@ -48,11 +48,13 @@ class EvalPool:
                 self._free.put_nowait(slot)
         return self._free
 
-    async def evaluate(self, task: Task, solution: Solution) -> EvalResult:
+    async def evaluate(self, task: Task, solution: Solution, config: EvalConfig | None = None) -> EvalResult:
+        """`config` (default: the pool's) lets one pool serve different settings, e.g. an agent's
+        verify (no baselines) and its final evaluation."""
         free = self._queue()
         slot = await free.get()
         try:
-            return await asyncio.to_thread(evaluate, task, solution, self.config, gpu=slot)
+            return await asyncio.to_thread(evaluate, task, solution, config or self.config, gpu=slot)
         finally:
             free.put_nowait(slot)
 
