@@ -5,6 +5,8 @@ import re
 
 import pytest
 
+from cuda_agent.env.draws import TRANSFORMS
+
 from cuda_agent.agent.client import Completion
 from cuda_agent.env.config import EvalConfig
 from cuda_agent.env.result import EvalError, EvalResult
@@ -91,7 +93,9 @@ class FakeEvaluator:
             r.compiled = r.correct = True
             m = re.search(r"kernel_ms=([0-9.]+)", text)
             r.kernel_ms = float(m.group(1)) if m else 1.0
-            r.max_abs_error = [0.0] * config.num_correct_trials
+            # the task's draws, and the structured sets the strict protocol adds (as the environment does)
+            structured = len(TRANSFORMS) if config.protocol == "strict" else 0
+            r.max_abs_error = [0.0] * (config.num_correct_trials + structured)
             if config.baselines:
                 r.eager_ms = 2.0
                 r.speedup_vs_eager = 2.0 / r.kernel_ms
