@@ -366,7 +366,8 @@ class _Evaluation:
         pool.shutdown(wait=False)
         return guard_lib, kernels
 
-    def _start_judge(self) -> None:
+    def _start_judge_only(self) -> None:
+        """The judge's setup without any decision about the baselines (`measure_baselines`)."""
         self._wait_ready(self.judge)
         self.judge.channel.send(task_code=self.task.code, task_name=self.task.name, backend=self.backend,
                                 config=self.cfg, box=str(self.box))
@@ -375,6 +376,9 @@ class _Evaluation:
         if not reference["ok"]:
             raise _Failed("task", f"the task's reference failed: {reference['message']}")
         self.result.device = reference["device"]
+
+    def _start_judge(self) -> None:
+        self._start_judge_only()
         if self.stop_after is None and self.config.baselines and self.config.compile_baseline:
             self.stored = self._stored_baseline()
             self.compile_mode = "stored" if self.stored and self.config.compile_timing == "stored" else "paired"
@@ -672,3 +676,71 @@ class _Evaluation:
 
 class _LinkRefused(Exception):
     """A built library imports a symbol a solution may not use (symbols.py)."""
+
+
+# -- baselines alone (`cuda-agent baseline`, `cuda-agent cache verify`) ----------------------------
+
+
+@dataclass
+class BaselineRun:
+    entry: "object | None"          # BaselineEntry, None when the task is broken
+    error: str | None = None
+    seconds: float = 0.0
+
+
+def measure_baselines(task: Task, config: EvalConfig | None = None, *, gpu: int | None = None,
+                      calls: int | None = None, store: bool = True,
+                      progress: Callable[[str], None] | None = None) -> BaselineRun:
+    """Time the task's eager and torch.compile references on their own (no candidate), paired call by
+    call on fresh draws, as every evaluation does, and (with `store`) save them in the baseline store.
+    Compilation and input drawing run in parallel with other measurements; only the timed calls hold
+    the device. Never raises for anything the task does."""
+    import torch
+
+    from cuda_agent.env.baselines import BaselineEntry, BaselineStore, entry_key
+
+    config = config or EvalConfig()
+    backend = config.resolved_backend()
+    say = progress or (lambda text: None)
+    started = time.monotonic()
+    job_dir = Path(tempfile.mkdtemp(prefix="cuda-agent-job-", dir=job_root()))
+    result = EvalResult(task=task.name, backend=backend, protocol=config.protocol)
+    run = _Evaluation(task, Solution({"model_new.py": ""}), config, backend, job_dir, gpu, result, "baselines", say)
+    try:
+        task.check_syntax()
+        run.judge = run._start("judge")
+        run._start_judge_only()
+        compiled = {"ok": False, "error": "not asked for"}
+        if config.compile_baseline:
+            say("compiling the torch.compile baseline")
+            run.judge.channel.send(cmd="compile")
+            compiled = run._ask(run.judge, config.timeout_reference, "task")
+        say("timing eager" + (" and torch.compile" if compiled["ok"] else ""))
+        n = calls or config.warmup + config.timed_iters(backend)
+        pairs = []
+        for i in range(n):
+            with run.lock.held():
+                run.judge.channel.send(cmd="call", seed=_fresh_seed(), transform=None, time=True,
+                                       compile=compiled["ok"])
+                answer = run._ask(run.judge, config.timeout_reference, "task")
+            if "task_error" in answer:
+                raise _Failed("task", answer["task_error"])
+            if i >= min(config.warmup, n // 2):   # the first calls warm up
+                pairs.append(answer)
+        eager = Timing.from_samples([p["eager_ms"] for p in pairs])
+        compile_timing = Timing.from_samples([p["compile_ms"] for p in pairs]) if compiled["ok"] else None
+        entry = BaselineEntry(task=task.name, task_digest=task.digest, device=result.device, torch=torch.__version__,
+                              settings={"backend": backend, "flush_l2": config.flush_l2}, eager=eager.__dict__,
+                              compile=compile_timing.__dict__ if compile_timing else None,
+                              compile_error=None if compiled["ok"] else compiled.get("error"), code=task.code)
+        if store:
+            BaselineStore(config.cache_dir).put(entry_key(task.digest, result.device, torch.__version__,
+                                                          entry.settings), entry)
+        return BaselineRun(entry, None, time.monotonic() - started)
+    except _Failed as failure:
+        return BaselineRun(None, failure.error.message, time.monotonic() - started)
+    except TaskError as exc:
+        return BaselineRun(None, str(exc), time.monotonic() - started)
+    finally:
+        run.shutdown()
+        shutil.rmtree(job_dir, ignore_errors=True)
