@@ -115,8 +115,19 @@ def _parent(pid: int) -> int | None:
 
 def start_worker(role: str, job_dir: Path, backend: str, gpu: int | None,
                  wrap: list[str] | None = None) -> Worker:
-    """Start a worker process; call `wait_ready()` before sending it work."""
+    """Start a worker process (inside the sandbox when `wrap` is bubblewrap's command prefix); call
+    `wait_ready()` before sending it work."""
+    from cuda_agent.env.sandbox import seccomp_program
+
     read_fd, write_fd = os.pipe()
+    keep = [write_fd]
+    program = seccomp_program() if wrap else None
+    if program is not None:   # bubblewrap reads the filter from a file descriptor it inherits
+        filter_fd = os.memfd_create("cuda-agent-seccomp")
+        os.write(filter_fd, program)
+        os.lseek(filter_fd, 0, os.SEEK_SET)
+        keep.append(filter_fd)
+        wrap = [*wrap, "--seccomp", str(filter_fd)]
     env = dict(os.environ)
     env[PROTOCOL_FD_ENV] = str(write_fd)
     env["PYTHONUNBUFFERED"] = "1"
@@ -145,9 +156,10 @@ def start_worker(role: str, job_dir: Path, backend: str, gpu: int | None,
     cmd = [*(wrap or []), sys.executable, "-m", "cuda_agent.env.worker", role]
     try:
         proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
-                                pass_fds=(write_fd,), env=env, cwd=box if role == "candidate" else job_dir,
+                                pass_fds=tuple(keep), env=env, cwd=box if role == "candidate" else job_dir,
                                 start_new_session=True)
     finally:
-        os.close(write_fd)
+        for fd in keep:
+            os.close(fd)
         log.close()
     return Worker(role, proc, ParentChannel(proc, read_fd), log_path)

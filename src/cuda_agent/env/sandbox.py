@@ -5,6 +5,9 @@
   namespace's init when the harness kills the sandbox (nothing outlives it to disturb later timing).
 - No capability (`--cap-drop ALL`), and an unprivileged user (uid 65534) in a user namespace
   where the kernel allows one; no network, IPC or UTS sharing; a new session (no terminal).
+- A seccomp filter (x86-64) that refuses the system calls that reach into other processes or
+  change the sandbox itself: ptrace, process_vm_readv/writev, perf_event_open, bpf, keyctl, mount,
+  unshare, setns and the like (EPERM).
 - Writable: its own folder (the job's `box`) alone. The file system is read-only; `/tmp`, `/dev`
   (with `/dev/shm`, where other jobs live) and the cache folder are private and empty, except the
   build cache, which is bound read-only so the harness's builds load (the candidate never writes
@@ -88,6 +91,38 @@ def sandbox_prefix(config, box: Path) -> list[str] | None:
             args += ["--ro-bind", p, p]
     args += ["--ro-bind", str(build_cache), str(build_cache), "--bind", str(box), str(box), "--chdir", str(box)]
     return args
+
+
+# -- seccomp ------------------------------------------------------------------------------------------
+
+# x86-64 system call numbers refused inside the sandbox.
+_DENIED_SYSCALLS = {
+    "ptrace": 101, "process_vm_readv": 310, "process_vm_writev": 311, "kcmp": 312, "perf_event_open": 298,
+    "bpf": 321, "userfaultfd": 323, "keyctl": 250, "add_key": 248, "request_key": 249, "mount": 165,
+    "umount2": 166, "pivot_root": 155, "chroot": 161, "unshare": 272, "setns": 308, "kexec_load": 246,
+    "init_module": 175, "finit_module": 313, "delete_module": 176, "acct": 163, "swapon": 167, "reboot": 169,
+}
+_AUDIT_ARCH_X86_64 = 0xC000003E
+_EPERM = 1
+
+
+def seccomp_program() -> bytes | None:
+    """The filter as the compiled classic-BPF program bubblewrap's --seccomp reads (None off x86-64)."""
+    import platform
+    import struct
+
+    if platform.machine() not in ("x86_64", "AMD64"):
+        return None
+    ld, jeq, ret = 0x20, 0x15, 0x06          # BPF_LD|BPF_W|BPF_ABS, BPF_JMP|BPF_JEQ|BPF_K, BPF_RET|BPF_K
+    allow, errno = 0x7FFF0000, 0x00050000 | _EPERM
+    numbers = sorted(set(_DENIED_SYSCALLS.values()))
+    program = [(ld, 0, 0, 4),                                   # seccomp_data.arch
+               (jeq, 1, 0, _AUDIT_ARCH_X86_64), (ret, 0, 0, allow),
+               (ld, 0, 0, 0)]                                   # seccomp_data.nr
+    for i, number in enumerate(numbers):                        # jump to the final "deny" when equal
+        program.append((jeq, len(numbers) - i, 0, number))
+    program += [(ret, 0, 0, allow), (ret, 0, 0, errno)]
+    return b"".join(struct.pack("HBBI", *insn) for insn in program)
 
 
 def _inside(path: str, folder: Path) -> bool:
