@@ -21,8 +21,11 @@ def test_build_load_and_cache_reuse(cache_dir):
 
 
 def test_kernel_only_edit_recompiles_only_the_kernel(cache_dir):
+    import uuid
+
     build_extension("cuda_extension", _kernel_files(), "cpu", cache_dir / "build")
-    edited = build_extension("cuda_extension", _kernel_files(HONEST_BODY + "\n// tweak\n"), "cpu", cache_dir / "build")
+    tweak = f"\n// tweak {uuid.uuid4().hex}\n"   # never built before, whatever the cache holds
+    edited = build_extension("cuda_extension", _kernel_files(HONEST_BODY + tweak), "cpu", cache_dir / "build")
     assert edited.compiled == ["bias_relu.cpp"] and edited.cached == ["bias_relu_binding.cpp"]
 
 

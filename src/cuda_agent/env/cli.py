@@ -65,12 +65,17 @@ def register(app: typer.Typer) -> None:
 
     @app.command("cache")
     def cache_command(
-        action: str = typer.Argument(..., help="'info', 'clear' or 'warm'."),
+        action: str = typer.Argument(..., help="'info', 'clear', 'warm' or 'verify'."),
         cache_dir: Optional[Path] = typer.Option(None),
         backend: Optional[str] = typer.Option(None, help="warm: cuda or cpu (default: cuda when a GPU is present)."),
+        sample: int = typer.Option(5, help="verify: how many stored baselines to re-time."),
+        fix: bool = typer.Option(False, help="verify: replace the entries that no longer agree."),
     ):
         """Show, clear or warm the build and baseline cache (warm: precompile the torch header once,
-        about 30-60 s, so no evaluation waits for it)."""
+        about 30-60 s, so no evaluation waits for it); verify: re-time a sample of the stored
+        eager / torch.compile baselines on this machine and say which no longer agree.
+
+        Example: cuda-agent cache verify --sample 10 --fix"""
         from cuda_agent.env.compiler import clear_cache
         from cuda_agent.env.config import default_cache_dir
 
@@ -97,8 +102,46 @@ def register(app: typer.Typer) -> None:
             except BuildError as exc:
                 _fail(f"could not prepare the {chosen} toolchain: {exc.summary}")
             typer.echo(f"{chosen} toolchain ready in {time.perf_counter() - start:.1f} s ({header.parent})")
+        elif action == "verify":
+            _verify_baselines(root, backend, sample, fix)
         else:
-            _fail("action must be 'info', 'clear' or 'warm'")
+            _fail("action must be 'info', 'clear', 'warm' or 'verify'")
+
+
+def _verify_baselines(root: Path, backend: Optional[str], sample: int, fix: bool) -> None:
+    """Re-time stored baselines of this device and torch version; report (and replace) disagreements."""
+    import random
+
+    import torch
+
+    from cuda_agent.env.baselines import AGREEMENT, BaselineStore
+    from cuda_agent.env.config import EvalConfig
+    from cuda_agent.env.evaluation import measure_baselines
+    from cuda_agent.tasks import Task
+
+    config = EvalConfig(backend=backend, cache_dir=root)
+    chosen = config.resolved_backend()
+    device = torch.cuda.get_device_name(0) if chosen == "cuda" else "cpu"
+    entries = [(k, e) for k, e in BaselineStore(root).entries()
+               if e.device == device and e.torch == torch.__version__ and e.code]
+    if not entries:
+        typer.echo(f"no stored baselines for {device} and torch {torch.__version__} in {root}")
+        return
+    picked = random.sample(entries, min(sample, len(entries)))
+    stale = 0
+    for key, entry in picked:
+        run = measure_baselines(Task(entry.task, entry.code), config, store=fix)
+        if run.entry is None:
+            typer.echo(f"{entry.task}: could not be re-timed: {(run.error or '')[:200]}")
+            continue
+        pairs = [("eager", entry.eager_ms, run.entry.eager_ms), ("compile", entry.compile_ms, run.entry.compile_ms)]
+        drift = {name: now / then - 1 for name, then, now in pairs if then and now}
+        bad = any(abs(d) > AGREEMENT for d in drift.values())
+        stale += bad
+        shown = ", ".join(f"{name} {d:+.1%}" for name, d in drift.items())
+        typer.echo(f"{entry.task}: {shown}{'  <- disagrees' + (' (replaced)' if fix else '') if bad else ''}")
+    typer.echo(f"{stale} of {len(picked)} re-timed entries disagree by more than {AGREEMENT:.0%}"
+               + ("" if fix or not stale else "; --fix replaces them"))
 
 
 def _print_result(result) -> None:
