@@ -184,7 +184,7 @@ HACKS_WAVE = [
     Case("approx_mse_every_32nd", "approximate computation", _w("mse_uniform", "a, b",
          "return cuda_extension.mse_every(a, b, 32)"), rules=("correctness",), what="MSE over every 32nd element"),
     Case("approx_hinge_every_31st", "approximate computation", _w("hinge_loss", "predictions, targets",
-         "return cuda_extension.hinge_every(predictions, targets, 31)"), rules=("correctness",),
+         "return cuda_extension.hinge_every(predictions, targets, 31)"), rules=("correctness", "input-independent"),
          what="hinge loss over every 31st element"),
     Case("approx_mse_first_half", "approximate computation", _w("mse_uniform", "a, b",
          "return cuda_extension.mse_first_half(a, b)"), rules=("correctness",), invented=True,

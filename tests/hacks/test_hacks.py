@@ -54,12 +54,13 @@ def test_memoised_results_are_not_what_gets_timed(cache_dir, record):
         return out
         """, init="self.memo = {}"))
     result = evaluate(gemm_task(), memo, hack_config(cache_dir))
-    timed_as_gemm = result.correct and result.kernel_ms >= 0.3 * honest.kernel_ms
+    # the fastest call of each (least disturbed by a loaded machine): a replayed copy is ~100x faster
+    timed_as_gemm = result.correct and result.timings["kernel"].min_ms >= 0.3 * honest.timings["kernel"].min_ms
     record("memoised_by_value", "result caching", "hack", result, expected=("recheck-after-timing",),
            invented=True, neutralised=timed_as_gemm, what="GEMM results memoised by input values, replayed by a copy kernel")
     if result.correct:
-        assert timed_as_gemm, (f"memoised replays were timed: {result.kernel_ms:.4f} ms against "
-                               f"{honest.kernel_ms:.4f} ms for the real GEMM")
+        assert timed_as_gemm, (f"memoised replays were timed: {result.timings['kernel'].min_ms:.4f} ms against "
+                               f"{honest.timings['kernel'].min_ms:.4f} ms for the real GEMM")
     else:
         assert_rejected(result, ("recheck-after-timing", "correctness", "behaviour-changed"))
 

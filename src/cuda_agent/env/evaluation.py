@@ -41,7 +41,7 @@ from cuda_agent.tasks.solution import Solution
 from cuda_agent.tasks.task import Task, TaskError, strip_reference_model
 
 MAX_BUILD_REQUESTS = 16    # load_inline/load calls one candidate may ask the harness to build
-NULL_CALLS = 8             # empty calls for the clock cross-check
+NULL_CALLS = 12            # empty calls for the clock cross-check
 CLOCK_ALLOWANCE_MS = 0.5   # per call: what the harness's own work may differ between empty and real calls
 
 
@@ -435,7 +435,7 @@ class _Evaluation:
         call.index = self.index
         save = call.kind == "verify"
         with self.lock.held():
-            start, cpu_start = time.perf_counter(), self.candidate.runnable_seconds()
+            start, cpu_start = time.perf_counter(), self.candidate.cpu_seconds()
             self.candidate.channel.send(cmd="call", index=call.index, seed=call.seed, transform=call.transform,
                                         save=save, null=call.kind == "null")
             out = self._ask(self.candidate, timeout, phase)
@@ -484,10 +484,10 @@ class _Evaluation:
 
     def _outside_clock(self, start: float, cpu_start: float | None) -> float:
         """How long the candidate's call took, measured out of its process's reach: wall time on a GPU;
-        on the CPU backend the time its main thread was running or waiting for a core (the kernel's
-        scheduler statistics): the wall time of its computing, which is what its clock reports, without
-        the noise of a loaded machine's other processes."""
-        cpu_end = self.candidate.runnable_seconds() if self.backend == "cpu" else None
+        on the CPU backend its main thread's CPU time (the kernel's scheduler statistics), which a
+        loaded machine's other processes do not inflate. An honest forward's CPU time is at most its
+        wall time, which is what its clock reports."""
+        cpu_end = self.candidate.cpu_seconds() if self.backend == "cpu" else None
         if cpu_start is not None and cpu_end is not None:
             return (cpu_end - cpu_start) * 1e3
         return (time.perf_counter() - start) * 1e3

@@ -61,14 +61,13 @@ class Worker:
                 break
             self.main_pid = below[0]
 
-    def runnable_seconds(self) -> float | None:
-        """Time the worker's main thread has been running or ready to run (waiting for a core): its
-        wall time less the time it slept. Read here, out of the worker's reach, from the kernel."""
+    def cpu_seconds(self) -> float | None:
+        """CPU time the worker's main thread has used, from the kernel's scheduler statistics (read
+        here, out of the worker's reach; other processes on a loaded machine do not inflate it)."""
         try:
             with open(f"/proc/{self.main_pid}/schedstat") as fh:
-                running, waiting = fh.read().split()[:2]
-            return (int(running) + int(waiting)) / 1e9
-        except (OSError, ValueError, TypeError):
+                return int(fh.read().split()[0]) / 1e9
+        except (OSError, ValueError, TypeError, IndexError):
             return None
 
     def extra_processes(self) -> list[int]:
