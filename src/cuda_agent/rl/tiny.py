@@ -22,12 +22,14 @@ def chat_template() -> str:
     return qwen2_5_chat_template
 
 
-def build_tokenizer(texts: Iterable[str], vocab_size: int = 1024):
+def build_tokenizer(texts: Iterable[str], vocab_size: int = 1024, split_words: bool = True):
+    """`split_words=False` lets merges cross word boundaries: a few repeated texts (one prompt) then
+    shrink to a few hundred tokens, which keeps a CPU run short."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
     tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=split_words)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL + ADDED, show_progress=False,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
