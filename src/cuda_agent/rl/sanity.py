@@ -304,7 +304,7 @@ def plot(result: dict, path: str | Path) -> Path:
         value = result["rewards_by_label"].get(label)
         if value is not None:
             ax.axhline(value, ls=":", lw=0.8, color="grey")
-            ax.text(steps[-1] if steps else 0, value, f" {role}", va="center", fontsize=8, color="grey")
+            ax.text(steps[0] if steps else 0, value, f"{role} ({label})", va="bottom", fontsize=8, color="grey")
     ax.set(xlabel="GRPO step", ylabel=f"mean reward ({result['generations_per_step']} episodes)",
            title=f"cuda-agent sanity run ({result['backend']} backend, TRL GRPO)", ylim=(-1.2, 2.3))
     fig.tight_layout()
