@@ -62,3 +62,29 @@ def test_verl_reads_it(tmp_path, tiny_model):
     item = ds[1]
     assert item["index"] == 1 and task_from_info(item["extra_info"]).name == "t1"
     assert item["raw_prompt"][0]["role"] == "system"
+
+
+def test_cli_writes_the_splits(tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from cuda_agent.cli import app
+
+    data = tmp_path / "tasks.jsonl"
+    data.write_text("".join(json.dumps({"code": t.code, "name": t.name}) + "\n" for t in tasks(6)))
+    result = CliRunner().invoke(app, ["rl", "data", "--dataset", str(data), "--out", str(tmp_path / "rl"),
+                                      "--val-fraction", "0.34"])
+    assert result.exit_code == 0, result.output
+    assert "4 train + 2 val" in result.output
+    assert json.loads((tmp_path / "rl" / "stats.json").read_text())["val"] == 2
+
+
+def test_session_limits_come_from_the_session_module():
+    from cuda_agent.rl.episode import limits
+
+    from .conftest import SESSION
+
+    made = limits(SESSION, {"max_idle_turns": 1})
+    assert type(made).__name__ == "SessionLimits" and made.max_idle_turns == 1
+    assert limits(SESSION, {}) is None

@@ -89,10 +89,11 @@ def tools(names: list[str] | None):
     return tuple(known[n] for n in names)
 
 
-def limits(session_cls, fields: dict):
-    """The session's limits object, built by field name from the settings (no guessed fields)."""
-    module = importlib.import_module(session_cls.__module__)
-    return module.SessionLimits(**fields) if fields else None
+def limits(session_spec: str, fields: dict):
+    """The session's limits object (`SessionLimits`, from where the session is imported), built by
+    field name from the settings: no field is guessed here."""
+    module = session_spec.partition(":")[0] if ":" in session_spec else session_spec.rpartition(".")[0]
+    return load_object(f"{module}:SessionLimits")(**fields) if fields else None
 
 
 def task_from_info(info: dict) -> Task:
@@ -105,7 +106,7 @@ def open_session(task: Task, workspace_dir: str | os.PathLike, settings: Episode
     kwargs: dict[str, Any] = {"eval_config": eval_config(settings.eval),
                               "final_eval_config": eval_config(settings.final_eval),
                               "evaluator": evaluator(settings.evaluator), "tools": tools(settings.tools)}
-    made = limits(cls, settings.limits)
+    made = limits(settings.session, settings.limits)
     if made is not None:
         kwargs["limits"] = made
     return cls(task, workspace_dir, **kwargs)
