@@ -44,7 +44,6 @@ class KernelAgentLoop(AgentLoopBase):
         # `tools` is verl's own tool list (for ToolAgentLoop): ours come from the session.
         super().__init__(*args, **kwargs)
         self.settings = _settings(settings)
-        self.prompt_length = self.rollout_config.prompt_length
         self.response_length = self.rollout_config.response_length
         multi_turn = self.rollout_config.multi_turn
         # verl reads max_assistant_turns only in ToolAgentLoop; the same key bounds our episodes.
@@ -55,11 +54,11 @@ class KernelAgentLoop(AgentLoopBase):
         request_id = uuid.uuid4().hex
         want_logprobs = bool(sampling_params.get("logprobs"))
         ws = workspace_dir(self.settings, request_id)
-        session = open_session(task_from_info(kwargs["extra_info"]), ws, self.settings)
         state = _State(want_logprobs)
         metrics = {"generate_sequences": 0.0, "tool_calls": 0.0, "num_preempted": -1}
-        stop, outcome = "error", None
+        stop, outcome, session = "error", None, None
         try:
+            session = open_session(task_from_info(kwargs["extra_info"]), ws, self.settings)
             opening = await session.areset()
             messages, schemas = list(opening.messages), opening.tools
             state.prompt_ids = self._cap_text_prompt_length(await self.ct_build_initial_tokens(messages, tools=schemas))
@@ -69,8 +68,9 @@ class KernelAgentLoop(AgentLoopBase):
             logger.exception("cuda_agent episode failed")
         finally:
             try:
-                outcome = await session.afinish(stop_reason=stop)
-                record(outcome, self.settings)
+                if session is not None:
+                    outcome = await session.afinish(stop_reason=stop)
+                    record(outcome, self.settings)
             except Exception:
                 logger.exception("cuda_agent episode could not finish")
             remove_workspace(ws, self.settings)

@@ -242,6 +242,7 @@ def learn(out: str | Path, *, backend: str = "cpu", steps: int = 30, seed: int =
                        args=GRPOConfig(output_dir=str(out / "grpo"), max_steps=steps, learning_rate=lr,
                                        per_device_train_batch_size=generations, num_generations=generations,
                                        max_completion_length=256, temperature=temperature, beta=0.0,
+                                       scale_rewards="none",   # no division by a near-zero group std
                                        max_tool_calling_iterations=3, lr_scheduler_type="constant", optim=optim,
                                        warmup_steps=0, gradient_checkpointing=False, **common))
     generate = grpo._generate_single_turn   # counts model turns (one generated reply each) for throughput
