@@ -7,7 +7,7 @@ import json
 import pytest
 
 # The test double of cuda_agent.agent.KernelSession (delete with fake_session.py once the real one lands).
-SESSION = "rl.fake_session:FakeKernelSession"
+SESSION = "tests.rl.fake_session:FakeKernelSession"
 
 
 def corpus() -> list[str]:

@@ -2,8 +2,9 @@
 
 It has exactly the published surface (constructor, reset/step/finish and their async forms, the
 opening/step/outcome fields) and is built on today's `Workspace` and tools, so the RL adapters can
-be tested against the real workspace and environment. Delete this file (and `conftest.session_cls`)
-once `cuda_agent.agent.KernelSession` exists; the adapters only talk to the surface.
+be tested against the real workspace and environment. Once `cuda_agent.agent.KernelSession` exists,
+delete this file and point `SESSION` in tests/rl/conftest.py at the real class; the adapters only
+talk to the surface.
 """
 
 from __future__ import annotations

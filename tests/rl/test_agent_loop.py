@@ -62,7 +62,7 @@ class ScriptedServer:
         return TokenOutput(token_ids=ids, log_probs=[LOGPROB] * len(ids))
 
 
-def episode(tmp_path, tiny_model, replies, evaluator="rl.test_agent_loop:judge_factory", response_length=2048):
+def episode(tmp_path, tiny_model, replies, evaluator="tests.rl.test_agent_loop:judge_factory", response_length=2048):
     from transformers import AutoTokenizer
     from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
     from verl.protocol import DataProto
@@ -129,7 +129,7 @@ def test_tool_output_that_does_not_fit_is_not_appended(tmp_path, tiny_model):
 
 
 def test_infrastructure_failure_trains_nothing(tmp_path, tiny_model):
-    out, _, _ = episode(tmp_path, tiny_model, [call("finish")], evaluator="rl.test_agent_loop:broken_factory")
+    out, _, _ = episode(tmp_path, tiny_model, [call("finish")], evaluator="tests.rl.test_agent_loop:broken_factory")
     ids, mask, _, rm = response(out)
     assert ids and sum(mask) == 0 and float(rm.abs().sum()) == 0.0
     assert out.non_tensor_batch["skipped"][0]
