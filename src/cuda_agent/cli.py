@@ -11,7 +11,7 @@ from cuda_agent.env.cli import register as _register_env  # noqa: E402
 
 _register_env(app)
 
-for _name in ("agent", "synth", "bench"):
+for _name in ("agent", "synth", "bench", "rl"):
     try:
         _module = __import__(f"cuda_agent.{_name}.cli", fromlist=["register"])
     except ModuleNotFoundError as exc:  # a subpackage without commands yet

@@ -1,0 +1,69 @@
+"""Stage 1 (warm-up) is single-turn: one reply holds the whole solution, scored by the environment.
+
+The prompt asks for KernelBench's single-file form (`ModelNew` building its kernels with
+`load_inline`); `compute_score` is the verl reward function (`reward.custom_reward_function`,
+`path=pkg://cuda_agent.rl.single_turn`, `name=compute_score`): it takes the last Python code block,
+evaluates it against the task carried in `extra_info` and returns the milestone reward.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+
+from cuda_agent.rl.episode import EpisodeSettings, eval_config, evaluator, task_from_info
+from cuda_agent.tasks import Solution, Task
+
+SYSTEM = """\
+You are an expert GPU performance engineer. Rewrite the given PyTorch program with custom CUDA kernels \
+so that it is faster and numerically equivalent.
+
+Rules (the environment enforces them):
+- Define `ModelNew` with the same constructor arguments and parameters as `Model`.
+- Build your kernels with torch.utils.cpp_extension.load_inline; ModelNew.forward may only allocate \
+tensors and call them (no torch compute; C++ may call cuBLAS/cuDNN).
+- Correct means equal to the reference within atol=rtol=1e-2 on fresh random inputs.
+- Goal: correct and at least 5% faster than torch.compile.
+
+Reply with the complete new program in one ```python code block."""
+
+USER = "Task `{name}`:\n```python\n{code}\n```"
+
+_BLOCK = re.compile(r"```(?:python|py)?\s*\n(.*?)```", re.S)
+
+
+def messages(task: Task) -> list[dict]:
+    return [{"role": "system", "content": SYSTEM},
+            {"role": "user", "content": USER.format(name=task.name, code=task.code.strip())}]
+
+
+def extract_solution(text: str) -> Solution | None:
+    """The last code block that defines ModelNew, or None."""
+    for block in reversed(_BLOCK.findall(text)):
+        if "ModelNew" in block:
+            return Solution.from_code(block)
+    return None
+
+
+def score(task: Task, text: str, settings: EpisodeSettings) -> float:
+    solution = extract_solution(text)
+    if solution is None:
+        return -1.0
+    config = eval_config(settings.final_eval or settings.eval)
+    service = evaluator(settings.evaluator)
+    if service is None:
+        from cuda_agent.env import EvalConfig, evaluate
+
+        result = evaluate(task, solution, config or EvalConfig())
+    elif hasattr(service, "evaluate"):
+        result = asyncio.run(service.evaluate(task, solution, config))
+    else:
+        result = service(task, solution, config)
+    return float(result.reward) if result.correct and result.reward is not None else -1.0
+
+
+def compute_score(data_source=None, solution_str: str = "", ground_truth=None, extra_info=None,
+                  settings: str | None = None, **kwargs) -> float:
+    """verl's reward-function signature; `settings` comes from `reward_kwargs` (the stage's episode.json)."""
+    loaded = EpisodeSettings.load(settings) if settings else EpisodeSettings()
+    return score(task_from_info(extra_info or {}), solution_str, loaded)
