@@ -1,4 +1,4 @@
-"""Fixtures for the RL adapters: a tiny local chat model, and the KernelSession stand-in."""
+"""Fixtures for the RL adapters: a tiny local chat model, and the session class they drive."""
 
 from __future__ import annotations
 
@@ -6,12 +6,11 @@ import json
 
 import pytest
 
-# The test double of cuda_agent.agent.KernelSession (delete with fake_session.py once the real one lands).
-SESSION = "tests.rl.fake_session:FakeKernelSession"
+SESSION = "cuda_agent.agent:KernelSession"
 
 
 def corpus() -> list[str]:
-    from cuda_agent.agent.loop import SYSTEM_PROMPT, TASK_PROMPT
+    from cuda_agent.agent.prompts import SYSTEM_PROMPT, TASK_PROMPT
     from cuda_agent.agent.tools import AGENT_TOOLS
 
     return [SYSTEM_PROMPT, TASK_PROMPT, json.dumps([t.schema() for t in AGENT_TOOLS])] * 2

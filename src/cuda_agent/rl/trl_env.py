@@ -39,9 +39,11 @@ class KernelEnvironment:
     def _prepare(self, workspace) -> None:
         """Hook for subclasses: put extra files into a fresh workspace."""
 
-    def _call(self, name: str, arguments: dict) -> str:
+    def _call_tool(self, name: str, arguments: dict) -> str:
+        """What every tool method calls (`Tool.method()`): one step of the session."""
         if self.done:
             return ENDED
+        arguments = {k: v for k, v in arguments.items() if v is not None}   # TRL passes unset optionals
         self.calls.append((name, arguments))
         step = self.session.step([{"name": name, "arguments": arguments}])
         self.done = step.done
@@ -59,47 +61,12 @@ class KernelEnvironment:
         self.session = self.workspace = None
 
 
-_TYPES = {"string": str, "integer": int, "number": float, "boolean": bool, "object": dict}
-
-
-def _hint(prop: dict):
-    if prop.get("type") == "array":   # a bare `list` reads as "object" in transformers' schema parser
-        return list[_hint(prop.get("items") or {})]
-    return _TYPES.get(prop.get("type"), str)
-
-
-def typed_method(tool):
-    """A tool's OpenAI schema (`cuda_agent.agent.tools`) as a typed, documented method, which is how
-    TRL learns a tool's schema. Replace with the tool package's typed declarations once they exist."""
-    props, required = tool.parameters.get("properties", {}), tool.parameters.get("required", [])
-    params = [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
-    annotations = {}
-    for name in sorted(props, key=lambda n: n not in required):   # required ones first
-        kind = _hint(props[name])
-        optional = name not in required
-        annotations[name] = (kind | None) if optional else kind
-        params.append(inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD,
-                                        default=None if optional else inspect.Parameter.empty,
-                                        annotation=annotations[name]))
-    annotations["return"] = str
-
-    def method(self, **arguments) -> str:
-        return self._call(tool.name, {k: v for k, v in arguments.items() if v is not None})
-
-    method.__name__ = method.__qualname__ = tool.name
-    method.__signature__ = inspect.Signature(params, return_annotation=str)
-    method.__annotations__ = annotations
-    args = "".join(f"\n    {n}: {props[n].get('description') or n}" for n in props)
-    method.__doc__ = tool.description + (f"\n\nArgs:{args}" if props else "")
-    return method
-
-
 def environment_class(settings: EpisodeSettings, base: type = KernelEnvironment) -> type:
     """An environment class whose tool methods are the settings' tools (default: those of `solve`)."""
     from cuda_agent.agent.tools import AGENT_TOOLS
 
     chosen = named_tools(settings.tools) or AGENT_TOOLS
-    return type(base.__name__, (base,), {"settings": settings, **{t.name: typed_method(t) for t in chosen}})
+    return type(base.__name__, (base,), {"settings": settings, **{t.name: t.method() for t in chosen}})
 
 
 def tool_schemas(env_cls: type) -> list[dict]:
