@@ -66,7 +66,7 @@ fi
 
 # 3. torch -------------------------------------------------------------------------------------
 if "$VPY" -c 'import torch' 2>/dev/null; then
-  say "keeping torch $("$VPY" -c 'import torch; print(torch.__version__, "(CUDA", torch.version.cuda, "build)" if torch.version.cuda else "(CPU build)")')"
+  say "keeping torch $("$VPY" -c 'import torch; print(torch.__version__, torch.version.cuda and "(CUDA build)" or "(CPU build)")')"
 elif command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
   say "installing $TORCH (CUDA build, for the GPU nvidia-smi lists)"
   "$VPY" -m pip install -q "$TORCH"
@@ -74,7 +74,8 @@ else
   # pip may already be pointed at a CPU wheel (a local wheelhouse or mirror); otherwise take it
   # from the CPU index instead of PyPI's CUDA build.
   chosen=$("$VPY" -m pip install -q --dry-run --no-deps --ignore-installed --report - "$TORCH" 2>/dev/null |
-           "$VPY" -c 'import json, sys; print(json.load(sys.stdin)["install"][0]["metadata"]["version"])' 2>/dev/null || true)
+           "$VPY" -c 'import json, sys; print(json.load(sys.stdin)["install"][0]["metadata"]["version"])' \
+           2>/dev/null || true)
   if [[ "$chosen" == *+cpu ]]; then
     say "installing $TORCH (the CPU wheel $chosen that pip is configured with)"
     "$VPY" -m pip install -q "$TORCH"
@@ -96,7 +97,11 @@ header_job=$!
 say "installing cuda-agent[$EXTRAS] (editable)"
 "$VPY" -m pip install -q -e ".[$EXTRAS]"
 say "waiting for the torch header"
-if wait "$header_job"; then rm -f "$header_log"; else say "the header did not precompile (see $header_log); the first build will try again"; fi
+if wait "$header_job"; then
+  rm -f "$header_log"
+else
+  say "the header did not precompile (see $header_log); the first build will try again"
+fi
 say "checking the machine (cuda-agent doctor)"
 "$(dirname "$VPY")/cuda-agent" doctor || true
 say "ready: $(dirname "$VPY")/cuda-agent eval   (or activate it: . $(dirname "$VPY")/activate)"

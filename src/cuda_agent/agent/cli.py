@@ -84,7 +84,8 @@ def register(app: typer.Typer) -> None:
     def solve_command(
         task: str = typer.Argument(..., help=TASK_HELP, show_default=False),
         model: str = typer.Option(..., help="Model name as the endpoint knows it (or a local path with --local)."),
-        base_url: Optional[str] = typer.Option(None, help="OpenAI-compatible endpoint URL (e.g. a vLLM server at localhost:8000/v1)."),
+        base_url: Optional[str] = typer.Option(None, help="OpenAI-compatible endpoint URL "
+                                                          "(e.g. a vLLM server at localhost:8000/v1)."),
         api_key_env: str = typer.Option("OPENAI_API_KEY", help="Environment variable holding the API key."),
         local: bool = typer.Option(False, "--local", help="Run MODEL locally with transformers, not an endpoint."),
         out: Path = typer.Option(Path("runs"), help="Output folder: solution/, trajectories.jsonl, summary.json."),

@@ -102,8 +102,10 @@ def register(app: typer.Typer) -> None:
         cache_dir: Optional[Path] = cache_dir_option(),
         backend: Optional[str] = typer.Option(None, help="warm: cuda or cpu (default: cuda when a GPU is usable)."),
     ):
-        """Show what the build and baseline cache holds, empty it, or warm it (precompile the torch
-        header once, a minute or two, so no evaluation waits for it)."""
+        """Show, clear or warm the build and baseline cache.
+
+        info: each part's size. clear: delete builds and baselines. warm: precompile the torch header now.
+        """
         from cuda_agent.env.config import default_cache_dir
 
         root = cache_dir or default_cache_dir()
@@ -126,8 +128,10 @@ def register(app: typer.Typer) -> None:
         no_sandbox: bool = typer.Option(False, "--no-sandbox", help="Candidates will run unsandboxed: skip bwrap."),
         cache_dir: Optional[Path] = cache_dir_option(),
     ):
-        """Check everything an evaluation needs on this machine: one line per item, with the command
-        that fixes what is missing. Exit status 1 when something is."""
+        """Check everything an evaluation needs on this machine.
+
+        One line per item, with the command that fixes what is missing; exit status 1 when something is.
+        """
         from cuda_agent.env.config import default_cache_dir
         from cuda_agent.env.doctor import repair, run_checks
 

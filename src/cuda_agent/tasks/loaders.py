@@ -67,7 +67,8 @@ def _load_kernelbench(level: int, problem: int, root: str | os.PathLike | None) 
         raise FileNotFoundError(f"{root} has no level{level}/ folder: {hint}")
     matches = sorted(folder.glob(f"{problem}_*.py"))
     if not matches:
-        numbers = sorted(int(p.name.split("_", 1)[0]) for p in folder.glob("*_*.py") if p.name.split("_", 1)[0].isdigit())
+        ids = (p.name.split("_", 1)[0] for p in folder.glob("*_*.py"))
+        numbers = sorted(int(i) for i in ids if i.isdigit())
         have = f" (it has problems {numbers[0]}-{numbers[-1]})" if numbers else ""
         raise FileNotFoundError(f"no problem {problem} in {folder}{have}")
     path = matches[0]
