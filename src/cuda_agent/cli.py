@@ -2,10 +2,28 @@
 
 from __future__ import annotations
 
+from typing import Optional
+
 import typer
 
+from cuda_agent import __version__
+
 app = typer.Typer(add_completion=False, no_args_is_help=True,
-                  help="Agents that write fast, verified CUDA kernels for PyTorch programs.")
+                  help="Agents that write fast, verified CUDA kernels for PyTorch programs.",
+                  epilog="[bold]Start here[/bold]\n\ncuda-agent doctor\n\ncuda-agent eval")
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"cuda-agent {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main(version: Optional[bool] = typer.Option(None, "--version", callback=_print_version, is_eager=True,
+                                                help="Print the version and exit.")) -> None:
+    """Agents that write fast, verified CUDA kernels for PyTorch programs."""
+
 
 from cuda_agent.env.cli import register as _register_env  # noqa: E402
 

@@ -83,12 +83,16 @@ def test_mcp_streamable_http(tmp_path, relu_task, real_eval_config):
             return await client.call_tool("grep", {"pattern": "torch.relu"})
 
     try:
-        for _ in range(100):   # wait for the server to listen
+        # Wait for the server to listen for as long as it is starting (importing torch and the MCP
+        # stack takes well over 10 s on a loaded machine); the cap only stops a hung start.
+        deadline = time.monotonic() + 600
+        while proc.poll() is None and time.monotonic() < deadline:
             try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
                 break
             except OSError:
-                time.sleep(0.1)
+                time.sleep(0.2)
+        assert proc.poll() is None, proc.stderr.read().decode(errors="replace")
         result = anyio.run(session)
     finally:
         proc.terminate()   # a graceful stop: the episode is recorded first

@@ -14,7 +14,7 @@ _EXPORTS = {
     "EvalError": "result", "EvalResult": "result", "Timing": "result",
     "milestone_reward": "reward", "continuous_reward": "reward",
     "evaluate": "evaluation", "EvalPool": "pool",
-    "BuildError": "compiler", "build_extension": "compiler", "clear_cache": "compiler",
+    "BuildError": "compiler", "build_extension": "compiler",
 }
 
 __all__ = list(_EXPORTS)

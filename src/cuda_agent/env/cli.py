@@ -1,4 +1,4 @@
-"""`cuda-agent eval` and `cuda-agent cache`."""
+"""`cuda-agent eval`, `cuda-agent cache` and `cuda-agent doctor`."""
 
 from __future__ import annotations
 
@@ -9,103 +9,152 @@ from typing import Optional
 
 import typer
 
+from cuda_agent.env.cli_args import (backend_option, cache_dir_option, iters_option, kernelbench_option,
+                                     no_compile_baseline_option, no_sandbox_option, scale_option, trials_option,
+                                     verify_option)
+from cuda_agent.env.console import MACHINE_ERROR, StepProgress, fail, on_terminal, require_machine
+
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+DEFAULT_EXAMPLE = "running_mean"   # its honest kernel beats eager and torch.compile on CPU and GPU
 
+EVAL_EXAMPLES = """[bold]Examples[/bold]
 
-def _fail(message: str) -> None:
-    typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(2)
+cuda-agent eval   (the embedded example: a kernel that wins, and why)
+
+cuda-agent eval task.py model_new.py --backend cpu --json
+
+cuda-agent eval level1/19 my_relu/ --kernelbench KernelBench/KernelBench --scale 0.125"""
+
+CACHE_EXAMPLES = """[bold]Examples[/bold]
+
+cuda-agent cache info
+
+cuda-agent cache warm --backend cpu
+
+cuda-agent cache clear --cache-dir /scratch/cuda-agent"""
+
+DOCTOR_EXAMPLES = """[bold]Examples[/bold]
+
+cuda-agent doctor
+
+cuda-agent doctor --backend cuda
+
+cuda-agent doctor --fix   (installs bubblewrap, g++ and the like when it may, precompiles the torch header)"""
+
+TASK_HELP = "A .py file, levelN/ID of KernelBench, or data.jsonl#ROW. Omitted: the embedded example."
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("eval")
+    @app.command("eval", epilog=EVAL_EXAMPLES)
     def eval_command(
-        task: Optional[str] = typer.Argument(None, help="Task: a .py file, levelN/ID (KernelBench), or data.jsonl#ROW. "
-                                                        "Omitted: the embedded example."),
-        solution: Optional[Path] = typer.Argument(None, help="model_new.py (single file) or a workspace folder."),
-        backend: Optional[str] = typer.Option(None, help="cuda or cpu (default: cuda when a GPU is present)."),
-        kernelbench: Optional[Path] = typer.Option(None, help="KernelBench folder for levelN/ID tasks."),
-        as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
-        trials: int = typer.Option(5, help="Random input sets for verification."),
-        iters: Optional[int] = typer.Option(None, help="Timed calls (default 100 on CUDA, 20 on CPU)."),
-        atol: float = typer.Option(1e-2), rtol: float = typer.Option(1e-2),
-        no_compile_baseline: bool = typer.Option(False, help="Skip the torch.compile baseline."),
-        no_sandbox: bool = typer.Option(False, help="Run the candidate without bubblewrap."),
-        cache_dir: Optional[Path] = typer.Option(None, help="Build and baseline cache (default ~/.cache/cuda-agent)."),
+        task: Optional[str] = typer.Argument(None, help=TASK_HELP, show_default=False),
+        solution: Optional[Path] = typer.Argument(None, help="model_new.py (single file) or a workspace folder.",
+                                                  show_default=False),
+        backend: Optional[str] = backend_option(),
+        kernelbench: Optional[Path] = kernelbench_option(),
+        scale: Optional[float] = scale_option(),
+        as_json: bool = typer.Option(False, "--json", help="Print one JSON object (no progress, no table)."),
+        trials: int = trials_option(),
+        iters: Optional[int] = iters_option(),
+        atol: float = typer.Option(1e-2, min=0, help="Absolute tolerance of the output check."),
+        rtol: float = typer.Option(1e-2, min=0, help="Relative tolerance of the output check."),
+        verify: str = verify_option(),
+        no_compile_baseline: bool = no_compile_baseline_option(),
+        no_sandbox: bool = no_sandbox_option(),
+        cache_dir: Optional[Path] = cache_dir_option(),
     ):
-        """Compile, verify and profile SOLUTION against TASK; print the verdict and reward."""
-        from cuda_agent.env.config import EvalConfig, detect_backend
-        from cuda_agent.env.evaluation import evaluate
-        from cuda_agent.tasks import TaskError, load_solution, load_task
+        """Compile, verify and profile SOLUTION against TASK; print the verdict, the timings and the reward.
 
-        backend = backend or detect_backend()
-        if backend not in ("cuda", "cpu"):
-            _fail(f"--backend must be cuda or cpu, not {backend!r}")
+        Exit status: 0 evaluated (whatever the verdict), 2 bad arguments or files, 3 machine not ready.
+        """
+        from cuda_agent.env.cli_args import (load_solution_arg, load_task_arg, make_config, refuse_if_too_large,
+                                             resolve_backend)
+        from cuda_agent.env.evaluation import evaluate
+
+        backend = resolve_backend(backend)
+        name = None
         if task is None:  # the embedded example: runs anywhere
-            task = str(EXAMPLES / "bias_relu" / "model.py")
-            solution = solution or EXAMPLES / "bias_relu" / ("solution_cuda" if backend == "cuda" else "solution_cpu")
+            folder = EXAMPLES / DEFAULT_EXAMPLE
+            task, name = str(folder / "model.py"), f"examples/{DEFAULT_EXAMPLE}"
+            solution = solution or folder / f"solution_{backend}"
         if solution is None:
-            _fail("give a SOLUTION (a model_new.py file or a workspace folder)")
-        try:
-            task_obj = load_task(task, kernelbench)
-            solution_obj = load_solution(solution)
-        except (FileNotFoundError, TaskError, ValueError) as exc:
-            _fail(str(exc))
-        config = EvalConfig(backend=backend, num_correct_trials=trials, iters=iters, atol=atol, rtol=rtol,
-                            compile_baseline=not no_compile_baseline, sandbox="none" if no_sandbox else "auto")
-        if cache_dir:
-            config.cache_dir = cache_dir
+            fail("give a SOLUTION (a model_new.py file or a workspace folder)")
+        task_obj = load_task_arg(task, kernelbench, scale, name=name, quiet=as_json)
+        solution_obj = load_solution_arg(solution)
+        config = make_config(backend, cache_dir=cache_dir, no_sandbox=no_sandbox, num_correct_trials=trials,
+                             iters=iters, atol=atol, rtol=rtol, protocol=verify,
+                             compile_baseline=not no_compile_baseline)
+        require_machine(backend, config.sandbox, config.cache_dir)
+        refuse_if_too_large(task_obj, config)
+        live = not as_json and on_terminal()
         if not as_json:
-            typer.echo(f"evaluating {solution} on {task_obj.name} ({backend})...", err=True)
-        result = evaluate(task_obj, solution_obj, config)
+            typer.echo(f"evaluating {solution} on {task_obj.name} ({backend})", err=True)
+        if live:
+            with StepProgress(first="starting the evaluation") as progress:
+                result = evaluate(task_obj, solution_obj, config, progress=progress)
+        else:
+            result = evaluate(task_obj, solution_obj, config)
         if as_json:
             typer.echo(json.dumps(result.to_dict()))
         else:
-            _print_result(result)
+            print_result(result, compile_skipped=no_compile_baseline)
 
-    @app.command("cache")
+    @app.command("cache", epilog=CACHE_EXAMPLES)
     def cache_command(
-        action: str = typer.Argument(..., help="'info', 'clear', 'warm' or 'verify'."),
-        cache_dir: Optional[Path] = typer.Option(None),
-        backend: Optional[str] = typer.Option(None, help="warm: cuda or cpu (default: cuda when a GPU is present)."),
-        sample: int = typer.Option(5, help="verify: how many stored baselines to re-time."),
-        fix: bool = typer.Option(False, help="verify: replace the entries that no longer agree."),
+        action: str = typer.Argument(..., help="info, clear, warm or verify.", show_default=False),
+        cache_dir: Optional[Path] = cache_dir_option(),
+        backend: Optional[str] = typer.Option(None, help="warm: cuda or cpu (default: cuda when a GPU is usable)."),
+        sample: int = typer.Option(5, min=1, help="verify: how many stored baselines to re-time."),
+        fix: bool = typer.Option(False, "--fix", help="verify: replace the entries that no longer agree."),
     ):
-        """Show, clear or warm the build and baseline cache (warm: precompile the torch header once,
-        about 30-60 s, so no evaluation waits for it); verify: re-time a sample of the stored
-        eager / torch.compile baselines on this machine and say which no longer agree.
+        """Show, clear, warm or verify the build and baseline cache.
 
-        Example: cuda-agent cache verify --sample 10 --fix"""
-        from cuda_agent.env.compiler import clear_cache
+        info: each part's size. clear: delete builds and baselines. warm: precompile the torch header now.
+        verify: re-time a sample of the stored eager / torch.compile baselines here, say which disagree.
+        """
         from cuda_agent.env.config import default_cache_dir
 
         root = cache_dir or default_cache_dir()
         if action == "info":
-            size = sum(f.stat().st_size for f in root.rglob("*") if f.is_file()) if root.exists() else 0
-            typer.echo(f"{root}: {size / 1e6:.1f} MB")
+            _cache_info(root)
         elif action == "clear":
-            freed = clear_cache(root)
-            import shutil
+            from cuda_agent.env.cache_usage import clear
 
-            shutil.rmtree(root / "baselines", ignore_errors=True)
-            typer.echo(f"cleared {root} ({freed / 1e6:.1f} MB of builds)")
+            freed = clear(root)
+            typer.echo(f"cleared {root}: freed {freed / 1e6:.1f} MB (builds, precompiled headers, baselines)")
         elif action == "warm":
-            import time
-
-            from cuda_agent.env.compiler import BuildError, prepare_toolchain
-            from cuda_agent.env.config import EvalConfig
-
-            chosen = EvalConfig(backend=backend).resolved_backend()
-            start = time.perf_counter()
-            try:
-                header = prepare_toolchain(chosen, root / "build")
-            except BuildError as exc:
-                _fail(f"could not prepare the {chosen} toolchain: {exc.summary}")
-            typer.echo(f"{chosen} toolchain ready in {time.perf_counter() - start:.1f} s ({header.parent})")
+            _cache_warm(root, backend)
         elif action == "verify":
             _verify_baselines(root, backend, sample, fix)
         else:
-            _fail("action must be 'info', 'clear', 'warm' or 'verify'")
+            fail(f"action must be 'info', 'clear', 'warm' or 'verify', not {action!r}")
+
+    @app.command("doctor", epilog=DOCTOR_EXAMPLES)
+    def doctor_command(
+        backend: Optional[str] = typer.Option(None, help="Check for cuda or cpu (default: what this machine can run)."),
+        fix: bool = typer.Option(False, "--fix", help="Do the fixes that are safe unattended, then check again."),
+        no_sandbox: bool = typer.Option(False, "--no-sandbox", help="Candidates will run unsandboxed: skip bwrap."),
+        cache_dir: Optional[Path] = cache_dir_option(),
+    ):
+        """Check everything an evaluation needs on this machine.
+
+        One line per item, with the command that fixes what is missing; exit status 1 when something is.
+        """
+        from cuda_agent.env.config import default_cache_dir
+        from cuda_agent.env.doctor import repair, run_checks
+
+        if backend is not None and backend not in ("cuda", "cpu"):
+            fail(f"--backend must be cuda or cpu, not {backend!r}")
+        root = cache_dir or default_cache_dir()
+        sandbox = "none" if no_sandbox else "auto"
+        findings = run_checks(backend, sandbox, root)
+        if fix:
+            for finding, error in _repair_with_progress(findings, repair):
+                typer.echo(f"fixed {finding.name}" if error is None else f"could not fix {finding.name}: {error}")
+            findings = run_checks(backend, sandbox, root)
+        _print_findings(findings)
+        if any(f.failed for f in findings):
+            raise typer.Exit(1)
 
 
 def _verify_baselines(root: Path, backend: Optional[str], sample: int, fix: bool) -> None:
@@ -144,28 +193,82 @@ def _verify_baselines(root: Path, backend: Optional[str], sample: int, fix: bool
                + ("" if fix or not stale else "; --fix replaces them"))
 
 
-def _print_result(result) -> None:
+def _repair_with_progress(findings, repair):
+    if not on_terminal():
+        return repair(findings)
+    with StepProgress(first="fixing what can be fixed unattended"):
+        return repair(findings)
+
+
+def _print_findings(findings) -> None:
     from rich.console import Console
+    from rich.markup import escape
+
+    console = Console(highlight=False)
+    marks = {"ok": "[green]ok  [/green]", "warn": "[yellow]warn[/yellow]", "fail": "[red]FAIL[/red]",
+             "skip": "[dim]skip[/dim]"}
+    for finding in findings:
+        console.print(f"{marks[finding.status]} {escape(finding.line())}", soft_wrap=True)
+
+
+def _cache_info(root: Path) -> None:
+    from cuda_agent.env.cache_usage import current_keys, headers, usage
+
+    parts = usage(root)
+    typer.echo(f"{root}: {sum(p.bytes for p in parts) / 1e6:.1f} MB")
+    for part in parts:
+        typer.echo(f"  {part.label:<14}{part.bytes / 1e6:>10.1f} MB  {part.entries:>5} entries  ({part.what})")
+    mine = {key: backend for backend, key in current_keys().items()}
+    for key, size in headers(root).items():
+        owner = f"this Python's {mine[key]} toolchain" if key in mine else "another torch install or toolchain"
+        typer.echo(f"    header {key}: {size / 1e6:.1f} MB ({owner})")
+    typer.echo("  (virtualenvs share a header only when they import the same torch installation and compiler, "
+               "e.g. made with --system-site-packages over one torch; `cuda-agent cache clear` frees them all)")
+
+
+def _cache_warm(root: Path, backend: str | None) -> None:
+    import time
+
+    from cuda_agent.env.cli_args import resolve_backend
+    from cuda_agent.env.compiler import BuildError, prepare_toolchain
+
+    chosen = resolve_backend(backend)
+    start = time.perf_counter()
+    try:
+        if on_terminal():
+            with StepProgress(first=f"precompiling torch headers for {chosen} (once per machine)"):
+                header = prepare_toolchain(chosen, root / "build")
+        else:
+            header = prepare_toolchain(chosen, root / "build")
+    except BuildError as exc:
+        fail(f"could not prepare the {chosen} toolchain: {exc.summary} (`cuda-agent doctor` says what is missing)",
+             MACHINE_ERROR)
+    typer.echo(f"{chosen} toolchain ready in {time.perf_counter() - start:.1f} s ({header.parent})")
+
+
+def print_result(result, compile_skipped: bool = False, file=None) -> None:
+    from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
-    console = Console(file=sys.stdout)
+    from cuda_agent.env.explain import explain_reward, timing_rows
+
+    console = Console(file=file or sys.stdout, highlight=False)
     verdict = ("[green]correct[/green]" if result.correct else
                "[red]task error[/red]" if result.task_error else "[red]rejected[/red]")
-    console.print(f"[bold]{result.task}[/bold] on {result.device or result.backend}: {verdict}, reward {result.reward}")
+    console.print(f"[bold]{escape(result.task)}[/bold] on {escape(result.device or result.backend)}: {verdict}, "
+                  f"reward {result.reward}")
     if result.error:
-        rule = f" [{result.error.rule}]" if result.error.rule else ""
-        console.print(f"[red]{result.error.phase} failed{rule}:[/red]\n{result.error.message}", markup=True,
-                      highlight=False)
-    table = Table("", "median ms", "speedup")
-    for label, ms, speedup in (("solution", result.kernel_ms, None),
-                               ("eager", result.eager_ms, result.speedup_vs_eager),
-                               ("torch.compile", result.compile_ms, result.speedup_vs_compile)):
-        if ms is not None:
-            table.add_row(label, f"{ms:.4f}", f"{speedup:.2f}x" if speedup else "")
+        rule = f" \\[{escape(result.error.rule)}]" if result.error.rule else ""
+        console.print(f"[red]{result.error.phase} failed{rule}:[/red]\n{escape(result.error.message)}")
     if result.kernel_ms is not None:
+        table = Table("", "median ms", "speedup", "beaten by > 5%?")
+        for row in timing_rows(result, compile_skipped):
+            table.add_row(row.label, f"{row.ms:.4f}" if row.ms is not None else "-", row.speedup, row.verdict)
         console.print(table)
+    console.print(f"[bold]{escape(explain_reward(result, compile_skipped))}[/bold]")
     for warning in result.warnings:
-        console.print(f"[yellow]warning:[/yellow] {warning}")
+        console.print(f"[yellow]warning:[/yellow] {escape(warning)}")
     phases = ", ".join(f"{k} {v:.1f}s" for k, v in result.phase_seconds.items())
     if phases:
         console.print(f"[dim]{phases}[/dim]")

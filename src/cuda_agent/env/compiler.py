@@ -422,14 +422,3 @@ def load_module(name: str, so_path: Path):
         raise BuildError(f"loading the built module failed: {message}") from None
     sys.modules[name] = module
     return module
-
-
-def clear_cache(cache_dir: Path) -> int:
-    """Delete all cached builds; returns bytes freed."""
-    freed = 0
-    for sub in ("src", "obj", "lib", "pch", "locks"):
-        folder = Path(cache_dir) / sub
-        if folder.exists():
-            freed += sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
-            shutil.rmtree(folder, ignore_errors=True)
-    return freed

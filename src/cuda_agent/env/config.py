@@ -60,6 +60,33 @@ class EvalConfig:
     fast_build: bool = True             # our cached builder; False: torch's own load_inline, fresh build dir
     prewarm: int = 0                    # worker pairs kept started for the next evaluations (True = 1; spares.py)
 
+    def __post_init__(self) -> None:
+        """Refuse settings that could only fail later, where they would be blamed on the solution."""
+        def need(name: str, ok: bool, rule: str) -> None:
+            if not ok:
+                raise ValueError(f"EvalConfig.{name} {rule}, not {getattr(self, name)!r}")
+
+        def whole(value, least: int) -> bool:
+            return isinstance(value, int) and value >= least
+
+        def number(value, above: float, strict: bool) -> bool:
+            return isinstance(value, (int, float)) and (value > above if strict else value >= above)
+
+        need("backend", self.backend in (None, "cuda", "cpu"), "must be 'cuda', 'cpu' or None (detect)")
+        need("sandbox", self.sandbox in ("auto", "bwrap", "none"), "must be 'auto', 'bwrap' or 'none'")
+        need("protocol", self.protocol in ("strict", "published"), "must be 'strict' or 'published'")
+        need("compile_timing", self.compile_timing in ("stored", "paired"), "must be 'stored' or 'paired'")
+        need("num_correct_trials", whole(self.num_correct_trials, 1), "must be a whole number of at least 1")
+        for name in ("iters", "max_jobs"):
+            need(name, getattr(self, name) is None or whole(getattr(self, name), 1),
+                 "must be None or a whole number of at least 1")
+        for name in ("warmup", "prewarm", "device_index"):
+            need(name, whole(getattr(self, name), 0), "must be a whole number of at least 0")
+        for name in ("atol", "rtol"):
+            need(name, number(getattr(self, name), 0, strict=False), "must be a number of at least 0")
+        for name in ("profile_budget_s", "timeout_compile", "timeout_reference", "timeout_verify", "timeout_profile"):
+            need(name, number(getattr(self, name), 0, strict=True), "must be a number of seconds above 0")
+
     def resolved_backend(self) -> str:
         return self.backend or detect_backend()
 

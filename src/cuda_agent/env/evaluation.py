@@ -28,6 +28,7 @@ import tempfile
 import time
 import traceback
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Callable
 
@@ -37,12 +38,20 @@ from cuda_agent.env.protocol import ChildDied, ChildTimeout, ForgedMessage
 from cuda_agent.env.result import EvalError, EvalResult, Timing
 from cuda_agent.env.reward import continuous_reward, milestone_reward
 from cuda_agent.env.verify import FP32_PRECISION_WARNING
-from cuda_agent.tasks.solution import Solution
+from cuda_agent.tasks.solution import Solution, missing_model_new
 from cuda_agent.tasks.task import Task, TaskError, strip_reference_model
 
 MAX_BUILD_REQUESTS = 16    # load_inline/load calls one candidate may ask the harness to build
 NULL_CALLS = 12            # empty calls for the clock cross-check
 CLOCK_ALLOWANCE_MS = 0.5   # per call: what the harness's own work may differ between empty and real calls
+
+
+@lru_cache(maxsize=256)
+def _too_large(task: Task, backend: str, trials: int) -> str | None:
+    """Whether the task's tensors cannot fit this machine (measured on the meta device, once per task)."""
+    from cuda_agent.env.capacity import too_large
+
+    return too_large(task, backend, trials)
 
 
 class _Failed(Exception):
@@ -283,7 +292,10 @@ class _Evaluation:
         try:
             return _start_worker(role, self.config, self.backend, self.job_dir, self.gpu)
         except SandboxUnavailable as exc:
-            raise _Failed("internal", str(exc), rule="sandbox") from None
+            from cuda_agent.env.doctor import Machine, check_sandbox
+
+            fix = check_sandbox(Machine(), self.config.sandbox).line()
+            raise _Failed("internal", f"{exc}\n{fix}", rule="sandbox") from None
 
     def _wait_ready(self, worker: Worker) -> None:
         try:
@@ -299,7 +311,13 @@ class _Evaluation:
             inputs_code = strip_reference_model(self.task.code)
         except TaskError as exc:
             raise _Failed("task", str(exc))
+        problem = missing_model_new(self.solution)
+        if problem:
+            raise _Failed("compile", problem)
         self._static_check()
+        too_big = _too_large(self.task, self.backend, self.config.num_correct_trials)
+        if too_big:
+            raise _Failed("task", too_big, rule="too-large")
         solution_dir = self.solution.write(self.box / "solution")
         guard_lib, kernels = self._start_builds()
         need_judge = self.stop_after != "compile"

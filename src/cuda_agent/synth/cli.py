@@ -31,43 +31,53 @@ def parse_window(text: str) -> tuple[float, float]:
     return window
 
 
+SYNTH_EXAMPLES = """[bold]Examples[/bold]
+
+cuda-agent synth --num 100 --out data/ --kernelbench KernelBench/KernelBench
+
+cuda-agent synth -n 500 -o data/ --backend cuda --mix 2:1 --no-transformers"""
+
+
 def synth(
     num: int = typer.Option(..., "--num", "-n", min=1, help="Number of tasks to write."),
     out: Path = typer.Option(..., "--out", "-o", help="Output folder (resumes a run already there)."),
     backend: str = typer.Option("cpu", help="cpu | cuda: where the filters run and time tasks."),
     seed: int = typer.Option(0, help="Seed: the same seed gives the same tasks."),
     workers: Optional[int] = typer.Option(None, help="Worker processes (default: GPUs on cuda, cores on cpu)."),
-    mix: Optional[str] = typer.Option(None, help="Chain-length mix, e.g. 1:3.4,2:83.8,3:7.6,4:2.8,5:1.2,transformers:1.2"),
+    mix: Optional[str] = typer.Option(None, help="Chain-length mix as LENGTH:SHARE pairs, e.g. 2:80,3:20 "
+                                                 "(default: the published mix; see docs/synthesis.md)."),
     window: Optional[str] = typer.Option(None, help="Eager runtime window LO,HI in ms (default 1,100 on cuda, 0.1,10 on cpu)."),
     kernelbench: Optional[Path] = typer.Option(None, help="KernelBench folder (level1..3) for decontamination; "
                                                          "default $CUDA_AGENT_KERNELBENCH."),
-    decontaminate: bool = typer.Option(True, help="Drop tasks too similar to KernelBench."),
+    no_decontaminate: bool = typer.Option(False, "--no-decontaminate", help="Keep tasks similar to KernelBench."),
     threshold: float = typer.Option(0.9, help="AST similarity above which a task counts as contaminated."),
-    compile_filter: bool = typer.Option(True, "--compile/--no-compile", help="Require torch.compile to work."),
-    transformers: bool = typer.Option(True, help="Include transformers blocks when it is installed."),
+    no_compile: bool = typer.Option(False, "--no-compile", help="Keep tasks torch.compile cannot handle."),
+    no_transformers: bool = typer.Option(False, "--no-transformers", help="Leave out transformers blocks."),
     composer: str = typer.Option("rules", help="rules | llm (an OpenAI-compatible model writes the chains)."),
     llm_model: Optional[str] = typer.Option(None, help="Model name for --composer llm (or $CUDA_AGENT_SYNTH_MODEL)."),
     llm_base_url: Optional[str] = typer.Option(None, help="Base URL for --composer llm (or $OPENAI_BASE_URL)."),
     timeout: Optional[float] = typer.Option(None, help="Per-task filter timeout in seconds."),
     ray: Optional[str] = typer.Option(None, help="Ray cluster address: run filters as Ray tasks."),
-    progress: bool = typer.Option(True, help="Show a progress bar."),
+    no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar."),
 ) -> None:
     """Synthesise NUM runnable, filtered, decontaminated tasks into OUT (tasks.parquet, tasks.jsonl, datasheet.md)."""
     from rich.console import Console
 
+    from cuda_agent.env.console import on_terminal, require_machine
     from cuda_agent.synth.pipeline import DEFAULT_MIX, SynthConfig, synthesize
 
     if backend not in ("cpu", "cuda"):
         raise typer.BadParameter("--backend must be cpu or cuda")
     if composer not in ("rules", "llm"):
         raise typer.BadParameter("--composer must be rules or llm")
+    require_machine(backend, "none", None)   # e.g. --backend cuda without a GPU: refused now, not after minutes
     cfg = SynthConfig(num=num, out=str(out), backend=backend, seed=seed, workers=workers,
                       mix=parse_mix(mix) if mix else dict(DEFAULT_MIX),
                       window_ms=parse_window(window) if window else None,
-                      kernelbench=str(kernelbench) if kernelbench else None, decontaminate=decontaminate,
-                      similarity_threshold=threshold, compile=compile_filter, include_transformers=transformers,
+                      kernelbench=str(kernelbench) if kernelbench else None, decontaminate=not no_decontaminate,
+                      similarity_threshold=threshold, compile=not no_compile, include_transformers=not no_transformers,
                       composer=composer, llm_model=llm_model, llm_base_url=llm_base_url, task_timeout_s=timeout,
-                      ray_address=ray, progress=progress)
+                      ray_address=ray, progress=not no_progress and on_terminal())
     console = Console()
     try:
         summary = synthesize(cfg)
@@ -85,4 +95,4 @@ def synth(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("synth")(synth)
+    app.command("synth", epilog=SYNTH_EXAMPLES)(synth)

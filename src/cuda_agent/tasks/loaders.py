@@ -35,8 +35,18 @@ def load_task(spec: str | os.PathLike, kernelbench: str | os.PathLike | None = N
         return tasks[index]
     path = Path(spec)
     if not path.is_file():
-        raise FileNotFoundError(f"task file not found: {spec}")
-    return Task(name=path.stem, code=path.read_text(), origin=str(path))
+        hint = " (levelN/ID names a KernelBench problem)" if "level" in spec else ""
+        raise FileNotFoundError(f"task file not found: {spec}{hint}")
+    try:
+        code = path.read_text()
+    except UnicodeDecodeError:
+        raise TaskError(f"{path} is not a Python source file (a task is a .py file defining Model, "
+                        "get_inputs() and get_init_inputs())") from None
+    return Task(name=path.stem, code=code, origin=str(path))
+
+
+KERNELBENCH_GET = ("get it with `git clone https://github.com/ScalingIntelligence/KernelBench`; the problems "
+                   "are in KernelBench/KernelBench")
 
 
 def _load_kernelbench(level: int, problem: int, root: str | os.PathLike | None) -> Task:
@@ -44,11 +54,23 @@ def _load_kernelbench(level: int, problem: int, root: str | os.PathLike | None) 
     if not root:
         raise FileNotFoundError(
             f"level{level}/{problem}: say where KernelBench is with --kernelbench DIR "
-            f"or the {KERNELBENCH_ENV} environment variable")
-    folder = Path(root) / f"level{level}"
+            f"or the {KERNELBENCH_ENV} environment variable ({KERNELBENCH_GET})")
+    root = Path(root)
+    if not root.is_dir():
+        raise FileNotFoundError(f"KernelBench folder {root} not found: pass --kernelbench DIR with the folder "
+                                f"holding level1/, level2/, level3/ ({KERNELBENCH_GET})")
+    folder = root / f"level{level}"
+    if not folder.is_dir():
+        nested = root / "KernelBench" / f"level{level}"
+        hint = (f"did you mean --kernelbench {root / 'KernelBench'}?" if nested.is_dir() else
+                "point --kernelbench at the folder holding level1/, level2/, level3/")
+        raise FileNotFoundError(f"{root} has no level{level}/ folder: {hint}")
     matches = sorted(folder.glob(f"{problem}_*.py"))
     if not matches:
-        raise FileNotFoundError(f"no problem {problem} in {folder}")
+        ids = (p.name.split("_", 1)[0] for p in folder.glob("*_*.py"))
+        numbers = sorted(int(i) for i in ids if i.isdigit())
+        have = f" (it has problems {numbers[0]}-{numbers[-1]})" if numbers else ""
+        raise FileNotFoundError(f"no problem {problem} in {folder}{have}")
     path = matches[0]
     return Task(name=f"level{level}/{path.stem}", code=path.read_text(), origin=str(path))
 

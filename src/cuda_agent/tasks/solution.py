@@ -68,7 +68,8 @@ def load_solution(path: str | os.PathLike) -> Solution:
     if path.is_dir():
         entry = path / ENTRY
         if not entry.is_file():
-            raise SolutionError(f"{path} is a folder without {ENTRY}")
+            raise SolutionError(f"{path} is a folder without {ENTRY} (a workspace holds {ENTRY} and kernels/; "
+                                "`cuda-agent workspace TASK DIR` makes one)")
         files = {ENTRY: entry.read_text()}
         kernels = path / "kernels"
         if kernels.is_dir():
@@ -76,4 +77,15 @@ def load_solution(path: str | os.PathLike) -> Solution:
                 if f.is_file() and f.suffix in KERNEL_SUFFIXES:
                     files[f.relative_to(path).as_posix()] = f.read_text()
         return Solution(files)
-    raise FileNotFoundError(f"solution not found: {path}")
+    raise FileNotFoundError(f"solution not found: {path} (give a model_new.py file or a workspace folder)")
+
+
+def missing_model_new(solution: Solution) -> str | None:
+    """Why the solution cannot be a candidate at all (an empty file, no `ModelNew`), else None.
+    Syntax errors are not caught here: they are the solution's compile failure to report."""
+    code = solution.entry_code
+    if not code.strip():
+        return f"{ENTRY} is empty: define `class ModelNew(nn.Module)` taking the same arguments as the task's Model"
+    if "ModelNew" not in code:
+        return f"{ENTRY} defines no ModelNew: the class the evaluation builds must be called ModelNew"
+    return None

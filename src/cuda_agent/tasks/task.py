@@ -36,7 +36,8 @@ class Task:
                     for t in node.targets if isinstance(t, ast.Name)}
         missing = [n for n in REQUIRED_NAMES if n not in defined]
         if missing:
-            raise TaskError(f"task {self.name}: missing {', '.join(missing)}")
+            raise TaskError(f"task {self.name}: missing {', '.join(missing)} (a task defines class Model, "
+                            "get_inputs() and get_init_inputs(), as KernelBench's problems do)")
 
 
 def load_task_module(code: str, module_name: str, filename: str = "<task>") -> types.ModuleType:

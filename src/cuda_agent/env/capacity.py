@@ -1,0 +1,134 @@
+"""Whether a task's tensors fit this machine, decided before any process starts.
+
+An evaluation holds, at the same time, in two processes: the weights twice, an input set in each,
+every reference output in the judge (on a GPU up to 4 GiB of them, the rest in host memory), the
+candidate's output, its copy on the way to the judge (a file in RAM-backed /dev/shm), that copy
+loaded by the judge and a fresh reference output to compare a timed call with. That lower bound
+(activations inside the forward come on top), against the memory this machine has free less a
+tenth for headroom, turns an out-of-memory kill minutes into a run into a refusal naming the
+sizes and a `--scale` that fits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from cuda_agent.tasks.footprint import Footprint, estimate_footprint, human_bytes
+from cuda_agent.tasks.task import Task, TaskError
+
+REFERENCE_OUTPUTS_ON_GPU = 4 << 30    # the judge moves reference outputs beyond this to host memory
+HEADROOM = 0.9                        # of the available memory, an evaluation may plan to use
+TRY_SCALES = (0.5, 0.25, 0.125, 0.0625, 0.03125, 0.015625)
+
+
+@dataclass(frozen=True)
+class Need:
+    host: int
+    device: int = 0
+
+
+def needed_bytes(fp: Footprint, backend: str, trials: int) -> Need:
+    params = fp.param_bytes or 0
+    out = fp.output_bytes if fp.output_bytes is not None else fp.input_bytes   # unknown: as large as the inputs
+    held = trials * out                  # the judge's reference outputs
+    working = 2 * (params + fp.input_bytes) + 3 * out    # both processes' weights and inputs, three outputs
+    if backend == "cuda":
+        on_gpu = min(held, REFERENCE_OUTPUTS_ON_GPU)
+        return Need(host=held - on_gpu + out, device=working + on_gpu)
+    return Need(host=working + held + out)
+
+
+def host_available() -> int | None:
+    """Bytes the kernel would still hand out: MemAvailable, capped by a cgroup limit."""
+    try:
+        meminfo = Path("/proc/meminfo").read_text()
+    except OSError:
+        return None
+    fields = dict(line.split(":", 1) for line in meminfo.splitlines() if ":" in line)
+    if "MemAvailable" not in fields:
+        return None
+    available = int(fields["MemAvailable"].split()[0]) * 1024
+    for limit_file, usage_file in (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
+                                   ("/sys/fs/cgroup/memory/memory.limit_in_bytes",
+                                    "/sys/fs/cgroup/memory/memory.usage_in_bytes")):
+        try:
+            limit, usage = Path(limit_file).read_text().strip(), Path(usage_file).read_text().strip()
+        except OSError:
+            continue
+        if limit.isdigit() and usage.isdigit() and int(limit) < (1 << 60):
+            available = min(available, int(limit) - int(usage))
+        break
+    return available
+
+
+def device_available(gpu: int = 0) -> int | None:
+    """The GPU's total memory (asking for free memory would create a CUDA context in this process)."""
+    try:
+        import torch
+
+        if not torch.cuda.is_available():
+            return None
+        return int(torch.cuda.get_device_properties(gpu).total_memory)
+    except Exception:
+        return None
+
+
+def _shortfall(need: Need, host: int | None, device: int | None) -> tuple[str, int, int] | None:
+    """(what, needed, available) for the first memory that is too small, else None."""
+    if device is not None and need.device > HEADROOM * device:
+        return "GPU memory", need.device, device
+    if host is not None and need.host > HEADROOM * host:
+        return "memory", need.host, host
+    return None
+
+
+def too_large(task: Task, backend: str, trials: int, *, host: int | None = None, device: int | None = None,
+              measure_machine: bool = True) -> str | None:
+    """A message saying why `task` cannot be evaluated here (sizes, memory, a --scale that fits), or None."""
+    fp = estimate_footprint(task)
+    if fp is None:
+        return None
+    if measure_machine:
+        host = host if host is not None else host_available()
+        device = device if device is not None or backend != "cuda" else device_available()
+    short = _shortfall(needed_bytes(fp, backend, trials), host, device)
+    if short is None:
+        return None
+    what, need, have = short
+    out = human_bytes(fp.output_bytes) if fp.output_bytes is not None else "unknown"
+    message = (f"{task.name} is too large for this machine: one input set is {human_bytes(fp.input_bytes)}, "
+               f"one output {out}, the weights {human_bytes(fp.param_bytes or 0)}; evaluating it holds at least "
+               f"{human_bytes(need)} of {what} at once ({trials} reference outputs, two processes) and "
+               f"{human_bytes(have)} is available.")
+    scale = fitting_scale(task, backend, trials, host, device)
+    if scale is None:
+        return message + f" Use a machine with more memory ({_why_no_scale(task)})."
+    return message + (f" Shrink its inputs with --scale {scale[0]:g} (one input set then {human_bytes(scale[1])}; "
+                      "the shapes keep their structure), or use a bigger machine.")
+
+
+def _why_no_scale(task: Task) -> str:
+    from cuda_agent.tasks.scale import scale_task
+
+    try:
+        scale_task(task, TRY_SCALES[0])
+    except (TaskError, ValueError) as exc:
+        return f"--scale cannot shrink it: {exc}"
+    return f"not even --scale {TRY_SCALES[-1]:g} makes it fit"
+
+
+def fitting_scale(task: Task, backend: str, trials: int, host: int | None,
+                  device: int | None) -> tuple[float, int] | None:
+    """The largest of TRY_SCALES at which `task` fits, with its input bytes there."""
+    from cuda_agent.tasks.scale import scale_task
+
+    for factor in TRY_SCALES:
+        try:
+            scaled = scale_task(task, factor).task
+        except (TaskError, ValueError):
+            return None
+        fp = estimate_footprint(scaled)
+        if fp is not None and _shortfall(needed_bytes(fp, backend, trials), host, device) is None:
+            return factor, fp.input_bytes
+    return None

@@ -1,0 +1,132 @@
+"""Turning the arguments that eval, workspace and solve share into a task and settings, or into
+one error line that names the fix (never a traceback)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from cuda_agent.env.console import MACHINE_ERROR, fail
+
+BACKENDS = ("cuda", "cpu")
+
+
+# The options eval, workspace and solve share, declared once.
+def backend_option():
+    return typer.Option(None, help="cuda or cpu (default: cuda when a GPU is usable).")
+
+
+def kernelbench_option():
+    return typer.Option(None, help="KernelBench folder for levelN/ID tasks (holding level1/, level2/, ...).")
+
+
+def scale_option():
+    return typer.Option(None, help="Shrink the task's input sizes by this factor (0-1] for small machines; "
+                                   "shapes keep their structure.")
+
+
+def trials_option():
+    return typer.Option(5, min=1, help="Random input sets for verification.")
+
+
+def iters_option():
+    return typer.Option(None, min=1, help="Timed calls (default 100 on CUDA, 20 on CPU).")
+
+
+def no_compile_baseline_option():
+    return typer.Option(False, "--no-compile-baseline", help="Skip the torch.compile baseline (caps the reward at 2).")
+
+
+def verify_option():
+    return typer.Option("strict", "--verify", help="strict (structured inputs, scale-relative tolerance, outputs "
+                                                   "that follow their inputs) or published (the paper's and "
+                                                   "KernelBench's: the task's draws at atol=rtol=1e-2).")
+
+
+def no_sandbox_option():
+    return typer.Option(False, "--no-sandbox", help="Run candidates without bubblewrap.")
+
+
+def cache_dir_option():
+    return typer.Option(None, help="Build and baseline cache (default ~/.cache/cuda-agent or $CUDA_AGENT_CACHE).")
+
+
+def resolve_backend(backend: str | None) -> str:
+    if backend is not None and backend not in BACKENDS:
+        fail(f"--backend must be cuda or cpu, not {backend!r}")
+    if backend:
+        return backend
+    from cuda_agent.env.config import detect_backend
+
+    return detect_backend()
+
+
+def load_task_arg(spec: str, kernelbench: Path | None, scale: float | None = None, *, name: str | None = None,
+                  quiet: bool = False):
+    """The task `spec` names (called `name` if given), checked for Model/get_inputs/get_init_inputs,
+    and scaled when asked."""
+    from dataclasses import replace
+
+    from cuda_agent.tasks import TaskError, load_task
+
+    try:
+        task = load_task(spec, kernelbench)
+        task.check_syntax()
+        task = replace(task, name=name) if name else task
+    except (FileNotFoundError, TaskError, ValueError) as exc:
+        fail(str(exc))
+    except OSError as exc:
+        fail(f"cannot read {spec}: {exc.strerror or exc}")
+    if scale is None or scale == 1:
+        return task
+    from cuda_agent.tasks.scale import scale_task
+
+    try:
+        scaled = scale_task(task, scale)
+    except (TaskError, ValueError) as exc:
+        fail(str(exc))
+    if not quiet:
+        typer.echo(f"scaled {task.name} by {scale:g}: {scaled.describe() or 'already at the smallest sizes'}",
+                   err=True)
+    return scaled.task
+
+
+def load_solution_arg(path: Path):
+    from cuda_agent.tasks import SolutionError, load_solution
+    from cuda_agent.tasks.solution import missing_model_new
+
+    try:
+        solution = load_solution(path)
+    except (FileNotFoundError, SolutionError) as exc:
+        fail(str(exc))
+    except UnicodeDecodeError:
+        fail(f"{path} is not a Python source file (give a model_new.py file or a workspace folder)")
+    except OSError as exc:
+        fail(f"cannot read {path}: {exc.strerror or exc}")
+    problem = missing_model_new(solution)
+    if problem:
+        fail(f"{path}: {problem}")
+    return solution
+
+
+def make_config(backend: str, *, cache_dir: Path | None, no_sandbox: bool, **settings):
+    """EvalConfig from command-line settings; a value it refuses is a usage error."""
+    from cuda_agent.env.config import EvalConfig
+
+    try:
+        config = EvalConfig(backend=backend, sandbox="none" if no_sandbox else "auto", **settings)
+    except ValueError as exc:
+        fail(str(exc))
+    if cache_dir:
+        config.cache_dir = Path(cache_dir)
+    return config
+
+
+def refuse_if_too_large(task, config) -> None:
+    """Stop before any process starts when the task's tensors cannot fit this machine."""
+    from cuda_agent.env.capacity import too_large
+
+    message = too_large(task, config.resolved_backend(), config.num_correct_trials)
+    if message:
+        fail(message, MACHINE_ERROR)

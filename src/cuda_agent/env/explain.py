@@ -1,0 +1,72 @@
+"""Why a result earned its reward, in words: what the table under `cuda-agent eval` says."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cuda_agent.env.result import EvalResult
+from cuda_agent.env.reward import MARGIN, is_faster
+
+NEEDED = 1 / (1 - MARGIN)     # the speedup that counts as faster: more than 5 % less time
+
+
+@dataclass(frozen=True)
+class Row:
+    label: str
+    ms: float | None
+    speedup: str              # "3.33x" of the solution over this baseline, or ""
+    verdict: str              # whether the solution beats it by the margin, and what that earns
+
+
+def timing_rows(result: EvalResult, compile_skipped: bool = False) -> list[Row]:
+    """The solution and each baseline, with whether the solution beats it by the margin."""
+    rows = [Row("solution", result.kernel_ms, "", "")]
+    for label, ms, reward in (("eager", result.eager_ms, 2), ("torch.compile", result.compile_ms, 3)):
+        if ms is None:
+            if label == "torch.compile" and result.eager_ms is not None:
+                why = "skipped" if compile_skipped else "unavailable"
+                rows.append(Row(label, None, "", f"{why} (reward 3 out of reach)"))
+            continue
+        speedup = ms / result.kernel_ms if result.kernel_ms else None
+        text = f"{speedup:.2f}x" if speedup else ""
+        if not result.correct or result.kernel_ms is None:
+            verdict = ""
+        elif is_faster(result.kernel_ms, ms):
+            verdict = f"yes (reward {reward})"
+        else:
+            verdict = f"no (needs above {NEEDED:.2f}x)"
+        rows.append(Row(label, ms, text, verdict))
+    return rows
+
+
+def explain_reward(result: EvalResult, compile_skipped: bool = False) -> str:
+    """One sentence: the reward and the reason for it."""
+    if result.task_error:
+        return "no reward: the task itself failed (its reference or inputs), not the solution"
+    if result.reward is None:
+        return "no reward: this run stopped before timing"
+    if not result.compiled:
+        return "reward -1 (of -1, 1, 2, 3): the solution did not build or import"
+    if not result.correct:
+        phase = result.error.phase if result.error else "verify"
+        return f"reward -1 (of -1, 1, 2, 3): it built, but the {phase} phase rejected it"
+    eager = _ratio(result.eager_ms, result.kernel_ms)
+    compiled = _ratio(result.compile_ms, result.kernel_ms)
+    if result.reward == 3:
+        return (f"reward 3 (the most): correct, and more than {MARGIN:.0%} faster than eager ({eager}) "
+                f"and than torch.compile ({compiled})")
+    if result.reward == 2:
+        if result.compile_ms is None:
+            missing = "was skipped" if compile_skipped else "was unavailable"
+            return (f"reward 2: correct and faster than eager ({eager}); the torch.compile baseline {missing}, "
+                    "so 2 is the most this run can give")
+        return (f"reward 2: correct and faster than eager ({eager}), but not more than {MARGIN:.0%} faster "
+                f"than torch.compile ({compiled}; reward 3 needs above {NEEDED:.2f}x)")
+    if result.eager_ms is None:
+        return "reward 1: correct; not timed against eager, so 1 is the most this run can give"
+    return (f"reward 1: correct, but not more than {MARGIN:.0%} faster than eager ({eager}; reward 2 needs "
+            f"above {NEEDED:.2f}x)")
+
+
+def _ratio(baseline_ms: float | None, ms: float | None) -> str:
+    return f"{baseline_ms / ms:.2f}x" if baseline_ms and ms else "untimed"

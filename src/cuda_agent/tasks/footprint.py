@@ -1,0 +1,81 @@
+"""How much memory a task's tensors take, found without allocating them.
+
+The task runs on PyTorch's `meta` device: `get_inputs()`, the model's construction and its forward
+produce tensors that have shapes and dtypes but no storage, so a 6 GB input costs nothing to
+measure. Tasks that meta cannot run (data-dependent shapes, `.item()`, explicit devices) fall back
+to what could be measured, or to no estimate at all.
+"""
+
+from __future__ import annotations
+
+import itertools
+import sys
+import types
+from dataclasses import dataclass
+
+from cuda_agent.tasks.task import Task
+
+_counter = itertools.count()
+
+
+@dataclass(frozen=True)
+class Footprint:
+    input_bytes: int                 # one input set
+    output_bytes: int | None         # one output; None when the forward could not run on meta
+    param_bytes: int | None          # weights and buffers; None when the model could not be built
+
+    @property
+    def forward_ran(self) -> bool:
+        return self.output_bytes is not None
+
+
+def tensor_bytes(value) -> int:
+    """Bytes of every tensor inside `value` (nested lists, tuples and dicts)."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value.numel() * value.element_size()
+    if isinstance(value, (list, tuple)):
+        return sum(tensor_bytes(v) for v in value)
+    if isinstance(value, dict):
+        return sum(tensor_bytes(v) for v in value.values())
+    return 0
+
+
+def estimate_footprint(task: Task) -> Footprint | None:
+    """Input, output and weight bytes of `task`, or None when not even its inputs can be measured."""
+    import torch
+
+    name = f"_cuda_agent_footprint_{next(_counter)}"
+    module = types.ModuleType(name)
+    sys.modules[name] = module          # dataclasses and the like look their module up by name
+    try:
+        with torch.device("meta"):
+            try:
+                exec(compile(task.code, task.origin or task.name, "exec"), module.__dict__)
+                inputs = module.get_inputs()
+                init = module.get_init_inputs()
+            except Exception:
+                return None
+            input_bytes = tensor_bytes(inputs)
+            try:
+                model = module.Model(*init)
+                param_bytes = sum(tensor_bytes(t) for t in itertools.chain(model.parameters(), model.buffers()))
+            except Exception:
+                return Footprint(input_bytes, None, None)
+            try:
+                with torch.no_grad():
+                    output_bytes = tensor_bytes(model(*inputs))
+            except Exception:
+                output_bytes = None
+        return Footprint(input_bytes, output_bytes, param_bytes)
+    finally:
+        sys.modules.pop(name, None)
+
+
+def human_bytes(n: float) -> str:
+    for unit in ("bytes", "KB", "MB", "GB", "TB"):
+        if abs(n) < 1000 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} TB"
