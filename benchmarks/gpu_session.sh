@@ -1,55 +1,66 @@
 #!/usr/bin/env bash
-# One GPU-machine session: GPU tests, benchmarks and the agent session, results under $OUT.
+# One GPU-machine session: GPU tests, hack suites, benchmarks, the KernelBench baseline and bench
+# runs and the RL learning check, results under $OUT. Run a few steps per call (each call has a
+# 10-minute limit); the build cache in /tmp persists while the machine stays warm between calls.
 # Expects (carried, not committed): .whl/ (pure-Python wheels missing there), .deb/ (bubblewrap),
-# .kb/ (a KernelBench copy: level1..3). Step time caps: GPU_TESTS_TIMEOUT, HACKS_TIMEOUT, ...
-# (not PYTEST_TIMEOUT: pytest-timeout, installed there, reads that one as a per-test limit).
-#   STEPS="tests hacks resilience turnaround agent synth" bash benchmarks/gpu_session.sh [pytest paths]
+# .kb/ (a KernelBench copy: level1..3 and baseline_times_H100).
+#   STEPS="setup tests hacks" bash benchmarks/gpu_session.sh
+# Step time caps: <STEP>_TIMEOUT (not PYTEST_TIMEOUT: pytest-timeout, installed there, reads that).
 set -u
 OUT=${OUT:-/tmp/out}
-STEPS=${STEPS:-tests turnaround}
+STEPS=${STEPS:-setup tests}
 mkdir -p "$OUT"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+  >/dev/null 2>&1
 export PYTHONPATH="$PWD/src:$PWD:/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
 if ! command -v bwrap >/dev/null; then
   dpkg -x .deb/bubblewrap_*.deb /tmp/bw && export PATH="/tmp/bw/usr/bin:$PATH"
 fi
 export CUDA_AGENT_KERNELBENCH="$PWD/.kb" CUDA_AGENT_CACHE=/tmp/cuda-agent-cache
 export CUDA_AGENT_TEST_CACHE=/tmp/cuda-agent-cache  # one build cache (and torch header) for every step
-{
-  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-  python3 -c "import torch, sys; print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.version.cuda)"
-  nvcc --version | tail -1; g++ --version | head -1; bwrap --version; nproc
-  python3 -c "import pyarrow, transformers; print('pyarrow', pyarrow.__version__, 'transformers', transformers.__version__)"
-} > "$OUT/machine.txt" 2>&1
+cli() { python3 -m cuda_agent.cli "$@"; }
+run() {  # run STEP_NAME DEFAULT_TIMEOUT command...: output to $OUT/STEP_NAME.txt, its tail here
+  local name=$1 limit=$2; shift 2
+  local var; var="$(echo "$name" | tr a-z A-Z)_TIMEOUT"
+  timeout "${!var:-$limit}" "$@" > "$OUT/$name.txt" 2>&1
+  echo "--- $name (exit $?)"; tail -"${TAIL:-25}" "$OUT/$name.txt"
+}
 for step in $STEPS; do
   start=$(date +%s)
   case $step in
+    setup)
+      {
+        nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+        python3 -c "import torch, sys; print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.version.cuda)"
+        nvcc --version | tail -1; g++ --version | head -1; bwrap --version; nproc
+      } > "$OUT/machine.txt" 2>&1
+      cat "$OUT/machine.txt"
+      run doctor 120 cli doctor --backend cuda
+      run warm 300 cli cache warm --backend cuda ;;
     tests)
-      CUDA_AGENT_GPU_REPORT="$OUT/gpu_results.jsonl" timeout "${GPU_TESTS_TIMEOUT:-420}" \
-        python3 -m pytest -m gpu -p no:cacheprovider -q -rA "${@:-tests/gpu/test_gpu_env.py}" > "$OUT/pytest_gpu.txt" 2>&1
-      tail -25 "$OUT/pytest_gpu.txt" ;;
+      CUDA_AGENT_GPU_REPORT="$OUT/gpu_results.jsonl" run tests 420 \
+        python3 -m pytest -m gpu -p no:cacheprovider -q -rA tests/gpu --ignore=tests/gpu/hacks ;;
     hacks)
-      CUDA_AGENT_GPU_REPORT="$OUT/gpu_results.jsonl" timeout "${HACKS_TIMEOUT:-300}" \
-        python3 -m pytest -m gpu -p no:cacheprovider -q -rA tests/gpu/hacks -k "not hundred" > "$OUT/pytest_hacks.txt" 2>&1
-      tail -25 "$OUT/pytest_hacks.txt" ;;
+      CUDA_AGENT_GPU_REPORT="$OUT/gpu_results.jsonl" run hacks 420 \
+        python3 -m pytest -m gpu -p no:cacheprovider -q -rA tests/gpu/hacks -k "not hundred" ;;
     resilience)
-      CUDA_AGENT_GPU_REPORT="$OUT/gpu_results.jsonl" timeout "${RESILIENCE_TIMEOUT:-300}" \
-        python3 -m pytest -m gpu -p no:cacheprovider -q -rA -s tests/gpu/hacks -k hundred > "$OUT/pytest_resilience.txt" 2>&1
-      tail -8 "$OUT/pytest_resilience.txt" ;;
+      CUDA_AGENT_GPU_REPORT="$OUT/gpu_results.jsonl" TAIL=8 run resilience 300 \
+        python3 -m pytest -m gpu -p no:cacheprovider -q -rA -s tests/gpu/hacks -k hundred ;;
+    fidelity)
+      run fidelity 420 python3 benchmarks/timing_fidelity.py --runs "${RUNS:-10}" --kernelbench .kb \
+        --json "$OUT/fidelity.json" ;;
+    throughput)
+      run throughput 420 python3 benchmarks/pool_throughput.py ${THROUGHPUT_ARGS:-} --json "$OUT/throughput.json" ;;
     turnaround)
-      timeout "${TURNAROUND_TIMEOUT:-400}" python3 benchmarks/turnaround.py --backend cuda \
-        --edits "${EDITS:-5}" --plain-edits "${PLAIN_EDITS:-1}" ${TURNAROUND_ARGS:-} \
-        --json "$OUT/turnaround.json" > "$OUT/turnaround.txt" 2>&1
-      tail -12 "$OUT/turnaround.txt" ;;
-    agent)
-      timeout "${AGENT_TIMEOUT:-300}" bash benchmarks/agent_session/run.sh > "$OUT/agent_session.txt" 2>&1
-      grep -E "^(===|---)|reward|correct|ms|error|\(.* s\)" "$OUT/agent_session.txt" | head -60 ;;
-    synth)
-      timeout "${SYNTH_TIMEOUT:-300}" python3 benchmarks/synth_gpu.py --num "${SYNTH_NUM:-200}" \
-        --budget-seconds "${SYNTH_BUDGET:-240}" ${SYNTH_ARGS:-} --out /tmp/synth-gpu --kernelbench "$CUDA_AGENT_KERNELBENCH" \
-        > "$OUT/synth_gpu.txt" 2>&1
-      cp /tmp/synth-gpu/datasheet.md "$OUT/synth_datasheet.md" 2>/dev/null
-      tail -20 "$OUT/synth_gpu.txt" ;;
+      run turnaround 400 python3 benchmarks/turnaround.py --backend cuda --edits "${EDITS:-5}" \
+        --plain-edits "${PLAIN_EDITS:-1}" ${TURNAROUND_ARGS:-} --json "$OUT/turnaround.json" ;;
+    baseline)
+      run baseline 570 cli baseline --levels 1,2,3 --kernelbench .kb --out /tmp/kb-baseline --resume ;;
+    bench)
+      run bench 570 cli bench --levels 1,2,3 --kernelbench .kb --solutions benchmarks/kernelbench_solutions \
+        --out /tmp/kb-bench --resume ;;
+    rl)
+      run rl 570 python3 benchmarks/rl_sanity.py --backend cuda --steps "${RL_STEPS:-40}" --out "$OUT/rl" ;;
   esac
   echo "[$step took $(( $(date +%s) - start )) s]"
 done

@@ -21,7 +21,14 @@ mount --bind "$checkout" "$root/fresh/checkout"
 # pip's settings from the environment (a local wheelhouse or index), as this machine's pip sees them
 pip_env=()
 while IFS= read -r line; do pip_env+=("$line"); done < <(env | grep -E '^PIP_' || true)
-exec chroot "$root" env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+# pivot_root rather than chroot: the kernel refuses user namespaces (bwrap's) to a chrooted process,
+# which a real fresh machine is not.
+mkdir -p "$root/.oldroot"
+cd "$root"
+pivot_root . .oldroot
+cd /
+umount -l /.oldroot
+exec env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
   HOME=/fresh/home LANG=C.UTF-8 CI=true "${pip_env[@]}" bash -c '
     set -euo pipefail
     if [ -n "$1" ]; then

@@ -228,8 +228,17 @@ def header_ready(backend: str, cache_dir: Path) -> bool:
 
 
 def prepare_toolchain(backend: str, cache_dir: Path) -> Path:
-    """Build the precompiled torch header now (once per toolchain), so no evaluation waits for it."""
-    return _pch(toolchain(backend), Path(cache_dir))
+    """Build what every evaluation needs once per toolchain, now and side by side, so no evaluation
+    waits for it: the precompiled torch header and the harness's guard library. Returns the header."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from cuda_agent.env.guard import build_guard
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        guard = pool.submit(build_guard, Path(cache_dir))
+        header = _pch(toolchain(backend), Path(cache_dir))
+        guard.result()
+    return header
 
 
 @dataclass

@@ -29,7 +29,10 @@ from pathlib import Path
 INSTALL_HINT = ("install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap; `cuda-agent doctor --fix` "
                 "does it) or, to run candidates unsandboxed, pass --no-sandbox (EvalConfig(sandbox='none'))")
 SANDBOX_UID = 65534   # nobody
-_BASE = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--unshare-all",
+_BASE = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
+         # every namespace but the user one, named one by one: --unshare-all also tries a user namespace,
+         # which the kernel refuses to a chrooted root (a build container); _USER adds it where it works
+         "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
          "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
 _USER = ["--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)]
 
