@@ -77,7 +77,8 @@ def example_cpu_solution(root: Path, key: str) -> Path:
 
 class FakeEvaluator:
     """Async, deterministic: eager 2.0 ms and torch.compile 1.5 ms for every task; the solution's
-    markers decide (`fake_solution`); a task whose code raises is a task error. `delay` seconds per
+    markers decide (`fake_solution`), the agent's untouched starting point is wrong, a task whose
+    code raises is a task error. `delay` seconds per
     evaluation; `calls` lists (task name, solution digest)."""
 
     capacity = 2
@@ -101,7 +102,7 @@ def fake_result(task, solution) -> EvalResult:
         return r
     if "# no_compile" in text:
         r.error = EvalError("compile", "model_new.py:1: SyntaxError")
-    elif "# wrong" in text:
+    elif "# wrong" in text or "NotImplementedError" in text:   # the workspace's starting point raises
         r.compiled = True
         r.error = EvalError("verify", "wrong output on input set 1", "correctness")
     else:

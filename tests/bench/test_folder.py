@@ -17,7 +17,7 @@ from cuda_agent.bench.runview import load_run
 from cuda_agent.bench.selection import select_tasks
 from cuda_agent.bench.store import RunConflict, RunStore
 from cuda_agent.env.config import EvalConfig
-from tests.bench.helpers import FakeEvaluator, fake_solution, make_kernelbench, write_solution
+from tests.bench.helpers import FakeEvaluator, example_cpu_solution, fake_solution, make_kernelbench, write_solution
 
 REPO = Path(__file__).resolve().parents[2]
 RESULT_FIELDS = ("task_key", "attempt", "source", "verdict", "compiled", "correct", "error_phase", "kernel_ms",
@@ -153,3 +153,24 @@ def test_killed_run_resumes_to_identical_results(tmp_path):
     assert results(tmp_path / "killed") == results(tmp_path / "straight")
     sessions = load_run(tmp_path / "killed").sessions
     assert [s["status"] for s in sessions] == ["running", "finished"]   # the killed session never closed
+
+
+def test_cli_scores_a_folder_for_real_on_cpu(tmp_path, cache_dir):
+    """The command with the real environment: one honest workspace solution (the example's C++ kernel),
+    one task without a solution, one malformed solution folder."""
+    from cuda_agent.env.sandbox import sandbox_available
+
+    kb = make_kernelbench(tmp_path / "kb")
+    folder = tmp_path / "solutions"
+    example_cpu_solution(folder, "level1/1")
+    (folder / "level2" / "1" / "kernels").mkdir(parents=True)
+    args = [sys.executable, "-m", "cuda_agent.cli", "bench", "--solutions", str(folder), "--kernelbench", str(kb),
+            "--tasks", "level1/1-2,level2/1", "--backend", "cpu", "--iters", "3", "--trials", "2",
+            "--no-compile-baseline", "--cache-dir", str(cache_dir), "--out", str(tmp_path / "run"), "--quiet"]
+    args += [] if sandbox_available()[0] else ["--no-sandbox"]
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr
+    verdicts = {s.key: (s.verdict, s.best.speedup_vs_eager) for s in load_run(tmp_path / "run").scores}
+    assert verdicts["level1/2"] == ("missing", None) and verdicts["level2/1"][0] == "malformed"
+    assert verdicts["level1/1"][0] == "correct" and verdicts["level1/1"][1] > 0
+    assert "wrote" in proc.stdout and (tmp_path / "run" / "report.html").is_file()

@@ -112,7 +112,7 @@ def _print_metrics(run_dir: Path) -> None:
         table.add_row(m.group, str(m.tasks), str(m.broken), pct(m.pass_rate) or "-", pct(m.faster_eager) or "-",
                       pct(m.faster_compile) or "-", times(m.gm_vs_eager) or "-", times(m.gm_vs_compile) or "-",
                       pct(m.fast_p.get("1")) or "-", "-" if m.mean_reward is None else f"{m.mean_reward:.2f}")
-    Console(file=sys.stdout).print(table)
+    Console(file=sys.stdout, width=None if sys.stdout.isatty() else 160).print(table)   # logs: no squeezed columns
 
 
 def register(app: typer.Typer) -> None:
