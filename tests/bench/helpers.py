@@ -53,11 +53,14 @@ def make_kernelbench(root: Path) -> Path:
     return root
 
 
-def fake_solution(kernel_ms: float | None = 1.0, *, wrong: bool = False, no_compile: bool = False) -> str:
-    """A model_new.py whose markers tell `FakeEvaluator` the verdict and kernel time."""
+def fake_solution(kernel_ms: float | None = 1.0, *, wrong: bool = False, no_compile: bool = False,
+                  big: bool = False) -> str:
+    """A model_new.py whose markers tell `FakeEvaluator` the verdict and kernel time (`big`: runs out
+    of GPU memory unless evaluated alone)."""
     marks = [f"# kernel_ms={kernel_ms}"] if kernel_ms is not None else []
     marks += ["# wrong"] if wrong else []
     marks += ["# no_compile"] if no_compile else []
+    marks += ["# big"] if big else []
     return "\n".join(marks) + "\nimport torch\n\n\nclass ModelNew(torch.nn.Module):\n    pass\n"
 
 
@@ -86,12 +89,22 @@ class FakeEvaluator:
     def __init__(self, delay: float = 0.0):
         self.delay = delay
         self.calls: list[tuple[str, str]] = []
+        self.in_flight = 0
 
     async def evaluate(self, task, solution, config: EvalConfig | None = None) -> EvalResult:
         self.calls.append((task.name, solution.digest))
-        if self.delay:
-            await asyncio.sleep(self.delay)
-        return fake_result(task, solution)
+        self.in_flight += 1
+        crowded = self.in_flight > 1
+        try:
+            if self.delay:
+                await asyncio.sleep(self.delay)
+            crowded = crowded or self.in_flight > 1
+        finally:
+            self.in_flight -= 1
+        result = fake_result(task, solution)
+        if crowded and "# big" in solution.entry_code:
+            result.correct, result.error = False, EvalError("verify", "torch.OutOfMemoryError: CUDA out of memory.")
+        return result
 
 
 def fake_result(task, solution) -> EvalResult:

@@ -72,6 +72,17 @@ def test_every_verdict_is_recorded_and_reported(tmp_path):
     assert session["config"]["backend"] == "cpu"
 
 
+def test_out_of_memory_beside_others_is_evaluated_again_alone(tmp_path):
+    folder = tmp_path / "solutions"
+    write_solution(folder, "level1/2", fake_solution(0.5, big=True))
+    write_solution(folder, "level1/3", fake_solution(0.5))
+    evaluator = FakeEvaluator(delay=0.3)
+    kb = make_kernelbench(tmp_path / "kb")
+    outcome = run_folder(spec(tmp_path, tasks=select_tasks(kernelbench=kb, tasks="level1/2-3")), folder, evaluator)
+    assert [r[3] for r in results(outcome.run_dir)] == ["correct", "correct"]
+    assert [name for name, _ in evaluator.calls] == ["level1/2_ReLU", "level1/3_Sigmoid", "level1/2_ReLU"]
+
+
 def test_time_boxed_run_resumes_and_refuses_other_settings(tmp_path):
     folder = make_folder(tmp_path / "solutions")
     evaluator = FakeEvaluator()

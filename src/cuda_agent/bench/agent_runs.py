@@ -81,7 +81,7 @@ async def run_agents(store: RunStore, session_id: int, tasks: list[BenchTask], m
         finally:
             shutil.rmtree(workspace, ignore_errors=True)   # the solution and trajectory hold what matters
 
-    async def one(t: BenchTask) -> None:
+    async def one(t: BenchTask, alone: bool) -> None:
         start = time.monotonic()
         common = dict(session_id=session_id, source="episode")
         try:

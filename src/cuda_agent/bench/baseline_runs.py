@@ -5,7 +5,7 @@ Several tasks are measured at once per GPU (`per_gpu`): their torch.compile buil
 use the CPU cores while only their timed calls take the GPU, one at a time (the device lock). Slow
 groups go first (level 3 before level 2 before level 1), so the long compilations overlap the many
 short tasks. A task whose measurement runs out of GPU memory is measured again alone once the rest
-are done; if it still does not fit it is recorded as `out_of_memory`. Tasks whose entry is already
+are done (`schedule.run_jobs`); if it still does not fit it is recorded as `out_of_memory`. Tasks whose entry is already
 in the store for this device, torch version and settings are taken from it (`stored`) unless
 `force`; tasks recorded by an earlier session of the run are skipped.
 """
@@ -19,17 +19,10 @@ from dataclasses import asdict
 from typing import Callable
 
 from cuda_agent.bench.progress import RunProgress
-from cuda_agent.bench.schedule import Deadline, run_jobs
+from cuda_agent.bench.schedule import Deadline, is_out_of_memory, run_jobs
 from cuda_agent.bench.selection import BenchTask
 from cuda_agent.bench.store import BaselineRecord, RunStore
 from cuda_agent.env.config import EvalConfig
-
-_OOM = re.compile(r"out of memory|OutOfMemoryError|CUDNN_STATUS_ALLOC_FAILED|CUBLAS_STATUS_ALLOC_FAILED", re.I)
-
-
-def is_out_of_memory(error: str | None) -> bool:
-    return bool(error and _OOM.search(error))
-
 
 def slow_first(tasks: list[BenchTask]) -> list[BenchTask]:
     """Level 3, then 2, then 1 (other groups after), each in order: longest compilations start first."""
@@ -73,7 +66,6 @@ async def measure_all(store: RunStore, session_id: int, tasks: list[BenchTask], 
     for _ in range(max(1, per_gpu)):
         for gpu in gpus:
             free.put_nowait(gpu)
-    retry_alone: list[BenchTask] = []
 
     def record(t: BenchTask, run, gpu, status: str | None = None, oom_retries: int = 0, store_key=None) -> None:
         entry = run.entry
@@ -87,29 +79,24 @@ async def measure_all(store: RunStore, session_id: int, tasks: list[BenchTask], 
             oom_retries=oom_retries, seconds=round(run.seconds, 3), entry=json.dumps(asdict(entry)) if entry else None))
         progress.finished(t.key, status, _detail(entry, run.error))
 
-    async def one(t: BenchTask, alone: bool = False) -> None:
+    async def one(t: BenchTask, alone: bool) -> bool:
+        if alone:
+            progress.note(f"{t.key}: out of GPU memory beside other tasks; measuring it alone")
         gpu = await free.get()
         try:
             key, entry = stored_entry(t, config, backend, devices.get(gpu, ""), torch.__version__)
             if entry is not None and not force:
                 record(t, _Stored(entry), gpu, "stored", store_key=key)
-                return
+                return False
             run = await asyncio.to_thread(measure, t.task, config, gpu=gpu)
         finally:
             free.put_nowait(gpu)
         if run.entry is None and is_out_of_memory(run.error) and not alone:
-            retry_alone.append(t)   # measured again once nothing else holds memory on its GPU
-            return
+            return True   # measured again once nothing else holds memory
         record(t, run, gpu, oom_retries=int(alone), store_key=key)
+        return False
 
-    left = await run_jobs(todo, one, per_gpu * len(gpus), deadline)
-    for t in retry_alone:   # one at a time on the first GPU, nothing else in flight
-        if deadline.passed:
-            left += 1
-            continue
-        progress.note(f"{t.key}: out of GPU memory beside other tasks; measuring it alone")
-        await one(t, alone=True)
-    return left
+    return await run_jobs(todo, one, per_gpu * len(gpus), deadline)
 
 
 class _Stored:

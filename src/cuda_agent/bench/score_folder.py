@@ -14,7 +14,7 @@ from pathlib import Path
 
 from cuda_agent.bench.attempts import attempt_from_result, failed_attempt
 from cuda_agent.bench.progress import RunProgress
-from cuda_agent.bench.schedule import Deadline, run_jobs
+from cuda_agent.bench.schedule import Deadline, is_out_of_memory, run_jobs
 from cuda_agent.bench.selection import BenchTask
 from cuda_agent.bench.solutions import SolutionRef, find_solutions
 from cuda_agent.bench.store import RunStore
@@ -58,19 +58,19 @@ async def score_folder(store: RunStore, session_id: int, tasks: list[BenchTask],
     progress.already(len(planned) - len(todo), f"{len(planned) - len(todo)} of {len(planned)} attempts already "
                                                f"recorded; {len(todo)} to score")
 
-    async def score(p: Planned) -> None:
+    async def score(p: Planned, alone: bool) -> bool:
         key = p.task.key
         common = dict(session_id=session_id, source=p.source, solution_path=str(p.ref.path) if p.ref else None)
         if p.ref is None:
             store.record_attempt(failed_attempt(key, p.attempt, "missing", "no solution for this task", **common))
             progress.finished(key, "missing")
-            return
+            return False
         try:
             solution = p.ref.load()
         except (SolutionError, FileNotFoundError) as exc:
             store.record_attempt(failed_attempt(key, p.attempt, "malformed", str(exc), **common))
             progress.finished(key, "malformed", str(exc))
-            return
+            return False
         start = time.monotonic()
         try:
             result = await evaluator.evaluate(p.task.task, solution, config)
@@ -78,11 +78,14 @@ async def score_folder(store: RunStore, session_id: int, tasks: list[BenchTask],
             message = f"the evaluator failed: {type(exc).__name__}: {exc}"
             store.record_attempt(failed_attempt(key, p.attempt, "internal_error", message, **common))
             progress.finished(key, "internal_error", message)
-            return
+            return False
+        if not result.correct and result.error is not None and is_out_of_memory(result.error.message) and not alone:
+            return True   # evaluated again once nothing else holds GPU memory
         attempt = attempt_from_result(key, p.attempt, result, solution_digest=solution.digest,
                                       seconds=round(time.monotonic() - start, 3), **common)
         store.record_attempt(attempt)
         progress.finished(key, attempt.verdict, _detail(attempt))
+        return False
 
     return await run_jobs(todo, score, workers, deadline)
 
