@@ -1,6 +1,7 @@
 """`cuda-agent baseline`: measurements recorded per task, out-of-memory tasks measured again alone,
 broken tasks recorded, entries already in the store reused; for real on the CPU backend through the CLI."""
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -74,6 +75,29 @@ def test_oom_broken_and_stored(tmp_path):
     again = run_baseline(RunSpec(tmp_path / "run", tasks, config, resume=True, quiet=True, report=False),
                          per_gpu=2, measure=measure)
     assert again.left == 0 and len(measure.calls) == 6
+
+
+def test_measurements_start_when_their_memory_fits(tmp_path):
+    """Each tiny task reserves its inputs x3 + 1 GiB: a 2.5 GiB budget runs two at a time, whatever
+    the concurrency asked for; a task measured alone takes the whole budget."""
+    from cuda_agent.bench.baseline_runs import measure_all
+    from cuda_agent.bench.memory import USABLE, input_sizes
+    from cuda_agent.bench.progress import RunProgress
+    from cuda_agent.bench.schedule import Deadline
+    from cuda_agent.bench.store import RunStore
+
+    kb = make_kernelbench(tmp_path / "kb")
+    tasks = select_tasks(kernelbench=kb)
+    sizes = input_sizes(tasks)
+    assert sizes["level1/2"] == 16 * 32 * 4 and sizes["level2/2"] is None   # its get_inputs raises
+    measure = FakeMeasure()
+    store = RunStore(tmp_path / "run")
+    store.add_tasks(tasks)
+    left = asyncio.run(measure_all(store, 1, tasks, EvalConfig(backend="cuda", cache_dir=tmp_path / "cache"),
+                                   gpus=[0], devices={0: "gpu"}, per_gpu=4, deadline=Deadline(None),
+                                   progress=RunProgress("", 5, quiet=True), measure=measure,
+                                   gpu_memory={0: int(2.5 * (1 << 30) / USABLE)}))
+    assert left == 0 and measure.most == 2 and len(measure.calls) == 7   # level1/3 and level2/1 again, alone
 
 
 def test_baseline_cli_for_real_on_cpu(tmp_path):

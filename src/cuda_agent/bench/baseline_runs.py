@@ -2,7 +2,8 @@
 baseline store (`measure_baselines`), recorded in the run's SQLite.
 
 Several tasks are measured at once per GPU (`per_gpu`): their torch.compile builds and input draws
-use the CPU cores while only their timed calls take the GPU, one at a time (the device lock). Slow
+use the CPU cores while only their timed calls take the GPU, one at a time (the device lock), and
+a measurement starts only when its estimated memory fits beside the others' (`memory.py`). Slow
 groups go first (level 3 before level 2 before level 1), so the long compilations overlap the many
 short tasks. A task whose measurement runs out of GPU memory is measured again alone once the rest
 are done (`schedule.run_jobs`); if it still does not fit it is recorded as `out_of_memory`. Tasks whose entry is already
@@ -15,9 +16,11 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+from contextlib import nullcontext
 from dataclasses import asdict
 from typing import Callable
 
+from cuda_agent.bench.memory import USABLE, DeviceMemory, input_sizes, reservation
 from cuda_agent.bench.progress import RunProgress
 from cuda_agent.bench.schedule import Deadline, is_out_of_memory, run_jobs
 from cuda_agent.bench.selection import BenchTask
@@ -49,10 +52,11 @@ def stored_entry(task: BenchTask, config: EvalConfig, backend: str, device: str,
 
 async def measure_all(store: RunStore, session_id: int, tasks: list[BenchTask], config: EvalConfig, *,
                       gpus: list[int | None], devices: dict, per_gpu: int, deadline: Deadline,
-                      progress: RunProgress, force: bool = False, measure: Callable | None = None) -> int:
+                      progress: RunProgress, force: bool = False, measure: Callable | None = None,
+                      gpu_memory: dict | None = None) -> int:
     """Measure what the run has not recorded; returns the number of tasks left for a resume.
-    `devices` maps each GPU index (None on the CPU backend) to its name; `measure` stands in for
-    `measure_baselines` in tests."""
+    `devices` maps each GPU index (None on the CPU backend) to its name, `gpu_memory` to its bytes
+    (None: no admission by memory); `measure` stands in for `measure_baselines` in tests."""
     import torch
 
     if measure is None:
@@ -62,6 +66,8 @@ async def measure_all(store: RunStore, session_id: int, tasks: list[BenchTask], 
     todo = [t for t in slow_first(tasks) if t.key not in done]
     progress.already(len(tasks) - len(todo), f"{len(tasks) - len(todo)} of {len(tasks)} tasks already recorded; "
                                              f"{len(todo)} to measure")
+    budgets = {g: DeviceMemory(int(USABLE * total)) for g, total in (gpu_memory or {}).items()}
+    sizes = await asyncio.to_thread(input_sizes, todo) if budgets and todo else {}
     free: asyncio.Queue = asyncio.Queue()
     for _ in range(max(1, per_gpu)):
         for gpu in gpus:
@@ -88,7 +94,11 @@ async def measure_all(store: RunStore, session_id: int, tasks: list[BenchTask], 
             if entry is not None and not force:
                 record(t, _Stored(entry), gpu, "stored", store_key=key)
                 return False
-            run = await asyncio.to_thread(measure, t.task, config, gpu=gpu)
+            budget = budgets.get(gpu)
+            need = 0 if budget is None else budget.budget if alone else \
+                reservation(sizes.get(t.key), budget.budget, per_gpu)
+            async with budget.reserved(need) if budget else nullcontext():
+                run = await asyncio.to_thread(measure, t.task, config, gpu=gpu)
         finally:
             free.put_nowait(gpu)
         if run.entry is None and is_out_of_memory(run.error) and not alone:

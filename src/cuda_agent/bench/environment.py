@@ -15,8 +15,10 @@ import sys
 
 _PROBE = """
 import json, torch
-gpus = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
-print(json.dumps({"torch": torch.__version__, "torch_cuda": torch.version.cuda, "gpus": gpus}))
+count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+gpus = [torch.cuda.get_device_name(i) for i in range(count)]
+memory = [torch.cuda.get_device_properties(i).total_memory for i in range(count)]
+print(json.dumps({"torch": torch.__version__, "torch_cuda": torch.version.cuda, "gpus": gpus, "gpu_memory": memory}))
 """
 
 
@@ -35,7 +37,7 @@ def torch_probe(backend: str = "cuda") -> dict:
     if backend != "cuda":
         import torch
 
-        return {"torch": torch.__version__, "torch_cuda": torch.version.cuda, "gpus": []}
+        return {"torch": torch.__version__, "torch_cuda": torch.version.cuda, "gpus": [], "gpu_memory": []}
     text = _run([sys.executable, "-c", _PROBE], timeout=120.0)
     try:
         return json.loads(text.splitlines()[-1]) if text else {}
@@ -62,6 +64,7 @@ def describe_environment(backend: str = "cuda") -> dict:
         "torch": probe.get("torch"),
         "torch_cuda": probe.get("torch_cuda"),
         "gpus": probe.get("gpus", []),
+        "gpu_memory": probe.get("gpu_memory", []),
         "nvidia_smi": smi.splitlines() if smi else [],
         "nvcc": nvcc.splitlines()[-1] if nvcc else None,
         "cuda_agent": ours,

@@ -81,12 +81,15 @@ def run_baseline(spec: RunSpec, *, gpus: list[int] | None = None, per_gpu: int |
     from cuda_agent.bench.environment import torch_probe
 
     backend = spec.config.resolved_backend()
+    memory = None
     if backend == "cuda":
-        names = torch_probe("cuda").get("gpus") or []
+        probe = torch_probe("cuda")
+        names, totals = probe.get("gpus") or [], probe.get("gpu_memory") or []
         gpus = list(gpus if gpus is not None else range(len(names)))
         if not gpus:
             raise RuntimeError("no GPU visible for the cuda backend (use --backend cpu)")
         devices = {g: names[g] if g < len(names) else "" for g in gpus}
+        memory = {g: totals[g] for g in gpus if g < len(totals)} or None
     else:
         gpus, devices = [None], {None: "cpu"}
     per_gpu = per_gpu or default_baseline_concurrency(backend)
@@ -94,7 +97,8 @@ def run_baseline(spec: RunSpec, *, gpus: list[int] | None = None, per_gpu: int |
 
     async def work(store, session_id, progress, deadline):
         return await measure_all(store, session_id, spec.tasks, spec.config, gpus=gpus, devices=devices,
-                                 per_gpu=per_gpu, deadline=deadline, progress=progress, force=force, measure=measure)
+                                 per_gpu=per_gpu, deadline=deadline, progress=progress, force=force, measure=measure,
+                                 gpu_memory=memory)
 
     return _run(spec, "baseline", settings, "baselines", len(spec.tasks), work)
 
