@@ -1,26 +1,12 @@
 #!/usr/bin/env bash
 # One GPU-machine session: GPU tests, benchmarks and the agent session, results under $OUT.
-# Expects (carried, not committed): .whl/ (pure-Python wheels missing there), .deb/ (bubblewrap),
-# .kb/ (a KernelBench copy: level1..3). Step time caps: GPU_TESTS_TIMEOUT, HACKS_TIMEOUT, ...
-# (not PYTEST_TIMEOUT: pytest-timeout, installed there, reads that one as a per-test limit).
+# Expects what benchmarks/gpu_env.sh says (.whl/, .deb/, .kb/).
+# Step time caps: GPU_TESTS_TIMEOUT, HACKS_TIMEOUT, ... (not PYTEST_TIMEOUT: pytest-timeout, installed
+# there, reads that one as a per-test limit).
 #   STEPS="tests hacks resilience turnaround agent synth" bash benchmarks/gpu_session.sh [pytest paths]
 set -u
-OUT=${OUT:-/tmp/out}
 STEPS=${STEPS:-tests turnaround}
-mkdir -p "$OUT"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-export PYTHONPATH="$PWD/src:$PWD:/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
-if ! command -v bwrap >/dev/null; then
-  dpkg -x .deb/bubblewrap_*.deb /tmp/bw && export PATH="/tmp/bw/usr/bin:$PATH"
-fi
-export CUDA_AGENT_KERNELBENCH="$PWD/.kb" CUDA_AGENT_CACHE=/tmp/cuda-agent-cache
-export CUDA_AGENT_TEST_CACHE=/tmp/cuda-agent-cache  # one build cache (and torch header) for every step
-{
-  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-  python3 -c "import torch, sys; print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.version.cuda)"
-  nvcc --version | tail -1; g++ --version | head -1; bwrap --version; nproc
-  python3 -c "import pyarrow, transformers; print('pyarrow', pyarrow.__version__, 'transformers', transformers.__version__)"
-} > "$OUT/machine.txt" 2>&1
+. "$(dirname "$0")/gpu_env.sh"
 for step in $STEPS; do
   start=$(date +%s)
   case $step in
