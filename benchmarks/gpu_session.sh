@@ -7,17 +7,8 @@
 #   STEPS="setup tests hacks" bash benchmarks/gpu_session.sh
 # Step time caps: <STEP>_TIMEOUT (not PYTEST_TIMEOUT: pytest-timeout, installed there, reads that).
 set -u
-OUT=${OUT:-/tmp/out}
 STEPS=${STEPS:-setup tests}
-mkdir -p "$OUT"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-  >/dev/null 2>&1
-export PYTHONPATH="$PWD/src:$PWD:/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
-if ! command -v bwrap >/dev/null; then
-  dpkg -x .deb/bubblewrap_*.deb /tmp/bw && export PATH="/tmp/bw/usr/bin:$PATH"
-fi
-export CUDA_AGENT_KERNELBENCH="$PWD/.kb" CUDA_AGENT_CACHE=/tmp/cuda-agent-cache
-export CUDA_AGENT_TEST_CACHE=/tmp/cuda-agent-cache  # one build cache (and torch header) for every step
+. "$(dirname "$0")/gpu_env.sh"   # $OUT, carried wheels, bwrap, KernelBench, cache; machine.txt
 cli() { python3 -m cuda_agent.cli "$@"; }
 run() {  # run STEP_NAME DEFAULT_TIMEOUT command...: output to $OUT/STEP_NAME.txt, its tail here
   local name=$1 limit=$2; shift 2
@@ -29,11 +20,6 @@ for step in $STEPS; do
   start=$(date +%s)
   case $step in
     setup)
-      {
-        nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-        python3 -c "import torch, sys; print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.version.cuda)"
-        nvcc --version | tail -1; g++ --version | head -1; bwrap --version; nproc
-      } > "$OUT/machine.txt" 2>&1
       cat "$OUT/machine.txt"
       run doctor 120 cli doctor --backend cuda
       run warm 300 cli cache warm --backend cuda ;;
@@ -54,11 +40,8 @@ for step in $STEPS; do
     turnaround)
       run turnaround 400 python3 benchmarks/turnaround.py --backend cuda --edits "${EDITS:-5}" \
         --plain-edits "${PLAIN_EDITS:-1}" ${TURNAROUND_ARGS:-} --json "$OUT/turnaround.json" ;;
-    baseline)
-      run baseline 570 cli baseline --levels 1,2,3 --kernelbench .kb --out /tmp/kb-baseline --resume ;;
-    bench)
-      run bench 570 cli bench --levels 1,2,3 --kernelbench .kb --solutions benchmarks/kernelbench_solutions \
-        --out /tmp/kb-bench --resume ;;
+    baseline|bench)   # time-boxed and resumable: the same step again continues where the last call stopped
+      STEPS=$step bash "$(dirname "$0")/bench_gpu.sh" ;;
     rl)
       run rl 570 python3 benchmarks/rl_sanity.py --backend cuda --steps "${RL_STEPS:-40}" --out "$OUT/rl" ;;
   esac

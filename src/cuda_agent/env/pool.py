@@ -1,24 +1,29 @@
-"""Many concurrent evaluations on one machine: asyncio calls, one job per GPU at a time.
+"""Many concurrent evaluations on one machine: asyncio calls, several in flight per GPU.
 
     pool = EvalPool(EvalConfig())                 # every visible GPU (or CPU slots)
     results = await asyncio.gather(*(pool.evaluate(t, s) for t, s in jobs))
 
-Each job runs `evaluate` (its own judge and candidate processes) on a GPU it holds alone, so
-timings are not disturbed by neighbours. Results are plain `EvalResult` data. Across machines,
-run one pool per node behind Ray (see docs/environment.md); this class schedules nothing beyond
-its own GPUs.
+Each job runs `evaluate` (its own judge and candidate processes). Only the timed calls of an
+evaluation hold the GPU (`locks.py`), so while one evaluation times, others on the same GPU build,
+start their workers, verify or write files: `per_device` evaluations (default 3 on CUDA) run at once
+per GPU, and with `EvalConfig.prewarm` that many worker pairs wait started for each GPU. Results are
+plain `EvalResult` data. Across machines, `cuda_agent.env.service` runs one pool per GPU behind Ray.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from typing import Iterable
 
 from cuda_agent.env.config import EvalConfig
 from cuda_agent.env.evaluation import evaluate
 from cuda_agent.env.result import EvalResult
 from cuda_agent.tasks import Solution, Task
+
+PER_DEVICE = {"cuda": 3, "cpu": 1}   # evaluations in flight per device
 
 
 def visible_gpus() -> list[int]:
@@ -29,17 +34,27 @@ def visible_gpus() -> list[int]:
 
 class EvalPool:
     def __init__(self, config: EvalConfig | None = None, gpus: Iterable[int] | None = None,
-                 cpu_slots: int | None = None):
+                 cpu_slots: int | None = None, per_device: int | None = None):
         self.config = config or EvalConfig()
         self.backend = self.config.resolved_backend()
+        self.per_device = max(1, per_device or PER_DEVICE.get(self.backend, 1))
         if self.backend == "cuda":
-            self.slots: list[int | None] = list(gpus if gpus is not None else visible_gpus())
-            if not self.slots:
+            devices: list[int | None] = list(gpus if gpus is not None else visible_gpus())
+            if not devices:
                 raise RuntimeError("EvalPool(backend='cuda') found no GPU")
         else:
-            # CPU timings are disturbed by neighbours too: default to one job per two cores.
-            self.slots = [None] * (cpu_slots or max(1, (os.cpu_count() or 2) // 2))
+            # CPU timings are disturbed by neighbours too: default to one device per two cores.
+            devices = [None] * (cpu_slots or max(1, (os.cpu_count() or 2) // 2))
+        self.devices = devices
+        # round-robin over devices, so the first jobs spread out before any device takes a second one
+        self.slots: list[int | None] = [d for _ in range(self.per_device) for d in devices]
         self._free: asyncio.Queue | None = None
+        self._threads = ThreadPoolExecutor(max_workers=len(self.slots), thread_name_prefix="eval-pool")
+
+    @property
+    def capacity(self) -> int:
+        """Evaluations the pool runs at once (callers keep that many submitted)."""
+        return len(self.slots)
 
     def _queue(self) -> asyncio.Queue:
         if self._free is None:  # created lazily, inside the running event loop
@@ -48,13 +63,21 @@ class EvalPool:
                 self._free.put_nowait(slot)
         return self._free
 
+    def _sized(self, config: EvalConfig) -> EvalConfig:
+        """Spare worker pairs (when asked for) cover every evaluation a device may have in flight."""
+        if config.prewarm and int(config.prewarm) < self.per_device:
+            return replace(config, prewarm=self.per_device)
+        return config
+
     async def evaluate(self, task: Task, solution: Solution, config: EvalConfig | None = None) -> EvalResult:
         """`config` (default: the pool's) lets one pool serve different settings, e.g. an agent's
         verify (no baselines) and its final evaluation."""
         free = self._queue()
         slot = await free.get()
         try:
-            return await asyncio.to_thread(evaluate, task, solution, config or self.config, gpu=slot)
+            loop = asyncio.get_running_loop()
+            run = self._sized(config or self.config)
+            return await loop.run_in_executor(self._threads, lambda: evaluate(task, solution, run, gpu=slot))
         finally:
             free.put_nowait(slot)
 

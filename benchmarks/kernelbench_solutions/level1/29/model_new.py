@@ -1,0 +1,13 @@
+# level1/29: F.softplus(x) in one pass (kernels/softplus.cu).
+import torch
+import torch.nn as nn
+
+import cuda_extension
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return cuda_extension.softplus(x)

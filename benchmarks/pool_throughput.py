@@ -1,0 +1,102 @@
+"""Evaluations per second through EvalPool: the serial path against pipelining (GPU machine).
+
+    python benchmarks/pool_throughput.py [--evals 12] [--per-device 3] [--json out.json]
+
+For each kernel, honest and with its build and baselines cached by a warm-up evaluation first:
+  small   relu(x + bias) on 8192 x 4096 floats, about 0.1 ms (pool_throughput/elementwise/)
+  large   a 2816^3 float32 GEMM through cuBLAS, about 1 ms (the task in pool_throughput/gemm/, solved
+          by the level1/1 solution in kernelbench_solutions/)
+and for each way of submitting N evaluations on GPU 0:
+  serial       one at a time, per_device=1, no spare workers: the baseline (what the pool did before)
+  back-to-back one at a time, pipelined pool with spare workers (an agent waiting for each result)
+  concurrent   all N at once, pipelined pool (`per_device` in flight, their timed calls serialised)
+  2 GPUs       2N at once over GPUs 0 and 1 (when present): evaluations per second per GPU
+Every evaluation is the full default one (strict protocol, 100 timed calls, eager paired, torch.compile
+from the store). The target: at least 1.0 evaluation per second per GPU for cached sub-millisecond
+kernels, concurrently. Prints a table (and writes JSON) with each mode's ratio to the serial baseline.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from cuda_agent.env import EvalConfig, EvalPool
+from cuda_agent.env.pool import visible_gpus
+from cuda_agent.tasks import load_solution, load_task
+
+HERE = Path(__file__).resolve().parent
+KERNELS = {
+    "small": (HERE / "pool_throughput" / "elementwise" / "model.py", HERE / "pool_throughput" / "elementwise" / "solution"),
+    "large": (HERE / "pool_throughput" / "gemm" / "model.py", HERE / "kernelbench_solutions" / "level1" / "1"),
+}
+
+
+async def submit(pool: EvalPool, jobs: list, concurrent: bool) -> tuple[float, list]:
+    start = time.perf_counter()
+    if concurrent:
+        results = await pool.evaluate_many(jobs)
+    else:
+        results = [await pool.evaluate(task, solution) for task, solution in jobs]
+    return time.perf_counter() - start, results
+
+
+def measure(name: str, mode: str, pool: EvalPool, jobs: list, concurrent: bool, gpus: int) -> dict:
+    seconds, results = asyncio.run(submit(pool, jobs, concurrent))
+    bad = [r for r in results if not r.correct]
+    row = {"kernel": name, "mode": mode, "evals": len(jobs), "gpus": gpus, "seconds": round(seconds, 2),
+           "evals_per_s": round(len(jobs) / seconds, 3), "per_gpu": round(len(jobs) / seconds / gpus, 3),
+           "correct": len(results) - len(bad),
+           "kernel_ms": round(sorted(r.kernel_ms for r in results if r.kernel_ms)[len(results) // 2], 4)
+           if not bad else None}
+    if bad:
+        row["first_error"] = f"{bad[0].error.phase}: {bad[0].error.message[:300]}" if bad[0].error else "?"
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--evals", type=int, default=12, help="evaluations per mode (per GPU)")
+    parser.add_argument("--per-device", type=int, default=3, help="evaluations in flight per GPU when pipelined")
+    parser.add_argument("--kernels", default="small,large")
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args()
+    gpus = visible_gpus()
+    if not gpus:
+        raise SystemExit("no GPU: this benchmark measures the CUDA pool")
+    base = EvalConfig(backend="cuda")
+    rows = []
+    for name in args.kernels.split(","):
+        task_file, solution_dir = KERNELS[name]
+        task, solution = load_task(task_file), load_solution(solution_dir)
+        jobs = [(task, solution)] * args.evals
+        warm = asyncio.run(EvalPool(base, gpus=gpus, per_device=1).evaluate_many([(task, solution)] * len(gpus)))
+        print(f"{name}: warm-up {'correct' if all(r.correct for r in warm) else 'FAILED'}, "
+              f"kernel {warm[0].kernel_ms} ms, eager {warm[0].eager_ms} ms", flush=True)
+        serial = EvalPool(replace(base, prewarm=0), gpus=[0], per_device=1)
+        pipelined = EvalPool(replace(base, prewarm=args.per_device), gpus=[0], per_device=args.per_device)
+        plan = [("serial", serial, False, 1, jobs), ("back-to-back", pipelined, False, 1, jobs),
+                ("concurrent", pipelined, True, 1, jobs)]
+        if len(gpus) >= 2:
+            both = EvalPool(replace(base, prewarm=args.per_device), gpus=gpus[:2], per_device=args.per_device)
+            plan.append(("2 GPUs", both, True, 2, jobs * 2))
+        serial_rate = None
+        for mode, pool, concurrent, count, work in plan:
+            row = measure(name, mode, pool, work, concurrent, count)
+            serial_rate = serial_rate or row["per_gpu"]   # the first mode is the serial baseline
+            row["ratio_vs_serial"] = round(row["per_gpu"] / serial_rate, 2)
+            rows.append(row)
+            print(f"{name:6} {mode:13} {row['evals']:3} evals {row['seconds']:7.1f} s  {row['evals_per_s']:6.2f}/s  "
+                  f"{row['per_gpu']:6.2f}/s per GPU  x{row['ratio_vs_serial']:.2f} vs serial  "
+                  f"{row['correct']}/{row['evals']} correct" + (f"  {row.get('first_error')}" if 'first_error' in row
+                                                                  else ""), flush=True)
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,40 @@
+"""An evaluation's outcome as a row of the run's record (`store.Attempt`)."""
+
+from __future__ import annotations
+
+import json
+
+from cuda_agent.bench.store import Attempt
+from cuda_agent.env.result import EvalResult
+
+MESSAGE_CHARS = 4000   # what the record keeps of an error message (the result JSON has it all)
+
+
+def verdict_of(result: EvalResult) -> str:
+    if result.task_error:
+        return "task_error"
+    if result.error is not None and result.error.phase == "internal":
+        return "internal_error"
+    if result.correct:
+        return "correct"
+    return "incorrect" if result.compiled else "compile_error"
+
+
+def attempt_from_result(task_key: str, attempt: int, result: EvalResult, *, verdict: str | None = None,
+                        **extra) -> Attempt:
+    error = result.error
+    return Attempt(
+        task_key=task_key, attempt=attempt, verdict=verdict or verdict_of(result),
+        compiled=result.compiled, correct=result.correct,
+        error_phase=error.phase if error else None, error_rule=error.rule if error else None,
+        error_message=error.message[:MESSAGE_CHARS] if error else None,
+        kernel_ms=result.kernel_ms, eager_ms=result.eager_ms, compile_ms=result.compile_ms,
+        speedup_vs_eager=result.speedup_vs_eager, speedup_vs_compile=result.speedup_vs_compile,
+        reward=result.reward, baseline_source=result.baseline_source, device=result.device or None,
+        protocol=result.protocol, result=json.dumps(result.to_dict()), **extra)
+
+
+def failed_attempt(task_key: str, attempt: int, verdict: str, message: str, **extra) -> Attempt:
+    """An attempt that never reached an evaluation (no solution, a malformed one, a failed episode)."""
+    return Attempt(task_key=task_key, attempt=attempt, verdict=verdict, error_message=message[:MESSAGE_CHARS],
+                   reward=None if verdict == "task_error" else -1, **extra)

@@ -1,0 +1,125 @@
+"""`cuda-agent baseline`: eager and torch.compile times of every selected task, into the environment's
+baseline store (`measure_baselines`), recorded in the run's SQLite.
+
+Several tasks are measured at once per GPU (`per_gpu`): their torch.compile builds and input draws
+use the CPU cores while only their timed calls take the GPU, one at a time (the device lock), and
+a measurement starts only when its estimated memory fits beside the others' (`memory.py`). Slow
+groups go first (level 3 before level 2 before level 1), so the long compilations overlap the many
+short tasks. A task whose measurement runs out of GPU memory is measured again alone once the rest
+are done (`schedule.run_jobs`); if it still does not fit it is recorded as `out_of_memory`. Tasks whose entry is already
+in the store for this device, torch version and settings are taken from it (`stored`) unless
+`force`; tasks recorded by an earlier session of the run are skipped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from contextlib import nullcontext
+from dataclasses import asdict
+from typing import Callable
+
+from cuda_agent.bench.memory import USABLE, DeviceMemory, input_sizes, reservation
+from cuda_agent.bench.progress import RunProgress
+from cuda_agent.bench.schedule import Deadline, is_out_of_memory, run_jobs
+from cuda_agent.bench.selection import BenchTask
+from cuda_agent.bench.store import BaselineRecord, RunStore
+from cuda_agent.env.config import EvalConfig
+
+def slow_first(tasks: list[BenchTask]) -> list[BenchTask]:
+    """Level 3, then 2, then 1 (other groups after), each in order: longest compilations start first."""
+    def key(t: BenchTask):
+        match = re.fullmatch(r"level(\d+)", t.group)
+        return (-int(match[1]) if match else 0, t.group, t.number)
+    return sorted(tasks, key=key)
+
+
+def store_settings(config: EvalConfig, backend: str) -> dict:
+    """The settings a baseline entry is keyed by (as the evaluation keys them)."""
+    return {"backend": backend, "flush_l2": config.flush_l2}
+
+
+def stored_entry(task: BenchTask, config: EvalConfig, backend: str, device: str, torch_version: str):
+    from cuda_agent.env.baselines import BaselineStore, entry_key
+
+    key = entry_key(task.task.digest, device, torch_version, store_settings(config, backend))
+    entry = BaselineStore(config.cache_dir).get(key)
+    complete = entry is not None and (entry.compile is not None or entry.compile_error is not None
+                                      or not config.compile_baseline)
+    return (key, entry) if complete else (key, None)
+
+
+async def measure_all(store: RunStore, session_id: int, tasks: list[BenchTask], config: EvalConfig, *,
+                      gpus: list[int | None], devices: dict, per_gpu: int, deadline: Deadline,
+                      progress: RunProgress, force: bool = False, measure: Callable | None = None,
+                      gpu_memory: dict | None = None) -> int:
+    """Measure what the run has not recorded; returns the number of tasks left for a resume.
+    `devices` maps each GPU index (None on the CPU backend) to its name, `gpu_memory` to its bytes
+    (None: no admission by memory); `measure` stands in for `measure_baselines` in tests."""
+    import torch
+
+    if measure is None:
+        from cuda_agent.env.evaluation import measure_baselines as measure
+    backend = config.resolved_backend()
+    done = {b.task_key for b in store.baselines()}
+    todo = [t for t in slow_first(tasks) if t.key not in done]
+    progress.already(len(tasks) - len(todo), f"{len(tasks) - len(todo)} of {len(tasks)} tasks already recorded; "
+                                             f"{len(todo)} to measure")
+    budgets = {g: DeviceMemory(int(USABLE * total)) for g, total in (gpu_memory or {}).items()}
+    sizes = await asyncio.to_thread(input_sizes, todo) if budgets and todo else {}
+    free: asyncio.Queue = asyncio.Queue()
+    for _ in range(max(1, per_gpu)):
+        for gpu in gpus:
+            free.put_nowait(gpu)
+
+    def record(t: BenchTask, run, gpu, status: str | None = None, oom_retries: int = 0, store_key=None) -> None:
+        entry = run.entry
+        if status is None:
+            status = "measured" if entry is not None else ("out_of_memory" if is_out_of_memory(run.error) else "broken")
+        store.record_baseline(BaselineRecord(
+            task_key=t.key, status=status, session_id=session_id, device=entry.device if entry else devices.get(gpu),
+            torch=entry.torch if entry else torch.__version__,
+            eager_ms=entry.eager_ms if entry else None, compile_ms=entry.compile_ms if entry else None,
+            compile_error=entry.compile_error if entry else None, error=run.error, store_key=store_key,
+            oom_retries=oom_retries, seconds=round(run.seconds, 3), entry=json.dumps(asdict(entry)) if entry else None))
+        progress.finished(t.key, status, _detail(entry, run.error))
+
+    async def one(t: BenchTask, alone: bool) -> bool:
+        if alone:
+            progress.note(f"{t.key}: out of GPU memory beside other tasks; measuring it alone")
+        gpu = await free.get()
+        try:
+            key, entry = stored_entry(t, config, backend, devices.get(gpu, ""), torch.__version__)
+            if entry is not None and not force:
+                record(t, _Stored(entry), gpu, "stored", store_key=key)
+                return False
+            budget = budgets.get(gpu)
+            need = 0 if budget is None else budget.budget if alone else \
+                reservation(sizes.get(t.key), budget.budget, per_gpu)
+            async with budget.reserved(need) if budget else nullcontext():
+                run = await asyncio.to_thread(measure, t.task, config, gpu=gpu)
+        finally:
+            free.put_nowait(gpu)
+        if run.entry is None and is_out_of_memory(run.error) and not alone:
+            return True   # measured again once nothing else holds memory
+        record(t, run, gpu, oom_retries=int(alone), store_key=key)
+        return False
+
+    return await run_jobs(todo, one, per_gpu * len(gpus), deadline)
+
+
+class _Stored:
+    """A store entry in the shape of a measurement (`BaselineRun`)."""
+
+    def __init__(self, entry):
+        self.entry, self.error, self.seconds = entry, None, 0.0
+
+
+def _detail(entry, error: str | None) -> str:
+    if entry is None:
+        lines = (error or "").strip().splitlines()
+        return lines[-1][:160] if lines else ""
+    compile_part = f"compile {entry.compile_ms:.4g} ms" if entry.compile_ms else \
+        f"compile failed: {(entry.compile_error or '').strip()[:80]}"
+    return f"eager {entry.eager_ms:.4g} ms, {compile_part}"

@@ -1,0 +1,271 @@
+"""`cuda-agent baseline`, `cuda-agent bench` and `cuda-agent report` (docs/bench.md)."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+LEVELS_HELP = "KernelBench levels, e.g. 1,2,3 (default 1,2,3 unless --tasks or --dataset say otherwise)."
+TASKS_HELP = "Tasks: level1/1-20,level2/5 (a bare level3 is the whole level; dataset rows as NAME/ROW)."
+
+
+def _fail(message: str) -> None:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(2)
+
+
+def _select(kernelbench, levels, tasks, dataset):
+    from cuda_agent.bench.selection import SelectionError, parse_levels, select_tasks
+    from cuda_agent.tasks import KERNELBENCH_ENV
+
+    kernelbench = kernelbench or (Path(os.environ[KERNELBENCH_ENV]) if os.environ.get(KERNELBENCH_ENV) else None)
+    try:
+        return select_tasks(kernelbench=kernelbench, levels=parse_levels(levels), tasks=tasks, dataset=dataset)
+    except SelectionError as exc:
+        _fail(str(exc))
+
+
+def _out(out: Optional[Path], kind: str, resume: bool) -> Path:
+    if out is None:
+        if resume:
+            _fail("--resume needs --out RUN_DIR (the run to continue)")
+        return Path("runs") / f"{kind}-{time.strftime('%Y%m%d-%H%M%S')}"
+    return out
+
+
+def _reference(path: Optional[Path], kernelbench: Optional[Path]):
+    """KernelBench's own timings for the report: --reference-times, else KB/baseline_times_H100 if present."""
+    from cuda_agent.bench.runview import reference_times
+    from cuda_agent.tasks import KERNELBENCH_ENV
+
+    if path is None:
+        root = kernelbench or (Path(os.environ[KERNELBENCH_ENV]) if os.environ.get(KERNELBENCH_ENV) else None)
+        default = root / "baseline_times_H100" if root else None
+        if default is None or not default.is_dir():
+            return None
+        path = default
+    try:
+        return reference_times(path)
+    except (OSError, ValueError) as exc:
+        _fail(str(exc))
+
+
+def _config(backend, protocol, trials, iters, no_compile_baseline, no_sandbox, cache_dir, prewarm=True):
+    from cuda_agent.env.config import EvalConfig, detect_backend
+
+    backend = backend or detect_backend()
+    if backend not in ("cuda", "cpu"):
+        _fail(f"--backend must be cuda or cpu, not {backend!r}")
+    if protocol not in ("strict", "published"):
+        _fail(f"--protocol must be strict or published, not {protocol!r}")
+    config = EvalConfig(backend=backend, protocol=protocol, num_correct_trials=trials, iters=iters,
+                        compile_baseline=not no_compile_baseline, sandbox="none" if no_sandbox else "auto",
+                        prewarm=prewarm)
+    if cache_dir:
+        config.cache_dir = cache_dir
+    return config
+
+
+def _preflight(config) -> None:
+    """What must work before hours of evaluations start (one call site: `cuda-agent doctor` can take it over)."""
+    from cuda_agent.env.sandbox import INSTALL_HINT, sandbox_available
+
+    if config.sandbox != "none":
+        ok, why = sandbox_available()
+        if not ok:
+            _fail(f"cannot sandbox candidates: {why}; {INSTALL_HINT} (or pass --no-sandbox)")
+
+
+def _gpus(text: Optional[str]) -> Optional[list[int]]:
+    if not text:
+        return None
+    try:
+        return [int(g) for g in text.split(",") if g.strip()]
+    except ValueError:
+        _fail(f"--gpus takes indices separated by commas, e.g. 0,1; got {text!r}")
+
+
+def _finish(outcome, what: str) -> None:
+    md, page = outcome.report
+    if outcome.left:
+        typer.echo(f"stopped with {outcome.left} {what} not started (--max-minutes); continue with "
+                   f"--resume --out {outcome.run_dir}", err=True)
+    typer.echo(f"wrote {outcome.run_dir / 'bench.sqlite'}, {md}, {page}")
+
+
+def _print_metrics(run_dir: Path) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from cuda_agent.bench.report import pct, times
+    from cuda_agent.bench.runview import load_run
+
+    run = load_run(run_dir)
+    table = Table("group", "tasks", "broken", "pass", "> eager", "> compile", "GM vs eager", "GM vs compile",
+                  "fast_1", "mean reward")
+    for m in run.metrics:
+        table.add_row(m.group, str(m.tasks), str(m.broken), pct(m.pass_rate) or "-", pct(m.faster_eager) or "-",
+                      pct(m.faster_compile) or "-", times(m.gm_vs_eager) or "-", times(m.gm_vs_compile) or "-",
+                      pct(m.fast_p.get("1")) or "-", "-" if m.mean_reward is None else f"{m.mean_reward:.2f}")
+    Console(file=sys.stdout, width=None if sys.stdout.isatty() else 160).print(table)   # logs: no squeezed columns
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("baseline")
+    def baseline_command(
+        levels: Optional[str] = typer.Option(None, help=LEVELS_HELP),
+        tasks: Optional[str] = typer.Option(None, help=TASKS_HELP),
+        dataset: Optional[Path] = typer.Option(None, help="A JSONL/parquet dataset with a `code` column."),
+        kernelbench: Optional[Path] = typer.Option(None, help="KernelBench folder (or CUDA_AGENT_KERNELBENCH)."),
+        out: Optional[Path] = typer.Option(None, help="Run folder (default runs/baseline-TIME)."),
+        backend: Optional[str] = typer.Option(None, help="cuda or cpu (default: cuda when a GPU is present)."),
+        resume: bool = typer.Option(False, help="Continue the run in --out; recorded tasks are not measured again."),
+        concurrency: Optional[int] = typer.Option(None, help="Tasks measured at once per GPU (default: cores/4, "
+                                                             "at most 4)."),
+        gpus: Optional[str] = typer.Option(None, help="GPU indices to use, e.g. 0,1 (default: all visible)."),
+        iters: Optional[int] = typer.Option(None, help="Timed calls per task (default 100 on CUDA, 20 on CPU)."),
+        no_compile_baseline: bool = typer.Option(False, help="Time eager only."),
+        force: bool = typer.Option(False, help="Measure again tasks the baseline store already holds."),
+        max_minutes: Optional[float] = typer.Option(None, help="Start no task after this many minutes "
+                                                               "(then --resume)."),
+        cache_dir: Optional[Path] = typer.Option(None, help="Build and baseline cache (default ~/.cache/cuda-agent)."),
+        reference_times: Optional[Path] = typer.Option(None, help="KernelBench's timings folder for the report "
+                                                                  "(default KERNELBENCH/baseline_times_H100)."),
+        quiet: bool = typer.Option(False, help="No progress output."),
+    ):
+        """Time eager PyTorch and torch.compile for every task, into the baseline store evaluations reuse.
+
+        Per GPU and torch version; the report compares them with KernelBench's own timings."""
+        from cuda_agent.bench.runner import RunSpec, run_baseline
+
+        selected = _select(kernelbench, levels, tasks, dataset)
+        config = _config(backend, "strict", 5, iters, no_compile_baseline, True, cache_dir, prewarm=False)
+        spec = RunSpec(_out(out, "baseline", resume), selected, config, resume, max_minutes, quiet=quiet,
+                       argv=sys.argv, reference_times=_reference(reference_times, kernelbench))
+        try:
+            outcome = run_baseline(spec, gpus=_gpus(gpus), per_gpu=concurrency, force=force)
+        except RuntimeError as exc:
+            _fail(str(exc))
+        _finish(outcome, "tasks")
+
+    @app.command("bench")
+    def bench_command(
+        solutions: Optional[Path] = typer.Option(None, help="Score this folder of solutions (levelN/ID.py, "
+                                                            "levelN/ID/, or KernelBench's runs/ layout)."),
+        model: Optional[str] = typer.Option(None, help="Run the agent with this model on every task instead."),
+        base_url: Optional[str] = typer.Option(None, help="OpenAI-compatible endpoint, e.g. http://localhost:8000/v1."),
+        api_key_env: str = typer.Option("OPENAI_API_KEY", help="Environment variable holding the API key."),
+        turns: int = typer.Option(200, help="Model calls per episode (the published evaluation allows 200)."),
+        concurrency: int = typer.Option(16, help="Episodes at once (agent mode)."),
+        max_tokens: Optional[int] = typer.Option(None, help="Output tokens per model call."),
+        temperature: Optional[float] = typer.Option(None),
+        context_tokens: int = typer.Option(120_000, help="Prompt budget per episode."),
+        timeout: float = typer.Option(600.0, help="Seconds per model request."),
+        retries: int = typer.Option(4, help="Retries per model request, with backoff."),
+        levels: Optional[str] = typer.Option(None, help=LEVELS_HELP),
+        tasks: Optional[str] = typer.Option(None, help=TASKS_HELP),
+        dataset: Optional[Path] = typer.Option(None, help="A JSONL/parquet dataset with a `code` column."),
+        kernelbench: Optional[Path] = typer.Option(None, help="KernelBench folder (or CUDA_AGENT_KERNELBENCH)."),
+        out: Optional[Path] = typer.Option(None, help="Run folder (default runs/bench-TIME)."),
+        backend: Optional[str] = typer.Option(None, help="cuda or cpu (default: cuda when a GPU is present)."),
+        resume: bool = typer.Option(False, help="Continue the run in --out; nothing recorded is run again."),
+        retry_failed: bool = typer.Option(False, help="With --resume: run again attempts that failed on our side "
+                                                      "or the endpoint's (internal_error, episode_failed)."),
+        protocol: str = typer.Option("strict", help="strict (ours) or published (KernelBench's and the paper's)."),
+        trials: int = typer.Option(5, help="Random input sets for verification."),
+        iters: Optional[int] = typer.Option(None, help="Timed calls (default 100 on CUDA, 20 on CPU)."),
+        no_compile_baseline: bool = typer.Option(False, help="Skip the torch.compile baseline."),
+        per_device: Optional[int] = typer.Option(None, help="Evaluations in flight per GPU (default 3; CPU 1)."),
+        gpus: Optional[str] = typer.Option(None, help="GPU indices to use, e.g. 0,1 (default: all visible)."),
+        ray: Optional[str] = typer.Option(None, "--ray", help="Evaluate on a Ray cluster: ADDRESS (auto, "
+                                                              "ray://host:10001) or local."),
+        max_minutes: Optional[float] = typer.Option(None, help="Start no work after this many minutes (then --resume)."),
+        no_sandbox: bool = typer.Option(False, help="Run candidates without bubblewrap."),
+        cache_dir: Optional[Path] = typer.Option(None, help="Build and baseline cache (default ~/.cache/cuda-agent)."),
+        quiet: bool = typer.Option(False, help="No progress output."),
+    ):
+        """Score a folder of solutions, or one agent episode per task, on KernelBench or a dataset.
+
+        Results in RUN/bench.sqlite and a report (RUN/report.md, RUN/report.html)."""
+        from cuda_agent.bench.runner import RunSpec, run_agent, run_folder
+
+        if (solutions is None) == (model is None):
+            _fail("give either --solutions DIR or --model NAME (with --base-url)")
+        if retry_failed and not resume:
+            _fail("--retry-failed goes with --resume")
+        selected = _select(kernelbench, levels, tasks, dataset)
+        config = _config(backend, protocol, trials, iters, no_compile_baseline, no_sandbox, cache_dir)
+        _preflight(config)
+        spec = RunSpec(_out(out, "bench", resume), selected, config, resume, max_minutes, retry_failed, quiet, sys.argv)
+        evaluator = _evaluator(config, ray, per_device, _gpus(gpus))
+        try:
+            if solutions is not None:
+                if not solutions.is_dir():
+                    _fail(f"solutions folder not found: {solutions}")
+                outcome = run_folder(spec, solutions, evaluator)
+            else:
+                outcome = run_agent(spec, _client_factory(model, base_url, api_key_env, timeout, retries, temperature,
+                                                          max_tokens),
+                                    _agent_config(turns, context_tokens), evaluator, model=model,
+                                    concurrency=concurrency)
+        except RuntimeError as exc:
+            _fail(str(exc))
+        finally:
+            if hasattr(evaluator, "shutdown"):
+                evaluator.shutdown()
+        _print_metrics(outcome.run_dir)
+        _finish(outcome, "attempts")
+
+    @app.command("report")
+    def report_command(
+        run: Path = typer.Argument(..., help="A run folder (holding bench.sqlite)."),
+        compare: List[Path] = typer.Option([], help="Other runs shown beside it (repeat the option)."),
+        out: Optional[Path] = typer.Option(None, help="Folder for report.md/report.html (default: RUN)."),
+        reference_times: Optional[Path] = typer.Option(None, help="KernelBench's timings folder (baseline runs)."),
+        kernelbench: Optional[Path] = typer.Option(None, help="KernelBench folder (its baseline_times_H100 is used)."),
+    ):
+        """Write a run's report (Markdown and a self-contained HTML page), compared with other runs."""
+        from cuda_agent.bench.report import write_report
+
+        try:
+            md, page = write_report(run, compare, out, _reference(reference_times, kernelbench))
+        except FileNotFoundError as exc:
+            _fail(str(exc))
+        typer.echo(f"wrote {md} and {page}")
+
+
+def _evaluator(config, ray_address, per_device, gpus):
+    if ray_address:
+        from cuda_agent.env.service import EvalService
+
+        try:
+            return EvalService(ray_address, config, per_device=per_device)
+        except RuntimeError as exc:
+            _fail(str(exc))
+    from cuda_agent.env.pool import EvalPool
+
+    try:
+        return EvalPool(config, gpus=gpus, per_device=per_device)
+    except RuntimeError as exc:
+        _fail(str(exc))
+
+
+def _client_factory(model, base_url, api_key_env, timeout, retries, temperature, max_tokens):
+    from cuda_agent.agent.client import OpenAIClient
+
+    def make():
+        return OpenAIClient(model, base_url=base_url, api_key=os.environ.get(api_key_env), timeout=timeout,
+                            max_retries=retries, temperature=temperature, max_tokens=max_tokens)
+    return make
+
+
+def _agent_config(turns, context_tokens):
+    from cuda_agent.agent.context import ContextBudget
+    from cuda_agent.agent.loop import AgentConfig
+
+    return AgentConfig(max_turns=turns, context=ContextBudget(max_tokens=context_tokens))

@@ -1,0 +1,80 @@
+"""GPU memory admission for concurrent baseline measurements.
+
+KernelBench has tasks whose inputs alone take 4-17 GB (level 1's elementwise ops, reductions and
+pooling on 4096 x 393216 tensors): a few of those measured at once run a GPU out of memory. Each
+task's input size is read once, on the meta device (no memory, no GPU) in a child process, and a
+measurement starts only when its reservation (the judge holds inputs, the eager output and the
+torch.compile output at once: about three times the inputs, plus a margin) fits what the GPU has
+left. An underestimate is caught by the out-of-memory retry (`schedule.run_jobs`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from contextlib import asynccontextmanager
+
+from cuda_agent.bench.selection import BenchTask
+
+GiB = 1 << 30
+FACTOR = 3             # inputs, eager output, torch.compile output
+MARGIN = 1 * GiB       # weights, workspaces, the CUDA context
+USABLE = 0.85          # of a GPU's memory, for measurements
+
+_SIZES = """
+import json, sys, types, torch
+sizes = []
+for code in json.load(sys.stdin):
+    module = types.ModuleType("task")
+    try:
+        exec(compile(code, "<task>", "exec"), module.__dict__)
+        with torch.device("meta"):
+            inputs = module.get_inputs()
+        sizes.append(sum(t.numel() * t.element_size() for t in inputs if isinstance(t, torch.Tensor)))
+    except BaseException:
+        sizes.append(None)
+print(json.dumps(sizes))
+"""
+
+
+def input_sizes(tasks: list[BenchTask], timeout: float = 300.0) -> dict[str, int | None]:
+    """Bytes of each task's inputs (None where the meta device cannot tell), from one child process."""
+    try:
+        out = subprocess.run([sys.executable, "-c", _SIZES], input=json.dumps([t.task.code for t in tasks]),
+                             capture_output=True, text=True, timeout=timeout)
+        sizes = json.loads(out.stdout.strip().splitlines()[-1])
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        sizes = [None] * len(tasks)
+    return {t.key: size for t, size in zip(tasks, sizes)}
+
+
+class DeviceMemory:
+    """What measurements on one GPU have reserved; `reserved(n)` waits until n bytes are free (a
+    reservation larger than the whole budget waits for an idle GPU)."""
+
+    def __init__(self, budget: int):
+        self.budget = budget
+        self.free = budget
+        self.changed = asyncio.Condition()
+
+    @asynccontextmanager
+    async def reserved(self, amount: int):
+        amount = min(amount, self.budget)
+        async with self.changed:
+            await self.changed.wait_for(lambda: self.free >= amount)
+            self.free -= amount
+        try:
+            yield
+        finally:
+            async with self.changed:
+                self.free += amount
+                self.changed.notify_all()
+
+
+def reservation(input_bytes: int | None, budget: int, per_gpu: int) -> int:
+    """Bytes a task's measurement reserves: FACTOR x inputs + MARGIN, or a fair share when unknown."""
+    if input_bytes is None:
+        return budget // max(1, per_gpu)
+    return FACTOR * input_bytes + MARGIN

@@ -1,0 +1,151 @@
+"""The benchmark's metrics: the published ones, plus KernelBench's fast_p and the mean reward.
+
+A task's score is its best attempt (correct first, then reward, speedup over torch.compile, over
+eager: the order the agent ranks candidates by). Per group and overall (pooled over all tasks, i.e.
+weighted by task count):
+
+- pass rate: correct tasks / tasks
+- faster than eager, faster than torch.compile: correct and more than 5 % faster, the reward's
+  margin ((t0 - t) / t0 > 0.05); a task whose torch.compile baseline failed is not counted faster
+- geometric-mean speedup vs eager and vs torch.compile, over the correct tasks that have it
+- fast_p (KernelBench): share of tasks correct with speedup over eager above p, for p = 0, 1, 1.5, 2
+  (fast_0 is the pass rate); the same against torch.compile
+- mean reward: milestone reward averaged over tasks, -1 for a task without a correct solution
+
+Broken tasks (the reference itself fails) are excluded from every denominator and counted apart;
+tasks not yet scored (a run in progress) likewise.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from cuda_agent.bench.store import Attempt
+from cuda_agent.env.reward import is_faster
+
+FAST_P = (0.0, 1.0, 1.5, 2.0)
+
+
+@dataclass
+class TaskScore:
+    key: str
+    group: str
+    state: str                       # "scored" | "broken" | "pending"
+    best: Attempt | None = None
+    attempts: int = 0
+
+    @property
+    def correct(self) -> bool:
+        return self.best is not None and self.best.correct
+
+    @property
+    def verdict(self) -> str:
+        return self.best.verdict if self.best is not None else self.state
+
+    def speedup(self, baseline: str) -> float | None:
+        if not self.correct:
+            return None
+        return self.best.speedup_vs_eager if baseline == "eager" else self.best.speedup_vs_compile
+
+    def faster(self, baseline: str) -> bool:
+        if not self.correct:
+            return False
+        t0 = self.best.eager_ms if baseline == "eager" else self.best.compile_ms
+        return self.best.kernel_ms is not None and is_faster(self.best.kernel_ms, t0)
+
+    @property
+    def reward(self) -> float:
+        if self.best is None or self.best.reward is None:
+            return -1.0 if not self.correct else 1.0
+        return float(self.best.reward)
+
+
+def attempt_rank(a: Attempt) -> tuple:
+    if not a.correct:
+        return (0, 0, 0.0, 0.0, a.verdict != "missing")
+    reward = a.reward if a.reward is not None else 1
+    return (1, reward, a.speedup_vs_compile or 0.0, a.speedup_vs_eager or 0.0, True)
+
+
+def task_scores(tasks: list[dict], attempts: list[Attempt]) -> list[TaskScore]:
+    """One score per task of the run (`tasks` rows: key, grp), from its recorded attempts."""
+    by_task: dict[str, list[Attempt]] = {}
+    for a in attempts:
+        by_task.setdefault(a.task_key, []).append(a)
+    scores = []
+    for t in tasks:
+        mine = by_task.get(t["key"], [])
+        if not mine:
+            scores.append(TaskScore(t["key"], t["grp"], "pending"))
+            continue
+        broken = any(a.verdict == "task_error" for a in mine)
+        best = max(mine, key=attempt_rank)
+        if broken and not best.correct:
+            best = next(a for a in mine if a.verdict == "task_error")
+        scores.append(TaskScore(t["key"], t["grp"], "broken" if broken and not best.correct else "scored",
+                                best, len(mine)))
+    return scores
+
+
+@dataclass
+class Metrics:
+    group: str
+    tasks: int = 0                   # scored tasks: the denominator
+    broken: int = 0
+    pending: int = 0
+    correct: int = 0
+    pass_rate: float | None = None
+    faster_eager: float | None = None
+    faster_compile: float | None = None
+    gm_vs_eager: float | None = None
+    gm_vs_compile: float | None = None
+    fast_p: dict[str, float] = field(default_factory=dict)           # vs eager (KernelBench's)
+    fast_p_compile: dict[str, float] = field(default_factory=dict)
+    mean_reward: float | None = None
+
+
+def geometric_mean(values: list[float]) -> float | None:
+    values = [v for v in values if v is not None and v > 0]
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
+
+
+def fast_p(scores: list[TaskScore], p: float, baseline: str = "eager") -> float | None:
+    if not scores:
+        return None
+    return sum(1 for s in scores if s.correct and (s.speedup(baseline) or 0.0) > p) / len(scores)
+
+
+def p_label(p: float) -> str:
+    return f"{p:g}"
+
+
+def metrics(group: str, scores: list[TaskScore]) -> Metrics:
+    m = Metrics(group)
+    m.broken = sum(s.state == "broken" for s in scores)
+    m.pending = sum(s.state == "pending" for s in scores)
+    scored = [s for s in scores if s.state == "scored"]
+    m.tasks = len(scored)
+    if not scored:
+        return m
+    n = len(scored)
+    m.correct = sum(s.correct for s in scored)
+    m.pass_rate = m.correct / n
+    m.faster_eager = sum(s.faster("eager") for s in scored) / n
+    m.faster_compile = sum(s.faster("compile") for s in scored) / n
+    m.gm_vs_eager = geometric_mean([s.speedup("eager") for s in scored])
+    m.gm_vs_compile = geometric_mean([s.speedup("compile") for s in scored])
+    m.fast_p = {p_label(p): fast_p(scored, p, "eager") for p in FAST_P}
+    m.fast_p_compile = {p_label(p): fast_p(scored, p, "compile") for p in FAST_P}
+    m.mean_reward = sum(s.reward for s in scored) / n
+    return m
+
+
+def summarize(scores: list[TaskScore]) -> list[Metrics]:
+    """Metrics per group (in the order groups first appear), then "overall" over every task."""
+    groups: dict[str, list[TaskScore]] = {}
+    for s in scores:
+        groups.setdefault(s.group, []).append(s)
+    rows = [metrics(group, members) for group, members in groups.items()]
+    rows.append(metrics("overall", scores))
+    return rows

@@ -1,0 +1,53 @@
+"""Running a run's jobs: a fixed number of workers take jobs in order until none is left or the
+run's time is up (`--max-minutes`: no job starts after it, the ones in flight finish), so a run
+can be cut into time-boxed calls and resumed. A job that ran out of GPU memory beside others runs
+again alone once the rest are done (KernelBench has tasks whose inputs alone take several GB)."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from typing import Awaitable, Callable, Iterable, TypeVar
+
+Job = TypeVar("Job")
+
+_OOM = re.compile(r"out of memory|OutOfMemoryError|CUDNN_STATUS_ALLOC_FAILED|CUBLAS_STATUS_ALLOC_FAILED", re.I)
+
+
+def is_out_of_memory(error: str | None) -> bool:
+    return bool(error and _OOM.search(error))
+
+
+class Deadline:
+    def __init__(self, minutes: float | None):
+        self.at = time.monotonic() + minutes * 60 if minutes else None
+
+    @property
+    def passed(self) -> bool:
+        return self.at is not None and time.monotonic() >= self.at
+
+
+async def run_jobs(jobs: Iterable[Job], work: Callable[[Job, bool], Awaitable[bool | None]], workers: int,
+                   deadline: Deadline) -> int:
+    """Run `work(job, alone)` with `workers` at a time; a job for which it returns True (out of memory
+    beside others) runs again after the rest with nothing else in flight (`alone=True`). Returns how
+    many jobs were left unstarted."""
+    queue = list(jobs)
+    queue.reverse()
+    again: list[Job] = []
+
+    async def worker():
+        while queue and not deadline.passed:
+            job = queue.pop()
+            if await work(job, False):
+                again.append(job)
+
+    await asyncio.gather(*(worker() for _ in range(max(1, workers))))
+    left = len(queue)
+    for job in again:
+        if deadline.passed:
+            left += 1
+        else:
+            await work(job, True)
+    return left

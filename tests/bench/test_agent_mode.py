@@ -1,0 +1,104 @@
+"""Agent mode: episodes against the scripted chat server, three tasks at once sharing one evaluator;
+an endpoint that errors or is down ends its episode as `episode_failed`, never the run."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+
+from cuda_agent.agent.client import OpenAIClient
+from cuda_agent.agent.loop import AgentConfig
+from cuda_agent.agent.trajectory import read_jsonl
+from cuda_agent.bench.runner import RunSpec, run_agent
+from cuda_agent.bench.runview import load_run
+from cuda_agent.bench.selection import select_tasks
+from cuda_agent.env.config import EvalConfig
+from tests.agent.chat_server import Fail, ScriptedChatServer, call, say
+from tests.bench.helpers import FakeEvaluator, fake_solution, make_kernelbench
+
+PLAYS = {   # what the model does on each task, turn by turn
+    "level1/2_ReLU": [say("A fast kernel.", call("write", path="model_new.py", content=fake_solution(0.5))),
+                      say("", call("profile")), say("Done.", call("finish", summary="relu"))],
+    "level1/3_Sigmoid": [say("", call("write", path="model_new.py", content=fake_solution(wrong=True))),
+                         say("", call("verify")), say("Giving up.", call("finish", summary="wrong"))],
+}
+
+
+def respond(body: dict):
+    """One reply, chosen by the task named in the conversation and the turn it is at."""
+    task = next(name for name in [*PLAYS, "level2/1_Tanh"] if f"Task `{name}`" in body["messages"][1]["content"])
+    if task not in PLAYS:
+        return Fail(503, "model overloaded")
+    turn = sum(m["role"] == "assistant" for m in body["messages"])
+    return PLAYS[task][turn]
+
+
+def closed_port_url() -> str:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{s.getsockname()[1]}/v1"
+
+
+def test_three_episodes_at_once_with_a_failing_endpoint(tmp_path):
+    kb = make_kernelbench(tmp_path / "kb")
+    tasks = select_tasks(kernelbench=kb, tasks="level1/2-3,level2/1")
+    evaluator = FakeEvaluator(delay=0.2)
+    with ScriptedChatServer([respond] * 20) as server:
+        spec = RunSpec(tmp_path / "run", tasks, EvalConfig(backend="cpu"), quiet=True)
+        outcome = run_agent(spec, lambda: OpenAIClient("scripted", base_url=server.base_url, max_retries=1,
+                                                       timeout=30, api_key="test"),
+                            AgentConfig(max_turns=6), evaluator, model="scripted", concurrency=3)
+    assert outcome.left == 0
+    run = load_run(outcome.run_dir)
+    best = {s.key: s.best for s in run.scores}
+    assert {k: a.verdict for k, a in best.items()} == {"level1/2": "correct", "level1/3": "incorrect",
+                                                       "level2/1": "episode_failed"}
+    relu = best["level1/2"]
+    assert relu.reward == 3 and relu.speedup_vs_eager == 4.0 and relu.turns == 3 and relu.stop_reason == "finish"
+    assert "503" in best["level2/1"].error_message
+    assert run.metrics[-1].pass_rate == 1 / 3
+
+    # trajectories for RFT, one file per task; the best solution beside them
+    [traj] = list(read_jsonl(relu.trajectory_path))
+    assert traj.id == relu.trajectory_id and traj.reward == 3 and traj.task["name"] == "level1/2_ReLU"
+    assert (outcome.run_dir / "solutions" / "level1" / "2" / "model_new.py").read_text() == fake_solution(0.5)
+    assert not (outcome.run_dir / "solutions" / "level1" / "3").exists()
+    assert not (outcome.run_dir / "workspaces" / "level1" / "2").exists()
+    [failed] = list(read_jsonl(best["level2/1"].trajectory_path))
+    assert failed.stop_reason == "client_error" and failed.reward is None and failed.infra_error
+
+    # --resume --retry-failed runs the failed episode again (the endpoint has recovered: it still fails
+    # here, but only that episode is run)
+    calls_before = len(evaluator.calls)
+    with ScriptedChatServer([respond] * 5) as server:
+        again = RunSpec(tmp_path / "run", tasks, EvalConfig(backend="cpu"), resume=True, retry_failed=True,
+                        quiet=True, report=False)
+        run_agent(again, lambda: OpenAIClient("scripted", base_url=server.base_url, max_retries=0, timeout=30,
+                                              api_key="test"),
+                  AgentConfig(max_turns=6), evaluator, model="scripted", concurrency=3)
+        assert len(server.requests) == 1 and "level2/1_Tanh" in server.requests[0]["messages"][1]["content"]
+    assert len(evaluator.calls) == calls_before + 1   # only its final re-evaluation
+
+
+def test_cli_agent_mode_with_the_endpoint_down(tmp_path, cache_dir):
+    """The whole command with the real environment: nothing answers at the URL; the episode is recorded
+    as failed, the run finishes with a report. Bad option combinations are refused."""
+    kb = make_kernelbench(tmp_path / "kb")
+    base = [sys.executable, "-m", "cuda_agent.cli", "bench", "--kernelbench", str(kb), "--backend", "cpu",
+            "--cache-dir", str(cache_dir), "--quiet"]
+    args = base + ["--model", "nobody", "--base-url", closed_port_url(), "--tasks", "level1/2", "--retries", "0",
+                   "--timeout", "5", "--iters", "3", "--trials", "1", "--no-compile-baseline", "--no-sandbox",
+                   "--out", str(tmp_path / "run")]
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=600, env=dict(os.environ, OPENAI_API_KEY="x"))
+    assert proc.returncode == 0, proc.stderr
+    [attempt] = [s.best for s in load_run(tmp_path / "run").scores]
+    assert attempt.verdict == "episode_failed" and "Connection" in attempt.error_message
+    assert "overall" in proc.stdout and (tmp_path / "run" / "report.html").is_file()
+    traj = json.loads((tmp_path / "run" / "trajectories" / "level1" / "2.jsonl").read_text())
+    assert traj["stop_reason"] == "client_error"
+
+    both = subprocess.run(base + ["--model", "m", "--solutions", str(tmp_path)], capture_output=True, text=True)
+    assert both.returncode == 2 and "either --solutions" in both.stderr
+    again = subprocess.run(args, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 2 and "--resume" in again.stderr

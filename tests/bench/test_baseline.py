@@ -1,0 +1,121 @@
+"""`cuda-agent baseline`: measurements recorded per task, out-of-memory tasks measured again alone,
+broken tasks recorded, entries already in the store reused; for real on the CPU backend through the CLI."""
+
+import asyncio
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import torch
+
+from cuda_agent.bench.baseline_runs import slow_first, store_settings
+from cuda_agent.bench.runner import RunSpec, run_baseline
+from cuda_agent.bench.runview import load_run
+from cuda_agent.bench.selection import select_tasks
+from cuda_agent.env.baselines import BaselineEntry, BaselineStore, entry_key
+from cuda_agent.env.config import EvalConfig
+from cuda_agent.env.evaluation import BaselineRun
+from tests.bench.helpers import make_kernelbench
+
+
+class FakeMeasure:
+    """Stands in for measure_baselines: `level1/3` runs out of memory unless measured alone,
+    `level2/1` always does; `level2/2` is broken. Tracks how many run at once."""
+
+    def __init__(self):
+        self.calls, self.running, self.most = [], 0, 0
+        self.lock = threading.Lock()
+
+    def __call__(self, task, config, *, gpu=None):
+        with self.lock:
+            self.running += 1
+            self.most = max(self.most, self.running)
+            alone = self.running == 1 and len(self.calls) >= 4
+            self.calls.append(task.name)
+        time.sleep(0.05)
+        with self.lock:
+            self.running -= 1
+        if "3_Sigmoid" in task.name and not alone or "1_Tanh" in task.name:
+            return BaselineRun(None, "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 8.00 GiB", 0.1)
+        if "Broken" in task.name:
+            return BaselineRun(None, "the task's reference failed: RuntimeError: reference is broken", 0.1)
+        entry = BaselineEntry(task.name, task.digest, "cpu", torch.__version__, store_settings(config, "cpu"),
+                              eager={"median_ms": 2.0}, compile={"median_ms": 3.0})
+        return BaselineRun(entry, None, 0.1)
+
+
+def test_oom_broken_and_stored(tmp_path):
+    kb = make_kernelbench(tmp_path / "kb")
+    tasks = select_tasks(kernelbench=kb)
+    assert [t.key for t in slow_first(tasks)][:2] == ["level2/1", "level2/2"]   # slow levels first
+    config = EvalConfig(backend="cpu", cache_dir=tmp_path / "cache")
+    bias_relu = tasks[0].task
+    stored = BaselineEntry(bias_relu.name, bias_relu.digest, "cpu", torch.__version__, store_settings(config, "cpu"),
+                           eager={"median_ms": 5.0}, compile={"median_ms": 4.0})
+    BaselineStore(config.cache_dir).put(entry_key(bias_relu.digest, "cpu", torch.__version__,
+                                                  store_settings(config, "cpu")), stored)
+    measure = FakeMeasure()
+    run_spec = RunSpec(tmp_path / "run", tasks, config, quiet=True)
+    outcome = run_baseline(run_spec, per_gpu=2, measure=measure)
+    assert outcome.left == 0 and measure.most == 2
+    records = {b.task_key: b for b in load_run(outcome.run_dir).baselines}
+    assert {k: (b.status, b.oom_retries) for k, b in records.items()} == {
+        "level1/1": ("stored", 0), "level1/2": ("measured", 0), "level1/3": ("measured", 1),
+        "level2/1": ("out_of_memory", 1), "level2/2": ("broken", 0)}
+    assert records["level1/1"].eager_ms == 5.0 and records["level1/2"].compile_ms == 3.0
+    assert "reference is broken" in records["level2/2"].error
+    assert sorted(measure.calls).count("level1/3_Sigmoid") == 2 and "level1/1_BiasReLU" not in measure.calls
+
+    md = outcome.report[0].read_text()
+    assert "| overall | 5 | 2 | 1 | 1 | 1 | 2 of 3 | 2 |" in md   # the stored entry has compile faster than eager
+
+    # resuming measures nothing again
+    again = run_baseline(RunSpec(tmp_path / "run", tasks, config, resume=True, quiet=True, report=False),
+                         per_gpu=2, measure=measure)
+    assert again.left == 0 and len(measure.calls) == 6
+
+
+def test_measurements_start_when_their_memory_fits(tmp_path):
+    """Each tiny task reserves its inputs x3 + 1 GiB: a 2.5 GiB budget runs two at a time, whatever
+    the concurrency asked for; a task measured alone takes the whole budget."""
+    from cuda_agent.bench.baseline_runs import measure_all
+    from cuda_agent.bench.memory import USABLE, input_sizes
+    from cuda_agent.bench.progress import RunProgress
+    from cuda_agent.bench.schedule import Deadline
+    from cuda_agent.bench.store import RunStore
+
+    kb = make_kernelbench(tmp_path / "kb")
+    tasks = select_tasks(kernelbench=kb)
+    sizes = input_sizes(tasks)
+    assert sizes["level1/2"] == 16 * 32 * 4 and sizes["level2/2"] is None   # its get_inputs raises
+    measure = FakeMeasure()
+    store = RunStore(tmp_path / "run")
+    store.add_tasks(tasks)
+    left = asyncio.run(measure_all(store, 1, tasks, EvalConfig(backend="cuda", cache_dir=tmp_path / "cache"),
+                                   gpus=[0], devices={0: "gpu"}, per_gpu=4, deadline=Deadline(None),
+                                   progress=RunProgress("", 5, quiet=True), measure=measure,
+                                   gpu_memory={0: int(2.5 * (1 << 30) / USABLE)}))
+    assert left == 0 and measure.most == 2 and len(measure.calls) == 7   # level1/3 and level2/1 again, alone
+
+
+def test_baseline_cli_for_real_on_cpu(tmp_path):
+    """One task measured for real (eager only, few calls) into the store; a second run reuses it."""
+    kb = make_kernelbench(tmp_path / "kb")
+    cache = tmp_path / "cache"
+    args = [sys.executable, "-m", "cuda_agent.cli", "baseline", "--kernelbench", str(kb), "--tasks", "level1/2",
+            "--backend", "cpu", "--no-compile-baseline", "--iters", "3", "--cache-dir", str(cache), "--quiet"]
+    first = subprocess.run(args + ["--out", str(tmp_path / "first")], capture_output=True, text=True, timeout=600,
+                           env=dict(os.environ))
+    assert first.returncode == 0, first.stderr
+    [record] = load_run(tmp_path / "first").baselines
+    assert record.status == "measured" and record.eager_ms > 0 and record.device == "cpu"
+    [(key, entry)] = BaselineStore(cache).entries()
+    assert key == record.store_key and entry.eager_ms == record.eager_ms
+    second = subprocess.run(args + ["--out", str(tmp_path / "second")], capture_output=True, text=True, timeout=600)
+    assert second.returncode == 0, second.stderr
+    assert [b.status for b in load_run(tmp_path / "second").baselines] == ["stored"]
+    assert (tmp_path / "second" / "report.html").is_file()
+    resume_without_out = subprocess.run(args + ["--resume"], capture_output=True, text=True, timeout=600)
+    assert resume_without_out.returncode == 2 and "--out" in resume_without_out.stderr

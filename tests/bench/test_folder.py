@@ -1,0 +1,187 @@
+"""Scoring a solution folder: every verdict recorded (missing, malformed, broken task, several samples),
+time-boxed runs that resume, and a run killed mid-way that resumes to the same results."""
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from cuda_agent.bench.runner import RunSpec, run_folder
+from cuda_agent.bench.runview import load_run
+from cuda_agent.bench.selection import select_tasks
+from cuda_agent.bench.store import RunConflict, RunStore
+from cuda_agent.env.config import EvalConfig
+from tests.bench.helpers import FakeEvaluator, example_cpu_solution, fake_solution, make_kernelbench, write_solution
+
+REPO = Path(__file__).resolve().parents[2]
+RESULT_FIELDS = ("task_key", "attempt", "source", "verdict", "compiled", "correct", "error_phase", "kernel_ms",
+                 "eager_ms", "compile_ms", "speedup_vs_eager", "speedup_vs_compile", "reward", "solution_path")
+
+
+def make_folder(root: Path) -> Path:
+    write_solution(root, "level1/1", fake_solution(0.5))
+    for sample, text in ((0, fake_solution(no_compile=True)), (1, fake_solution(0.8))):
+        (root / f"level_1_problem_3_sample_{sample}_kernel.py").write_text(text)
+    (root / "level2" / "1").mkdir(parents=True)                     # malformed: no model_new.py
+    write_solution(root, "level2/2", fake_solution(1.0))            # the task itself is broken
+    # level1/2: no solution at all
+    return root
+
+
+def spec(tmp_path, out="run", **overrides) -> RunSpec:
+    kb = make_kernelbench(tmp_path / "kb")
+    settings = dict(out=tmp_path / out, tasks=select_tasks(kernelbench=kb), config=EvalConfig(backend="cpu"),
+                    quiet=True, report=False)
+    settings.update(overrides)
+    return RunSpec(**settings)
+
+
+def results(run_dir: Path) -> list[tuple]:
+    store = RunStore.existing(run_dir)
+    try:
+        return [tuple(getattr(a, f) for f in RESULT_FIELDS) for a in store.attempts()]
+    finally:
+        store.close()
+
+
+def test_every_verdict_is_recorded_and_reported(tmp_path):
+    folder = make_folder(tmp_path / "solutions")
+    evaluator = FakeEvaluator()
+    outcome = run_folder(spec(tmp_path, report=True), folder, evaluator)
+    assert outcome.left == 0 and outcome.report[1].is_file()
+    rows = {(r[0], r[1]): r for r in results(outcome.run_dir)}
+    assert {k: r[3] for k, r in rows.items()} == {
+        ("level1/1", 0): "correct", ("level1/2", 0): "missing", ("level1/3", 0): "compile_error",
+        ("level1/3", 1): "correct", ("level2/1", 0): "malformed", ("level2/2", 0): "task_error"}
+    assert rows[("level1/3", 1)][2] == "sample 1" and rows[("level1/1", 0)][-1] == str(folder / "level1" / "1.py")
+    assert len(evaluator.calls) == 4   # missing and malformed never reach the evaluator
+
+    run = load_run(outcome.run_dir)
+    level1, level2, overall = run.metrics
+    assert (level1.tasks, level1.correct, level1.pass_rate) == (3, 2, 2 / 3)
+    assert (level2.tasks, level2.broken, level2.pass_rate) == (1, 1, 0.0)
+    assert overall.tasks == 4 and overall.broken == 1
+    [session] = run.sessions
+    assert session["status"] == "finished" and session["environment"]["torch"]
+    assert session["config"]["backend"] == "cpu"
+
+
+def test_out_of_memory_beside_others_is_evaluated_again_alone(tmp_path):
+    folder = tmp_path / "solutions"
+    write_solution(folder, "level1/2", fake_solution(0.5, big=True))
+    write_solution(folder, "level1/3", fake_solution(0.5))
+    evaluator = FakeEvaluator(delay=0.3)
+    kb = make_kernelbench(tmp_path / "kb")
+    outcome = run_folder(spec(tmp_path, tasks=select_tasks(kernelbench=kb, tasks="level1/2-3")), folder, evaluator)
+    assert [r[3] for r in results(outcome.run_dir)] == ["correct", "correct"]
+    assert [name for name, _ in evaluator.calls] == ["level1/2_ReLU", "level1/3_Sigmoid", "level1/2_ReLU"]
+
+
+def test_time_boxed_run_resumes_and_refuses_other_settings(tmp_path):
+    folder = make_folder(tmp_path / "solutions")
+    evaluator = FakeEvaluator()
+    stopped = run_folder(spec(tmp_path, max_minutes=1e-9), folder, evaluator)   # time is up at once
+    assert stopped.left == 6 and not results(stopped.run_dir) and not evaluator.calls
+    with pytest.raises(RunConflict, match="--resume"):
+        run_folder(spec(tmp_path), folder, evaluator)
+    with pytest.raises(RunConflict, match="protocol"):
+        run_folder(spec(tmp_path, resume=True, config=EvalConfig(backend="cpu", protocol="published")), folder,
+                   evaluator)
+    resumed = run_folder(spec(tmp_path, resume=True), folder, evaluator)
+    assert resumed.left == 0 and len(results(resumed.run_dir)) == 6 and len(evaluator.calls) == 4
+    again = run_folder(spec(tmp_path, resume=True), folder, evaluator)           # nothing left to do
+    assert again.left == 0 and len(evaluator.calls) == 4
+    assert [s["status"] for s in load_run(again.run_dir).sessions] == ["stopped", "finished", "finished"]
+
+    # a solution changed since: only that entry is scored again
+    write_solution(folder, "level1/1", fake_solution(0.25))
+    (folder / "level_1_problem_3_sample_1_kernel.py").unlink()
+    run_folder(spec(tmp_path, resume=True), folder, evaluator)
+    assert len(evaluator.calls) == 4     # same label (1.py): recorded, not re-run
+    assert [(r[0], r[1]) for r in results(again.run_dir)].count(("level1/3", 1)) == 0   # a removed sample goes
+
+
+KILLABLE = textwrap.dedent("""
+    import sys
+    from pathlib import Path
+    from cuda_agent.bench.runner import RunSpec, run_folder
+    from cuda_agent.bench.selection import select_tasks
+    from cuda_agent.env.config import EvalConfig
+    from tests.bench.helpers import FakeEvaluator
+
+    kb, folder, out, resume = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3]), sys.argv[4] == "1"
+    evaluator = FakeEvaluator(delay=float(sys.argv[5]))
+    evaluator.capacity = 1
+    run_folder(RunSpec(out, select_tasks(kernelbench=kb), EvalConfig(backend="cpu"), resume, quiet=True,
+                       report=False), folder, evaluator)
+    print("evaluations", len(evaluator.calls))
+""")
+
+
+def test_killed_run_resumes_to_identical_results(tmp_path):
+    folder = make_folder(tmp_path / "solutions")
+    kb = make_kernelbench(tmp_path / "kb")
+    script = tmp_path / "killable.py"
+    script.write_text(KILLABLE)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / "src"), os.environ.get("PYTHONPATH", "")]))
+
+    def run(out, resume, delay, **kwargs):
+        return subprocess.Popen([sys.executable, str(script), str(kb), str(folder), str(out), "1" if resume else "0",
+                                 str(delay)], cwd=REPO, env=env, stdout=subprocess.PIPE, text=True, **kwargs)
+
+    straight = run(tmp_path / "straight", False, 0.0)
+    assert "evaluations 4" in straight.communicate(timeout=300)[0]
+
+    victim = run(tmp_path / "killed", False, 1.5)
+    db = tmp_path / "killed" / "bench.sqlite"
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline:          # wait until some, not all, attempts are recorded
+        if db.is_file():
+            with sqlite3.connect(db) as conn:
+                try:
+                    done = conn.execute("SELECT COUNT(*) FROM attempts WHERE verdict IN "
+                                        "('correct', 'compile_error')").fetchone()[0]
+                except sqlite3.OperationalError:
+                    done = 0
+            if done >= 1:
+                break
+        time.sleep(0.1)
+    victim.send_signal(signal.SIGKILL)
+    victim.wait()
+    partial = results(tmp_path / "killed")
+    assert 0 < len(partial) < 6
+
+    resumed = run(tmp_path / "killed", True, 0.0)
+    output = resumed.communicate(timeout=300)[0]
+    evaluated = int(output.split("evaluations")[1])
+    assert evaluated < 4                        # what was recorded before the kill is not evaluated again
+    assert results(tmp_path / "killed") == results(tmp_path / "straight")
+    sessions = load_run(tmp_path / "killed").sessions
+    assert [s["status"] for s in sessions] == ["running", "finished"]   # the killed session never closed
+
+
+def test_cli_scores_a_folder_for_real_on_cpu(tmp_path, cache_dir):
+    """The command with the real environment: one honest workspace solution (the example's C++ kernel),
+    one task without a solution, one malformed solution folder."""
+    from cuda_agent.env.sandbox import sandbox_available
+
+    kb = make_kernelbench(tmp_path / "kb")
+    folder = tmp_path / "solutions"
+    example_cpu_solution(folder, "level1/1")
+    (folder / "level2" / "1" / "kernels").mkdir(parents=True)
+    args = [sys.executable, "-m", "cuda_agent.cli", "bench", "--solutions", str(folder), "--kernelbench", str(kb),
+            "--tasks", "level1/1-2,level2/1", "--backend", "cpu", "--iters", "3", "--trials", "2",
+            "--no-compile-baseline", "--cache-dir", str(cache_dir), "--out", str(tmp_path / "run"), "--quiet"]
+    args += [] if sandbox_available()[0] else ["--no-sandbox"]
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr
+    verdicts = {s.key: (s.verdict, s.best.speedup_vs_eager) for s in load_run(tmp_path / "run").scores}
+    assert verdicts["level1/2"] == ("missing", None) and verdicts["level2/1"][0] == "malformed"
+    assert verdicts["level1/1"][0] == "correct" and verdicts["level1/1"][1] > 0
+    assert "wrote" in proc.stdout and (tmp_path / "run" / "report.html").is_file()

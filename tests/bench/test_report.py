@@ -1,0 +1,83 @@
+"""Reports: Markdown with its figures, a self-contained HTML page that parses, links that resolve,
+the published figures labelled as such, and runs compared side by side."""
+
+import base64
+from html.parser import HTMLParser
+from pathlib import Path
+
+from cuda_agent.bench.published import PUBLISHED
+from cuda_agent.bench.report import write_report
+from cuda_agent.bench.runner import run_folder
+from tests.bench.helpers import FakeEvaluator, fake_solution, write_solution
+from tests.bench.test_folder import make_folder, spec
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+class Page(HTMLParser):
+    """Collects what a browser would need: images, links, tables; fails on unbalanced tags."""
+
+    VOID = {"meta", "img", "br", "hr", "link", "input"}
+
+    def __init__(self):
+        super().__init__()
+        self.images, self.links, self.tables, self.stack, self.text = [], [], 0, [], []
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if tag == "img":
+            self.images.append(attrs["src"])
+        if tag == "a":
+            self.links.append(attrs["href"])
+        if tag == "table":
+            self.tables += 1
+        if tag not in self.VOID:
+            self.stack.append(tag)
+
+    def handle_endtag(self, tag):
+        assert self.stack and self.stack.pop() == tag, f"unbalanced </{tag}>"
+
+    def handle_data(self, data):
+        self.text.append(data)
+
+
+def test_report_html_markdown_and_comparison(tmp_path):
+    folder = make_folder(tmp_path / "solutions")
+    mine = run_folder(spec(tmp_path, out="mine"), folder, FakeEvaluator()).run_dir
+    other_folder = tmp_path / "other"
+    write_solution(other_folder, "level1/1", fake_solution(2.0))   # slower than eager
+    write_solution(other_folder, "level1/2", fake_solution(0.4))
+    theirs = run_folder(spec(tmp_path, out="theirs"), other_folder, FakeEvaluator()).run_dir
+
+    out = tmp_path / "report"
+    md, page = write_report(mine, [theirs], out)
+    html = Page()
+    html.feed(page.read_text())
+    html.close()
+    assert not html.stack                                        # every tag closed
+    assert html.tables >= 5
+    figures = [src for src in html.images if src.startswith("data:image/png;base64,")]
+    assert len(figures) == len(html.images) == 2                 # speedup distribution and fast_p, embedded
+    assert all(base64.b64decode(src.split(",", 1)[1]).startswith(PNG_MAGIC) for src in figures)
+    text = " ".join(html.text)
+    assert "mine" in text and "theirs" in text and "fast_1.5" in text
+    assert all(p.label in text for p in PUBLISHED) and "not measured here" in text
+    solution_links = [href for href in html.links if href.endswith(".py") or "solutions" in href]
+    assert solution_links and all((out / href).resolve().exists() for href in solution_links)
+
+    markdown = md.read_text()
+    pngs = [line.split("](", 1)[1].rstrip(")") for line in markdown.splitlines() if line.startswith("![")]
+    assert len(pngs) == 2 and all((out / p).read_bytes().startswith(PNG_MAGIC) for p in pngs)
+    assert "| level1 |" not in markdown or "| mine | level1 |" in markdown   # one row per run and group
+    assert "| theirs | overall |" in markdown
+    # the per-task table puts the other run's speedups beside ours: level1/2 is missing in mine, 5.00x in theirs
+    row = next(line for line in markdown.splitlines() if line.startswith("| level1/2 |"))
+    assert "missing" in row and "5.00x / 3.75x" in row
+
+
+def test_report_of_a_run_in_progress(tmp_path):
+    """A report can be written while nothing is scored yet (pending tasks, no figures of speedups)."""
+    folder = make_folder(tmp_path / "solutions")
+    stopped = run_folder(spec(tmp_path, max_minutes=1e-9), folder, FakeEvaluator()).run_dir
+    md, page = write_report(stopped)
+    assert "pending" in md.read_text() and Path(page).stat().st_size > 0

@@ -1,0 +1,48 @@
+"""EvalPool pipelining: several evaluations in flight per GPU, spread over GPUs first, spare worker
+pairs sized to what a GPU has in flight (a stand-in for `evaluate`; no GPU needed)."""
+
+import asyncio
+import threading
+import time
+
+from cuda_agent.env import pool as pool_module
+from cuda_agent.env.config import EvalConfig
+from cuda_agent.env.pool import EvalPool
+from cuda_agent.env.result import EvalResult
+from cuda_agent.tasks import Solution, Task
+
+
+class Recorder:
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.running: dict = {}
+        self.most: dict = {}
+        self.calls: list = []
+
+    def __call__(self, task, solution, config, gpu=None):
+        with self.lock:
+            self.running[gpu] = self.running.get(gpu, 0) + 1
+            self.most[gpu] = max(self.most.get(gpu, 0), self.running[gpu])
+            self.calls.append((gpu, config.prewarm))
+        time.sleep(0.2)
+        with self.lock:
+            self.running[gpu] -= 1
+        return EvalResult(task=task.name, backend=config.backend)
+
+
+def test_per_device_pipelining_and_prewarm(monkeypatch):
+    recorder = Recorder()
+    monkeypatch.setattr(pool_module, "evaluate", recorder)
+    pool = EvalPool(EvalConfig(backend="cuda", prewarm=True), gpus=[0, 1], per_device=3)
+    assert pool.capacity == 6 and pool.slots[:2] == [0, 1]   # the first jobs go to different GPUs
+    jobs = [(Task(f"t{i}", "code"), Solution.from_code("")) for i in range(12)]
+    results = asyncio.run(pool.evaluate_many(jobs))
+    assert [r.task for r in results] == [f"t{i}" for i in range(12)]
+    assert recorder.most == {0: 3, 1: 3}
+    assert {prewarm for _, prewarm in recorder.calls} == {3}   # spare pairs cover every evaluation in flight
+    assert [gpu for gpu, _ in recorder.calls[:2]] == [0, 1]
+
+    cpu = EvalPool(EvalConfig(backend="cpu"), cpu_slots=2)
+    assert cpu.per_device == 1 and cpu.capacity == 2
+    explicit = EvalPool(EvalConfig(backend="cuda", prewarm=5), gpus=[0], per_device=2)
+    assert explicit._sized(explicit.config).prewarm == 5   # more spares than slots, when asked, stay
