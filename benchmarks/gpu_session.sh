@@ -21,8 +21,8 @@ for step in $STEPS; do
   case $step in
     setup)
       cat "$OUT/machine.txt"
-      run doctor 120 cli doctor --backend cuda
-      run warm 300 cli cache warm --backend cuda ;;
+      run doctor 120 python3 -m cuda_agent.cli doctor --backend cuda
+      run warm 300 python3 -m cuda_agent.cli cache warm --backend cuda ;;
     tests)
       CUDA_AGENT_GPU_REPORT="$OUT/gpu_results.jsonl" run tests 420 \
         python3 -m pytest -m gpu -p no:cacheprovider -q -rA tests/gpu --ignore=tests/gpu/hacks ;;
@@ -32,6 +32,8 @@ for step in $STEPS; do
     resilience)
       CUDA_AGENT_GPU_REPORT="$OUT/gpu_results.jsonl" TAIL=8 run resilience 300 \
         python3 -m pytest -m gpu -p no:cacheprovider -q -rA -s tests/gpu/hacks -k hundred ;;
+    diag)   # the GPU diagnostics under benchmarks/diag/
+      run diag 150 bash -c 'for f in benchmarks/diag/*.py; do echo "== $f"; python3 "$f"; done' ;;
     fidelity)
       run fidelity 420 python3 benchmarks/timing_fidelity.py --runs "${RUNS:-10}" --kernelbench .kb \
         --json "$OUT/fidelity.json" ;;

@@ -51,6 +51,22 @@ def test_library_compute_past_the_dispatcher_is_refused_at_link_time(cache_dir, 
         assert symbol in result.error.message, f"{name}: {symbol} not named in {result.error.message}"
 
 
+def test_imports_the_toolchain_brings_are_exempt_only_outside_the_solutions_own_code(cache_dir):
+    """A compiler wrapper that links libstdc++ statically makes every library import `syscall`; the
+    library's imports are checked less the toolchain's own, while the objects compiled from the
+    solution's sources still answer for everything they call."""
+    from cuda_agent.env.compiler import build_extension
+    from cuda_agent.env.symbols import check_library, check_symbol, toolchain_imports
+
+    probe = toolchain_imports("cpu", str(cache_dir / "build"))
+    assert probe and not [s for s in probe if check_symbol(s)], "this machine's toolchain imports nothing refused"
+    report = build_extension("got_clock_only", link_file("got_clock.cpp"), "cpu", cache_dir / "build")
+    brought = frozenset({"mprotect", "dl_iterate_phdr"})   # as if the toolchain had brought them
+    assert {f.symbol for f in check_library(report.path)} >= brought
+    assert not check_library(report.path, exempt=brought)
+    assert {f.symbol for f in check_library(report.path, report.objects, exempt=brought)} >= brought
+
+
 def test_hashing_the_inputs_to_memoise_never_pays(cache_dir, record):
     """C++ memoisation keyed by the input's contents: every call draws fresh inputs from a seed the
     harness sends when the call starts, so the memo never hits and the kernel is timed honestly."""

@@ -229,14 +229,17 @@ def header_ready(backend: str, cache_dir: Path) -> bool:
 
 def prepare_toolchain(backend: str, cache_dir: Path) -> Path:
     """Build what every evaluation needs once per toolchain, now and side by side, so no evaluation
-    waits for it: the precompiled torch header and the harness's guard library. Returns the header."""
+    waits for it: the precompiled torch header, the harness's guard library and the toolchain's own
+    imports (the link check's baseline). Returns the header."""
     from concurrent.futures import ThreadPoolExecutor
 
     from cuda_agent.env.guard import build_guard
+    from cuda_agent.env.symbols import toolchain_imports
 
     with ThreadPoolExecutor(max_workers=2) as pool:
         guard = pool.submit(build_guard, Path(cache_dir))
         header = _pch(toolchain(backend), Path(cache_dir))
+        toolchain_imports(backend, str(cache_dir))
         guard.result()
     return header
 
@@ -246,6 +249,7 @@ class BuildReport:
     path: Path                  # the built .so
     compiled: list[str]         # units compiled this time (others came from the cache)
     cached: list[str]
+    objects: tuple[Path, ...] = ()   # the objects compiled from the solution's own sources
 
 
 def build_extension(name: str, files: dict[str, str], backend: str, cache_dir: Path, *,
@@ -357,7 +361,7 @@ def build_extension(name: str, files: dict[str, str], backend: str, cache_dir: P
             tmp_dir.rename(lib_dir)
         except OSError:
             shutil.rmtree(tmp_dir, ignore_errors=True)
-    return BuildReport(so, compiled, cached)
+    return BuildReport(so, compiled, cached, tuple(Path(o) for o in objs))
 
 
 def build_native_library(name: str, source: str, cache_dir: Path, timeout: float | None = 600) -> Path:

@@ -243,13 +243,15 @@ class _Evaluation:
     def _build(self, name: str, files: dict, **flags) -> Path:
         """Build for the solution (harness side) and check what the library links against."""
         from cuda_agent.env.compiler import BuildError, build_extension
-        from cuda_agent.env.symbols import ToolMissing, check_library
+        from cuda_agent.env.symbols import ToolMissing, check_library, toolchain_imports
 
-        so = build_extension(name, files, self.backend, Path(self.config.cache_dir) / "build",
-                             max_jobs=self.config.max_jobs, timeout=self.config.timeout_compile, **flags).path
+        build_cache = Path(self.config.cache_dir) / "build"
+        report = build_extension(name, files, self.backend, build_cache,
+                                 max_jobs=self.config.max_jobs, timeout=self.config.timeout_compile, **flags)
+        so = report.path
         if self.config.guard:
             try:
-                findings = check_library(so)
+                findings = check_library(so, report.objects, toolchain_imports(self.backend, str(build_cache)))
             except ToolMissing as exc:
                 raise BuildError(str(exc)) from None
             if findings:

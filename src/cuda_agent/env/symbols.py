@@ -15,6 +15,12 @@ built for a solution (`nm -D`) and refuses, naming the symbol:
   `dl_iterate_phdr`, `mprotect`, `ptrace`, `process_vm_*`, raw `syscall` (and the `syscall`
   instruction itself, found by disassembling the library's code).
 
+What the toolchain links in by itself is not the solution's: a compiler wrapper that links
+libstdc++ statically (seen on a GPU machine) makes every library import `syscall` (libstdc++'s
+futex waits). So the library's imports are checked less those of a minimal extension built with the
+same toolchain (`toolchain_imports`), and the objects compiled from the solution's own sources are
+checked in full, so its own code is held to every rule whatever the toolchain brings.
+
 Allocation, tensor metadata, streams, `TORCH_CHECK`, custom operators (`torch::Library`), pybind11,
 cuBLAS, cuDNN and the CUDA runtime stay allowed, as do ATen's handle getters for them.
 """
@@ -87,12 +93,12 @@ def _is_operator_kernel(function: str) -> bool:
     return function in names or base in names or base.rstrip("_") in names
 
 
-def undefined_symbols(library: Path) -> list[str]:
-    """The library's undefined dynamic symbols, demangled."""
+def undefined_symbols(library: Path, dynamic: bool = True) -> list[str]:
+    """The undefined symbols of a shared library (its dynamic imports) or of an object file, demangled."""
     nm = shutil.which("nm")
     if nm is None:
         raise ToolMissing("`nm` (binutils) is needed to check built libraries: apt-get install binutils")
-    out = subprocess.run([nm, "-D", "--undefined-only", "-C", str(library)], capture_output=True, text=True,
+    out = subprocess.run([nm, *(["-D"] if dynamic else []), "--undefined-only", "-C", str(library)], capture_output=True, text=True,
                          timeout=120)
     if out.returncode != 0:
         raise ToolMissing(f"nm could not read {library.name}: {out.stderr.strip()[:200]}")
@@ -130,15 +136,47 @@ def has_syscall_instruction(library: Path) -> bool:
 
 
 @lru_cache(maxsize=4096)
-def _check_cached(path: str, size: int, mtime_ns: int) -> tuple[Finding, ...]:
+def _check_cached(path: str, size: int, mtime_ns: int, dynamic: bool,
+                  exempt: frozenset[str]) -> tuple[Finding, ...]:
     library = Path(path)
-    findings = [Finding(s, why) for s in undefined_symbols(library) if (why := check_symbol(s))]
+    findings = [Finding(s, why) for s in undefined_symbols(library, dynamic) if s not in exempt
+                and (why := check_symbol(s))]
     if has_syscall_instruction(library):
         findings.append(Finding("syscall", "the library's code issues system calls itself"))
     return tuple(findings)
 
 
-def check_library(library: Path) -> list[Finding]:
-    """Every refused import of a built library (empty when it is clean)."""
-    stat = Path(library).stat()
-    return list(_check_cached(str(library), stat.st_size, stat.st_mtime_ns))
+def _check_file(path: Path, dynamic: bool, exempt: frozenset[str] = frozenset()) -> list[Finding]:
+    stat = Path(path).stat()
+    return list(_check_cached(str(path), stat.st_size, stat.st_mtime_ns, dynamic, exempt))
+
+
+_MINIMAL_SOURCES = {
+    "cpu": {"binding.cpp": "#include <torch/extension.h>\n"
+                           "torch::Tensor twice(torch::Tensor x) { return x; }\n"
+                           "PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def(\"twice\", &twice); }\n"},
+}
+_MINIMAL_SOURCES["cuda"] = {
+    **_MINIMAL_SOURCES["cpu"],
+    "kernel.cu": "#include <cuda_runtime.h>\n__global__ void noop(float* x) { x[threadIdx.x] += 1.f; }\n"
+                 "void launch_noop(float* x) { noop<<<1, 32>>>(x); }\n",
+}
+
+
+@lru_cache(maxsize=None)
+def toolchain_imports(backend: str, cache_dir: str) -> frozenset[str]:
+    """What a minimal extension built by this machine's toolchain imports on its own."""
+    from cuda_agent.env.compiler import build_extension
+
+    report = build_extension("toolchain_probe", _MINIMAL_SOURCES[backend], backend, Path(cache_dir))
+    return frozenset(undefined_symbols(report.path))
+
+
+def check_library(library: Path, objects=(), exempt: frozenset[str] = frozenset()) -> list[Finding]:
+    """Every refused import of a built library (empty when it is clean): the library's imports less
+    `exempt` (what the toolchain brings, `toolchain_imports`), and every import of `objects`."""
+    findings = _check_file(Path(library), True, frozenset(exempt))
+    seen = {f.symbol for f in findings}
+    for obj in objects:
+        findings += [f for f in _check_file(Path(obj), False) if f.symbol not in seen and not seen.add(f.symbol)]
+    return findings

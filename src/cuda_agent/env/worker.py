@@ -322,9 +322,12 @@ class _Candidate:
                                                 "(after it returned or before the next call); all work must "
                                                 "finish inside forward")
         null = bool(cmd.get("null"))
+        trace = _CallTrace() if _TRACE_CALLS else None
         inputs = draw_inputs(self.task_module, cmd["seed"], self.device, cmd.get("transform"))
         sentinel = InputSentinel(inputs, full=bool(cmd.get("save")))   # verification calls: bit for bit
+        trace and trace.lap("draw", self.device)
         poison_allocator(self.device)
+        trace and trace.lap("poison", self.device)
         fn = self._empty_forward if null else self.model
         threads_before = python_threads()
         calls_before = COUNTER.calls
@@ -344,9 +347,13 @@ class _Candidate:
         finally:
             if self.guard is not None:
                 self.guard.end()
+        trace and trace.lap("timed", self.device)
         timing.device_synchronize(self.device)   # nothing of this call may run while the judge times
         calls, problem = self._inspect(out, inputs, calls_before, threads_before, sentinel)
         self.threads.mark()
+        if trace:
+            trace.lap("inspect", self.device)
+            print(f"call trace {'null' if null else 'real'} ms={ms:.3f} {trace}", file=sys.stderr, flush=True)
         if null:   # the same reply as a real call's (its size is part of the overhead measured)
             return {"ok": True, "ms": ms, "samples": samples, "calls": calls}
         if problem is not None:
@@ -409,6 +416,26 @@ class _Candidate:
         if self.cfg["guard"] and steady and any(c != steady[0] for c in steady):
             raise Rejected("behaviour-changed", f"forward called its kernels {steady[-1]} times in one call and "
                                                 f"{steady[0]} times in another: every call must do the same work")
+
+
+# CUDA_AGENT_TRACE_CALLS=1: each call's steps and their wall times on the worker's log (diagnosis
+# of the harness's own overhead; the harness never reads it)
+_TRACE_CALLS = os.environ.get("CUDA_AGENT_TRACE_CALLS") == "1"
+
+
+class _CallTrace:
+    def __init__(self):
+        self.start = self.last = timing._perf_counter()
+        self.laps = []
+
+    def lap(self, name, device):
+        timing.device_synchronize(device)
+        now = timing._perf_counter()
+        self.laps.append(f"{name}={(now - self.last) * 1e3:.3f}")
+        self.last = now
+
+    def __str__(self):
+        return " ".join(self.laps) + f" total={(self.last - self.start) * 1e3:.3f}"
 
 
 def _tensors(value):

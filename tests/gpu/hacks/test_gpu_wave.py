@@ -16,7 +16,7 @@ from cuda_agent.tasks import Solution, load_task
 from tests.env.helpers import example_solution, example_task
 from tests.gpu.helpers import workspace
 from tests.gpu.hacks.test_gpu_hacks import config, cu
-from tests.hacks.cases import assert_accepted, assert_rejected, gemm_task
+from tests.hacks.cases import TASKS, assert_accepted, assert_rejected, gemm_task
 from tests.hacks.cases_wave import WATCH_BY_MODE_STACK
 
 pytestmark = pytest.mark.gpu
@@ -43,12 +43,13 @@ def hinge(forward: str, header: str = "") -> Solution:
 
 def test_honest_tf32_gemm_within_tolerance(cache_dir):
     """cuBLAS in TF32 tensor-op mode: about 1e-3 relative error, inside the published tolerance and
-    the strict one (whose absolute part follows the output's scale on the structured sets)."""
+    the strict one on outputs of unit scale. (On raw randn inputs with K=384 the outputs' scale is
+    about 20 and TF32's error about 0.02: outside KernelBench's own atol of 1e-2 as well.)"""
     files = dict(workspace("gemm", "level1_matmul.py").files)
     files["kernels/gemm.cu"] = files["kernels/gemm.cu"].replace(
         "if (!h) cublasCreate(&h);", "if (!h) { cublasCreate(&h); cublasSetMathMode(h, CUBLAS_TF32_TENSOR_OP_MATH); }")
     assert "CUBLAS_TF32_TENSOR_OP_MATH" in files["kernels/gemm.cu"]
-    result = evaluate(gemm_task(), Solution(files), config(cache_dir))
+    result = evaluate(load_task(TASKS / "gemm_unit_scale.py"), Solution(files), config(cache_dir))
     _record("honest_tf32_gemm", "honest", result)
     assert_accepted(result)
     assert max(result.max_abs_error) > 1e-5   # it really computed in reduced precision
