@@ -4,6 +4,7 @@ tests/fresh), every command is in the table, and the Python examples run as writ
 from __future__ import annotations
 
 import re
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,8 @@ def quick_start_command() -> str:
 
 
 def python_blocks(path: Path) -> list[str]:
-    return re.findall(r"```python\n(.*?)```", path.read_text(), re.S)
+    # blocks nested in a list item are indented as a whole
+    return [textwrap.dedent(b) for b in re.findall(r"```python\n(.*?)```", path.read_text(), re.S)]
 
 
 def test_quick_start_is_one_command_that_sets_up_and_evaluates():
