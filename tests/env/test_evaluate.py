@@ -25,6 +25,17 @@ def test_honest_workspace_solution_is_correct_and_timed(cache_dir):
     assert set(result.phase_seconds) >= {"compile", "verify", "profile", "baselines"}
 
 
+def test_a_relative_cache_folder_works(cache_dir, monkeypatch):
+    """Compilers run in the build's own folder: a cache given relative to the caller's folder (as
+    `--cache-dir .cache` is) must still be found there."""
+    monkeypatch.chdir(cache_dir.parent)
+    config = cpu_config(cache_dir.name, baselines=False)
+    assert config.cache_dir == cache_dir.absolute()
+    result = evaluate(example_task(), cpu_workspace(), config)
+    assert result.error is None, result.error
+    assert result.correct
+
+
 def test_honest_single_file_load_inline_solution(cache_dir):
     solution = load_solution(EXAMPLES / "solution_cpu_inline.py")
     result = evaluate(example_task(), solution, cpu_config(cache_dir, baselines=False))

@@ -86,6 +86,8 @@ class EvalConfig:
             need(name, number(getattr(self, name), 0, strict=False), "must be a number of at least 0")
         for name in ("profile_budget_s", "timeout_compile", "timeout_reference", "timeout_verify", "timeout_profile"):
             need(name, number(getattr(self, name), 0, strict=True), "must be a number of seconds above 0")
+        # absolute: compilers run in the build's own folder, where a relative cache path names nothing
+        self.cache_dir = Path(self.cache_dir).expanduser().absolute()
 
     def resolved_backend(self) -> str:
         return self.backend or detect_backend()

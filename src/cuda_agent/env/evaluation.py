@@ -20,6 +20,7 @@ becomes an `EvalResult` with the phase that failed and a message an LLM can act 
 
 from __future__ import annotations
 
+import os
 import random
 import secrets
 import shutil
@@ -611,7 +612,10 @@ class _Evaluation:
 
     def _kill_candidate(self) -> None:
         """Nothing of the candidate's is alive from here on (its sandbox's PID namespace goes with it)."""
-        self.result.log = self.candidate.log_tail()
+        if os.environ.get("CUDA_AGENT_TRACE_CALLS") == "1":   # the per-call traces, both workers'
+            self.result.log = self.candidate.log_tail(400_000) + (self.judge.log_tail(400_000) if self.judge else "")
+        else:
+            self.result.log = self.candidate.log_tail()
         self.candidate.kill()
         self.candidate = None
 

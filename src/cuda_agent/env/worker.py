@@ -119,9 +119,11 @@ class _Judge:
 
         seed, transform = cmd["seed"], cmd.get("transform")
         answer: dict = {}
+        trace = _CallTrace() if _TRACE_CALLS else None
         with torch.no_grad():
             try:
                 inputs = draw_inputs(self.module, seed, self.device, transform)
+                trace and trace.lap("draw", self.device)
                 if cmd.get("time"):
                     answer["eager_ms"], reference, _ = timing.time_once(self.model, inputs, self.device, self.flush)
                     if cmd.get("compile") and self.compiled is not None:
@@ -131,6 +133,7 @@ class _Judge:
                 else:
                     reference = self.model(*inputs)
                 del inputs
+                trace and trace.lap("reference", self.device)
             except Exception as exc:
                 if transform:   # the reference is not defined on this structured set: nothing to compare
                     return {"ok": True, "skipped": f"the reference fails on it ({type(exc).__name__})"}
@@ -146,6 +149,7 @@ class _Judge:
             except Exception as exc:
                 return {"ok": False, "max_abs_error": float("inf"), "message": f"candidate output unreadable: {exc}",
                         **answer}
+            trace and trace.lap("load", self.device)
             verdict = compare_outputs(reference, candidate, self.tol)
             if verdict.ok and cmd.get("dependence"):
                 self.dependence.add(reference, candidate)
@@ -154,6 +158,10 @@ class _Judge:
             verdict = compare_samples(reference, compare["samples"], self.tol)
         else:
             return {"ok": True, **answer}
+        if trace:
+            trace.lap("compare", self.device)
+            kind = "whole" if "path" in compare else "timed" if cmd.get("time") else "sampled"
+            print(f"judge trace {kind} {transform or ''} {trace}", file=sys.stderr, flush=True)
         return {"ok": verdict.ok, "max_abs_error": verdict.max_abs_error, "message": verdict.message,
                 "rule": verdict.rule, "nonfinite": verdict.nonfinite,
                 "fp32_relative_error": verdict.fp32_relative_error, **answer}
