@@ -177,10 +177,12 @@ def test_cli_scores_a_folder_for_real_on_cpu(tmp_path, cache_dir):
     (folder / "level2" / "1" / "kernels").mkdir(parents=True)
     args = [sys.executable, "-m", "cuda_agent.cli", "bench", "--solutions", str(folder), "--kernelbench", str(kb),
             "--tasks", "level1/1-2,level2/1", "--backend", "cpu", "--iters", "3", "--trials", "2",
-            "--no-compile-baseline", "--cache-dir", str(cache_dir), "--out", str(tmp_path / "run"), "--quiet"]
+            "--no-compile-baseline", "--cache-dir", str(cache_dir), "--out", str(tmp_path / "run"), "--quiet",
+            "--verify", "published"]
     args += [] if sandbox_available()[0] else ["--no-sandbox"]
     proc = subprocess.run(args, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr
+    assert "| published |" in (tmp_path / "run" / "report.md").read_text()   # the protocol, recorded
     verdicts = {s.key: (s.verdict, s.best.speedup_vs_eager) for s in load_run(tmp_path / "run").scores}
     assert verdicts["level1/2"] == ("missing", None) and verdicts["level2/1"][0] == "malformed"
     assert verdicts["level1/1"][0] == "correct" and verdicts["level1/1"][1] > 0

@@ -62,7 +62,7 @@ def _config(backend, protocol, trials, iters, no_compile_baseline, no_sandbox, c
     if backend not in ("cuda", "cpu"):
         _fail(f"--backend must be cuda or cpu, not {backend!r}")
     if protocol not in ("strict", "published"):
-        _fail(f"--protocol must be strict or published, not {protocol!r}")
+        _fail(f"--verify must be strict or published, not {protocol!r}")
     config = EvalConfig(backend=backend, protocol=protocol, num_correct_trials=trials, iters=iters,
                         compile_baseline=not no_compile_baseline, sandbox="none" if no_sandbox else "auto",
                         prewarm=prewarm)
@@ -176,7 +176,9 @@ def register(app: typer.Typer) -> None:
         resume: bool = typer.Option(False, help="Continue the run in --out; nothing recorded is run again."),
         retry_failed: bool = typer.Option(False, help="With --resume: run again attempts that failed on our side "
                                                       "or the endpoint's (internal_error, episode_failed)."),
-        protocol: str = typer.Option("strict", help="strict (ours) or published (KernelBench's and the paper's)."),
+        protocol: str = typer.Option("strict", "--verify", "--protocol",
+                                     help="strict (ours) or published (KernelBench's and the paper's), as "
+                                          "`eval --verify`."),
         trials: int = typer.Option(5, help="Random input sets for verification."),
         iters: Optional[int] = typer.Option(None, help="Timed calls (default 100 on CUDA, 20 on CPU)."),
         no_compile_baseline: bool = typer.Option(False, help="Skip the torch.compile baseline."),
