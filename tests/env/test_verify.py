@@ -149,3 +149,22 @@ def test_output_scale_is_the_rms_of_the_finite_values_in_every_case():
     for t in (x, holes, huge, x.half()):
         assert output_scale(t) == pytest.approx(plain(t.float() if t.dtype == torch.half else t), rel=1e-5)
     assert output_scale(torch.zeros(4)) == 1.0 and output_scale(torch.full((3,), float("nan"))) == 1.0
+
+
+def test_the_all_finite_comparison_gives_the_general_paths_verdicts(monkeypatch):
+    """compare_outputs takes a shorter path when every value is finite; it must say exactly what the
+    general path says (verdict, error, message, relative error), passing and failing alike."""
+    from cuda_agent.env import verify
+
+    gen = torch.Generator().manual_seed(3)
+    cases = []
+    for dtype in (torch.float32, torch.float64, torch.float16):
+        ref = torch.randn(64, 33, generator=gen).to(dtype)
+        cases += [(ref, ref.clone()), (ref, ref + 0.004), (ref, ref * 1.05), (ref, ref + 0.5 * (ref > 1))]
+    cases.append((torch.zeros(5), torch.zeros(5)))
+    tol = Tolerance()
+    fast = [compare_outputs(r, o, tol) for r, o in cases]
+    monkeypatch.setattr(verify, "_compare_finite", lambda *args: None)
+    general = [compare_outputs(r, o, tol) for r, o in cases]
+    assert fast == general
+    assert [c.ok for c in fast].count(False) >= 4   # failures were compared too
