@@ -199,16 +199,20 @@ def _compare_tensors(ref: torch.Tensor, out: torch.Tensor, tol: Tolerance, where
     over = diff > limit
     n_over = int(over.sum())
     if n_over:
-        idx = tuple(int(i) for i in torch.nonzero(over)[0])
-        return Comparison(False, max_err,
-                          f"{where}: {n_over} of {ref.numel()} elements outside atol={atol:.3g}, rtol={rtol:g} "
-                          f"(max abs error {max_err:.4g}; first at index {list(idx)}: got {float(o[idx]):.6g}, "
-                          f"expected {float(r[idx]):.6g})")
+        return _outside(where, over, n_over, o, r, atol, rtol, max_err)
     relative = 0.0
     if ref.dtype == torch.float32:
         scale = float(r.abs().masked_fill(special, 0.0).max())
         relative = max_err / scale if scale > 0 else 0.0
     return Comparison(True, max_err, "", relative)
+
+
+def _outside(where, over, n_over, o, r, atol, rtol, max_err) -> Comparison:
+    idx = tuple(int(i) for i in torch.nonzero(over)[0])
+    return Comparison(False, max_err,
+                      f"{where}: {n_over} of {r.numel()} elements outside atol={atol:.3g}, rtol={rtol:g} "
+                      f"(max abs error {max_err:.4g}; first at index {list(idx)}: got {float(o[idx]):.6g}, "
+                      f"expected {float(r[idx]):.6g})")
 
 
 def _compare_finite(r: torch.Tensor, o: torch.Tensor, atol: float, rtol: float, where: str,
@@ -227,11 +231,7 @@ def _compare_finite(r: torch.Tensor, o: torch.Tensor, atol: float, rtol: float, 
     over = diff > magnitude.mul_(rtol).add_(atol)        # |o - r| > atol + rtol * |r|
     n_over = int(over.sum())
     if n_over:
-        idx = tuple(int(i) for i in torch.nonzero(over)[0])
-        return Comparison(False, max_err,
-                          f"{where}: {n_over} of {r.numel()} elements outside atol={atol:.3g}, rtol={rtol:g} "
-                          f"(max abs error {max_err:.4g}; first at index {list(idx)}: got {float(o[idx]):.6g}, "
-                          f"expected {float(r[idx]):.6g})")
+        return _outside(where, over, n_over, o, r, atol, rtol, max_err)
     return Comparison(True, max_err, "", max_err / scale if scale > 0 else 0.0)
 
 
