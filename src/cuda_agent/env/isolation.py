@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,6 +27,10 @@ STARTUP_TIMEOUT_S = 120.0
 def box_of(job_dir: Path) -> Path:
     """The candidate's writable folder inside a job folder."""
     return Path(job_dir) / "box"
+
+
+# how often cpu_seconds looks for the worker's thread asleep (0.1 ms apart) before reading anyway
+_SETTLE_TRIES = 50
 
 
 @dataclass
@@ -63,8 +68,18 @@ class Worker:
 
     def cpu_seconds(self) -> float | None:
         """CPU time the worker's main thread has used, from the kernel's scheduler statistics (read
-        here, out of the worker's reach; other processes on a loaded machine do not inflate it)."""
+        here, out of the worker's reach; other processes on a loaded machine do not inflate it).
+
+        The kernel brings the figure up to date when the thread stops running (and at its ticks), so
+        it is read once the thread sleeps: the worker has just answered and waits for the next command
+        (read while it still ran, the tail of its last step would count in the next one)."""
         try:
+            for _ in range(_SETTLE_TRIES):
+                with open(f"/proc/{self.main_pid}/stat") as fh:
+                    state = fh.read().rsplit(")", 1)[1].split()[0]
+                if state != "R":
+                    break
+                time.sleep(0.0001)
             with open(f"/proc/{self.main_pid}/schedstat") as fh:
                 return int(fh.read().split()[0]) / 1e9
         except (OSError, ValueError, TypeError, IndexError):

@@ -15,6 +15,7 @@ import torch
 from cuda_agent.env.result import Timing
 
 _perf_counter = time.perf_counter
+_thread_time = time.thread_time
 _cuda_sync = getattr(torch._C, "_cuda_synchronize", None)
 _EventBase = getattr(torch._C, "_CudaEventBase", None)
 if not hasattr(_EventBase, "record"):  # CPU-only builds of torch have a stub

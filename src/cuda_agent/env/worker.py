@@ -274,6 +274,7 @@ class _Candidate:
         self.task_module = None
         self.calls_per_forward: list[int] = []
         self.last_shape = None
+        self.prepared = None        # (seed, inputs, sentinel, trace) of the call about to be made
 
     # -- setup ---------------------------------------------------------------------------------
 
@@ -319,23 +320,44 @@ class _Candidate:
 
     # -- one call ------------------------------------------------------------------------------
 
-    def call(self, cmd: dict) -> dict:
-        """One call of the schedule. An empty call (`null`) goes through every step but the forward
-        itself, so the harness can tell its own overhead from the solution's time."""
-        from cuda_agent.env.guard import COUNTER, InputSentinel, Rejected, poison_allocator, python_threads
-        from cuda_agent.env.verify import take_samples
+    def prepare(self, cmd: dict) -> dict:
+        """The first half of a call: its inputs drawn and the memory poisoned, before the harness
+        starts its own clock for the call itself (drawing large inputs costs more, and varies more,
+        than many kernels take)."""
+        from cuda_agent.env.guard import InputSentinel, poison_allocator
 
-        if self.threads.worked_since_mark():
-            raise Rejected("background-thread", "a thread the solution started kept working outside forward "
-                                                "(after it returned or before the next call); all work must "
-                                                "finish inside forward")
-        null = bool(cmd.get("null"))
+        self._check_threads()
         trace = _CallTrace() if _TRACE_CALLS else None
         inputs = draw_inputs(self.task_module, cmd["seed"], self.device, cmd.get("transform"))
         sentinel = InputSentinel(inputs, full=bool(cmd.get("save")))   # verification calls: bit for bit
         trace and trace.lap("draw", self.device)
         poison_allocator(self.device)
         trace and trace.lap("poison", self.device)
+        self.prepared = (cmd["seed"], inputs, sentinel, trace)
+        self.threads.mark()
+        return {"ok": True}
+
+    def _check_threads(self) -> None:
+        from cuda_agent.env.guard import Rejected
+
+        if self.threads.worked_since_mark():
+            raise Rejected("background-thread", "a thread the solution started kept working outside forward "
+                                                "(after it returned or before the next call); all work must "
+                                                "finish inside forward")
+
+    def call(self, cmd: dict) -> dict:
+        """One call of the schedule, on the inputs `prepare` drew for its seed. An empty call (`null`)
+        goes through every step but the forward itself, so the harness can tell its own overhead
+        from the solution's time."""
+        from cuda_agent.env.guard import COUNTER, python_threads
+        from cuda_agent.env.verify import take_samples
+
+        if self.prepared is None or self.prepared[0] != cmd["seed"]:
+            self.prepare(cmd)
+        _, inputs, sentinel, trace = self.prepared
+        self.prepared = None
+        self._check_threads()
+        null = bool(cmd.get("null"))
         fn = self._empty_forward if null else self.model
         threads_before = python_threads()
         calls_before = COUNTER.calls
@@ -432,15 +454,18 @@ _TRACE_CALLS = os.environ.get("CUDA_AGENT_TRACE_CALLS") == "1"
 
 
 class _CallTrace:
+    """Wall and main-thread CPU milliseconds per step of a call."""
+
     def __init__(self):
         self.start = self.last = timing._perf_counter()
+        self.cpu_last = timing._thread_time()
         self.laps = []
 
     def lap(self, name, device):
         timing.device_synchronize(device)
-        now = timing._perf_counter()
-        self.laps.append(f"{name}={(now - self.last) * 1e3:.3f}")
-        self.last = now
+        now, cpu = timing._perf_counter(), timing._thread_time()
+        self.laps.append(f"{name}={(now - self.last) * 1e3:.3f} {name}_cpu={(cpu - self.cpu_last) * 1e3:.3f}")
+        self.last, self.cpu_last = now, cpu
 
     def __str__(self):
         return " ".join(self.laps) + f" total={(self.last - self.start) * 1e3:.3f}"
@@ -467,6 +492,8 @@ def run_candidate(chan: ChildChannel) -> None:
         try:
             if kind == "init":
                 chan.send(**candidate.init_model())
+            elif kind == "prepare":
+                chan.send(**candidate.prepare(cmd))
             elif kind == "call":
                 chan.send(**candidate.call(cmd))
             else:
