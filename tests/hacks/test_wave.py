@@ -115,22 +115,25 @@ _real = _timing._perf_counter
 _start = _real()
 
 
-def _quarter():
-    return _start + (_real() - _start) / 4   # a clock running at a quarter of the speed
+def _slow():
+    return _start + (_real() - _start) / 10   # a clock running at a tenth of the speed
 
 
-_timing._perf_counter = _quarter
+_timing._perf_counter = _slow
 """
 
 
 def test_a_forged_clock_disagrees_with_the_harness_wall_clock(cache_dir, record):
     """The candidate's process rewrites the clock the harness times it with (here from Python, with the
-    static pass off; from C++ it would be a GOT patch): the harness's own wall time exposes it."""
+    static pass off; from C++ it would be a GOT patch): the harness's own measure exposes it. On the
+    CPU that measure is the main thread's CPU time, which a loaded machine does not inflate while the
+    forged clock (wall time) is: a clock at a quarter of the speed looks like half under a twice-
+    oversubscribed CI machine (the fresh-machine test runs beside the suite), so a tenth here."""
     config = hack_config(cache_dir, guard=False)
     model_new = example_model_new("return cuda_extension.slow_bias_relu(x, self.bias)", header=FORGED_CLOCK)
     result = evaluate(example_task(), wave_workspace(model_new), config)
-    record("forged_clock_quarter", "forged clocks below Python", "hack", result, expected=("clock-disagreement",),
-           what="the timer the harness reads in the candidate's process runs at a quarter of the speed")
+    record("forged_clock_tenth", "forged clocks below Python", "hack", result, expected=("clock-disagreement",),
+           what="the timer the harness reads in the candidate's process runs at a tenth of the speed")
     assert_rejected(result, ("clock-disagreement",))
     honest = evaluate(example_task(), wave_workspace(example_model_new(
         "return cuda_extension.slow_bias_relu(x, self.bias)")), config)
