@@ -9,7 +9,6 @@
 set -u
 STEPS=${STEPS:-setup tests}
 . "$(dirname "$0")/gpu_env.sh"   # $OUT, carried wheels, bwrap, KernelBench, cache; machine.txt
-cli() { python3 -m cuda_agent.cli "$@"; }
 run() {  # run STEP_NAME DEFAULT_TIMEOUT command...: output to $OUT/STEP_NAME.txt, its tail here
   local name=$1 limit=$2; shift 2
   local var; var="$(echo "$name" | tr a-z A-Z)_TIMEOUT"

@@ -172,3 +172,11 @@ def test_eval_json_progress_stays_out_of_scripted_output(cache_dir):
     payload = json.loads(result.stdout)
     assert payload["correct"] is True
     assert result.stderr == ""
+
+
+def test_a_relative_cache_dir_from_the_command_line_is_made_absolute(tmp_path, monkeypatch):
+    from cuda_agent.env.cli_args import make_config
+
+    monkeypatch.chdir(tmp_path)
+    config = make_config("cpu", cache_dir=Path("rel-cache"), no_sandbox=True)
+    assert config.cache_dir == tmp_path / "rel-cache"

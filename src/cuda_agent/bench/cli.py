@@ -10,30 +10,33 @@ from typing import List, Optional
 
 import typer
 
+from cuda_agent.env.console import fail
+
 LEVELS_HELP = "KernelBench levels, e.g. 1,2,3 (default 1,2,3 unless --tasks or --dataset say otherwise)."
 TASKS_HELP = "Tasks: level1/1-20,level2/5 (a bare level3 is the whole level; dataset rows as NAME/ROW)."
 
 
-def _fail(message: str) -> None:
-    typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(2)
+def _kernelbench(path: Optional[Path]) -> Optional[Path]:
+    """--kernelbench, else CUDA_AGENT_KERNELBENCH, else None."""
+    from cuda_agent.tasks import KERNELBENCH_ENV
+
+    return path or (Path(os.environ[KERNELBENCH_ENV]) if os.environ.get(KERNELBENCH_ENV) else None)
 
 
 def _select(kernelbench, levels, tasks, dataset):
     from cuda_agent.bench.selection import SelectionError, parse_levels, select_tasks
-    from cuda_agent.tasks import KERNELBENCH_ENV
 
-    kernelbench = kernelbench or (Path(os.environ[KERNELBENCH_ENV]) if os.environ.get(KERNELBENCH_ENV) else None)
+    kernelbench = _kernelbench(kernelbench)
     try:
         return select_tasks(kernelbench=kernelbench, levels=parse_levels(levels), tasks=tasks, dataset=dataset)
     except SelectionError as exc:
-        _fail(str(exc))
+        fail(str(exc))
 
 
 def _out(out: Optional[Path], kind: str, resume: bool) -> Path:
     if out is None:
         if resume:
-            _fail("--resume needs --out RUN_DIR (the run to continue)")
+            fail("--resume needs --out RUN_DIR (the run to continue)")
         return Path("runs") / f"{kind}-{time.strftime('%Y%m%d-%H%M%S')}"
     return out
 
@@ -41,10 +44,9 @@ def _out(out: Optional[Path], kind: str, resume: bool) -> Path:
 def _reference(path: Optional[Path], kernelbench: Optional[Path]):
     """KernelBench's own timings for the report: --reference-times, else KB/baseline_times_H100 if present."""
     from cuda_agent.bench.runview import reference_times
-    from cuda_agent.tasks import KERNELBENCH_ENV
 
     if path is None:
-        root = kernelbench or (Path(os.environ[KERNELBENCH_ENV]) if os.environ.get(KERNELBENCH_ENV) else None)
+        root = _kernelbench(kernelbench)
         default = root / "baseline_times_H100" if root else None
         if default is None or not default.is_dir():
             return None
@@ -52,23 +54,17 @@ def _reference(path: Optional[Path], kernelbench: Optional[Path]):
     try:
         return reference_times(path)
     except (OSError, ValueError) as exc:
-        _fail(str(exc))
+        fail(str(exc))
 
 
 def _config(backend, protocol, trials, iters, no_compile_baseline, no_sandbox, cache_dir, prewarm=True):
-    from cuda_agent.env.config import EvalConfig, detect_backend
+    from cuda_agent.env.cli_args import make_config, resolve_backend
 
-    backend = backend or detect_backend()
-    if backend not in ("cuda", "cpu"):
-        _fail(f"--backend must be cuda or cpu, not {backend!r}")
     if protocol not in ("strict", "published"):
-        _fail(f"--verify must be strict or published, not {protocol!r}")
-    config = EvalConfig(backend=backend, protocol=protocol, num_correct_trials=trials, iters=iters,
-                        compile_baseline=not no_compile_baseline, sandbox="none" if no_sandbox else "auto",
-                        prewarm=prewarm)
-    if cache_dir:
-        config.cache_dir = cache_dir
-    return config
+        fail(f"--verify must be strict or published, not {protocol!r}")
+    return make_config(resolve_backend(backend), cache_dir=cache_dir, no_sandbox=no_sandbox, protocol=protocol,
+                       num_correct_trials=trials, iters=iters, compile_baseline=not no_compile_baseline,
+                       prewarm=prewarm)
 
 
 def _preflight(config) -> None:
@@ -78,7 +74,7 @@ def _preflight(config) -> None:
     if config.sandbox != "none":
         ok, why = sandbox_available()
         if not ok:
-            _fail(f"cannot sandbox candidates: {why}; {INSTALL_HINT} (or pass --no-sandbox)")
+            fail(f"cannot sandbox candidates: {why}; {INSTALL_HINT} (or pass --no-sandbox)")
 
 
 def _gpus(text: Optional[str]) -> Optional[list[int]]:
@@ -87,7 +83,7 @@ def _gpus(text: Optional[str]) -> Optional[list[int]]:
     try:
         return [int(g) for g in text.split(",") if g.strip()]
     except ValueError:
-        _fail(f"--gpus takes indices separated by commas, e.g. 0,1; got {text!r}")
+        fail(f"--gpus takes indices separated by commas, e.g. 0,1; got {text!r}")
 
 
 def _finish(outcome, what: str) -> None:
@@ -150,7 +146,7 @@ def register(app: typer.Typer) -> None:
         try:
             outcome = run_baseline(spec, gpus=_gpus(gpus), per_gpu=concurrency, force=force)
         except RuntimeError as exc:
-            _fail(str(exc))
+            fail(str(exc))
         _finish(outcome, "tasks")
 
     @app.command("bench")
@@ -197,9 +193,9 @@ def register(app: typer.Typer) -> None:
         from cuda_agent.bench.runner import RunSpec, run_agent, run_folder
 
         if (solutions is None) == (model is None):
-            _fail("give either --solutions DIR or --model NAME (with --base-url)")
+            fail("give either --solutions DIR or --model NAME (with --base-url)")
         if retry_failed and not resume:
-            _fail("--retry-failed goes with --resume")
+            fail("--retry-failed goes with --resume")
         selected = _select(kernelbench, levels, tasks, dataset)
         config = _config(backend, protocol, trials, iters, no_compile_baseline, no_sandbox, cache_dir)
         _preflight(config)
@@ -208,7 +204,7 @@ def register(app: typer.Typer) -> None:
         try:
             if solutions is not None:
                 if not solutions.is_dir():
-                    _fail(f"solutions folder not found: {solutions}")
+                    fail(f"solutions folder not found: {solutions}")
                 outcome = run_folder(spec, solutions, evaluator)
             else:
                 outcome = run_agent(spec, _client_factory(model, base_url, api_key_env, timeout, retries, temperature,
@@ -216,7 +212,7 @@ def register(app: typer.Typer) -> None:
                                     _agent_config(turns, context_tokens), evaluator, model=model,
                                     concurrency=concurrency)
         except RuntimeError as exc:
-            _fail(str(exc))
+            fail(str(exc))
         finally:
             if hasattr(evaluator, "shutdown"):
                 evaluator.shutdown()
@@ -237,7 +233,7 @@ def register(app: typer.Typer) -> None:
         try:
             md, page = write_report(run, compare, out, _reference(reference_times, kernelbench))
         except FileNotFoundError as exc:
-            _fail(str(exc))
+            fail(str(exc))
         typer.echo(f"wrote {md} and {page}")
 
 
@@ -248,13 +244,13 @@ def _evaluator(config, ray_address, per_device, gpus):
         try:
             return EvalService(ray_address, config, per_device=per_device)
         except RuntimeError as exc:
-            _fail(str(exc))
+            fail(str(exc))
     from cuda_agent.env.pool import EvalPool
 
     try:
         return EvalPool(config, gpus=gpus, per_device=per_device)
     except RuntimeError as exc:
-        _fail(str(exc))
+        fail(str(exc))
 
 
 def _client_factory(model, base_url, api_key_env, timeout, retries, temperature, max_tokens):

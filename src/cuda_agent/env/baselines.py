@@ -22,8 +22,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 # The ratio scaling absorbs the machine's drift, so the window only has to catch another machine
-# state or a tampered entry. A 0.08 ms eager median moved 12 % over five evaluations
-# on an H100 by noise alone, and a 15 % window re-timed torch.compile (10-15 s) for nothing.
+# state or a tampered entry. A 0.08 ms eager median moved 12 % over five evaluations on an H100 by
+# noise alone, and a 15 % window re-timed torch.compile (10-15 s) for nothing.
 AGREEMENT = 0.5
 
 

@@ -114,13 +114,12 @@ def make_config(backend: str, *, cache_dir: Path | None, no_sandbox: bool, **set
     """EvalConfig from command-line settings; a value it refuses is a usage error."""
     from cuda_agent.env.config import EvalConfig
 
+    if cache_dir:
+        settings["cache_dir"] = Path(cache_dir)   # through the constructor, which makes it absolute
     try:
-        config = EvalConfig(backend=backend, sandbox="none" if no_sandbox else "auto", **settings)
+        return EvalConfig(backend=backend, sandbox="none" if no_sandbox else "auto", **settings)
     except ValueError as exc:
         fail(str(exc))
-    if cache_dir:
-        config.cache_dir = Path(cache_dir)
-    return config
 
 
 def refuse_if_too_large(task, config) -> None:

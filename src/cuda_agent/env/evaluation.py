@@ -462,7 +462,9 @@ class _Evaluation:
             ready = self._ask(self.candidate, timeout, phase)
             if not ready["ok"]:
                 raise _Failed(phase, ready["message"], ready.get("rule"))
-            start, cpu_start = time.perf_counter(), self.candidate.cpu_seconds()
+            # the CPU backend's measure is the worker's CPU time (`_outside_clock`); a GPU's, wall time
+            cpu_start = self.candidate.cpu_seconds() if self.backend == "cpu" else None
+            start = time.perf_counter()
             self.candidate.channel.send(cmd="call", index=call.index, seed=call.seed, transform=call.transform,
                                         save=save, null=call.kind == "null")
             out = self._ask(self.candidate, timeout, phase)
@@ -604,8 +606,9 @@ class _Evaluation:
         measured on an H100, 1.6 ms more than an empty call for a 128 MB input and a 0.14 ms kernel
         (the draw then inside the measure), and on a loaded 2-core CPU up to 1.8 ms more main-thread
         CPU for a kernel of 0.1-0.6 ms. The inputs are drawn before the harness's clock starts
-        (`prepare`), so the overhead is the call's own, not the draw's. Forged clocks are caught on kernels of several milliseconds;
-        below that, the link and static checks stand before a forged timer."""
+        (`prepare`), so the overhead is the call's own, not the draw's. Forged clocks are caught on
+        kernels of several milliseconds; below that, the link and static checks stand before a
+        forged timer."""
         if not self.config.clock_check or len(self.null_walls) < 3 or not self.rounds:
             return
         overhead = statistics.median(self.null_walls)

@@ -98,8 +98,8 @@ def undefined_symbols(library: Path, dynamic: bool = True) -> list[str]:
     nm = shutil.which("nm")
     if nm is None:
         raise ToolMissing("`nm` (binutils) is needed to check built libraries: apt-get install binutils")
-    out = subprocess.run([nm, *(["-D"] if dynamic else []), "--undefined-only", "-C", str(library)], capture_output=True, text=True,
-                         timeout=120)
+    out = subprocess.run([nm, *(["-D"] if dynamic else []), "--undefined-only", "-C", str(library)],
+                         capture_output=True, text=True, timeout=120)
     if out.returncode != 0:
         raise ToolMissing(f"nm could not read {library.name}: {out.stderr.strip()[:200]}")
     symbols = []
@@ -153,8 +153,8 @@ def _check_file(path: Path, dynamic: bool, exempt: frozenset[str] = frozenset())
 
 _MINIMAL_SOURCES = {
     "cpu": {"binding.cpp": "#include <torch/extension.h>\n"
-                           "torch::Tensor twice(torch::Tensor x) { return x; }\n"
-                           "PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def(\"twice\", &twice); }\n"},
+                           "torch::Tensor identity(torch::Tensor x) { return x; }\n"
+                           "PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def(\"identity\", &identity); }\n"},
 }
 _MINIMAL_SOURCES["cuda"] = {
     **_MINIMAL_SOURCES["cpu"],
@@ -178,5 +178,8 @@ def check_library(library: Path, objects=(), exempt: frozenset[str] = frozenset(
     findings = _check_file(Path(library), True, frozenset(exempt))
     seen = {f.symbol for f in findings}
     for obj in objects:
-        findings += [f for f in _check_file(Path(obj), False) if f.symbol not in seen and not seen.add(f.symbol)]
+        for finding in _check_file(Path(obj), False):
+            if finding.symbol not in seen:   # each refused symbol named once
+                seen.add(finding.symbol)
+                findings.append(finding)
     return findings

@@ -19,7 +19,6 @@ strict protocol the absolute part follows the output's magnitude (its RMS):
 from __future__ import annotations
 
 import math
-
 from dataclasses import dataclass
 from typing import Any
 

@@ -353,7 +353,7 @@ class _Candidate:
         from cuda_agent.env.verify import take_samples
 
         if self.prepared is None or self.prepared[0] != cmd["seed"]:
-            self.prepare(cmd)
+            raise RuntimeError("a call without its prepare (the harness sends prepare first)")
         _, inputs, sentinel, trace = self.prepared
         self.prepared = None
         self._check_threads()
