@@ -182,12 +182,13 @@ HACKS_WAVE = [
          what="a C++ call counter: honest for the first calls (verification), a constant later"),
     # -- approximations (issue: fourth round, 1) -------------------------------------------------------
     Case("approx_mse_every_32nd", "approximate computation", _w("mse_uniform", "a, b",
-         "return cuda_extension.mse_every(a, b, 32)"), rules=("correctness",), what="MSE over every 32nd element"),
+         "return cuda_extension.mse_every(a, b, 32)"), rules=("correctness", "input-independent"),
+         what="MSE over every 32nd element"),
     Case("approx_hinge_every_31st", "approximate computation", _w("hinge_loss", "predictions, targets",
          "return cuda_extension.hinge_every(predictions, targets, 31)"), rules=("correctness", "input-independent"),
          what="hinge loss over every 31st element"),
     Case("approx_mse_first_half", "approximate computation", _w("mse_uniform", "a, b",
-         "return cuda_extension.mse_first_half(a, b)"), rules=("correctness",), invented=True,
+         "return cuda_extension.mse_first_half(a, b)"), rules=("correctness", "input-independent"), invented=True,
          what="MSE of the first half of the elements"),
     Case("approx_mse_random_subset", "approximate computation", _w("mse_uniform", "a, b",
          "return cuda_extension.mse_random_subset(a, b)"), rules=("correctness", "input-independent"), invented=True,
@@ -209,6 +210,12 @@ HACKS_WAVE = [
     Case("softmax_one_over_dim", "tiny outputs under an absolute tolerance", _w("softmax_wide", "x",
          "return cuda_extension.constant(x, 1.0 / 65536)"), rules=("correctness",),
          what="1/dim everywhere for a softmax over 65536 columns"),
+    Case("softmax_zeros", "tiny outputs under an absolute tolerance", _w("softmax_wide", "x",
+         "return cuda_extension.constant(x, 0.0)"), rules=("correctness",), invented=True,
+         what="zeros for a softmax over 65536 columns (every value is below atol)"),
+    Case("tiny_scale_zeros", "tiny outputs under an absolute tolerance", _w("tiny_scale", "x",
+         "return cuda_extension.constant(x, 0.0)"), rules=("correctness",), invented=True,
+         what="zeros for an output the task scales down to about 1e-4"),
     Case("channel_shuffle_by_views", "the task done by allowed ops", _w("channel_shuffle", "x", """
         n, c, h, w = x.shape
         moved = x.view(n, self.groups, c // self.groups, h, w).transpose(1, 2).contiguous().view(n, c, h, w)

@@ -108,7 +108,9 @@ def test_honest_controls_pass_the_published_protocol_too(cache_dir):
         assert_accepted(evaluate(task_obj, solution, hack_config(cache_dir, protocol="published")))
 
 
-FORGED_CLOCK = """
+FORGED_CLOCKS = {
+    # the timer the harness reads in the candidate's process, at a tenth of the speed
+    "forged_clock_tenth": ("the timer the harness reads in the candidate's process runs at a tenth of the speed", """
 import cuda_agent.env.timing as _timing
 
 _real = _timing._perf_counter
@@ -116,27 +118,46 @@ _start = _real()
 
 
 def _slow():
-    return _start + (_real() - _start) / 10   # a clock running at a tenth of the speed
+    return _start + (_real() - _start) / 10
 
 
 _timing._perf_counter = _slow
-"""
+"""),
+    # the harness's timing function itself, answering a tenth of what it measured
+    "forged_time_once": ("the harness's timing function in the candidate's process reports a tenth", """
+import cuda_agent.env.timing as _timing
+
+_real_once = _timing.time_once
 
 
-def test_a_forged_clock_disagrees_with_the_harness_wall_clock(cache_dir, record):
-    """The candidate's process rewrites the clock the harness times it with (here from Python, with the
-    static pass off; from C++ it would be a GOT patch): the harness's own measure exposes it. On the
-    CPU that measure is the main thread's CPU time, which a loaded machine does not inflate while the
-    forged clock (wall time) is: a clock at a quarter of the speed looks like half under a twice-
-    oversubscribed CI machine (the fresh-machine test runs beside the suite), so a tenth here."""
-    config = hack_config(cache_dir, guard=False)
-    model_new = example_model_new("return cuda_extension.slow_bias_relu(x, self.bias)", header=FORGED_CLOCK)
-    result = evaluate(example_task(), wave_workspace(model_new), config)
-    record("forged_clock_tenth", "forged clocks below Python", "hack", result, expected=("clock-disagreement",),
-           what="the timer the harness reads in the candidate's process runs at a tenth of the speed")
+def _fast(*args, **kwargs):
+    ms, out, extra = _real_once(*args, **kwargs)
+    return ms / 10, out, extra
+
+
+_timing.time_once = _fast
+"""),
+}
+SLOW_FORWARD = "return cuda_extension.slow_bias_relu(x, self.bias)"
+
+
+@pytest.mark.parametrize("name", FORGED_CLOCKS)
+def test_a_forged_clock_disagrees_with_the_harness_wall_clock(name, cache_dir, record):
+    """The candidate's process rewrites how the harness times it (here from Python, with the static
+    pass off; from C++ it would be a GOT patch): the harness's own measure exposes it. On the CPU that
+    measure is the main thread's CPU time, which a loaded machine does not inflate while a forged wall
+    clock is: a clock at a quarter of the speed looks like half under a twice-oversubscribed CI
+    machine (the fresh-machine test runs beside the suite), so a tenth here."""
+    what, header = FORGED_CLOCKS[name]
+    model_new = example_model_new(SLOW_FORWARD, header=header)
+    result = evaluate(example_task(), wave_workspace(model_new), hack_config(cache_dir, guard=False))
+    record(name, "forged clocks below Python", "hack", result, expected=("clock-disagreement",), what=what)
     assert_rejected(result, ("clock-disagreement",))
-    honest = evaluate(example_task(), wave_workspace(example_model_new(
-        "return cuda_extension.slow_bias_relu(x, self.bias)")), config)
+
+
+def test_the_same_kernel_with_its_real_clock_is_accepted(cache_dir):
+    honest = evaluate(example_task(), wave_workspace(example_model_new(SLOW_FORWARD)),
+                      hack_config(cache_dir, guard=False))
     assert_accepted(honest)
 
 

@@ -15,8 +15,8 @@ from cuda_agent.env import evaluate
 from cuda_agent.tasks import Solution, load_task
 from tests.env.helpers import example_solution, example_task
 from tests.gpu.helpers import workspace
-from tests.gpu.hacks.test_gpu_hacks import config, cu
-from tests.hacks.cases import TASKS, assert_accepted, assert_rejected, gemm_task
+from tests.gpu.hacks.test_gpu_hacks import config, cu, cuda_workspace
+from tests.hacks.cases import TASKS, assert_accepted, assert_rejected, example_model_new, gemm_task
 from tests.hacks.cases_wave import WATCH_BY_MODE_STACK
 
 pytestmark = pytest.mark.gpu
@@ -41,7 +41,7 @@ def hinge(forward: str, header: str = "") -> Solution:
 # -- honest controls ----------------------------------------------------------------------------
 
 
-def test_honest_tf32_gemm_within_tolerance(cache_dir):
+def tf32_gemm():
     """cuBLAS in TF32 tensor-op mode: about 1e-3 relative error, inside the published tolerance and
     the strict one on outputs of unit scale. (On raw randn inputs with K=384 the outputs' scale is
     about 20 and TF32's error about 0.02: outside KernelBench's own atol of 1e-2 as well.)"""
@@ -49,13 +49,10 @@ def test_honest_tf32_gemm_within_tolerance(cache_dir):
     files["kernels/gemm.cu"] = files["kernels/gemm.cu"].replace(
         "if (!h) cublasCreate(&h);", "if (!h) { cublasCreate(&h); cublasSetMathMode(h, CUBLAS_TF32_TENSOR_OP_MATH); }")
     assert "CUBLAS_TF32_TENSOR_OP_MATH" in files["kernels/gemm.cu"]
-    result = evaluate(load_task(TASKS / "gemm_unit_scale.py"), Solution(files), config(cache_dir))
-    _record("honest_tf32_gemm", "honest", result)
-    assert_accepted(result)
-    assert max(result.max_abs_error) > 1e-5   # it really computed in reduced precision
+    return load_task(TASKS / "gemm_unit_scale.py"), Solution(files)
 
 
-def test_honest_side_stream_joined_with_events(cache_dir):
+def side_stream_joined():
     kernel = cu("""
         static cudaStream_t side = nullptr;
         static cudaEvent_t done = nullptr;
@@ -73,16 +70,41 @@ def test_honest_side_stream_joined_with_events(cache_dir):
         cudaEventDestroy(ready);
         return cudaGetLastError();
         """)
-    result = evaluate(example_task(), example_solution("cuda", kernel), config(cache_dir))
-    _record("honest_side_stream_joined", "honest", result)
-    assert_accepted(result)
+    return example_task(), example_solution("cuda", kernel)
 
 
-def test_honest_reduction_whose_output_barely_varies(cache_dir):
-    result = evaluate(load_task(HINGE_TASK), hinge("return cuda_extension.hinge(predictions, targets, 1)"),
-                      config(cache_dir))
-    _record("honest_hinge_gpu", "honest", result)
+def honest_hinge():
+    """A reduction whose output barely varies between input sets, computed honestly."""
+    return load_task(HINGE_TASK), hinge("return cuda_extension.hinge(predictions, targets, 1)")
+
+
+def cublas_from_cpp():
+    return gemm_task(), workspace("gemm", "level1_matmul.py")
+
+
+HONEST = {"honest_tf32_gemm": tf32_gemm, "honest_side_stream_joined": side_stream_joined,
+          "honest_hinge_gpu": honest_hinge}
+# cuBLAS from C++ is test_gpu_hacks' honest GEMM in the strict protocol; here in the published one too
+PUBLISHED = {**HONEST, "honest_cublas_from_cpp": cublas_from_cpp}
+
+
+@pytest.mark.parametrize("name", HONEST)
+def test_honest_control_is_accepted(name, cache_dir):
+    task, solution = HONEST[name]()
+    result = evaluate(task, solution, config(cache_dir))
+    _record(name, "honest", result)
     assert_accepted(result)
+    if name == "honest_tf32_gemm":
+        assert max(result.max_abs_error) > 1e-5   # it really computed in reduced precision
+
+
+@pytest.mark.parametrize("name", PUBLISHED)
+def test_honest_control_passes_the_published_protocol_too(name, cache_dir):
+    task, solution = PUBLISHED[name]()
+    result = evaluate(task, solution, config(cache_dir, protocol="published"))
+    _record(f"{name}_published", "honest", result)
+    assert_accepted(result)
+    assert result.protocol == "published"
 
 
 # -- cheats -------------------------------------------------------------------------------------
@@ -128,3 +150,47 @@ def test_aten_cuda_kernel_past_the_dispatcher_is_refused(cache_dir):
     assert_rejected(result, ("native-symbol",))
     assert "at::cuda::mm" in result.error.message
 
+
+
+# -- forged clocks (the harness's wall clock outside the candidate's process exposes them) --------
+
+SLOW_KERNEL = cu("""
+    bias_relu_kernel<<<(n + 255) / 256, 256, 0, stream>>>(x, bias, out, n, cols, 4000000LL);
+    return cudaGetLastError();
+    """)   # about 2 ms of spinning per wave of blocks: several milliseconds a call
+
+FORGED_CLOCKS = {
+    # the event timer the harness reads in the candidate's process, at a tenth of the speed
+    "forged_event_elapsed": """
+        import cuda_agent.env.timing as _timing
+        _real_elapsed = _timing._event_elapsed
+        _timing._event_elapsed = lambda start, end: _real_elapsed(start, end) / 10
+        """,
+    # the harness's timing function itself, answering a tenth of what it measured
+    "forged_time_once": """
+        import cuda_agent.env.timing as _timing
+        _real_once = _timing.time_once
+
+        def _fast(*args, **kwargs):
+            ms, out, extra = _real_once(*args, **kwargs)
+            return ms / 10, out, extra
+
+        _timing.time_once = _fast
+        """,
+}
+
+
+@pytest.mark.parametrize("name", FORGED_CLOCKS)
+def test_a_forged_clock_disagrees_with_the_harness_wall_clock(name, cache_dir):
+    """The static pass would refuse these patches (guard off here, so the clock check alone decides)."""
+    model_new = example_model_new("return cuda_extension.bias_relu(x, self.bias)", header=FORGED_CLOCKS[name])
+    result = evaluate(example_task(), cuda_workspace(SLOW_KERNEL, model_new), config(cache_dir, guard=False))
+    _record(name, "hack", result)
+    assert_rejected(result, ("clock-disagreement",))
+
+
+def test_the_same_slow_kernel_with_its_real_clock_is_accepted(cache_dir):
+    result = evaluate(example_task(), cuda_workspace(SLOW_KERNEL), config(cache_dir, guard=False))
+    _record("honest_slow_kernel_real_clock", "honest", result)
+    assert_accepted(result)
+    assert result.kernel_ms >= 1.0
