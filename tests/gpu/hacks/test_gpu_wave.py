@@ -155,9 +155,11 @@ def test_aten_cuda_kernel_past_the_dispatcher_is_refused(cache_dir):
 # -- forged clocks (the harness's wall clock outside the candidate's process exposes them) --------
 
 SLOW_KERNEL = cu("""
-    bias_relu_kernel<<<(n + 255) / 256, 256, 0, stream>>>(x, bias, out, n, cols, 4000000LL);
+    bias_relu_kernel<<<(n + 255) / 256, 256, 0, stream>>>(x, bias, out, n, cols, 16000000LL);
     return cudaGetLastError();
-    """)   # about 2 ms of spinning per wave of blocks: several milliseconds a call
+    """)   # about 8 ms of spinning per wave of blocks, some 16 ms a call. (At 4 ms a call a clock
+           # forged to a tenth passed on the H100: the allowance, 4x the noise of the harness's empty
+           # calls there, was above the 3.7 ms it hid; docs/verification.md, "what remains open".)
 
 FORGED_CLOCKS = {
     # the event timer the harness reads in the candidate's process, at a tenth of the speed
@@ -193,4 +195,4 @@ def test_the_same_slow_kernel_with_its_real_clock_is_accepted(cache_dir):
     result = evaluate(example_task(), cuda_workspace(SLOW_KERNEL), config(cache_dir, guard=False))
     _record("honest_slow_kernel_real_clock", "honest", result)
     assert_accepted(result)
-    assert result.kernel_ms >= 1.0
+    assert result.kernel_ms >= 8.0
