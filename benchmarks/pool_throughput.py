@@ -3,7 +3,8 @@
     python benchmarks/pool_throughput.py [--evals 12] [--per-device 3] [--json out.json]
 
 For each kernel, honest and with its build and baselines cached by a warm-up evaluation first:
-  small   relu(x + bias) on 8192 x 4096 floats, about 0.1 ms (pool_throughput/elementwise/)
+  small   relu(x + bias) on 8192 x 4096 floats, about 0.1 ms (pool_throughput/elementwise/, solved by the
+          embedded example's CUDA solution)
   large   a 2816^3 float32 GEMM through cuBLAS, about 1 ms (the task in pool_throughput/gemm/, solved
           by the level1/1 solution in kernelbench_solutions/)
 and for each way of submitting N evaluations on GPU 0:
@@ -25,13 +26,15 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+import cuda_agent
 from cuda_agent.env import EvalConfig, EvalPool
 from cuda_agent.env.pool import visible_gpus
 from cuda_agent.tasks import load_solution, load_task
 
 HERE = Path(__file__).resolve().parent
-KERNELS = {
-    "small": (HERE / "pool_throughput" / "elementwise" / "model.py", HERE / "pool_throughput" / "elementwise" / "solution"),
+EXAMPLE_CUDA = Path(cuda_agent.__file__).resolve().parent / "examples" / "bias_relu" / "solution_cuda"
+KERNELS = {   # the small task is the embedded example's at a larger size, solved by its CUDA solution
+    "small": (HERE / "pool_throughput" / "elementwise" / "model.py", EXAMPLE_CUDA),
     "large": (HERE / "pool_throughput" / "gemm" / "model.py", HERE / "kernelbench_solutions" / "level1" / "1"),
 }
 

@@ -58,16 +58,10 @@ def one_rep(mode: str, module, model, flush) -> list[float]:
             if mode == "gap":
                 timing.device_synchronize(DEVICE)
                 time.sleep(0.005)
-            if mode == "kernelbench":
+            if mode in ("kernelbench", "flush-nosync"):   # events around the call, no sync before it
                 start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                model(*inputs)
-                end.record()
-                torch.cuda.synchronize()
-                ms = start.elapsed_time(end)
-            elif mode == "flush-nosync":
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                flush()
+                if mode == "flush-nosync":
+                    flush()
                 start.record()
                 model(*inputs)
                 end.record()

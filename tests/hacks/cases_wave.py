@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import textwrap
 
-from cuda_agent.tasks import Solution, Task, load_solution, load_task
+from cuda_agent.tasks import Solution, load_task
 from tests.env.helpers import example_task
 from tests.hacks.cases import KERNELS, TASKS, Case, example_model_new, ops_workspace, plain_model_new
 
@@ -21,6 +21,23 @@ LINK_CHEATS = ("cpu_mm.cpp", "fn_pointer_clamp.cpp", "redispatch.cpp", "dispatch
 LINK_SYMBOLS = {"cpu_mm.cpp": "at::cpu::mm", "fn_pointer_clamp.cpp": "at::cpu::clamp_min",
                 "redispatch.cpp": "add_Tensor::redispatch", "dispatch_tls.cpp": "TorchDispatchModeTLS",
                 "pool_launch.cpp": "at::launch", "got_clock.cpp": "mprotect"}
+
+
+# A forged clock (the clock-disagreement tests, CPU and GPU): the harness's timing function in the
+# candidate's process answers a tenth of what it measured.
+FORGED_TIME_ONCE = """
+import cuda_agent.env.timing as _timing
+
+_real_once = _timing.time_once
+
+
+def _fast(*args, **kwargs):
+    ms, out, extra = _real_once(*args, **kwargs)
+    return ms / 10, out, extra
+
+
+_timing.time_once = _fast
+"""
 
 
 def task(name: str):

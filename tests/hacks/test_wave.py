@@ -12,10 +12,9 @@ import pytest
 
 from cuda_agent.env import evaluate
 from tests.env.helpers import example_task
-from tests.hacks.cases import (ITERS, TASKS, Case, assert_accepted, assert_rejected, describe, example_model_new,
-                               hack_config)
-from tests.hacks.cases_wave import (HACKS_WAVE, HONEST_WAVE, LINK_CHEATS, LINK_SYMBOLS, link_file, task,
-                                    wave_workspace)
+from tests.hacks.cases import Case, assert_accepted, assert_rejected, describe, example_model_new, hack_config
+from tests.hacks.cases_wave import (FORGED_TIME_ONCE, HACKS_WAVE, HONEST_WAVE, LINK_CHEATS, LINK_SYMBOLS,
+                                    link_file, task, wave_workspace)
 
 
 def _run(case: Case, cache_dir, record, **overrides):
@@ -123,20 +122,8 @@ def _slow():
 
 _timing._perf_counter = _slow
 """),
-    # the harness's timing function itself, answering a tenth of what it measured
-    "forged_time_once": ("the harness's timing function in the candidate's process reports a tenth", """
-import cuda_agent.env.timing as _timing
-
-_real_once = _timing.time_once
-
-
-def _fast(*args, **kwargs):
-    ms, out, extra = _real_once(*args, **kwargs)
-    return ms / 10, out, extra
-
-
-_timing.time_once = _fast
-"""),
+    "forged_time_once": ("the harness's timing function in the candidate's process reports a tenth",
+                         FORGED_TIME_ONCE),
 }
 SLOW_FORWARD = "return cuda_extension.slow_bias_relu(x, self.bias)"
 

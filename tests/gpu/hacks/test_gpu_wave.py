@@ -5,7 +5,6 @@ dispatcher, and a kernel that computes only when it believes it is watched. Run 
 
 from __future__ import annotations
 
-import json
 import os
 import textwrap
 
@@ -15,19 +14,12 @@ from cuda_agent.env import evaluate
 from cuda_agent.tasks import Solution, load_task
 from tests.env.helpers import example_solution, example_task
 from tests.gpu.helpers import workspace
-from tests.gpu.hacks.test_gpu_hacks import config, cu, cuda_workspace
+from tests.gpu.hacks.test_gpu_hacks import _record, config, cu, cuda_workspace
 from tests.hacks.cases import TASKS, assert_accepted, assert_rejected, example_model_new, gemm_task
-from tests.hacks.cases_wave import WATCH_BY_MODE_STACK
+from tests.hacks.cases_wave import FORGED_TIME_ONCE, WATCH_BY_MODE_STACK
 
 pytestmark = pytest.mark.gpu
-REPORT = os.environ.get("CUDA_AGENT_GPU_REPORT")
 HINGE_TASK = os.path.join(os.path.dirname(__file__), "..", "..", "hacks", "tasks", "hinge_loss.py")
-
-
-def _record(name: str, kind: str, result) -> None:
-    if REPORT:
-        with open(REPORT, "a") as fh:
-            fh.write(json.dumps({"test": name, "kind": kind, **result.to_dict()}) + "\n")
 
 
 def hinge(forward: str, header: str = "") -> Solution:
@@ -168,17 +160,7 @@ FORGED_CLOCKS = {
         _real_elapsed = _timing._event_elapsed
         _timing._event_elapsed = lambda start, end: _real_elapsed(start, end) / 10
         """,
-    # the harness's timing function itself, answering a tenth of what it measured
-    "forged_time_once": """
-        import cuda_agent.env.timing as _timing
-        _real_once = _timing.time_once
-
-        def _fast(*args, **kwargs):
-            ms, out, extra = _real_once(*args, **kwargs)
-            return ms / 10, out, extra
-
-        _timing.time_once = _fast
-        """,
+    "forged_time_once": FORGED_TIME_ONCE,   # the harness's timing function itself, reporting a tenth
 }
 
 
