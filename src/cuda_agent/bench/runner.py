@@ -104,11 +104,12 @@ def run_baseline(spec: RunSpec, *, gpus: list[int] | None = None, per_gpu: int |
 
 
 def default_baseline_concurrency(backend: str) -> int:
-    """Tasks measured at once per GPU: torch.compile takes several cores per task (its own worker
-    processes), so a quarter of the cores, at most 4 (GPU memory: some tasks' inputs are GBs)."""
+    """Tasks measured at once per GPU: a measurement spends most of its wall time on the CPU (the
+    judge's start, torch.compile's tracing and code generation) and holds the GPU only call by call,
+    so two cores per task, at most 8 (GPU memory: some tasks' inputs are GBs; admission by memory)."""
     if backend != "cuda":
         return 1
-    return max(1, min(4, (os.cpu_count() or 4) // 4))
+    return max(1, min(8, (os.cpu_count() or 4) // 2))
 
 
 def run_folder(spec: RunSpec, solutions_dir: Path, evaluator) -> RunOutcome:
