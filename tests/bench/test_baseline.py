@@ -10,11 +10,11 @@ import time
 
 import torch
 
-from cuda_agent.bench.baseline_runs import slow_first, store_settings
+from cuda_agent.bench.baseline_runs import slow_first
 from cuda_agent.bench.runner import RunSpec, run_baseline
 from cuda_agent.bench.runview import load_run
 from cuda_agent.bench.selection import select_tasks
-from cuda_agent.env.baselines import BaselineEntry, BaselineStore, entry_key
+from cuda_agent.env.baselines import BaselineEntry, BaselineStore, entry_key, timing_settings
 from cuda_agent.env.config import EvalConfig
 from cuda_agent.env.evaluation import BaselineRun
 from tests.bench.helpers import make_kernelbench
@@ -41,7 +41,7 @@ class FakeMeasure:
             return BaselineRun(None, "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 8.00 GiB", 0.1)
         if "Broken" in task.name:
             return BaselineRun(None, "the task's reference failed: RuntimeError: reference is broken", 0.1)
-        entry = BaselineEntry(task.name, task.digest, "cpu", torch.__version__, store_settings(config, "cpu"),
+        entry = BaselineEntry(task.name, task.digest, "cpu", torch.__version__, timing_settings(config, "cpu"),
                               eager={"median_ms": 2.0}, compile={"median_ms": 3.0})
         return BaselineRun(entry, None, 0.1)
 
@@ -52,10 +52,10 @@ def test_oom_broken_and_stored(tmp_path):
     assert [t.key for t in slow_first(tasks)][:2] == ["level2/1", "level2/2"]   # slow levels first
     config = EvalConfig(backend="cpu", cache_dir=tmp_path / "cache")
     bias_relu = tasks[0].task
-    stored = BaselineEntry(bias_relu.name, bias_relu.digest, "cpu", torch.__version__, store_settings(config, "cpu"),
+    stored = BaselineEntry(bias_relu.name, bias_relu.digest, "cpu", torch.__version__, timing_settings(config, "cpu"),
                            eager={"median_ms": 5.0}, compile={"median_ms": 4.0})
     BaselineStore(config.cache_dir).put(entry_key(bias_relu.digest, "cpu", torch.__version__,
-                                                  store_settings(config, "cpu")), stored)
+                                                  timing_settings(config, "cpu")), stored)
     measure = FakeMeasure()
     run_spec = RunSpec(tmp_path / "run", tasks, config, quiet=True)
     outcome = run_baseline(run_spec, per_gpu=2, measure=measure)

@@ -55,7 +55,8 @@ def test_bad_settings_are_usage_errors_not_the_solutions_fault(flag, value):
 
 def test_eval_config_refuses_settings_that_can_only_fail_later():
     for bad in (dict(num_correct_trials=0), dict(iters=-5), dict(warmup=-1), dict(backend="tpu"),
-                dict(sandbox="maybe"), dict(atol=-0.1), dict(timeout_verify=0), dict(atol=float("nan"))):
+                dict(sandbox="maybe"), dict(atol=-0.1), dict(timeout_verify=0), dict(atol=float("nan")),
+                dict(settle_ms=-1)):
         with pytest.raises(ValueError, match=f"EvalConfig.{next(iter(bad))} "):
             EvalConfig(**bad)
     EvalConfig(iters=None, max_jobs=None, prewarm=True, atol=0, rtol=0)   # fine

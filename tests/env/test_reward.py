@@ -1,6 +1,6 @@
 import pytest
 
-from cuda_agent.env.reward import continuous_reward, is_faster, milestone_reward
+from cuda_agent.env.reward import continuous_reward, is_faster, milestone_reward, reward_from_speedups
 
 
 @pytest.mark.parametrize("correct,t,eager,compiled,expected", [
@@ -25,3 +25,33 @@ def test_margin_is_relative_to_baseline():
 def test_continuous_reward():
     assert continuous_reward(True, 2.0, 3.0) == pytest.approx(1.5)
     assert continuous_reward(False, 2.0, 3.0) == 0.0
+
+
+@pytest.mark.parametrize("correct,t,eager,compiled", [
+    (False, 1.0, 10.0, 10.0), (True, 1.0, 10.0, 10.0), (True, 1.0, 10.0, 0.5), (True, 5.0, 4.0, 3.0),
+    (True, 0.96, 1.0, 2.0), (True, 0.94, 1.0, 0.99), (True, 1.0, 2.0, None), (True, 0.951, 1.0, 0.949),
+])
+def test_reward_from_speedups_keeps_the_milestones(correct, t, eager, compiled):
+    """The reward read from speedups (paired per-call ratios) has the same thresholds as from times."""
+    vs_eager = eager / t
+    vs_compile = compiled / t if compiled else None
+    assert reward_from_speedups(correct, vs_eager, vs_compile) == milestone_reward(correct, t, eager, compiled)
+
+
+def test_paired_speedup_cancels_drift_that_a_ratio_of_medians_keeps():
+    """Candidate and eager drift together over the calls (the GPU's clock state): the median of the
+    per-call ratios is the true 2x, while the ratio of the two medians is thrown off by where the
+    medians fall in the drift."""
+    import statistics
+
+    from cuda_agent.env.evaluation import paired_speedup
+
+    rounds = []
+    for i in range(100):
+        drift = 1.0 + (0.3 if i % 2 else 0.0) + i * 0.002      # a slow drift and a two-state clock
+        kernel = 1.0 * drift * (1.5 if i % 10 == 0 else 1.0)   # the candidate's calls alone slow at times
+        rounds.append({"kernel": kernel, "eager": 2.0 * drift})
+    assert paired_speedup(rounds, "eager") == pytest.approx(2.0)
+    by_medians = statistics.median(r["eager"] for r in rounds) / statistics.median(r["kernel"] for r in rounds)
+    assert abs(by_medians - 2.0) > 0.01
+    assert paired_speedup([{"kernel": 1.0, "eager": None}], "eager") is None

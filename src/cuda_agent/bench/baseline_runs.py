@@ -35,15 +35,10 @@ def slow_first(tasks: list[BenchTask]) -> list[BenchTask]:
     return sorted(tasks, key=key)
 
 
-def store_settings(config: EvalConfig, backend: str) -> dict:
-    """The settings a baseline entry is keyed by (as the evaluation keys them)."""
-    return {"backend": backend, "flush_l2": config.flush_l2}
-
-
 def stored_entry(task: BenchTask, config: EvalConfig, backend: str, device: str, torch_version: str):
-    from cuda_agent.env.baselines import BaselineStore, entry_key
+    from cuda_agent.env.baselines import BaselineStore, entry_key, timing_settings
 
-    key = entry_key(task.task.digest, device, torch_version, store_settings(config, backend))
+    key = entry_key(task.task.digest, device, torch_version, timing_settings(config, backend))
     entry = BaselineStore(config.cache_dir).get(key)
     complete = entry is not None and (entry.compile is not None or entry.compile_error is not None
                                       or not config.compile_baseline)

@@ -46,9 +46,12 @@ class RunOutcome:
 
 def eval_settings(config: EvalConfig) -> dict:
     """What decides the meaning of a run's numbers; a resume must keep them."""
-    return {"backend": config.resolved_backend(), "protocol": config.protocol, "iters": config.iters,
-            "warmup": config.warmup, "trials": config.num_correct_trials, "atol": config.atol, "rtol": config.rtol,
-            "flush_l2": config.flush_l2, "compile_baseline": config.compile_baseline}
+    settings = {"backend": config.resolved_backend(), "protocol": config.protocol, "iters": config.iters,
+                "warmup": config.warmup, "trials": config.num_correct_trials, "atol": config.atol,
+                "rtol": config.rtol, "flush_l2": config.flush_l2, "compile_baseline": config.compile_baseline}
+    if config.settle_ms:   # absent when off: runs recorded before the option still resume
+        settings["settle_ms"] = config.settle_ms
+    return settings
 
 
 def _run(spec: RunSpec, kind: str, settings: dict, title: str, total: int,

@@ -49,6 +49,14 @@ class BaselineEntry:
         return self.compile["median_ms"] if self.compile else None
 
 
+def timing_settings(config, backend: str) -> dict:
+    """The settings that change what a baseline time means (the store is keyed by them)."""
+    settings = {"backend": backend, "flush_l2": config.flush_l2}
+    if config.settle_ms:   # absent when off, so entries stored before the option keep their keys
+        settings["settle_ms"] = config.settle_ms
+    return settings
+
+
 def entry_key(task_digest: str, device: str, torch_version: str, settings: dict) -> str:
     key = {"task": task_digest, "device": device, "torch": torch_version, **settings}
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:24]

@@ -42,6 +42,7 @@ class EvalConfig:
     iters: int | None = None            # None: 100 on CUDA, 20 on CPU
     profile_budget_s: float = 20.0      # fewer iterations (at least 5) when one call is slow
     flush_l2: bool = True
+    settle_ms: float = 0.0              # GPU idle before every timed call, candidate's and baselines' alike
     baselines: bool = True              # time eager (always paired with the candidate) and torch.compile
     compile_baseline: bool = True       # include torch.compile (the slowest part on a cold cache)
     compile_timing: str = "stored"      # "stored": reuse the store's compile time while eager agrees with
@@ -82,7 +83,7 @@ class EvalConfig:
                  "must be None or a whole number of at least 1")
         for name in ("warmup", "prewarm", "device_index"):
             need(name, whole(getattr(self, name), 0), "must be a whole number of at least 0")
-        for name in ("atol", "rtol"):
+        for name in ("atol", "rtol", "settle_ms"):
             need(name, number(getattr(self, name), 0, strict=False), "must be a number of at least 0")
         for name in ("profile_budget_s", "timeout_compile", "timeout_reference", "timeout_verify", "timeout_profile"):
             need(name, number(getattr(self, name), 0, strict=True), "must be a number of seconds above 0")

@@ -37,7 +37,7 @@ from cuda_agent.env.config import EvalConfig
 from cuda_agent.env.isolation import Worker, box_of, start_worker
 from cuda_agent.env.protocol import ChildDied, ChildTimeout, ForgedMessage
 from cuda_agent.env.result import EvalError, EvalResult, Timing
-from cuda_agent.env.reward import continuous_reward, milestone_reward
+from cuda_agent.env.reward import milestone_reward, reward_from_speedups
 from cuda_agent.env.verify import FP32_PRECISION_WARNING
 from cuda_agent.tasks.solution import Solution, missing_model_new
 from cuda_agent.tasks.task import Task, TaskError, strip_reference_model
@@ -140,12 +140,16 @@ def _score(result: EvalResult, partial: bool = False) -> None:
         result.reward = None if result.error is None else -1
         return
     if result.correct and result.kernel_ms:
-        if result.eager_ms:
+        # the profile phase sets paired speedups (medians of per-call ratios); times alone otherwise
+        if result.eager_ms and result.speedup_vs_eager is None:
             result.speedup_vs_eager = result.eager_ms / result.kernel_ms
-        if result.compile_ms:
+        if result.compile_ms and result.speedup_vs_compile is None:
             result.speedup_vs_compile = result.compile_ms / result.kernel_ms
-    result.reward = milestone_reward(result.correct, result.kernel_ms, result.eager_ms, result.compile_ms)
-    result.reward_continuous = continuous_reward(result.correct, result.kernel_ms, result.compile_ms)
+    if result.correct and result.speedup_vs_eager is not None:
+        result.reward = reward_from_speedups(True, result.speedup_vs_eager, result.speedup_vs_compile)
+    else:
+        result.reward = milestone_reward(result.correct, result.kernel_ms, result.eager_ms, result.compile_ms)
+    result.reward_continuous = (result.speedup_vs_compile or 0.0) if result.correct else 0.0
 
 
 # -- the schedule ------------------------------------------------------------------------------------
@@ -637,16 +641,23 @@ class _Evaluation:
         eager = Timing.from_samples([r["eager"] for r in self.rounds])
         self.result.timings["eager"] = eager
         self.result.eager_ms = eager.median_ms
+        # Speedups are medians of per-call ratios: candidate and eager ran a moment apart on the same
+        # draw, so the GPU's slow clock drift cancels call by call instead of through two medians.
+        self.result.speedup_vs_eager = paired_speedup(self.rounds, "eager")
         if self.compile_mode == "paired":
             compile_ms = [r["compile"] for r in self.rounds if r["compile"] is not None]
             if compile_ms:
                 timing = Timing.from_samples(compile_ms)
                 self.result.timings["compile"] = timing
                 self.result.compile_ms = timing.median_ms
+                self.result.speedup_vs_compile = paired_speedup(self.rounds, "compile")
                 self.result.baseline_source = "paired"
             self._store_baseline(eager, self.result.timings.get("compile"))
         elif self.compile_mode == "stored":
             self._use_stored(eager)
+        if self.result.compile_ms and self.result.speedup_vs_compile is None:
+            # stored or re-timed: torch.compile's time relative to eager, applied to the paired speedup
+            self.result.speedup_vs_compile = self.result.speedup_vs_eager * self.result.compile_ms / eager.median_ms
         if self.config.compile_baseline and self.result.compile_ms is None:
             error = self.compile_error or (self.stored[1].compile_error if self.stored else None)
             self.result.warnings.append(f"torch.compile baseline unavailable: {error or 'not timed'}")
@@ -657,10 +668,10 @@ class _Evaluation:
     def _store_key(self) -> str:
         import torch
 
-        from cuda_agent.env.baselines import entry_key
+        from cuda_agent.env.baselines import entry_key, timing_settings
 
         return entry_key(self.task.digest, self.result.device, torch.__version__,
-                         {"backend": self.backend, "flush_l2": self.config.flush_l2})
+                         timing_settings(self.config, self.backend))
 
     def _stored_baseline(self):
         from cuda_agent.env.baselines import BaselineStore
@@ -672,10 +683,10 @@ class _Evaluation:
     def _store_baseline(self, eager: Timing, compile_timing: Timing | None) -> None:
         import torch
 
-        from cuda_agent.env.baselines import BaselineEntry, BaselineStore
+        from cuda_agent.env.baselines import BaselineEntry, BaselineStore, timing_settings
 
         entry = BaselineEntry(task=self.task.name, task_digest=self.task.digest, device=self.result.device,
-                              torch=torch.__version__, settings={"backend": self.backend, "flush_l2": self.config.flush_l2},
+                              torch=torch.__version__, settings=timing_settings(self.config, self.backend),
                               eager=eager.__dict__, compile=compile_timing.__dict__ if compile_timing else None,
                               compile_error=self.compile_error, code=self.task.code)
         BaselineStore(self.config.cache_dir).put(self._store_key(), entry)
@@ -715,6 +726,12 @@ class _Evaluation:
         self._store_baseline(fresh_eager, fresh_compile)
 
 
+def paired_speedup(rounds: list[dict], baseline: str) -> float | None:
+    """Median over the timed calls of baseline time / candidate time (each pair from one round)."""
+    ratios = [r[baseline] / r["kernel"] for r in rounds if r.get(baseline) and r.get("kernel")]
+    return statistics.median(ratios) if ratios else None
+
+
 class _LinkRefused(Exception):
     """A built library imports a symbol a solution may not use (symbols.py)."""
 
@@ -738,7 +755,7 @@ def measure_baselines(task: Task, config: EvalConfig | None = None, *, gpu: int 
     the device. Never raises for anything the task does."""
     import torch
 
-    from cuda_agent.env.baselines import BaselineEntry, BaselineStore, entry_key
+    from cuda_agent.env.baselines import BaselineEntry, BaselineStore, entry_key, timing_settings
 
     config = config or EvalConfig()
     backend = config.resolved_backend()
@@ -771,7 +788,7 @@ def measure_baselines(task: Task, config: EvalConfig | None = None, *, gpu: int 
         eager = Timing.from_samples([p["eager_ms"] for p in pairs])
         compile_timing = Timing.from_samples([p["compile_ms"] for p in pairs]) if compiled["ok"] else None
         entry = BaselineEntry(task=task.name, task_digest=task.digest, device=result.device, torch=torch.__version__,
-                              settings={"backend": backend, "flush_l2": config.flush_l2}, eager=eager.__dict__,
+                              settings=timing_settings(config, backend), eager=eager.__dict__,
                               compile=compile_timing.__dict__ if compile_timing else None,
                               compile_error=None if compiled["ok"] else compiled.get("error"), code=task.code)
         if store:

@@ -21,6 +21,21 @@ def milestone_reward(correct: bool, t: float | None, t_eager: float | None,
     return 2 if faster_eager else 1
 
 
+def reward_from_speedups(correct: bool, vs_eager: float | None, vs_compile: float | None,
+                         margin: float = MARGIN) -> int:
+    """The milestone reward from speedups (baseline time / solution time): the same thresholds as
+    `milestone_reward`, for speedups measured as medians of paired per-call ratios."""
+    if not correct:
+        return -1
+
+    def faster(s: float | None) -> bool:   # (t0 - t) / t0 > margin
+        return s is not None and s > 0 and 1 - 1 / s > margin
+
+    if faster(vs_eager) and faster(vs_compile):
+        return 3
+    return 2 if faster(vs_eager) else 1
+
+
 def continuous_reward(correct: bool, t: float | None, t_compile: float | None) -> float:
     """t_compile / t for correct solutions, else 0."""
     if not correct or not t or not t_compile:

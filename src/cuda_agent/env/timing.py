@@ -67,8 +67,17 @@ class L2Flusher:
             self.buffer.zero_()
 
 
+def settle(seconds: float) -> None:
+    """Let the (synchronised) device idle a fixed time, so every timed call, the candidate's and the
+    baselines', starts from the same GPU state whatever ran before it (a spin: sleep overshoots)."""
+    if seconds > 0:
+        until = _perf_counter() + seconds
+        while _perf_counter() < until:
+            pass
+
+
 def time_once(fn: Callable, args: list, device: torch.device, flush: "L2Flusher | None" = None,
-              after: Callable[[Any], Any] | None = None) -> tuple[float, Any, Any]:
+              after: Callable[[Any], Any] | None = None, settle_s: float = 0.0) -> tuple[float, Any, Any]:
     """One timed call: (milliseconds, output, after(output)).
 
     The caches are flushed and the device synchronised first; on CUDA the call is timed with events
@@ -85,6 +94,7 @@ def time_once(fn: Callable, args: list, device: torch.device, flush: "L2Flusher 
         out = fn(*args)
         ms = (_perf_counter() - t0) * 1e3
         return ms, out, after(out) if after else None
+    settle(settle_s)
     stream = torch.cuda.current_stream(device)
     start = _EventBase(enable_timing=True)
     end = _EventBase(enable_timing=True)

@@ -125,10 +125,13 @@ class _Judge:
                 inputs = draw_inputs(self.module, seed, self.device, transform)
                 trace and trace.lap("draw", self.device)
                 if cmd.get("time"):
-                    answer["eager_ms"], reference, _ = timing.time_once(self.model, inputs, self.device, self.flush)
+                    settle = self.cfg.get("settle_ms", 0.0) / 1e3
+                    answer["eager_ms"], reference, _ = timing.time_once(self.model, inputs, self.device, self.flush,
+                                                                        settle_s=settle)
                     if cmd.get("compile") and self.compiled is not None:
                         again = draw_inputs(self.module, seed, self.device, transform)
-                        answer["compile_ms"], _, _ = timing.time_once(self.compiled, again, self.device, self.flush)
+                        answer["compile_ms"], _, _ = timing.time_once(self.compiled, again, self.device, self.flush,
+                                                                      settle_s=settle)
                         del again
                 else:
                     reference = self.model(*inputs)
@@ -373,7 +376,8 @@ class _Candidate:
 
         try:
             with torch.no_grad():
-                ms, out, (samples, snapshot) = timing.time_once(fn, inputs, self.device, self.flush, after=right_after)
+                ms, out, (samples, snapshot) = timing.time_once(fn, inputs, self.device, self.flush, after=right_after,
+                                                                settle_s=self.cfg.get("settle_ms", 0.0) / 1e3)
         finally:
             if self.guard is not None:
                 self.guard.end()
