@@ -34,7 +34,7 @@ for step in $STEPS; do
     diag)   # the GPU diagnostics under benchmarks/diag/ (DIAG: which; default all)
       run diag 240 bash -c 'for f in ${DIAG:-benchmarks/diag/*.py}; do echo "== $f"; python3 "$f"; done' ;;
     fidelity)
-      run fidelity 420 python3 benchmarks/timing_fidelity.py --runs "${RUNS:-10}" --kernelbench .kb \
+      run fidelity 420 python3 benchmarks/timing_fidelity.py --runs "${RUNS:-10}" --kernelbench .kb ${FIDELITY_ARGS:-} \
         --json "$OUT/fidelity.json" ;;
     throughput)
       run throughput 420 python3 benchmarks/pool_throughput.py ${THROUGHPUT_ARGS:-} --json "$OUT/throughput.json" ;;
