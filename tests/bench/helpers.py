@@ -86,8 +86,8 @@ class FakeEvaluator:
 
     capacity = 2
 
-    def __init__(self, delay: float = 0.0):
-        self.delay = delay
+    def __init__(self, delay: float = 0.0, crowded_machine: bool = False):
+        self.delay, self.crowded_machine = delay, crowded_machine
         self.calls: list[tuple[str, str]] = []
         self.in_flight = 0
 
@@ -104,6 +104,9 @@ class FakeEvaluator:
         result = fake_result(task, solution)
         if crowded and "# big" in solution.entry_code:
             result.correct, result.error = False, EvalError("verify", "torch.OutOfMemoryError: CUDA out of memory.")
+        if "# crowded machine" in solution.entry_code and self.crowded_machine:   # another run holds the GPU
+            result = EvalResult(task=task.name, backend="cpu", device="cpu", error=EvalError(
+                "task", "the task's reference failed on an input set: OutOfMemoryError: CUDA out of memory."))
         return result
 
 

@@ -83,6 +83,25 @@ def test_out_of_memory_beside_others_is_evaluated_again_alone(tmp_path):
     assert [name for name, _ in evaluator.calls] == ["level1/2_ReLU", "level1/3_Sigmoid", "level1/2_ReLU"]
 
 
+def test_reference_out_of_memory_is_not_a_broken_task_and_runs_again_on_resume(tmp_path):
+    """Seen on an H100: a bench beside a baseline run, whose measurements held GPU memory, recorded a
+    task whose reference then ran out of memory as broken (out of every denominator). It is the
+    machine's state: recorded as out_of_memory, counted as not yet scored, evaluated again on resume."""
+    folder = tmp_path / "solutions"
+    write_solution(folder, "level1/2", fake_solution(0.5) + "# crowded machine\n")
+    write_solution(folder, "level1/3", fake_solution(0.5))
+    kb = make_kernelbench(tmp_path / "kb")
+    crowded = FakeEvaluator(crowded_machine=True)
+    first = run_folder(spec(tmp_path, tasks=select_tasks(kernelbench=kb, tasks="level1/2-3")), folder, crowded)
+    assert [(r[0], r[3]) for r in results(first.run_dir)] == [("level1/2", "out_of_memory"), ("level1/3", "correct")]
+    [level1, overall] = load_run(first.run_dir).metrics
+    assert (level1.broken, level1.pending, level1.tasks, level1.pass_rate) == (0, 1, 1, 1.0)
+    quiet = FakeEvaluator()
+    run_folder(spec(tmp_path, resume=True, tasks=select_tasks(kernelbench=kb, tasks="level1/2-3")), folder, quiet)
+    assert [name for name, _ in quiet.calls] == ["level1/2_ReLU"]   # only the one the machine cut short
+    assert [r[3] for r in results(first.run_dir)] == ["correct", "correct"]
+
+
 def test_time_boxed_run_resumes_and_refuses_other_settings(tmp_path):
     folder = make_folder(tmp_path / "solutions")
     evaluator = FakeEvaluator()

@@ -79,6 +79,9 @@ def task_scores(tasks: list[dict], attempts: list[Attempt]) -> list[TaskScore]:
         if not mine:
             scores.append(TaskScore(t["key"], t["grp"], "pending"))
             continue
+        if all(a.verdict == "out_of_memory" for a in mine):   # not scored yet: the next resume runs it
+            scores.append(TaskScore(t["key"], t["grp"], "pending", mine[-1], len(mine)))
+            continue
         broken = any(a.verdict == "task_error" for a in mine)
         best = max(mine, key=attempt_rank)
         if broken and not best.correct:

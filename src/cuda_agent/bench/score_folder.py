@@ -49,7 +49,7 @@ async def score_folder(store: RunStore, session_id: int, tasks: list[BenchTask],
                        progress: RunProgress, retry: tuple[str, ...] = ()) -> int:
     """Score what is not recorded yet (or was recorded with a verdict in `retry`); returns the number
     of attempts left for a resume."""
-    recorded = store.recorded_attempts(retry)
+    recorded = store.recorded_attempts(tuple(retry) + ("out_of_memory",))   # the machine's, not a verdict
     planned = plan_attempts(tasks, solutions_dir)
     todo = [p for p in planned if recorded.get((p.task.key, p.attempt)) != p.source]
     selected = {t.key for t in tasks}
