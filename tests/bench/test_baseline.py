@@ -2,6 +2,7 @@
 broken tasks recorded, entries already in the store reused; for real on the CPU backend through the CLI."""
 
 import asyncio
+import json
 import os
 import subprocess
 import sys
@@ -111,6 +112,10 @@ def test_baseline_cli_for_real_on_cpu(tmp_path):
     assert first.returncode == 0, first.stderr
     [record] = load_run(tmp_path / "first").baselines
     assert record.status == "measured" and record.eager_ms > 0 and record.device == "cpu"
+    steps = json.loads(record.steps)   # where the measurement's time went, and the report's sum of it
+    assert set(steps) == {"start", "compile", "timing", "wait"} and 0 < steps["timing"] <= record.seconds
+    assert steps["start"] + steps["compile"] + steps["timing"] <= record.seconds + 0.01
+    assert "Where the measurement time went, summed over 1 tasks" in (tmp_path / "first" / "report.md").read_text()
     [(key, entry)] = BaselineStore(cache).entries()
     assert key == record.store_key and entry.eager_ms == record.eager_ms
     second = subprocess.run(args + ["--out", str(tmp_path / "second")], capture_output=True, text=True, timeout=600)
@@ -119,3 +124,26 @@ def test_baseline_cli_for_real_on_cpu(tmp_path):
     assert (tmp_path / "second" / "report.html").is_file()
     resume_without_out = subprocess.run(args + ["--resume"], capture_output=True, text=True, timeout=600)
     assert resume_without_out.returncode == 2 and "--out" in resume_without_out.stderr
+
+
+def test_a_record_made_before_the_steps_column_still_opens_and_resumes(tmp_path):
+    """Runs recorded by an earlier version (no `steps` column) open, gain the column, and keep their rows."""
+    import sqlite3
+
+    from cuda_agent.bench.store import RunStore
+
+    run_dir = tmp_path / "old"
+    run_dir.mkdir()
+    db = sqlite3.connect(run_dir / "bench.sqlite")
+    db.execute("CREATE TABLE baselines (task_key TEXT PRIMARY KEY, session_id INTEGER, status TEXT NOT NULL, "
+               "device TEXT, torch TEXT, eager_ms REAL, compile_ms REAL, compile_error TEXT, error TEXT, "
+               "store_key TEXT, oom_retries INTEGER, seconds REAL, finished REAL, entry TEXT)")
+    db.execute("INSERT INTO baselines (task_key, status, eager_ms) VALUES ('level1/1', 'measured', 2.5)")
+    db.commit()
+    db.close()
+    store = RunStore.existing(run_dir)
+    try:
+        [record] = store.baselines()
+        assert record.task_key == "level1/1" and record.eager_ms == 2.5 and record.steps is None
+    finally:
+        store.close()

@@ -77,7 +77,8 @@ async def measure_all(store: RunStore, session_id: int, tasks: list[BenchTask], 
             torch=entry.torch if entry else torch.__version__,
             eager_ms=entry.eager_ms if entry else None, compile_ms=entry.compile_ms if entry else None,
             compile_error=entry.compile_error if entry else None, error=run.error, store_key=store_key,
-            oom_retries=oom_retries, seconds=round(run.seconds, 3), entry=json.dumps(asdict(entry)) if entry else None))
+            oom_retries=oom_retries, seconds=round(run.seconds, 3), entry=json.dumps(asdict(entry)) if entry else None,
+            steps=json.dumps(run.steps) if run.steps else None))
         progress.finished(t.key, status, _detail(entry, run.error))
 
     async def one(t: BenchTask, alone: bool) -> bool:
@@ -108,7 +109,7 @@ class _Stored:
     """A store entry in the shape of a measurement (`BaselineRun`)."""
 
     def __init__(self, entry):
-        self.entry, self.error, self.seconds = entry, None, 0.0
+        self.entry, self.error, self.seconds, self.steps = entry, None, 0.0, {}
 
 
 def _detail(entry, error: str | None) -> str:

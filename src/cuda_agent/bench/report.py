@@ -10,6 +10,7 @@ when given), and a per-task table linking each solution and trajectory.
 
 from __future__ import annotations
 
+import json
 import os
 import statistics
 from pathlib import Path
@@ -163,6 +164,18 @@ def _task_table(runs: list[RunView], out: Path) -> Table:
 # -- baselines ------------------------------------------------------------------------------------------
 
 
+STEP_NAMES = {"start": "the judge's start (process, task, model)", "compile": "torch.compile and its warm-up",
+              "timing": "the timed calls", "wait": "of which waiting for the GPU"}
+
+
+def _summed_steps(baselines) -> dict:
+    """Seconds per step of the measurements that recorded them (`BaselineRun.steps`), with their count."""
+    recorded = [json.loads(b.steps) for b in baselines if b.steps]
+    if not recorded:
+        return {}
+    return {"tasks": len(recorded), **{k: sum(r.get(k, 0.0) for r in recorded) for k in STEP_NAMES}}
+
+
 def _baseline_section(run: RunView, reference: dict | None) -> list:
     records = {b.task_key: b for b in run.baselines}
     group_of = {t["key"]: t["grp"] for t in run.tasks}
@@ -196,6 +209,11 @@ def _baseline_section(run: RunView, reference: dict | None) -> list:
                         + (" KernelBench's timings are means of 100 trials on an H100 with PyTorch 2.5." if reference
                            else "")),
               Table(headers, summary_rows)]
+    steps = _summed_steps(run.baselines)
+    if steps:
+        blocks.append(Paragraph(
+            f"Where the measurement time went, summed over {steps.pop('tasks')} tasks: "
+            + ", ".join(f"{STEP_NAMES[k]} {v / 60:.1f} min" for k, v in steps.items()) + "."))
     if any(b.eager_ms and b.compile_ms for b in run.baselines):
         blocks.append(Figure(f"compile_over_eager_{run.name}", plots.compile_over_eager(run, reference),
                              "torch.compile time over eager time per task (above 1: torch.compile is slower)"))

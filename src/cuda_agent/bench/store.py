@@ -35,8 +35,8 @@ from pathlib import Path
 SCHEMA_VERSION = 1
 DB_NAME = "bench.sqlite"
 
-VERDICTS = ("correct", "incorrect", "compile_error", "task_error", "missing", "malformed", "episode_failed",
-            "internal_error")
+VERDICTS = ("correct", "incorrect", "compile_error", "task_error", "out_of_memory", "missing", "malformed",
+            "episode_failed", "internal_error")
 BASELINE_STATUS = ("measured", "stored", "broken", "out_of_memory")
 
 SCHEMA = """
@@ -58,8 +58,9 @@ CREATE TABLE IF NOT EXISTS attempts (
 CREATE TABLE IF NOT EXISTS baselines (
     task_key TEXT PRIMARY KEY REFERENCES tasks(key), session_id INTEGER, status TEXT NOT NULL,
     device TEXT, torch TEXT, eager_ms REAL, compile_ms REAL, compile_error TEXT, error TEXT,
-    store_key TEXT, oom_retries INTEGER, seconds REAL, finished REAL, entry TEXT);
+    store_key TEXT, oom_retries INTEGER, seconds REAL, finished REAL, entry TEXT, steps TEXT);
 """
+ADDED_COLUMNS = {"baselines": {"steps": "TEXT"}}   # columns added since schema 1: records made before get them
 
 
 class RunConflict(RuntimeError):
@@ -114,6 +115,7 @@ class BaselineRecord:
     seconds: float | None = None
     finished: float | None = None
     entry: str | None = None           # BaselineEntry JSON
+    steps: str | None = None           # JSON: seconds of start, compile, timing, wait (BaselineRun.steps)
 
 
 def _columns(cls) -> list[str]:
@@ -131,6 +133,11 @@ class RunStore:
         self.db.row_factory = sqlite3.Row
         self.db.execute("PRAGMA journal_mode=WAL")   # readers (a report) never block the run
         self.db.executescript(SCHEMA)
+        for table, columns in ADDED_COLUMNS.items():
+            have = {row[1] for row in self.db.execute(f"PRAGMA table_info({table})")}
+            for name, kind in columns.items():
+                if name not in have:
+                    self.db.execute(f"ALTER TABLE {table} ADD COLUMN {name} {kind}")
         self.db.commit()
 
     @classmethod

@@ -28,7 +28,7 @@ import statistics
 import tempfile
 import time
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Callable
@@ -744,6 +744,9 @@ class BaselineRun:
     entry: "object | None"          # BaselineEntry, None when the task is broken
     error: str | None = None
     seconds: float = 0.0
+    # where the seconds went: start (the judge's process and the task's model), compile (torch.compile
+    # and its warm-up), timing (the timed calls), of which wait (waiting for the device's lock)
+    steps: dict = field(default_factory=dict)
 
 
 def measure_baselines(task: Task, config: EvalConfig | None = None, *, gpu: int | None = None,
@@ -764,20 +767,31 @@ def measure_baselines(task: Task, config: EvalConfig | None = None, *, gpu: int 
     job_dir = Path(tempfile.mkdtemp(prefix="cuda-agent-job-", dir=job_root()))
     result = EvalResult(task=task.name, backend=backend, protocol=config.protocol)
     run = _Evaluation(task, Solution({"model_new.py": ""}), config, backend, job_dir, gpu, result, "baselines", say)
+    steps: dict[str, float] = {}
+
+    def lap(name: str, since: float) -> float:
+        now = time.monotonic()
+        steps[name] = round(now - since, 3)
+        return now
+
     try:
         task.check_syntax()
         run.judge = run._start("judge")
         run._start_judge_only()
+        mark = lap("start", started)
         compiled = {"ok": False, "error": "not asked for"}
         if config.compile_baseline:
             say("compiling the torch.compile baseline")
             run.judge.channel.send(cmd="compile")
             compiled = run._ask(run.judge, config.timeout_reference, "task")
+        mark = lap("compile", mark)
         say("timing eager" + (" and torch.compile" if compiled["ok"] else ""))
         n = calls or config.warmup + config.timed_iters(backend)
-        pairs = []
+        pairs, waited = [], 0.0
         for i in range(n):
+            asked = time.monotonic()
             with run.lock.held():
+                waited += time.monotonic() - asked
                 run.judge.channel.send(cmd="call", seed=_fresh_seed(), transform=None, time=True,
                                        compile=compiled["ok"])
                 answer = run._ask(run.judge, config.timeout_reference, "task")
@@ -791,14 +805,16 @@ def measure_baselines(task: Task, config: EvalConfig | None = None, *, gpu: int 
                               settings=timing_settings(config, backend), eager=eager.__dict__,
                               compile=compile_timing.__dict__ if compile_timing else None,
                               compile_error=None if compiled["ok"] else compiled.get("error"), code=task.code)
+        lap("timing", mark)
+        steps["wait"] = round(waited, 3)
         if store:
             BaselineStore(config.cache_dir).put(entry_key(task.digest, result.device, torch.__version__,
                                                           entry.settings), entry)
-        return BaselineRun(entry, None, time.monotonic() - started)
+        return BaselineRun(entry, None, time.monotonic() - started, steps)
     except _Failed as failure:
-        return BaselineRun(None, failure.error.message, time.monotonic() - started)
+        return BaselineRun(None, failure.error.message, time.monotonic() - started, steps)
     except TaskError as exc:
-        return BaselineRun(None, str(exc), time.monotonic() - started)
+        return BaselineRun(None, str(exc), time.monotonic() - started, steps)
     finally:
         run.shutdown()
         shutil.rmtree(job_dir, ignore_errors=True)
