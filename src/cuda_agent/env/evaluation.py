@@ -655,7 +655,7 @@ class _Evaluation:
             self._store_baseline(eager, self.result.timings.get("compile"))
         elif self.compile_mode == "stored":
             self._use_stored(eager)
-        if self.result.compile_ms and self.result.speedup_vs_compile is None:
+        if self.result.compile_ms and self.result.speedup_vs_compile is None and self.result.speedup_vs_eager:
             # stored or re-timed: torch.compile's time relative to eager, applied to the paired speedup
             self.result.speedup_vs_compile = self.result.speedup_vs_eager * self.result.compile_ms / eager.median_ms
         if self.config.compile_baseline and self.result.compile_ms is None:
