@@ -3,8 +3,8 @@ import math
 import pytest
 import torch
 
-from cuda_agent.env.verify import (Dependence, Tolerance, compare_outputs, compare_samples, is_dense,
-                                    take_samples)
+from cuda_agent.env.verify import (Dependence, ForgedSamples, Tolerance, compare_outputs, compare_samples,
+                                    is_dense, take_samples)
 
 PUBLISHED = Tolerance(1e-2, 1e-2)
 STRICT = Tolerance(1e-2, 1e-2, relative_to_scale=True)
@@ -99,6 +99,39 @@ def test_samples_catch_partial_and_wrong_outputs_at_positions_drawn_after_the_ca
     assert not compare_samples(ref, take_samples(ref + 1), PUBLISHED).ok
     assert "shape" in compare_samples(ref, take_samples(ref[:10]), PUBLISHED).message
     assert "structure" in compare_samples((ref,), take_samples(ref), PUBLISHED).message
+
+
+def test_samples_the_harness_sampler_cannot_have_taken_are_refused_not_compared():
+    """A sampler rewritten in the candidate's process: no samples, fewer, outside the output, garbage."""
+    import copy
+
+    ref = torch.randn(64, 64)
+    honest = take_samples(ref.clone())
+    assert compare_samples(ref, honest, PUBLISHED).ok
+    small = torch.randn(7)
+    assert compare_samples(small, take_samples(small.clone()), PUBLISHED).ok   # every element when fewer
+    complex_ref = torch.randn(300, dtype=torch.complex64)
+    assert compare_samples(complex_ref, take_samples(complex_ref.clone()), PUBLISHED).ok
+
+    def forged(change):
+        samples = copy.deepcopy(honest)
+        change(samples)
+        return samples
+
+    for change in (lambda s: s.update(tensors=[]),                                     # nothing to compare
+                   lambda s: s["tensors"][0].update(positions=[0], values=[float(ref.view(-1)[0])]),
+                   lambda s: s["tensors"][0].update(positions=[1 << 40] * 2048),        # outside the output
+                   lambda s: s["tensors"][0].update(positions=[-1] * 2048),
+                   lambda s: s["tensors"][0].update(values=["x"] * 2048),
+                   lambda s: s["tensors"][0].update(values=s["tensors"][0]["values"][:-1]),
+                   lambda s: s["tensors"][0].pop("positions"),
+                   lambda s: s.update(tensors=[None])):
+        with pytest.raises(ForgedSamples):
+            compare_samples(ref, forged(change), PUBLISHED)
+    with pytest.raises(ForgedSamples):
+        compare_samples(ref, ["not", "a", "record"], PUBLISHED)
+    # a wrong shape or dtype stays the output's own fault
+    assert "dtype" in compare_samples(ref, take_samples(ref.double()), PUBLISHED).message
 
 
 def test_broadcast_outputs_are_refused_unless_the_reference_is_one_too():

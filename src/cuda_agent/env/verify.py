@@ -265,13 +265,54 @@ def take_samples(out: Any, count: int = SAMPLES_PER_TENSOR) -> dict:
     return {"structure": structure(out), "tensors": tensors}
 
 
-def compare_samples(ref: Any, samples: dict, tol: Tolerance) -> Comparison:
-    """Judge side: the candidate's sampled values against the reference output at the same positions."""
+class ForgedSamples(ValueError):
+    """Samples the harness's own sampler cannot have produced: the candidate's process changed it."""
+
+
+def _sampled(entry: Any, ref: torch.Tensor, count: int, where: str) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """One tensor's (positions, values) as `take_samples` reports them, on the CPU; None when its shape
+    or dtype is wrong (the output's own fault, reported by the comparison) or it is empty. Anything
+    else than min(numel, count) positions inside the output with one value each (a complex value as
+    two) raises ForgedSamples."""
+    if not isinstance(entry, dict) or entry.get("shape") != list(ref.shape) or \
+            entry.get("dtype") != str(ref.dtype).replace("torch.", ""):
+        if not isinstance(entry, dict) or not isinstance(entry.get("shape"), list):
+            raise ForgedSamples(f"{where}: no sample record")
+        return None
+    n = ref.numel()
+    if n == 0:
+        return None
+    try:
+        positions = torch.tensor(entry["positions"], dtype=torch.long)
+        values = torch.tensor(entry["values"], dtype=torch.float64 if ref.is_floating_point() or ref.is_complex()
+                              else torch.int64)
+    except (KeyError, TypeError, ValueError, RuntimeError, OverflowError):
+        raise ForgedSamples(f"{where}: no readable samples of a non-empty output") from None
+    expected = (min(n, count),) + ((2,) if ref.is_complex() else ())
+    if positions.shape != expected[:1] or values.shape != expected:
+        raise ForgedSamples(f"{where}: {positions.numel()} sampled positions with {values.numel()} values, "
+                            f"the harness takes {min(n, count)}")
+    if int(positions.min()) < 0 or int(positions.max()) >= n:
+        raise ForgedSamples(f"{where}: sampled positions outside the output's {n} elements")
+    return positions, values
+
+
+def compare_samples(ref: Any, samples: dict, tol: Tolerance, count: int = SAMPLES_PER_TENSOR) -> Comparison:
+    """Judge side: the candidate's sampled values against the reference output at the same positions.
+    Raises ForgedSamples for samples the harness's sampler cannot have taken (too few, none, outside
+    the output): the candidate's process replaced it, and the comparison would check nothing."""
+    if not isinstance(samples, dict) or not isinstance(samples.get("tensors"), list):
+        raise ForgedSamples("no sample record")
     if samples.get("structure") != structure(ref):
         return Comparison(False, float("inf"), f"output structure {samples.get('structure')}, expected {structure(ref)}")
+    references = tensors_in(ref)
+    if len(samples["tensors"]) != len(references):
+        raise ForgedSamples(f"samples of {len(samples['tensors'])} output tensors, the output has {len(references)}")
+    taken = [_sampled(entry, r, count, f"output[{i}]")
+             for i, (r, entry) in enumerate(zip(references, samples["tensors"]))]   # all checked before any use
     parts = []
-    for i, (r, entry) in enumerate(zip(tensors_in(ref), samples["tensors"])):
-        where = f"output[{i}]" if len(samples["tensors"]) > 1 else "output"
+    for i, (r, entry, sample) in enumerate(zip(references, samples["tensors"], taken)):
+        where = f"output[{i}]" if len(references) > 1 else "output"
         if entry["shape"] != list(r.shape):
             parts.append(Comparison(False, float("inf"), f"{where}: shape {tuple(entry['shape'])}, expected {tuple(r.shape)}"))
             continue
@@ -280,17 +321,17 @@ def compare_samples(ref: Any, samples: dict, tol: Tolerance) -> Comparison:
             continue
         if not entry.get("dense", True) and r.numel() and is_dense(r):
             parts.append(Comparison(False, float("inf"), f"{where}: an overlapping or broadcast (stride 0) view with "
-                                                         f"strides {entry['strides']}; the reference returns a dense "
-                                                         "tensor: return one computed by your kernels",
+                                                         f"strides {entry.get('strides')}; the reference returns a "
+                                                         "dense tensor: return one computed by your kernels",
                                     rule="output-layout"))
             continue
-        if "positions" not in entry:
+        if sample is None:
             continue
-        positions = torch.tensor(entry["positions"], dtype=torch.long, device=r.device)
-        expected = r.detach().reshape(-1)[positions]
+        positions, values = sample
+        expected = r.detach().reshape(-1)[positions.to(r.device)]
         if expected.is_complex():
             expected = torch.view_as_real(expected)
-        got = torch.tensor(entry["values"], device=r.device).to(expected.dtype).reshape(expected.shape)
+        got = values.to(r.device).to(expected.dtype).reshape(expected.shape)
         parts.append(_compare_tensors(expected, got, tol, where, scale_ref=r, index=i))
     return _all(parts)
 

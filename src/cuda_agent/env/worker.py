@@ -26,6 +26,7 @@ from pathlib import Path
 import torch
 
 from cuda_agent.env import timing  # captures clocks and sync before candidate code can patch them
+from cuda_agent.env.verify import take_samples as _take_samples  # bound before candidate code runs, likewise
 from cuda_agent.env.draws import draw_inputs
 from cuda_agent.env.protocol import ChildChannel
 
@@ -115,7 +116,7 @@ class _Judge:
     def call(self, cmd: dict) -> dict:
         """The reference on the call's draw (timed, for a timed call), and the candidate's output
         compared with it: a file (verification) or the candidate's samples."""
-        from cuda_agent.env.verify import compare_outputs, compare_samples
+        from cuda_agent.env.verify import ForgedSamples, compare_outputs, compare_samples
 
         seed, transform = cmd["seed"], cmd.get("transform")
         answer: dict = {}
@@ -146,21 +147,33 @@ class _Judge:
         if not transform and not self.tol.base_scales:   # the task's own first draw sets the scale
             self.tol = self.tol.with_base(reference)
         compare = cmd.get("compare") or {}
-        if "path" in compare:
-            try:
-                candidate = read_candidate_output(compare["path"], self.device)
-            except Exception as exc:
-                return {"ok": False, "max_abs_error": float("inf"), "message": f"candidate output unreadable: {exc}",
-                        **answer}
-            trace and trace.lap("load", self.device)
-            verdict = compare_outputs(reference, candidate, self.tol)
-            if verdict.ok and cmd.get("dependence"):
-                self.dependence.add(reference, candidate)
-            del candidate
-        elif "samples" in compare:
-            verdict = compare_samples(reference, compare["samples"], self.tol)
-        else:
-            return {"ok": True, **answer}
+        # From here on the task has done its part: whatever fails while reading or comparing what the
+        # candidate sent is the candidate's doing, never the task's (a failure here must not turn a
+        # wrong solution into a "broken task", which scores nothing and leaves every denominator).
+        try:
+            if "path" in compare:
+                try:
+                    candidate = read_candidate_output(compare["path"], self.device)
+                except Exception as exc:
+                    return {"ok": False, "max_abs_error": float("inf"),
+                            "message": f"candidate output unreadable: {exc}", **answer}
+                trace and trace.lap("load", self.device)
+                verdict = compare_outputs(reference, candidate, self.tol)
+                if verdict.ok and cmd.get("dependence"):
+                    self.dependence.add(reference, candidate)
+                del candidate
+            elif "samples" in compare:
+                verdict = compare_samples(reference, compare["samples"], self.tol)
+            else:
+                return {"ok": True, **answer}
+        except ForgedSamples as exc:
+            return {"ok": False, "max_abs_error": float("inf"), "rule": "forged-samples", **answer,
+                    "message": f"the output samples the harness reads in the solution's process are not its own "
+                               f"({exc}): the solution changed the harness's code in its process"}
+        except Exception as exc:
+            return {"ok": False, "max_abs_error": float("inf"), "rule": "uncomparable-output", **answer,
+                    "message": f"the solution's output could not be compared with the reference "
+                               f"({type(exc).__name__}: {str(exc)[:300]})"}
         if trace:
             trace.lap("compare", self.device)
             kind = "whole" if "path" in compare else "timed" if cmd.get("time") else "sampled"
@@ -191,7 +204,11 @@ def run_judge(chan: ChildChannel) -> None:
                 answer = {"ok": False, "task_error": f"{type(exc).__name__}: {exc}\n{_short_traceback(exc)}"}
             chan.send(**answer)
         elif kind == "dependence":
-            chan.send(message=judge.dependence.verdict())
+            try:
+                message = judge.dependence.verdict()
+            except Exception as exc:   # built from the candidate's outputs: its failure, not the task's
+                message = f"the solution's outputs could not be judged ({type(exc).__name__}: {str(exc)[:300]})"
+            chan.send(message=message)
         else:
             return
 
@@ -353,7 +370,6 @@ class _Candidate:
         goes through every step but the forward itself, so the harness can tell its own overhead
         from the solution's time."""
         from cuda_agent.env.guard import COUNTER, python_threads
-        from cuda_agent.env.verify import take_samples
 
         if self.prepared is None or self.prepared[0] != cmd["seed"]:
             raise RuntimeError("a call without its prepare (the harness sends prepare first)")
@@ -372,7 +388,7 @@ class _Candidate:
         def right_after(out):
             # On the current stream, before anything waits for the device: work a kernel left running
             # on another stream has not landed in these values yet (and fails the comparison).
-            return take_samples(out), timing.clone_args(out) if save else None
+            return _take_samples(out), timing.clone_args(out) if save else None
 
         try:
             with torch.no_grad():
