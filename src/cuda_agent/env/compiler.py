@@ -312,6 +312,7 @@ def build_extension(name: str, files: dict[str, str], backend: str, cache_dir: P
     def unit_command(unit: str, out: str) -> tuple[list[str], str]:
         text = files[unit]
         uses_torch = bool(_TORCH_INCLUDE.search(text))
+        pch = []
         if unit.endswith(".cu"):
             flags = [*tc.cuda_flags, *(TORCH_NVCC_FLAGS if uses_torch else []), name_flag,
                      "-DTORCH_API_INCLUDE_EXTENSION_H",
@@ -321,7 +322,10 @@ def build_extension(name: str, files: dict[str, str], backend: str, cache_dir: P
             pch = ["-include", str(_pch(tc, cache_dir))] if uses_torch else []
             flags = [*tc.common_flags, name_flag, *extra_cflags]
             cmd = [tc.cxx, *flags, *pch, *tc.include_flags, *extra_include, "-c", unit, "-o", out]
-        key = _sha(tc.key, unit, text, headers_digest, *[c for c in cmd if c not in (unit, out)])
+        # The precompiled header is named by its toolchain (what decides its contents), not by its path:
+        # a cache folder copied or moved elsewhere keeps its objects.
+        keyed = [f"<pch {tc.key}>" if pch and c == pch[1] else c for c in cmd if c not in (unit, out)]
+        key = _sha(tc.key, unit, text, headers_digest, *keyed)
         return cmd, key
 
     jobs, compiled, cached = [], [], []
@@ -352,7 +356,7 @@ def build_extension(name: str, files: dict[str, str], backend: str, cache_dir: P
 
     objs = [str(obj) for _, _, obj in jobs]
     link_flags = [*tc.ldflags, *extra_ldflags]
-    lib_dir = cache_dir / "lib" / _sha(tc.key, name, *objs, *link_flags)
+    lib_dir = cache_dir / "lib" / _sha(tc.key, name, *(Path(o).name for o in objs), *link_flags)   # by content
     so = lib_dir / f"{name}.so"
     if not so.exists():
         tmp_dir = Path(tempfile.mkdtemp(dir=_mkdir(cache_dir / "lib"), prefix="tmp-"))
