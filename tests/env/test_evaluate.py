@@ -40,18 +40,24 @@ def test_a_relative_cache_folder_works(cache_dir, monkeypatch):
     assert result.correct
 
 
-def test_honest_single_file_load_inline_solution(cache_dir):
+@pytest.fixture(scope="module")
+def inline_result(cache_dir):
+    """The example's single-file load_inline solution, evaluated once for the two tests below."""
     solution = load_solution(EXAMPLES / "solution_cpu_inline.py")
-    result = evaluate(example_task(), solution, cpu_config(cache_dir, baselines=False))
+    return evaluate(example_task(), solution, cpu_config(cache_dir, baselines=False))
+
+
+def test_honest_single_file_load_inline_solution(inline_result):
+    result = inline_result
     assert result.error is None, result.error
     assert result.correct and result.reward == 1 and result.eager_ms is None
 
 
-def test_load_inline_builds_in_the_harness_and_refuses_unsafe_flags(cache_dir):
+def test_load_inline_builds_in_the_harness_and_refuses_unsafe_flags(cache_dir, inline_result):
     """load_inline in the candidate is served by the harness, which compiles into the shared cache;
     a flag that could make the compiler run code of the solution's choosing is refused."""
     code = (EXAMPLES / "solution_cpu_inline.py").read_text()
-    honest = evaluate(example_task(), Solution.from_code(code), cpu_config(cache_dir, baselines=False))
+    honest = inline_result   # the same solution, as Solution.from_code(code)
     assert honest.correct, honest.error
     built = list((cache_dir / "build" / "lib").glob("*/bias_relu_cpu.so"))
     assert built, "the harness did not build into the shared cache"
