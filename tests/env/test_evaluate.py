@@ -171,22 +171,30 @@ def test_cli_json_and_exit_codes(cache_dir, tmp_path):
                 "--cache-dir", str(cache_dir)]
     cmd = [sys.executable, "-m", "cuda_agent.cli", "eval", str(EXAMPLES / "model.py"),
            str(EXAMPLES / "solution_cpu"), "--json", *env_args]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr
-    payload = json.loads(proc.stdout)
+    bad = tmp_path / "bad.py"
+    bad.write_text("class ModelNew(:\n")
+
+    def start(args):
+        return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    # three independent commands, run side by side
+    good = start(cmd)
+    broken = start(cmd[:4] + [str(EXAMPLES / "model.py"), str(bad), "--json", *env_args])
+    missing = start(cmd[:4] + ["no/such/task.py", str(bad), *env_args])
+
+    stdout, stderr = good.communicate(timeout=600)
+    assert good.returncode == 0, stderr
+    payload = json.loads(stdout)
     for key in ("compiled", "correct", "error", "kernel_ms", "eager_ms", "compile_ms", "speedup_vs_eager",
                 "speedup_vs_compile", "reward"):
         assert key in payload
     assert payload["correct"] is True and payload["error"] is None
 
-    bad = tmp_path / "bad.py"
-    bad.write_text("class ModelNew(:\n")
-    proc = subprocess.run(cmd[:4] + [str(EXAMPLES / "model.py"), str(bad), "--json", *env_args],
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0 and json.loads(proc.stdout)["error"]["phase"] == "compile"
+    stdout, _ = broken.communicate(timeout=600)
+    assert broken.returncode == 0 and json.loads(stdout)["error"]["phase"] == "compile"
 
-    proc = subprocess.run(cmd[:4] + ["no/such/task.py", str(bad), *env_args], capture_output=True, text=True)
-    assert proc.returncode == 2 and "not found" in proc.stderr
+    _, stderr = missing.communicate(timeout=600)
+    assert missing.returncode == 2 and "not found" in stderr
 
 
 def test_cache_warm_precompiles_the_torch_header(cache_dir):
