@@ -49,6 +49,9 @@ def test_replay_command_rescoring_with_the_real_environment(tmp_path, relu_task,
     out = tmp_path / "replayed.jsonl"
     cmd = [sys.executable, "-m", "cuda_agent.cli", "agent", "replay", str(source), "--out", str(out),
            "--workspace", str(tmp_path / "replay-ws")]
+    # a record the file does not have, asked for beside the real replay (its own --out and --workspace)
+    bad = subprocess.Popen(cmd[:6] + ["--out", str(tmp_path / "bad.jsonl"), "--workspace", str(tmp_path / "bad-ws"),
+                                      "--index", "3"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=dict(os.environ))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (replayed,) = read_jsonl(out)
@@ -60,5 +63,5 @@ def test_replay_command_rescoring_with_the_real_environment(tmp_path, relu_task,
     assert proc.stdout.startswith(f"{recorded.id} relu: recorded reward {recorded.reward}, replayed {replayed.reward}")
     assert "5 tool calls, 0 messages differ" in proc.stdout
 
-    bad = subprocess.run(cmd + ["--index", "3"], capture_output=True, text=True, timeout=60, env=dict(os.environ))
-    assert bad.returncode == 2 and "has 1 records; no record 3" in bad.stderr
+    _, stderr = bad.communicate(timeout=60)
+    assert bad.returncode == 2 and "has 1 records; no record 3" in stderr
