@@ -132,6 +132,15 @@ def real_eval_config(cache_dir) -> EvalConfig:
                       cache_dir=cache_dir, sandbox="auto" if ok else "none")
 
 
+@pytest.fixture(scope="session")
+def scripted_run(tmp_path_factory, real_eval_config):
+    """test_scripted_episode's episode, played once per session: that test checks it against its
+    recording, test_replay replays it."""
+    from .test_scripted_episode import play_script
+
+    return play_script(tmp_path_factory.mktemp("scripted") / "ws", real_eval_config)
+
+
 class ScriptedClient:
     """A `ChatClient` replaying a script in process (no HTTP): each entry is an assistant message
     (`chat_server.say`) or an exception to raise. Usage figures are a fixed function of the request,

@@ -6,32 +6,27 @@ import json
 import os
 import subprocess
 import sys
-from dataclasses import replace
 
-from cuda_agent.agent.context import ContextBudget
-from cuda_agent.agent.loop import AgentConfig, run_episode
+from cuda_agent.agent.loop import run_episode
 from cuda_agent.agent.replay import differing_outputs, replay
 from cuda_agent.agent.trajectory import append_jsonl, read_jsonl
 
 from .chat_server import call, say
 from .conftest import RELU_BINDING, RELU_MODEL_NEW, ScriptedClient
-from .test_scripted_episode import _normalized, script
+from .test_scripted_episode import _normalized
 
 SAME = ("messages", "turns", "best", "final", "reward", "speedup_vs_compile", "usage", "stop_reason", "error",
         "infra_error", "tools", "task", "model")
 
 
-def test_replay_reproduces_the_scripted_episode(tmp_path, relu_task, fake_evaluator, real_eval_config,
+def test_replay_reproduces_the_scripted_episode(tmp_path, scripted_run, fake_evaluator, real_eval_config,
                                                 steady_bash_clock):
-    eval_config = replace(real_eval_config, compile_baseline=True)
-    episode = run_episode(relu_task, ScriptedClient(script()), workspace_dir=tmp_path / "ws", eval_config=eval_config,
-                          evaluator=fake_evaluator, config=AgentConfig(context=ContextBudget(max_tokens=2500,
-                                                                                             keep_recent=4)))
+    episode = scripted_run.episode   # the scripted episode (played once, shared with its recording test)
     recorded = episode.trajectory
-    calls = len(fake_evaluator.calls)
+    calls = len(scripted_run.evaluator.calls)
     outcome = replay(recorded, tmp_path / "again", evaluator=fake_evaluator)
     replayed = outcome.trajectory
-    assert len(fake_evaluator.calls) == 2 * calls   # every evaluation ran again
+    assert len(fake_evaluator.calls) == calls   # every evaluation ran again
     assert differing_outputs(recorded, replayed) == []
 
     def comparable(traj, root):
@@ -54,6 +49,9 @@ def test_replay_command_rescoring_with_the_real_environment(tmp_path, relu_task,
     out = tmp_path / "replayed.jsonl"
     cmd = [sys.executable, "-m", "cuda_agent.cli", "agent", "replay", str(source), "--out", str(out),
            "--workspace", str(tmp_path / "replay-ws")]
+    # a record the file does not have, asked for beside the real replay (its own --out and --workspace)
+    bad = subprocess.Popen(cmd[:6] + ["--out", str(tmp_path / "bad.jsonl"), "--workspace", str(tmp_path / "bad-ws"),
+                                      "--index", "3"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=dict(os.environ))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (replayed,) = read_jsonl(out)
@@ -65,5 +63,5 @@ def test_replay_command_rescoring_with_the_real_environment(tmp_path, relu_task,
     assert proc.stdout.startswith(f"{recorded.id} relu: recorded reward {recorded.reward}, replayed {replayed.reward}")
     assert "5 tool calls, 0 messages differ" in proc.stdout
 
-    bad = subprocess.run(cmd + ["--index", "3"], capture_output=True, text=True, timeout=60, env=dict(os.environ))
-    assert bad.returncode == 2 and "has 1 records; no record 3" in bad.stderr
+    _, stderr = bad.communicate(timeout=60)
+    assert bad.returncode == 2 and "has 1 records; no record 3" in stderr

@@ -20,16 +20,20 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
 
 from cuda_agent.agent.client import ContextLengthError
 from cuda_agent.agent.context import ContextBudget
 from cuda_agent.agent.loop import AgentConfig, run_episode
 from cuda_agent.env.result import EvalResult
+from cuda_agent.tasks import Task
 
 from .chat_server import call, say
-from .conftest import RELU_BINDING, RELU_MODEL_NEW, ScriptedClient
+from .conftest import RELU_BINDING, RELU_MODEL_NEW, RELU_TASK, FakeEvaluator, ScriptedClient
 
 RECORDING = Path(__file__).parent / "data" / "scripted_episode.json"
 
@@ -85,13 +89,32 @@ def _normalized(value, root: str | None = None, cache: str | None = None):
     return value
 
 
-def run_scripted(tmp_path, relu_task, fake_evaluator, real_eval_config) -> dict:
-    client = ScriptedClient(script())
-    events: list[tuple[str, dict]] = []
+@dataclass
+class ScriptedRun:
+    episode: object            # the EpisodeResult
+    client: ScriptedClient
+    events: list
+    evaluator: FakeEvaluator
+    eval_config: object
+
+
+def play_script(workspace: Path, real_eval_config) -> ScriptedRun:
+    """The scripted episode, played once in `workspace` (the bash tool's clock held at 0.0 s)."""
+    from cuda_agent.agent.tools import shell
+
+    client, events, evaluator = ScriptedClient(script()), [], FakeEvaluator()
     eval_config = replace(real_eval_config, compile_baseline=True)
-    episode = run_episode(relu_task, client, workspace_dir=tmp_path / "ws", eval_config=eval_config,
-                          evaluator=fake_evaluator, on_event=lambda kind, data: events.append((kind, data)),
-                          config=AgentConfig(context=ContextBudget(max_tokens=2500, keep_recent=4)))
+    with pytest.MonkeyPatch.context() as patch:   # as the steady_bash_clock fixture does
+        patch.setattr(shell, "time", SimpleNamespace(perf_counter=lambda: 0.0))
+        episode = run_episode(Task(name="relu", code=RELU_TASK, origin="tests"), client, workspace_dir=workspace,
+                              eval_config=eval_config, evaluator=evaluator,
+                              on_event=lambda kind, data: events.append((kind, data)),
+                              config=AgentConfig(context=ContextBudget(max_tokens=2500, keep_recent=4)))
+    return ScriptedRun(episode, client, events, evaluator, eval_config)
+
+
+def run_scripted(played: ScriptedRun, real_eval_config) -> dict:
+    client, events, episode, eval_config = played.client, played.events, played.episode, played.eval_config
     assert not client.script
     traj = episode.trajectory.to_dict()
     assert traj.pop("infra_error") is None   # added with the session; nothing failed on our side here
@@ -106,9 +129,8 @@ def run_scripted(tmp_path, relu_task, fake_evaluator, real_eval_config) -> dict:
     return _normalized(json.loads(json.dumps(record)), str(episode.workspace.root), str(real_eval_config.cache_dir))
 
 
-def test_scripted_episode_matches_the_recording(tmp_path, relu_task, fake_evaluator, real_eval_config,
-                                                steady_bash_clock):
-    record = run_scripted(tmp_path, relu_task, fake_evaluator, real_eval_config)
+def test_scripted_episode_matches_the_recording(scripted_run, real_eval_config):
+    record = run_scripted(scripted_run, real_eval_config)
     if os.environ.get("CUDA_AGENT_RECORD_EPISODE"):
         RECORDING.parent.mkdir(exist_ok=True)
         RECORDING.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")

@@ -90,6 +90,9 @@ def test_cli_agent_mode_with_the_endpoint_down(tmp_path, cache_dir):
     args = base + ["--model", "nobody", "--base-url", closed_port_url(), "--tasks", "level1/2", "--retries", "0",
                    "--timeout", "5", "--iters", "3", "--trials", "1", "--no-compile-baseline", "--no-sandbox",
                    "--out", str(tmp_path / "run")]
+    # a bad option combination, refused beside the real run
+    both = subprocess.Popen(base + ["--model", "m", "--solutions", str(tmp_path)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
     proc = subprocess.run(args, capture_output=True, text=True, timeout=600, env=dict(os.environ, OPENAI_API_KEY="x"))
     assert proc.returncode == 0, proc.stderr
     [attempt] = [s.best for s in load_run(tmp_path / "run").scores]
@@ -98,7 +101,7 @@ def test_cli_agent_mode_with_the_endpoint_down(tmp_path, cache_dir):
     traj = json.loads((tmp_path / "run" / "trajectories" / "level1" / "2.jsonl").read_text())
     assert traj["stop_reason"] == "client_error"
 
-    both = subprocess.run(base + ["--model", "m", "--solutions", str(tmp_path)], capture_output=True, text=True)
-    assert both.returncode == 2 and "either --solutions" in both.stderr
+    _, stderr = both.communicate(timeout=600)
+    assert both.returncode == 2 and "either --solutions" in stderr
     again = subprocess.run(args, capture_output=True, text=True, timeout=600)
     assert again.returncode == 2 and "--resume" in again.stderr

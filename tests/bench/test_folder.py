@@ -154,9 +154,7 @@ def test_killed_run_resumes_to_identical_results(tmp_path):
         return subprocess.Popen([sys.executable, str(script), str(kb), str(folder), str(out), "1" if resume else "0",
                                  str(delay)], cwd=REPO, env=env, stdout=subprocess.PIPE, text=True, **kwargs)
 
-    straight = run(tmp_path / "straight", False, 0.0)
-    assert "evaluations 4" in straight.communicate(timeout=300)[0]
-
+    straight = run(tmp_path / "straight", False, 0.0)   # the uninterrupted run, beside the victim's
     victim = run(tmp_path / "killed", False, 1.5)
     db = tmp_path / "killed" / "bench.sqlite"
     deadline = time.monotonic() + 240
@@ -173,6 +171,7 @@ def test_killed_run_resumes_to_identical_results(tmp_path):
         time.sleep(0.1)
     victim.send_signal(signal.SIGKILL)
     victim.wait()
+    assert "evaluations 4" in straight.communicate(timeout=300)[0]
     partial = results(tmp_path / "killed")
     assert 0 < len(partial) < 6
 

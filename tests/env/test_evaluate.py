@@ -40,18 +40,24 @@ def test_a_relative_cache_folder_works(cache_dir, monkeypatch):
     assert result.correct
 
 
-def test_honest_single_file_load_inline_solution(cache_dir):
+@pytest.fixture(scope="module")
+def inline_result(cache_dir):
+    """The example's single-file load_inline solution, evaluated once for the two tests below."""
     solution = load_solution(EXAMPLES / "solution_cpu_inline.py")
-    result = evaluate(example_task(), solution, cpu_config(cache_dir, baselines=False))
+    return evaluate(example_task(), solution, cpu_config(cache_dir, baselines=False))
+
+
+def test_honest_single_file_load_inline_solution(inline_result):
+    result = inline_result
     assert result.error is None, result.error
     assert result.correct and result.reward == 1 and result.eager_ms is None
 
 
-def test_load_inline_builds_in_the_harness_and_refuses_unsafe_flags(cache_dir):
+def test_load_inline_builds_in_the_harness_and_refuses_unsafe_flags(cache_dir, inline_result):
     """load_inline in the candidate is served by the harness, which compiles into the shared cache;
     a flag that could make the compiler run code of the solution's choosing is refused."""
     code = (EXAMPLES / "solution_cpu_inline.py").read_text()
-    honest = evaluate(example_task(), Solution.from_code(code), cpu_config(cache_dir, baselines=False))
+    honest = inline_result   # the same solution, as Solution.from_code(code)
     assert honest.correct, honest.error
     built = list((cache_dir / "build" / "lib").glob("*/bias_relu_cpu.so"))
     assert built, "the harness did not build into the shared cache"
@@ -165,22 +171,30 @@ def test_cli_json_and_exit_codes(cache_dir, tmp_path):
                 "--cache-dir", str(cache_dir)]
     cmd = [sys.executable, "-m", "cuda_agent.cli", "eval", str(EXAMPLES / "model.py"),
            str(EXAMPLES / "solution_cpu"), "--json", *env_args]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr
-    payload = json.loads(proc.stdout)
+    bad = tmp_path / "bad.py"
+    bad.write_text("class ModelNew(:\n")
+
+    def start(args):
+        return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    # three independent commands, run side by side
+    good = start(cmd)
+    broken = start(cmd[:4] + [str(EXAMPLES / "model.py"), str(bad), "--json", *env_args])
+    missing = start(cmd[:4] + ["no/such/task.py", str(bad), *env_args])
+
+    stdout, stderr = good.communicate(timeout=600)
+    assert good.returncode == 0, stderr
+    payload = json.loads(stdout)
     for key in ("compiled", "correct", "error", "kernel_ms", "eager_ms", "compile_ms", "speedup_vs_eager",
                 "speedup_vs_compile", "reward"):
         assert key in payload
     assert payload["correct"] is True and payload["error"] is None
 
-    bad = tmp_path / "bad.py"
-    bad.write_text("class ModelNew(:\n")
-    proc = subprocess.run(cmd[:4] + [str(EXAMPLES / "model.py"), str(bad), "--json", *env_args],
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0 and json.loads(proc.stdout)["error"]["phase"] == "compile"
+    stdout, _ = broken.communicate(timeout=600)
+    assert broken.returncode == 0 and json.loads(stdout)["error"]["phase"] == "compile"
 
-    proc = subprocess.run(cmd[:4] + ["no/such/task.py", str(bad), *env_args], capture_output=True, text=True)
-    assert proc.returncode == 2 and "not found" in proc.stderr
+    _, stderr = missing.communicate(timeout=600)
+    assert missing.returncode == 2 and "not found" in stderr
 
 
 def test_cache_warm_precompiles_the_torch_header(cache_dir):

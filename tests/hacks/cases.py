@@ -93,6 +93,34 @@ def hack_config(cache_dir: Path, **overrides):
     return cpu_config(cache_dir, **settings)
 
 
+def case_config(case: Case, cache_dir: Path, **overrides):
+    """hack_config with the case's own settings. A cheat meant to be stopped by the static pass takes no
+    pre-started worker pair (it would be thrown away unused; if the pass let it through, the evaluation
+    starts its own workers): the verdict is the same either way."""
+    settings = {**case.config, **overrides}
+    if case.kind == "hack" and case.rules and case.rules[0].startswith("static:"):
+        settings.setdefault("prewarm", False)
+    return hack_config(cache_dir, **settings)
+
+
+def run_case(case: Case, cache_dir: Path, record, **overrides):
+    """Evaluate a case under case_config and record the verdict (conftest.record)."""
+    from cuda_agent.env import evaluate
+
+    task, solution = case.build()
+    result = evaluate(task, solution, case_config(case, cache_dir, **overrides))
+    record(case.id, case.row, case.kind, result, expected=case.rules, invented=case.invented, what=case.what)
+    return result
+
+
+def honest_result(case: Case, cache_dir: Path, record, honest_results: dict):
+    """An honest control's result, from its own test when that ran already (conftest.honest_results),
+    else evaluated now: a test that measures a cheat against it needs no evaluation of its own."""
+    if case.id not in honest_results:
+        honest_results[case.id] = run_case(case, cache_dir, record)
+    return honest_results[case.id]
+
+
 # ---------------------------------------------------------------------------------------------
 # building blocks
 

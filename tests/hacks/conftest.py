@@ -43,6 +43,13 @@ def record():
     return _record
 
 
+@pytest.fixture(scope="session")
+def honest_results() -> dict:
+    """The honest controls' results by case id, kept for the tests that measure a cheat against the same
+    honest solution (one evaluation feeds both)."""
+    return {}
+
+
 @pytest.fixture
 def record_line():
     """For checks that are not an evaluation (e.g. the data filter): write the fields as given."""

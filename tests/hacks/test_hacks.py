@@ -12,37 +12,31 @@ import pytest
 
 from cuda_agent.env import evaluate
 from tests.env.helpers import HONEST_BODY, cpu_workspace, example_task
-from tests.hacks.cases import (HACKS, HONEST, ITERS, TASKS, Case, assert_accepted, assert_rejected, describe,
-                               example_kernel, example_model_new, gemm_task, hack_config, honest_with,
-                               ops_workspace, plain_model_new)
-
-
-def _run(case: Case, cache_dir, record, **overrides):
-    task, solution = case.build()
-    result = evaluate(task, solution, hack_config(cache_dir, **{**case.config, **overrides}))
-    record(case.id, case.row, case.kind, result, expected=case.rules, invented=case.invented, what=case.what)
-    return result
+from tests.hacks.cases import (HACKS, HONEST, ITERS, TASKS, assert_accepted, assert_rejected, describe, example_kernel,
+                               example_model_new, gemm_task, hack_config, honest_result, honest_with, ops_workspace,
+                               plain_model_new, run_case)
 
 
 @pytest.mark.parametrize("case", HONEST, ids=lambda c: c.id)
-def test_honest_solution_is_accepted(case, cache_dir, record):
-    assert_accepted(_run(case, cache_dir, record))
+def test_honest_solution_is_accepted(case, cache_dir, record, honest_results):
+    honest_results[case.id] = result = run_case(case, cache_dir, record)
+    assert_accepted(result)
 
 
 @pytest.mark.parametrize("case", HACKS, ids=lambda c: c.id)
 def test_hack_is_rejected(case, cache_dir, record):
-    assert_rejected(_run(case, cache_dir, record), case.rules, case.what)
+    assert_rejected(run_case(case, cache_dir, record), case.rules, case.what)
 
 
 # ---------------------------------------------------------------------------------------------
 # cheats whose verdict needs more than one evaluation, or a look at what was measured
 
 
-def test_memoised_results_are_not_what_gets_timed(cache_dir, record):
+def test_memoised_results_are_not_what_gets_timed(cache_dir, record, honest_results):
     """Remember each product by the input's values and replay it with a copy: verification sees only
-    new inputs, the timed calls repeat verified ones. Must be rejected, or timed as the real GEMM."""
-    honest = evaluate(gemm_task(), ops_workspace(plain_model_new("a, b", "return cuda_extension.gemm(a, b)")),
-                      hack_config(cache_dir))
+    new inputs, the timed calls repeat verified ones. Must be rejected, or timed as the real GEMM (the
+    honest control honest_tiled_gemm: the same kernel, always called)."""
+    honest = honest_result(next(c for c in HONEST if c.id == "honest_tiled_gemm"), cache_dir, record, honest_results)
     assert_accepted(honest)
     memo = ops_workspace(plain_model_new("a, b", """
         key = (a[0, 0].item(), a[-1, -1].item(), b[0, 0].item())
@@ -83,7 +77,8 @@ def test_hidden_timer_patch_does_not_change_the_timing(cache_dir, record):
             setattr(importlib.import_module("ti" + "me"), _name, _fake_clock)
         """)
     solution = cpu_workspace(example_kernel(slow, "#include <chrono>\n#include <thread>\n"), model_new)
-    result = evaluate(example_task(), solution, hack_config(cache_dir))
+    # no pre-started workers for a cheat meant for the static pass (cases.case_config)
+    result = evaluate(example_task(), solution, hack_config(cache_dir, prewarm=False))
     honest_clock = result.correct and result.kernel_ms >= 25.0
     record("hidden_timer_patch", "patched timers", "hack", result, expected=("static:*",), invented=True,
            neutralised=honest_clock, what="time.* patched via importlib, kernel sleeps 30 ms")

@@ -12,26 +12,21 @@ import pytest
 
 from cuda_agent.env import evaluate
 from tests.env.helpers import example_task
-from tests.hacks.cases import Case, assert_accepted, assert_rejected, describe, example_model_new, hack_config
+from tests.hacks.cases import (assert_accepted, assert_rejected, describe, example_model_new, hack_config,
+                               honest_result, run_case)
 from tests.hacks.cases_wave import (FORGED_TIME_ONCE, HACKS_WAVE, HONEST_WAVE, LINK_CHEATS, LINK_SYMBOLS,
                                     link_file, task, wave_workspace)
 
 
-def _run(case: Case, cache_dir, record, **overrides):
-    task_obj, solution = case.build()
-    result = evaluate(task_obj, solution, hack_config(cache_dir, **{**case.config, **overrides}))
-    record(case.id, case.row, case.kind, result, expected=case.rules, invented=case.invented, what=case.what)
-    return result
-
-
 @pytest.mark.parametrize("case", HONEST_WAVE, ids=lambda c: c.id)
-def test_honest_solution_is_accepted(case, cache_dir, record):
-    assert_accepted(_run(case, cache_dir, record))
+def test_honest_solution_is_accepted(case, cache_dir, record, honest_results):
+    honest_results[case.id] = result = run_case(case, cache_dir, record)
+    assert_accepted(result)
 
 
 @pytest.mark.parametrize("case", HACKS_WAVE, ids=lambda c: c.id)
 def test_hack_is_rejected(case, cache_dir, record):
-    assert_rejected(_run(case, cache_dir, record), case.rules, case.what)
+    assert_rejected(run_case(case, cache_dir, record), case.rules, case.what)
 
 
 def test_library_compute_past_the_dispatcher_is_refused_at_link_time(cache_dir, record):
@@ -66,10 +61,12 @@ def test_imports_the_toolchain_brings_are_exempt_only_outside_the_solutions_own_
     assert {f.symbol for f in check_library(report.path, report.objects, exempt=brought)} >= brought
 
 
-def test_hashing_the_inputs_to_memoise_never_pays(cache_dir, record):
+def test_hashing_the_inputs_to_memoise_never_pays(cache_dir, record, honest_results):
     """C++ memoisation keyed by the input's contents: every call draws fresh inputs from a seed the
-    harness sends when the call starts, so the memo never hits and the kernel is timed honestly."""
-    honest = evaluate(task("hinge_loss")(), wave_workspace(_hinge_model("hinge")), hack_config(cache_dir))
+    harness sends when the call starts, so the memo never hits and the kernel is timed honestly (against
+    the honest control honest_hinge_double_accumulation: the same task and binding, without the memo)."""
+    honest = honest_result(next(c for c in HONEST_WAVE if c.id == "honest_hinge_double_accumulation"), cache_dir,
+                           record, honest_results)
     assert_accepted(honest)
     memo = evaluate(task("hinge_loss")(), wave_workspace(_hinge_model("memo_hinge")), hack_config(cache_dir))
     timed_honestly = memo.correct and memo.timings["kernel"].min_ms >= 0.3 * honest.timings["kernel"].min_ms

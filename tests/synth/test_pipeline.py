@@ -27,8 +27,20 @@ def test_quotas_follow_the_published_mix():
     assert sum(quotas(7, {"1": 1, "2": 1, "3": 1}).values()) == 7
 
 
-def test_outputs_load_with_the_environment_loader(seeded_out, kernelbench, inline_pool):
-    summary = synthesize(config(seeded_out, kernelbench), pool_factory=inline_pool)
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory, catalog_file, kernelbench):
+    """One uninterrupted run of 8 tasks (seed 0), shared by the tests that only read it: its folder and
+    summary."""
+    from tests.synth.conftest import InlinePool
+
+    out = tmp_path_factory.mktemp("reference") / "out"
+    (out / "work").mkdir(parents=True)
+    (out / "work" / "catalog.json").write_text(catalog_file.read_text())
+    return out, synthesize(config(out, kernelbench), pool_factory=InlinePool)
+
+
+def test_outputs_load_with_the_environment_loader(reference):
+    seeded_out, summary = reference
     assert summary["written"] == 8
     rows = [json.loads(line) for line in (seeded_out / "tasks.jsonl").read_text().splitlines()]
     table = pq.read_table(seeded_out / "tasks.parquet").to_pylist()
@@ -46,9 +58,8 @@ def test_outputs_load_with_the_environment_loader(seeded_out, kernelbench, inlin
     assert (seeded_out / "runtime_hist.png").stat().st_size > 1000
 
 
-def test_same_seed_same_tasks_and_resume_after_interrupt(seeded_out, kernelbench, inline_pool, tmp_path):
-    # Reference run, uninterrupted.
-    synthesize(config(seeded_out, kernelbench), pool_factory=inline_pool)
+def test_same_seed_same_tasks_and_resume_after_interrupt(reference, kernelbench, inline_pool, tmp_path):
+    seeded_out, _ = reference   # the reference run, uninterrupted
     # Same seed, interrupted after 3 filtered tasks (as by Ctrl-C), then resumed.
     other = tmp_path / "other"
     (other / "work").mkdir(parents=True)
@@ -97,11 +108,12 @@ def test_decontamination_needs_kernelbench(seeded_out, monkeypatch):
 
 @pytest.mark.slow
 def test_real_process_pool_with_torch_compile(seeded_out, kernelbench):
-    """The real thing: spawned workers, torch.compile filter, the default CPU window."""
-    cfg = SynthConfig(num=4, out=str(seeded_out), kernelbench=str(kernelbench), backend="cpu", workers=2,
+    """The real thing: spawned workers, torch.compile filter, the default CPU window (two tasks for
+    two workers: each torch.compile costs seconds, and more tasks say nothing more about the pool)."""
+    cfg = SynthConfig(num=2, out=str(seeded_out), kernelbench=str(kernelbench), backend="cpu", workers=2,
                       progress=False, include_transformers=False, mix={"2": 1.0})
     summary = synthesize(cfg)
-    assert summary["written"] == 4
+    assert summary["written"] == 2
     rows = [json.loads(line) for line in (seeded_out / "tasks.jsonl").read_text().splitlines()]
     assert all(r["compile_ms"] > 0 and 0.1 <= r["eager_ms"] <= 10.0 for r in rows)
     pids = {json.loads(line).get("pid") for line in (seeded_out / "work" / "results.jsonl").read_text().splitlines()}
