@@ -121,8 +121,8 @@ def register(app: typer.Typer) -> None:
         out: Optional[Path] = typer.Option(None, help="Run folder (default runs/baseline-TIME)."),
         backend: Optional[str] = typer.Option(None, help="cuda or cpu (default: cuda when a GPU is present)."),
         resume: bool = typer.Option(False, help="Continue the run in --out; recorded tasks are not measured again."),
-        concurrency: Optional[int] = typer.Option(None, help="Tasks measured at once per GPU (default: cores/2, "
-                                                             "at most 8)."),
+        concurrency: Optional[int] = typer.Option(None, help="Tasks measured at once per GPU (default: 3/4 of "
+                                                             "the cores, at most 12)."),
         gpus: Optional[str] = typer.Option(None, help="GPU indices to use, e.g. 0,1 (default: all visible)."),
         iters: Optional[int] = typer.Option(None, help="Timed calls per task (default 100 on CUDA, 20 on CPU)."),
         no_compile_baseline: bool = typer.Option(False, help="Time eager only."),

@@ -107,12 +107,14 @@ def run_baseline(spec: RunSpec, *, gpus: list[int] | None = None, per_gpu: int |
 
 
 def default_baseline_concurrency(backend: str) -> int:
-    """Tasks measured at once per GPU: a measurement spends most of its wall time on the CPU (the
-    judge's start, torch.compile's tracing and code generation) and holds the GPU only call by call,
-    so two cores per task, at most 8 (GPU memory: some tasks' inputs are GBs; admission by memory)."""
+    """Tasks measured at once per GPU: a measurement spends most of its wall time on one CPU core (the
+    judge's start, torch.compile's tracing and code generation, compiled in the judge on one thread)
+    and holds the GPU only call by call, so three quarters of the cores, at most 12: the rest stay free
+    for the processes launching the timed calls (a starved launcher stretches the GPU time it
+    measures). GPU memory is guarded by admission (`memory.py`), not by this count."""
     if backend != "cuda":
         return 1
-    return max(1, min(8, (os.cpu_count() or 4) // 2))
+    return max(1, min(12, (os.cpu_count() or 4) * 3 // 4))
 
 
 def run_folder(spec: RunSpec, solutions_dir: Path, evaluator) -> RunOutcome:

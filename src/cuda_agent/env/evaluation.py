@@ -391,11 +391,12 @@ class _Evaluation:
         pool.shutdown(wait=False)
         return guard_lib, kernels
 
-    def _start_judge_only(self) -> None:
-        """The judge's setup without any decision about the baselines (`measure_baselines`)."""
+    def _start_judge_only(self, candidate: bool = True) -> None:
+        """The judge's setup without any decision about the baselines (`measure_baselines`, which has no
+        `candidate` to hand the model's weights to)."""
         self._wait_ready(self.judge)
         self.judge.channel.send(task_code=self.task.code, task_name=self.task.name, backend=self.backend,
-                                config=self.cfg, box=str(self.box))
+                                config=self.cfg, box=str(self.box), save_init=candidate)
         self.say("computing the reference")
         reference = self._ask(self.judge, self.config.timeout_reference, "task")
         if not reference["ok"]:
@@ -739,6 +740,25 @@ class _LinkRefused(Exception):
 # -- baselines alone (`cuda-agent baseline`, `cuda-agent cache verify`) ----------------------------
 
 
+# The device time one task's baselines may hold: the device lock is the one resource every task of a
+# `cuda-agent baseline` run queues for, so its total sets the run's floor. Medians over at least
+# BASELINE_MIN_CALLS pairs of calls lasting milliseconds are as stable as over 100 (the spread of a
+# long kernel is small), so a slow task takes fewer calls instead of the full count.
+BASELINE_BUDGET_S = 2.0
+BASELINE_MIN_CALLS = 30
+
+
+def baseline_calls(per_call_s: float, warmup: int, timed: int) -> tuple[int, int]:
+    """(warm-up, timed) call counts for baselines whose paired call holds the device `per_call_s`:
+    the full counts while they fit in BASELINE_BUDGET_S, else down to BASELINE_MIN_CALLS timed calls
+    (never more than asked) and a tenth as many warm-ups (at least 3)."""
+    fits = int(BASELINE_BUDGET_S / max(per_call_s, 1e-9))
+    if fits >= timed:
+        return warmup, timed
+    keep = min(timed, max(BASELINE_MIN_CALLS, fits))
+    return min(warmup, max(3, keep // 10)), keep
+
+
 @dataclass
 class BaselineRun:
     entry: "object | None"          # BaselineEntry, None when the task is broken
@@ -777,7 +797,7 @@ def measure_baselines(task: Task, config: EvalConfig | None = None, *, gpu: int 
     try:
         task.check_syntax()
         run.judge = run._start("judge")
-        run._start_judge_only()
+        run._start_judge_only(candidate=False)
         mark = lap("start", started)
         compiled = {"ok": False, "error": "not asked for"}
         if config.compile_baseline:
@@ -786,19 +806,29 @@ def measure_baselines(task: Task, config: EvalConfig | None = None, *, gpu: int 
             compiled = run._ask(run.judge, config.timeout_reference, "task")
         mark = lap("compile", mark)
         say("timing eager" + (" and torch.compile" if compiled["ok"] else ""))
-        n = calls or config.warmup + config.timed_iters(backend)
-        pairs, waited = [], 0.0
-        for i in range(n):
+        if calls:   # as asked (`cache verify`)
+            warmup = min(config.warmup, calls // 2)
+            timed = calls - warmup
+        else:
+            warmup, timed = config.warmup, config.timed_iters(backend)
+        pairs, held, waited = [], [], 0.0
+        i = 0
+        while i < warmup + timed:
             asked = time.monotonic()
             with run.lock.held():
-                waited += time.monotonic() - asked
+                got = time.monotonic()
+                waited += got - asked
                 run.judge.channel.send(cmd="call", seed=_fresh_seed(), transform=None, time=True,
                                        compile=compiled["ok"])
                 answer = run._ask(run.judge, config.timeout_reference, "task")
+                held.append(time.monotonic() - got)
             if "task_error" in answer:
                 raise _Failed("task", answer["task_error"])
-            if i >= min(config.warmup, n // 2):   # the first calls warm up
+            if i >= warmup:   # the first calls warm up
                 pairs.append(answer)
+            elif calls is None and i == min(2, warmup - 1):   # slow calls: fewer of them (baseline_calls)
+                warmup, timed = baseline_calls(statistics.median(held), config.warmup, timed)
+            i += 1
         eager = Timing.from_samples([p["eager_ms"] for p in pairs])
         compile_timing = Timing.from_samples([p["compile_ms"] for p in pairs]) if compiled["ok"] else None
         entry = BaselineEntry(task=task.name, task_digest=task.digest, device=result.device, torch=torch.__version__,

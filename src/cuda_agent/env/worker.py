@@ -94,7 +94,9 @@ class _Judge:
         init_inputs = draw_init_inputs(self.module)
         torch.manual_seed(self.cfg["seed"])
         self.model = self.module.Model(*init_inputs).to(self.device).eval()
-        torch.save({"init_inputs": init_inputs, "state_dict": self.model.state_dict()}, self.box / "reference_init.pt")
+        if job.get("save_init", True):   # the candidate builds its model from the same weights
+            torch.save({"init_inputs": init_inputs, "state_dict": self.model.state_dict()},
+                       self.box / "reference_init.pt")
         with torch.no_grad():
             self.model(*draw_inputs(self.module, self.cfg["seed"], self.device))   # the task runs at all (and is warm)
         timing.device_synchronize(self.device)
