@@ -1,0 +1,33 @@
+#include <torch/extension.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include <string>
+
+extern "C" int gemm_launcher(const float* A, const float* B, float* C, int M, int N, int K, int trans_a,
+                             int trans_b, int batch, long long stride_a, long long stride_b, long long stride_c,
+                             cudaStream_t stream);
+
+static void check(const torch::Tensor& t, const char* name) {
+    TORCH_CHECK(t.is_cuda() && t.is_contiguous() && t.scalar_type() == torch::kFloat32,
+                name, " must be a contiguous float32 CUDA tensor");
+}
+
+// The launcher returns 0, a CUDA error (positive) or a cuBLAS status (negative).
+static void check_status(int status) {
+    TORCH_CHECK(status == 0, "gemm failed: ", status > 0 ? cudaGetErrorString((cudaError_t)status) : "cuBLAS status ",
+                status > 0 ? "" : std::to_string(-status));
+}
+
+// A [b, M, K] @ B [K, N] -> [b, M, N]: the batch folded into the rows, one SGEMM of (b*M) x K by K x N.
+torch::Tensor matmul3d(torch::Tensor A, torch::Tensor B) {
+    check(A, "A");
+    check(B, "B");
+    TORCH_CHECK(A.dim() == 3 && B.dim() == 2 && A.size(2) == B.size(0), "A [b, M, K] and B [K, N] expected");
+    const int64_t rows = A.size(0) * A.size(1), K = A.size(2), N = B.size(1);
+    auto C = torch::empty({A.size(0), A.size(1), N}, A.options());
+    check_status(gemm_launcher(A.data_ptr<float>(), B.data_ptr<float>(), C.data_ptr<float>(), (int)rows, (int)N,
+                               (int)K, 0, 0, 1, 0, 0, 0, c10::cuda::getCurrentCUDAStream()));
+    return C;
+}
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("matmul3d", &matmul3d, "torch.matmul(A, B) of a 3-D A by a matrix"); }
