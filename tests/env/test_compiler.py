@@ -111,3 +111,27 @@ def test_flags_that_could_run_or_redirect_the_compiler_are_refused(flags, kind, 
         check_flags(flags, kind)
     with pytest.raises(BuildError, match="not allowed"):  # and build_extension checks them itself
         build_extension("cuda_extension", _kernel_files(), "cpu", cache_dir / "build", **{f"extra_{kind}": flags})
+
+
+def test_the_same_unit_built_twice_at_once_in_one_process(tmp_path, monkeypatch):
+    """Found on the GPU machine: evaluations in one process built the link checker's probe at the same
+    moment, both compiled into one temporary object file, and the second's rename found it gone."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from cuda_agent.env import compiler
+
+    files = {"probe.cpp": "int probe_value() { return 7; }\n"}   # no torch header: a build of a second
+    both_compiling = threading.Barrier(2, timeout=60)
+    real_run = compiler._run
+
+    def run_together(cmd, *args, **kwargs):   # each build starts compiling only once the other has too
+        if any(c.endswith(".o") and ".tmp" in c for c in cmd):
+            both_compiling.wait()
+        return real_run(cmd, *args, **kwargs)
+
+    monkeypatch.setattr(compiler, "_run", run_together)
+    with ThreadPoolExecutor(2) as pool:
+        reports = list(pool.map(lambda _: build_extension("probe", files, "cpu", tmp_path / "build"), range(2)))
+    assert reports[0].path == reports[1].path and reports[0].path.exists()
+    assert not list((tmp_path / "build" / "obj").glob("*.tmp*"))   # no temporary object left behind

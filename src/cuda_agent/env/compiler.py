@@ -25,6 +25,7 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -339,7 +340,9 @@ def build_extension(name: str, files: dict[str, str], backend: str, cache_dir: P
         unit, cmd, obj = job
         if obj.exists():
             return
-        tmp = obj.with_suffix(f".tmp{os.getpid()}.{abs(hash(unit))}.o")
+        # a name of its own: two builds of the same unit at once (threads of one process, or processes)
+        # each write their own file, and whichever lands last replaces an identical object
+        tmp = obj.with_suffix(f".tmp{os.getpid()}.{uuid.uuid4().hex}.o")
         _run([str(tmp) if c == "OUT" else c for c in cmd], src_dir, f"compiling {unit}", timeout)
         os.replace(tmp, obj)
 
