@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import statistics
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -59,6 +60,9 @@ def measure(name: str, mode: str, pool: EvalPool, jobs: list, concurrent: bool, 
            "correct": len(results) - len(bad),
            "kernel_ms": round(sorted(r.kernel_ms for r in results if r.kernel_ms)[len(results) // 2], 4)
            if not bad else None}
+    phases = sorted({k for r in results for k in r.phase_seconds})   # where an evaluation's time went
+    row["phase_median_s"] = {k: round(statistics.median(r.phase_seconds.get(k, 0.0) for r in results), 3)
+                             for k in phases}
     if bad:
         row["first_error"] = f"{bad[0].error.phase}: {bad[0].error.message[:300]}" if bad[0].error else "?"
     return row
@@ -100,6 +104,8 @@ def main() -> None:
                   f"{row['per_gpu']:6.2f}/s per GPU  x{row['ratio_vs_serial']:.2f} vs serial  "
                   f"{row['correct']}/{row['evals']} correct" + (f"  {row.get('first_error')}" if 'first_error' in row
                                                                   else ""), flush=True)
+            print("       phases (median s): " + ", ".join(f"{k} {v}" for k, v in row["phase_median_s"].items()),
+                  flush=True)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2))
 
