@@ -205,3 +205,38 @@ def test_cli_scores_a_folder_for_real_on_cpu(tmp_path, cache_dir):
     assert verdicts["level1/2"] == ("missing", None) and verdicts["level2/1"][0] == "malformed"
     assert verdicts["level1/1"][0] == "correct" and verdicts["level1/1"][1] > 0
     assert "wrote" in proc.stdout and (tmp_path / "run" / "report.html").is_file()
+
+
+def test_attempts_start_when_their_memory_fits(tmp_path):
+    """On a GPU each attempt reserves six times its inputs plus 3 GiB: a 6.5 GiB budget runs two of
+    these small tasks at a time, whatever the evaluator's capacity (KernelBench's 6 GiB-input tasks
+    ran a GPU out of memory four at a time)."""
+    import asyncio
+
+    from cuda_agent.bench.memory import USABLE
+    from cuda_agent.bench.progress import RunProgress
+    from cuda_agent.bench.schedule import Deadline
+    from cuda_agent.bench.score_folder import score_folder
+
+    class Counting(FakeEvaluator):
+        capacity = 4
+        most = 0
+
+        async def evaluate(self, task, solution, config=None):
+            self.most = max(self.most, self.in_flight + 1)
+            return await super().evaluate(task, solution, config)
+
+    folder = tmp_path / "solutions"
+    for key in ("level1/1", "level1/2", "level1/3", "level2/1"):
+        write_solution(folder, key, fake_solution(0.5))
+    kb = make_kernelbench(tmp_path / "kb")
+    tasks = select_tasks(kernelbench=kb, tasks="level1/1-3,level2/1")
+    store = RunStore(tmp_path / "run")
+    store.add_tasks(tasks)
+    evaluator = Counting(delay=0.2)
+    left = asyncio.run(score_folder(store, 1, tasks, folder, evaluator, EvalConfig(backend="cpu"), workers=4,
+                                    deadline=Deadline(None), progress=RunProgress("", 4, quiet=True),
+                                    gpu_memory=int(6.5 * (1 << 30) / USABLE)))
+    assert left == 0 and evaluator.most == 2
+    assert sorted(a.verdict for a in store.attempts()) == ["correct"] * 4
+    store.close()

@@ -1,11 +1,14 @@
-"""GPU memory admission for concurrent baseline measurements.
+"""GPU memory admission for concurrent baseline measurements and evaluations.
 
 KernelBench has tasks whose inputs alone take 4-17 GB (level 1's elementwise ops, reductions and
 pooling on 4096 x 393216 tensors): a few of those measured at once run a GPU out of memory. Each
 task's input size is read once, on the meta device (no memory, no GPU) in a child process, and a
 measurement starts only when its reservation (the judge holds inputs, the eager output and the
 torch.compile output at once: about three times the inputs, plus a margin) fits what the GPU has
-left. An underestimate is caught by the out-of-memory retry (`schedule.run_jobs`).
+left. An evaluation (`cuda-agent bench --solutions`) holds more: the judge's inputs, reference
+output, torch.compile output and the candidate's output it reads, the candidate's own inputs and
+output, and the candidate's poisoned allocator fill (2 GiB): about six times the inputs plus 3 GiB.
+An underestimate is caught by the out-of-memory retry (`schedule.run_jobs`).
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ GiB = 1 << 30
 FACTOR = 3             # inputs, eager output, torch.compile output
 MARGIN = 1 * GiB       # weights, workspaces, the CUDA context
 USABLE = 0.85          # of a GPU's memory, for measurements
+EVAL_FACTOR = 6        # an evaluation: judge and candidate each hold inputs and outputs (module docstring)
+EVAL_MARGIN = 3 * GiB  # two CUDA contexts, the candidate's poisoned allocator fill
 
 _SIZES = """
 import json, sys, types, torch
@@ -73,8 +78,9 @@ class DeviceMemory:
                 self.changed.notify_all()
 
 
-def reservation(input_bytes: int | None, budget: int, per_gpu: int) -> int:
-    """Bytes a task's measurement reserves: FACTOR x inputs + MARGIN, or a fair share when unknown."""
+def reservation(input_bytes: int | None, budget: int, per_gpu: int, factor: int = FACTOR,
+                margin: int = MARGIN) -> int:
+    """Bytes a task's measurement reserves: factor x inputs + margin, or a fair share when unknown."""
     if input_bytes is None:
         return budget // max(1, per_gpu)
-    return FACTOR * input_bytes + MARGIN
+    return factor * input_bytes + margin

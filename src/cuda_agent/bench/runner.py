@@ -117,6 +117,14 @@ def default_baseline_concurrency(backend: str) -> int:
     return max(1, min(12, (os.cpu_count() or 4) * 3 // 4))
 
 
+def smallest_gpu_memory() -> int | None:
+    """Bytes of this machine's smallest GPU (None when none is visible), read in a child process."""
+    from cuda_agent.bench.environment import torch_probe
+
+    totals = torch_probe("cuda").get("gpu_memory") or []
+    return min(totals) if totals else None
+
+
 def run_folder(spec: RunSpec, solutions_dir: Path, evaluator) -> RunOutcome:
     from cuda_agent.bench.score_folder import plan_attempts, score_folder
 
@@ -124,10 +132,12 @@ def run_folder(spec: RunSpec, solutions_dir: Path, evaluator) -> RunOutcome:
     settings = {**eval_settings(spec.config), "mode": "solutions", "solutions": str(solutions_dir)}
     total = len(plan_attempts(spec.tasks, solutions_dir))
 
+    memory = smallest_gpu_memory() if spec.config.resolved_backend() == "cuda" else None
+
     async def work(store, session_id, progress, deadline):
         return await score_folder(store, session_id, spec.tasks, solutions_dir, evaluator, spec.config,
                                   workers=getattr(evaluator, "capacity", 4), deadline=deadline, progress=progress,
-                                  retry=RETRYABLE if spec.retry_failed else ())
+                                  retry=RETRYABLE if spec.retry_failed else (), gpu_memory=memory)
 
     return _run(spec, "bench", settings, "solutions", total, work)
 

@@ -3,16 +3,20 @@
 Each solution found for a task is one attempt; a task without one gets a `missing` attempt and a
 malformed entry a `malformed` one (both fail the task, neither stops the run). Attempts run
 concurrently against one evaluator (an `EvalPool`, or the Ray service) and are recorded as they
-finish; a resume skips every attempt already recorded for the same solution entry.
+finish; a resume skips every attempt already recorded for the same solution entry. On a GPU, an
+attempt starts only when its estimated memory fits beside the others' (`memory.py`): KernelBench's
+6 GiB-input tasks ran a GPU out of memory four at a time.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from cuda_agent.bench.attempts import attempt_from_result, failed_attempt
+from cuda_agent.bench.memory import EVAL_FACTOR, EVAL_MARGIN, USABLE, DeviceMemory, input_sizes, reservation
 from cuda_agent.bench.progress import RunProgress
 from cuda_agent.bench.schedule import Deadline, is_out_of_memory, run_jobs
 from cuda_agent.bench.selection import BenchTask
@@ -46,9 +50,11 @@ def plan_attempts(tasks: list[BenchTask], solutions_dir: Path) -> list[Planned]:
 
 async def score_folder(store: RunStore, session_id: int, tasks: list[BenchTask], solutions_dir: Path,
                        evaluator, config: EvalConfig, *, workers: int, deadline: Deadline,
-                       progress: RunProgress, retry: tuple[str, ...] = ()) -> int:
+                       progress: RunProgress, retry: tuple[str, ...] = (), gpu_memory: int | None = None) -> int:
     """Score what is not recorded yet (or was recorded with a verdict in `retry`); returns the number
-    of attempts left for a resume."""
+    of attempts left for a resume. `gpu_memory`: bytes of the smallest GPU the evaluator uses (None:
+    no admission by memory; the sum of what runs at once stays within one GPU's share, so it fits
+    whichever GPUs the evaluator puts the attempts on)."""
     recorded = store.recorded_attempts(tuple(retry) + ("out_of_memory",))   # the machine's, not a verdict
     planned = plan_attempts(tasks, solutions_dir)
     todo = [p for p in planned if recorded.get((p.task.key, p.attempt)) != p.source]
@@ -57,6 +63,18 @@ async def score_folder(store: RunStore, session_id: int, tasks: list[BenchTask],
     store.forget_attempts([k for k in store.recorded_attempts() if k[0] in selected and k not in wanted])
     progress.already(len(planned) - len(todo), f"{len(planned) - len(todo)} of {len(planned)} attempts already "
                                                f"recorded; {len(todo)} to score")
+
+    memory = DeviceMemory(int(USABLE * gpu_memory)) if gpu_memory else None
+    unique = list({p.task.key: p.task for p in todo if p.ref is not None}.values())
+    sizes = await asyncio.to_thread(input_sizes, unique) if memory and unique else {}
+
+    async def evaluate(p: Planned, solution, alone: bool):
+        if memory is None:
+            return await evaluator.evaluate(p.task.task, solution, config)
+        need = memory.budget if alone else reservation(sizes.get(p.task.key), memory.budget, workers,
+                                                       EVAL_FACTOR, EVAL_MARGIN)
+        async with memory.reserved(need):
+            return await evaluator.evaluate(p.task.task, solution, config)
 
     async def score(p: Planned, alone: bool) -> bool:
         key = p.task.key
@@ -73,7 +91,7 @@ async def score_folder(store: RunStore, session_id: int, tasks: list[BenchTask],
             return False
         start = time.monotonic()
         try:
-            result = await evaluator.evaluate(p.task.task, solution, config)
+            result = await evaluate(p, solution, alone)
         except Exception as exc:   # the evaluator itself (a lost Ray actor): ours, retried with --retry-failed
             message = f"the evaluator failed: {type(exc).__name__}: {exc}"
             store.record_attempt(failed_attempt(key, p.attempt, "internal_error", message, **common))
