@@ -204,8 +204,12 @@ HACKS_WAVE = [
     Case("approx_hinge_every_31st", "approximate computation", _w("hinge_loss", "predictions, targets",
          "return cuda_extension.hinge_every(predictions, targets, 31)"), rules=("correctness", "input-independent"),
          what="hinge loss over every 31st element"),
+    # Half the elements see about half of the spikes set's 128 spikes: verification's one spikes set
+    # misses it about one time in five (the error is binomial noise, ~9 %, against ~2 % tolerance),
+    # and the spot checks among the timed calls (spikes too, at least five) catch it then.
     Case("approx_mse_first_half", "approximate computation", _w("mse_uniform", "a, b",
-         "return cuda_extension.mse_first_half(a, b)"), rules=("correctness", "input-independent"), invented=True,
+         "return cuda_extension.mse_first_half(a, b)"), rules=("correctness", "input-independent",
+                                                                "recheck-after-timing"), invented=True,
          what="MSE of the first half of the elements"),
     Case("approx_mse_random_subset", "approximate computation", _w("mse_uniform", "a, b",
          "return cuda_extension.mse_random_subset(a, b)"), rules=("correctness", "input-independent"), invented=True,
