@@ -105,3 +105,35 @@ def test_cli_agent_mode_with_the_endpoint_down(tmp_path, cache_dir):
     assert both.returncode == 2 and "either --solutions" in stderr
     again = subprocess.run(args, capture_output=True, text=True, timeout=600)
     assert again.returncode == 2 and "--resume" in again.stderr
+
+
+def test_episodes_evaluations_wait_for_gpu_memory(tmp_path):
+    """Agent mode's evaluations go through the same admission as a solution folder's: with a budget
+    for two of these tasks' reservations, no more than two evaluate at once, whatever the pool's size."""
+    import asyncio
+
+    from cuda_agent.bench.memory import USABLE, AdmittedEvaluator, admitted
+    from tests.bench.helpers import FakeEvaluator, fake_solution
+    from cuda_agent.tasks import Solution
+
+    class Counting(FakeEvaluator):
+        capacity = 4
+        most = 0
+
+        async def evaluate(self, task, solution, config=None):
+            self.most = max(self.most, self.in_flight + 1)
+            return await super().evaluate(task, solution, config)
+
+    tasks = select_tasks(kernelbench=make_kernelbench(tmp_path / "kb"), tasks="level1/1-3,level2/1")
+    inner = Counting(delay=0.2)
+
+    async def main():
+        plain = await admitted(inner, tasks, None, 4)   # no GPU: the evaluator as it is
+        assert plain is inner
+        guarded = await admitted(inner, tasks, int(6.5 * (1 << 30) / USABLE), 4)
+        assert isinstance(guarded, AdmittedEvaluator) and guarded.capacity == 4
+        solution = Solution({"model_new.py": fake_solution(0.5)})
+        return await asyncio.gather(*(guarded.evaluate(t.task, solution) for t in tasks))
+
+    results = asyncio.run(main())
+    assert len(results) == 4 and inner.most == 2

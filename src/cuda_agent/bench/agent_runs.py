@@ -60,16 +60,19 @@ def write_trajectory(path: Path, trajectory) -> None:
 
 async def run_agents(store: RunStore, session_id: int, tasks: list[BenchTask], make_client: Callable[[], object],
                      evaluator, eval_config: EvalConfig, agent_config, *, concurrency: int, deadline: Deadline,
-                     progress: RunProgress, retry: tuple[str, ...] = ()) -> int:
-    """Run the episodes not recorded yet; returns how many were left for a resume."""
+                     progress: RunProgress, retry: tuple[str, ...] = (), gpu_memory: int | None = None) -> int:
+    """Run the episodes not recorded yet; returns how many were left for a resume. `gpu_memory`:
+    bytes of the smallest GPU, for admission by memory (`memory.admitted`; None: none)."""
     from cuda_agent.agent.loop import run_episode
+    from cuda_agent.bench.memory import admitted
 
     recorded = store.recorded_attempts(retry)
     todo = [t for t in tasks if (t.key, 0) not in recorded]
     progress.already(len(tasks) - len(todo), f"{len(tasks) - len(todo)} of {len(tasks)} episodes already recorded; "
                                              f"{len(todo)} to run")
     loop = asyncio.get_running_loop()
-    shared = ThreadsafeEvaluator(evaluator, loop)
+    guarded = await admitted(evaluator, todo, gpu_memory, getattr(evaluator, "capacity", concurrency))
+    shared = ThreadsafeEvaluator(guarded, loop)
     threads = ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="bench-episode")
     run_dir = store.run_dir
 

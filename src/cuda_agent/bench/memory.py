@@ -84,3 +84,30 @@ def reservation(input_bytes: int | None, budget: int, per_gpu: int, factor: int 
     if input_bytes is None:
         return budget // max(1, per_gpu)
     return factor * input_bytes + margin
+
+
+class AdmittedEvaluator:
+    """An evaluator (an `EvalPool` or the Ray service) whose evaluations start only when their
+    reservation fits `memory` (`cuda-agent bench`, solutions and agent episodes alike). `sizes` maps a
+    task's digest to its input bytes (None: unknown, a fair share of `slots`). The sum of what runs at
+    once stays within one GPU's budget, so it fits whichever GPUs the evaluator uses."""
+
+    def __init__(self, evaluator, memory: DeviceMemory, sizes: dict[str, int | None], slots: int):
+        self.evaluator, self.memory, self.sizes, self.slots = evaluator, memory, sizes, slots
+        self.capacity = getattr(evaluator, "capacity", slots)
+
+    async def evaluate(self, task, solution, config=None, alone: bool = False):
+        need = self.memory.budget if alone else reservation(self.sizes.get(task.digest), self.memory.budget,
+                                                            self.slots, EVAL_FACTOR, EVAL_MARGIN)
+        async with self.memory.reserved(need):
+            return await self.evaluator.evaluate(task, solution, config)
+
+
+async def admitted(evaluator, tasks: list[BenchTask], gpu_memory: int | None, slots: int):
+    """`evaluator` behind memory admission for `tasks` (their input sizes read once), or as it is
+    when `gpu_memory` is None (the CPU backend, no GPU visible)."""
+    if not gpu_memory or not tasks:
+        return evaluator
+    sizes = await asyncio.to_thread(input_sizes, tasks)
+    by_digest = {t.task.digest: sizes.get(t.key) for t in tasks}
+    return AdmittedEvaluator(evaluator, DeviceMemory(int(USABLE * gpu_memory)), by_digest, slots)

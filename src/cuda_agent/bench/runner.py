@@ -147,10 +147,11 @@ def run_agent(spec: RunSpec, make_client: Callable[[], object], agent_config, ev
     from cuda_agent.bench.agent_runs import run_agents
 
     settings = {**eval_settings(spec.config), "mode": "agent", "model": model, "turns": agent_config.max_turns}
+    memory = smallest_gpu_memory() if spec.config.resolved_backend() == "cuda" else None
 
     async def work(store, session_id, progress, deadline):
         return await run_agents(store, session_id, spec.tasks, make_client, evaluator, spec.config, agent_config,
                                 concurrency=concurrency, deadline=deadline, progress=progress,
-                                retry=RETRYABLE if spec.retry_failed else ())
+                                retry=RETRYABLE if spec.retry_failed else (), gpu_memory=memory)
 
     return _run(spec, "bench", settings, "episodes", len(spec.tasks), work)

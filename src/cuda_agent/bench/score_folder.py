@@ -10,13 +10,12 @@ attempt starts only when its estimated memory fits beside the others' (`memory.p
 
 from __future__ import annotations
 
-import asyncio
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from cuda_agent.bench.attempts import attempt_from_result, failed_attempt
-from cuda_agent.bench.memory import EVAL_FACTOR, EVAL_MARGIN, USABLE, DeviceMemory, input_sizes, reservation
+from cuda_agent.bench.memory import AdmittedEvaluator, admitted
 from cuda_agent.bench.progress import RunProgress
 from cuda_agent.bench.schedule import Deadline, is_out_of_memory, run_jobs
 from cuda_agent.bench.selection import BenchTask
@@ -64,17 +63,13 @@ async def score_folder(store: RunStore, session_id: int, tasks: list[BenchTask],
     progress.already(len(planned) - len(todo), f"{len(planned) - len(todo)} of {len(planned)} attempts already "
                                                f"recorded; {len(todo)} to score")
 
-    memory = DeviceMemory(int(USABLE * gpu_memory)) if gpu_memory else None
     unique = list({p.task.key: p.task for p in todo if p.ref is not None}.values())
-    sizes = await asyncio.to_thread(input_sizes, unique) if memory and unique else {}
+    guarded = await admitted(evaluator, unique, gpu_memory, workers)
 
     async def evaluate(p: Planned, solution, alone: bool):
-        if memory is None:
-            return await evaluator.evaluate(p.task.task, solution, config)
-        need = memory.budget if alone else reservation(sizes.get(p.task.key), memory.budget, workers,
-                                                       EVAL_FACTOR, EVAL_MARGIN)
-        async with memory.reserved(need):
-            return await evaluator.evaluate(p.task.task, solution, config)
+        if isinstance(guarded, AdmittedEvaluator):
+            return await guarded.evaluate(p.task.task, solution, config, alone=alone)
+        return await evaluator.evaluate(p.task.task, solution, config)
 
     async def score(p: Planned, alone: bool) -> bool:
         key = p.task.key
