@@ -110,6 +110,17 @@ class FakeEvaluator:
         return result
 
 
+
+class CountingEvaluator(FakeEvaluator):
+    """A FakeEvaluator of capacity 4 that records the most evaluations it had in flight at once."""
+
+    capacity = 4
+    most = 0
+
+    async def evaluate(self, task, solution, config=None):
+        self.most = max(self.most, self.in_flight + 1)
+        return await super().evaluate(task, solution, config)
+
 def fake_result(task, solution) -> EvalResult:
     text = "\n".join(solution.files.values())
     r = EvalResult(task=task.name, backend="cpu", device="cpu")

@@ -113,16 +113,8 @@ def test_episodes_evaluations_wait_for_gpu_memory(tmp_path):
     import asyncio
 
     from cuda_agent.bench.memory import USABLE, AdmittedEvaluator, admitted
-    from tests.bench.helpers import FakeEvaluator, fake_solution
+    from tests.bench.helpers import CountingEvaluator as Counting, fake_solution
     from cuda_agent.tasks import Solution
-
-    class Counting(FakeEvaluator):
-        capacity = 4
-        most = 0
-
-        async def evaluate(self, task, solution, config=None):
-            self.most = max(self.most, self.in_flight + 1)
-            return await super().evaluate(task, solution, config)
 
     tasks = select_tasks(kernelbench=make_kernelbench(tmp_path / "kb"), tasks="level1/1-3,level2/1")
     inner = Counting(delay=0.2)

@@ -217,14 +217,7 @@ def test_attempts_start_when_their_memory_fits(tmp_path):
     from cuda_agent.bench.progress import RunProgress
     from cuda_agent.bench.schedule import Deadline
     from cuda_agent.bench.score_folder import score_folder
-
-    class Counting(FakeEvaluator):
-        capacity = 4
-        most = 0
-
-        async def evaluate(self, task, solution, config=None):
-            self.most = max(self.most, self.in_flight + 1)
-            return await super().evaluate(task, solution, config)
+    from tests.bench.helpers import CountingEvaluator as Counting
 
     folder = tmp_path / "solutions"
     for key in ("level1/1", "level1/2", "level1/3", "level2/1"):
