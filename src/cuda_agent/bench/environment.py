@@ -12,6 +12,7 @@ import platform
 import shutil
 import subprocess
 import sys
+from functools import lru_cache
 
 _PROBE = """
 import json, torch
@@ -38,6 +39,12 @@ def torch_probe(backend: str = "cuda") -> dict:
         import torch
 
         return {"torch": torch.__version__, "torch_cuda": torch.version.cuda, "gpus": [], "gpu_memory": []}
+    return dict(_cuda_probe())
+
+
+@lru_cache(maxsize=None)
+def _cuda_probe() -> dict:
+    # once per process: a run asks for its GPUs' memory and records its environment
     text = _run([sys.executable, "-c", _PROBE], timeout=120.0)
     try:
         return json.loads(text.splitlines()[-1]) if text else {}

@@ -96,9 +96,8 @@ class AdmittedEvaluator:
         self.evaluator, self.memory, self.sizes, self.slots = evaluator, memory, sizes, slots
         self.capacity = getattr(evaluator, "capacity", slots)
 
-    async def evaluate(self, task, solution, config=None, alone: bool = False):
-        need = self.memory.budget if alone else reservation(self.sizes.get(task.digest), self.memory.budget,
-                                                            self.slots, EVAL_FACTOR, EVAL_MARGIN)
+    async def evaluate(self, task, solution, config=None):
+        need = reservation(self.sizes.get(task.digest), self.memory.budget, self.slots, EVAL_FACTOR, EVAL_MARGIN)
         async with self.memory.reserved(need):
             return await self.evaluator.evaluate(task, solution, config)
 

@@ -117,11 +117,11 @@ def default_baseline_concurrency(backend: str) -> int:
     return max(1, min(12, (os.cpu_count() or 4) * 3 // 4))
 
 
-def smallest_gpu_memory() -> int | None:
-    """Bytes of this machine's smallest GPU (None when none is visible), read in a child process."""
+def smallest_gpu_memory(backend: str) -> int | None:
+    """Bytes of this machine's smallest GPU (None on the CPU backend or when none is visible)."""
     from cuda_agent.bench.environment import torch_probe
 
-    totals = torch_probe("cuda").get("gpu_memory") or []
+    totals = torch_probe(backend).get("gpu_memory") or []
     return min(totals) if totals else None
 
 
@@ -132,7 +132,7 @@ def run_folder(spec: RunSpec, solutions_dir: Path, evaluator) -> RunOutcome:
     settings = {**eval_settings(spec.config), "mode": "solutions", "solutions": str(solutions_dir)}
     total = len(plan_attempts(spec.tasks, solutions_dir))
 
-    memory = smallest_gpu_memory() if spec.config.resolved_backend() == "cuda" else None
+    memory = smallest_gpu_memory(spec.config.resolved_backend())
 
     async def work(store, session_id, progress, deadline):
         return await score_folder(store, session_id, spec.tasks, solutions_dir, evaluator, spec.config,
@@ -147,7 +147,7 @@ def run_agent(spec: RunSpec, make_client: Callable[[], object], agent_config, ev
     from cuda_agent.bench.agent_runs import run_agents
 
     settings = {**eval_settings(spec.config), "mode": "agent", "model": model, "turns": agent_config.max_turns}
-    memory = smallest_gpu_memory() if spec.config.resolved_backend() == "cuda" else None
+    memory = smallest_gpu_memory(spec.config.resolved_backend())
 
     async def work(store, session_id, progress, deadline):
         return await run_agents(store, session_id, spec.tasks, make_client, evaluator, spec.config, agent_config,

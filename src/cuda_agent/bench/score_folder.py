@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cuda_agent.bench.attempts import attempt_from_result, failed_attempt
-from cuda_agent.bench.memory import AdmittedEvaluator, admitted
+from cuda_agent.bench.memory import admitted
 from cuda_agent.bench.progress import RunProgress
 from cuda_agent.bench.schedule import Deadline, is_out_of_memory, run_jobs
 from cuda_agent.bench.selection import BenchTask
@@ -63,13 +63,10 @@ async def score_folder(store: RunStore, session_id: int, tasks: list[BenchTask],
     progress.already(len(planned) - len(todo), f"{len(planned) - len(todo)} of {len(planned)} attempts already "
                                                f"recorded; {len(todo)} to score")
 
+    # an attempt run again alone (out of memory beside others) has nothing beside it: its usual
+    # reservation is granted at once
     unique = list({p.task.key: p.task for p in todo if p.ref is not None}.values())
-    guarded = await admitted(evaluator, unique, gpu_memory, workers)
-
-    async def evaluate(p: Planned, solution, alone: bool):
-        if isinstance(guarded, AdmittedEvaluator):
-            return await guarded.evaluate(p.task.task, solution, config, alone=alone)
-        return await evaluator.evaluate(p.task.task, solution, config)
+    evaluator = await admitted(evaluator, unique, gpu_memory, workers)
 
     async def score(p: Planned, alone: bool) -> bool:
         key = p.task.key
@@ -86,7 +83,7 @@ async def score_folder(store: RunStore, session_id: int, tasks: list[BenchTask],
             return False
         start = time.monotonic()
         try:
-            result = await evaluate(p, solution, alone)
+            result = await evaluator.evaluate(p.task.task, solution, config)
         except Exception as exc:   # the evaluator itself (a lost Ray actor): ours, retried with --retry-failed
             message = f"the evaluator failed: {type(exc).__name__}: {exc}"
             store.record_attempt(failed_attempt(key, p.attempt, "internal_error", message, **common))
