@@ -111,15 +111,19 @@ def fake_evaluator() -> FakeEvaluator:
     return FakeEvaluator()
 
 
-@pytest.fixture
-def steady_bash_clock(monkeypatch):
+def hold_bash_clock(patch: pytest.MonkeyPatch) -> None:
     """bash reports every command as taking 0.0 s: a build's duration changes the length of what the
     model is told, and with it the token counts of a scripted client (and so compaction)."""
     from types import SimpleNamespace
 
     from cuda_agent.agent.tools import shell
 
-    monkeypatch.setattr(shell, "time", SimpleNamespace(perf_counter=lambda: 0.0))
+    patch.setattr(shell, "time", SimpleNamespace(perf_counter=lambda: 0.0))
+
+
+@pytest.fixture
+def steady_bash_clock(monkeypatch):
+    hold_bash_clock(monkeypatch)
 
 
 @pytest.fixture(scope="session")

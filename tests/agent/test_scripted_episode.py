@@ -22,7 +22,6 @@ import os
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
@@ -33,7 +32,7 @@ from cuda_agent.env.result import EvalResult
 from cuda_agent.tasks import Task
 
 from .chat_server import call, say
-from .conftest import RELU_BINDING, RELU_MODEL_NEW, RELU_TASK, FakeEvaluator, ScriptedClient
+from .conftest import RELU_BINDING, RELU_MODEL_NEW, RELU_TASK, FakeEvaluator, ScriptedClient, hold_bash_clock
 
 RECORDING = Path(__file__).parent / "data" / "scripted_episode.json"
 
@@ -100,12 +99,10 @@ class ScriptedRun:
 
 def play_script(workspace: Path, real_eval_config) -> ScriptedRun:
     """The scripted episode, played once in `workspace` (the bash tool's clock held at 0.0 s)."""
-    from cuda_agent.agent.tools import shell
-
     client, events, evaluator = ScriptedClient(script()), [], FakeEvaluator()
     eval_config = replace(real_eval_config, compile_baseline=True)
-    with pytest.MonkeyPatch.context() as patch:   # as the steady_bash_clock fixture does
-        patch.setattr(shell, "time", SimpleNamespace(perf_counter=lambda: 0.0))
+    with pytest.MonkeyPatch.context() as patch:
+        hold_bash_clock(patch)
         episode = run_episode(Task(name="relu", code=RELU_TASK, origin="tests"), client, workspace_dir=workspace,
                               eval_config=eval_config, evaluator=evaluator,
                               on_event=lambda kind, data: events.append((kind, data)),

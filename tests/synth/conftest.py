@@ -24,13 +24,16 @@ def catalog_file(catalog, tmp_path_factory) -> Path:
     return path
 
 
-@pytest.fixture
-def seeded_out(tmp_path, catalog_file) -> Path:
-    """An output folder whose work/ already holds the session catalog (so runs skip the crawl)."""
-    out = tmp_path / "out"
+def seeded_folder(out: Path, catalog_file: Path) -> Path:
+    """`out`, made with a work/ that already holds the session catalog (so runs skip the crawl)."""
     (out / "work").mkdir(parents=True)
     (out / "work" / "catalog.json").write_text(catalog_file.read_text())
     return out
+
+
+@pytest.fixture
+def seeded_out(tmp_path, catalog_file) -> Path:
+    return seeded_folder(tmp_path / "out", catalog_file)
 
 
 class InlinePool:

@@ -9,6 +9,7 @@ import pytest
 
 from cuda_agent.synth.pipeline import SynthConfig, quotas, synthesize
 from cuda_agent.tasks import load_dataset
+from tests.synth.conftest import seeded_folder
 
 FAST = dict(backend="cpu", window_ms=(0.005, 50.0), compile=False, progress=False, include_transformers=False)
 
@@ -33,9 +34,7 @@ def reference(tmp_path_factory, catalog_file, kernelbench):
     summary."""
     from tests.synth.conftest import InlinePool
 
-    out = tmp_path_factory.mktemp("reference") / "out"
-    (out / "work").mkdir(parents=True)
-    (out / "work" / "catalog.json").write_text(catalog_file.read_text())
+    out = seeded_folder(tmp_path_factory.mktemp("reference") / "out", catalog_file)
     return out, synthesize(config(out, kernelbench), pool_factory=InlinePool)
 
 
@@ -58,12 +57,10 @@ def test_outputs_load_with_the_environment_loader(reference):
     assert (seeded_out / "runtime_hist.png").stat().st_size > 1000
 
 
-def test_same_seed_same_tasks_and_resume_after_interrupt(reference, kernelbench, inline_pool, tmp_path):
+def test_same_seed_same_tasks_and_resume_after_interrupt(reference, kernelbench, inline_pool, tmp_path, catalog_file):
     seeded_out, _ = reference   # the reference run, uninterrupted
     # Same seed, interrupted after 3 filtered tasks (as by Ctrl-C), then resumed.
-    other = tmp_path / "other"
-    (other / "work").mkdir(parents=True)
-    (other / "work" / "catalog.json").write_text((seeded_out / "work" / "catalog.json").read_text())
+    other = seeded_folder(tmp_path / "other", catalog_file)
     with pytest.raises(KeyboardInterrupt):
         synthesize(config(other, kernelbench), pool_factory=lambda *a: inline_pool(*a, fail_after=3))
     results = (other / "work" / "results.jsonl").read_text().splitlines()
@@ -82,11 +79,9 @@ def test_same_seed_same_tasks_and_resume_after_interrupt(reference, kernelbench,
     assert (other / "work" / "results.jsonl").read_text() == before
 
 
-def test_another_seed_gives_other_tasks(seeded_out, kernelbench, inline_pool, tmp_path):
+def test_another_seed_gives_other_tasks(seeded_out, kernelbench, inline_pool, tmp_path, catalog_file):
     synthesize(config(seeded_out, kernelbench, num=4), pool_factory=inline_pool)
-    other = tmp_path / "seed1"
-    (other / "work").mkdir(parents=True)
-    (other / "work" / "catalog.json").write_text((seeded_out / "work" / "catalog.json").read_text())
+    other = seeded_folder(tmp_path / "seed1", catalog_file)
     synthesize(config(other, kernelbench, num=4, seed=1), pool_factory=inline_pool)
     assert codes(other) != codes(seeded_out)
 
