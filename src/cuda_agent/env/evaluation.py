@@ -483,14 +483,15 @@ class _Evaluation:
             timed = call.kind in ("warmup", "timed")
             self.judge.channel.send(cmd="call", seed=call.seed, transform=call.transform, time=timed,
                                     compile=timed and self.compile_mode == "paired",
-                                    compare={"path": str(self.box / f"out_{call.index}.pt")} if save
+                                    compare={"path": str(self.box / f"out_{call.index}.bin"),
+                                             "layout": out.get("layout")} if save
                                     else {"samples": out["samples"]},
                                     dependence=save and self.strict and not call.transform)
             verdict = self._ask(self.judge, self.config.timeout_reference, "task")
         if "task_error" in verdict:
             raise _Failed("task", f"the task's reference failed on an input set: {verdict['task_error']}")
         if save:
-            (self.box / f"out_{call.index}.pt").unlink(missing_ok=True)
+            (self.box / f"out_{call.index}.bin").unlink(missing_ok=True)
         if verdict.get("skipped"):
             self.result.skipped_sets.append(f"{call.transform}: {verdict['skipped']}")
             return None

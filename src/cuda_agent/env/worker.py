@@ -27,6 +27,7 @@ import torch
 
 from cuda_agent.env import timing  # captures clocks and sync before candidate code can patch them
 from cuda_agent.env.verify import take_samples as _take_samples  # bound before candidate code runs, likewise
+from cuda_agent.env.transfer import write_output as _write_output  # likewise
 from cuda_agent.env.draws import draw_inputs
 from cuda_agent.env.protocol import ChildChannel
 
@@ -53,22 +54,6 @@ def _all_finite(value) -> bool:
     from cuda_agent.env.verify import tensors_in
 
     return all(bool(torch.isfinite(t).all()) for t in tensors_in(value) if t.is_floating_point() or t.is_complex())
-
-
-def read_candidate_output(path: str, device: torch.device):
-    """A candidate output file, opened without following links (the candidate's folder is its own)."""
-    import io
-    import stat
-
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise ValueError("not a regular file")
-        with os.fdopen(fd, "rb", closefd=False) as fh:
-            data = io.BytesIO(fh.read())
-    finally:
-        os.close(fd)
-    return torch.load(data, map_location=device, weights_only=True)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -118,6 +103,7 @@ class _Judge:
     def call(self, cmd: dict) -> dict:
         """The reference on the call's draw (timed, for a timed call), and the candidate's output
         compared with it: a file (verification) or the candidate's samples."""
+        from cuda_agent.env.transfer import read_output
         from cuda_agent.env.verify import ForgedSamples, compare_outputs, compare_samples
 
         seed, transform = cmd["seed"], cmd.get("transform")
@@ -155,7 +141,7 @@ class _Judge:
         try:
             if "path" in compare:
                 try:
-                    candidate = read_candidate_output(compare["path"], self.device)
+                    candidate = read_output(compare["path"], compare.get("layout"), self.device)
                 except Exception as exc:
                     return {"ok": False, "max_abs_error": float("inf"),
                             "message": f"candidate output unreadable: {exc}", **answer}
@@ -415,10 +401,8 @@ class _Candidate:
         if tensors:
             self.last_shape = (tuple(tensors[0].shape), tensors[0].dtype)
         answer = {"ok": True, "ms": ms, "samples": samples, "calls": calls}
-        if save:
-            path = self.box / f"out_{cmd['index']}.pt"
-            torch.save(timing.to_device(snapshot, torch.device("cpu")), path)
-            answer["path"] = str(path)
+        if save:   # the whole output, for the judge (raw bytes in the box; its layout in the answer)
+            answer["layout"] = _write_output(snapshot, self.box / f"out_{cmd['index']}.bin")
         return answer
 
     def _empty_forward(self, *inputs):
