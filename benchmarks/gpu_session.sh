@@ -31,8 +31,8 @@ for step in $STEPS; do
     resilience)
       CUDA_AGENT_GPU_REPORT="$OUT/gpu_results.jsonl" TAIL=8 run resilience 300 \
         python3 -m pytest -m gpu -p no:cacheprovider -q -rA -s tests/gpu/hacks -k hundred ;;
-    diag)   # the GPU diagnostics under benchmarks/diag/ (DIAG: which; default all)
-      run diag 240 bash -c 'for f in ${DIAG:-benchmarks/diag/*.py}; do echo "== $f"; python3 "$f"; done' ;;
+    diag)   # the GPU diagnostics under benchmarks/diag/ (DIAG: which, default all; DIAG_ARGS: their arguments)
+      run diag 240 bash -c 'for f in ${DIAG:-benchmarks/diag/*.py}; do echo "== $f"; python3 "$f" ${DIAG_ARGS:-}; done' ;;
     fidelity)
       run fidelity 420 python3 benchmarks/timing_fidelity.py --runs "${RUNS:-10}" --kernelbench .kb ${FIDELITY_ARGS:-} \
         --json "$OUT/fidelity.json" ;;

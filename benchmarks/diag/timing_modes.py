@@ -13,8 +13,13 @@ memory addresses per repetition, as each evaluation has):
   fresh         + fresh inputs drawn on the GPU before each call
   poison        + the harness's 2 GiB NaN fill before each call (guard.poison_allocator)
   gap           + 5 ms of host idle before each call (the harness's IPC between calls)
+  settleX       the harness's time_once with settle_s = X ms (fresh inputs, poisoned allocator, sync,
+                X ms idle, flush, sync, events)
   process       `flush` in a fresh process per repetition
+
+    python benchmarks/diag/timing_modes.py [--modes kernelbench,flush,settle1,settle5] [--no-process]
 """
+import os
 import statistics
 import subprocess
 import sys
@@ -35,7 +40,8 @@ from cuda_agent.tasks.task import load_task_module  # noqa: E402
 FIDELITY = ROOT / "benchmarks" / "fidelity"
 TASKS = {"elementwise-small": ROOT / "src" / "cuda_agent" / "examples" / "bias_relu" / "model.py", "bias-relu-8192": FIDELITY / "bias_relu_large.py",
          "hinge-64M": FIDELITY / "hinge_large.py", "sgemm-2048": FIDELITY / "sgemm_2048.py"}
-CALLS, REPS = 100, 5
+CALLS = 100
+REPS = int(os.environ.get("REPS", 5))
 DEVICE = torch.device("cuda")
 
 
@@ -52,8 +58,9 @@ def one_rep(mode: str, module, model, flush) -> list[float]:
     samples = []
     with torch.no_grad():
         for i in range(10 + CALLS):
-            inputs = draw_inputs(module, 100 + i, DEVICE) if mode in ("fresh", "poison", "gap") else fixed
-            if mode in ("poison", "gap"):
+            harness_like = mode in ("fresh", "poison", "gap") or mode.startswith("settle")
+            inputs = draw_inputs(module, 100 + i, DEVICE) if harness_like else fixed
+            if mode in ("poison", "gap") or mode.startswith("settle"):
                 poison_allocator(DEVICE)
             if mode == "gap":
                 timing.device_synchronize(DEVICE)
@@ -67,6 +74,8 @@ def one_rep(mode: str, module, model, flush) -> list[float]:
                 end.record()
                 torch.cuda.synchronize()
                 ms = start.elapsed_time(end)
+            elif mode.startswith("settle"):
+                ms, _, _ = timing.time_once(model, inputs, DEVICE, flush, settle_s=float(mode[6:]) / 1e3)
             else:
                 ms, _, _ = timing.time_once(model, inputs, DEVICE, flush)
             if i >= 10:
@@ -84,8 +93,11 @@ def main():
         print(statistics.median(one_rep("flush", module, model, timing.L2Flusher(DEVICE, True))))
         return
     modes = ["kernelbench", "flush", "flush-nosync", "fresh", "poison", "gap"]
+    if "--modes" in sys.argv:
+        modes = sys.argv[sys.argv.index("--modes") + 1].split(",")
+    in_processes = "--no-process" not in sys.argv
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}; {REPS} repetitions of {CALLS} calls")
-    print(f"{'task':18s} " + " ".join(f"{m:>20s}" for m in modes + ["process"]))
+    print(f"{'task':18s} " + " ".join(f"{m:>20s}" for m in modes + ["process"] * in_processes))
     for name, path in TASKS.items():
         module, model = setup(path)
         flush = timing.L2Flusher(DEVICE, True)
@@ -97,11 +109,12 @@ def main():
                 medians[mode].append(statistics.median(samples))
                 q1, _, q3 = statistics.quantiles(samples, n=4)
                 within[mode].append((q3 - q1) / statistics.median(samples))
-        procs = [float(subprocess.run([sys.executable, __file__, "--child", name], capture_output=True, text=True,
-                                      check=True).stdout.split()[-1]) for _ in range(REPS)]
         cells = [f"{statistics.median(medians[m]):.4f} {100 * spread(medians[m]):4.1f}%/{100 * statistics.median(within[m]):4.1f}%"
                  for m in modes]
-        cells.append(f"{statistics.median(procs):.4f} {100 * spread(procs):4.1f}%")
+        if in_processes:
+            procs = [float(subprocess.run([sys.executable, __file__, "--child", name], capture_output=True, text=True,
+                                          check=True).stdout.split()[-1]) for _ in range(REPS)]
+            cells.append(f"{statistics.median(procs):.4f} {100 * spread(procs):4.1f}%")
         print(f"{name:18s} " + " ".join(f"{c:>20s}" for c in cells), flush=True)
     print("cells: median ms, spread of the repetitions' medians / per-call interquartile range over the median")
 
