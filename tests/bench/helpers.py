@@ -8,6 +8,7 @@ import re
 import shutil
 from pathlib import Path
 
+from cuda_agent.bench.memory import USABLE
 from cuda_agent.env.config import EvalConfig
 from cuda_agent.env.result import EvalError, EvalResult
 from cuda_agent.env.reward import milestone_reward
@@ -110,7 +111,6 @@ class FakeEvaluator:
         return result
 
 
-
 class CountingEvaluator(FakeEvaluator):
     """A FakeEvaluator of capacity 4 that records the most evaluations it had in flight at once."""
 
@@ -120,6 +120,12 @@ class CountingEvaluator(FakeEvaluator):
     async def evaluate(self, task, solution, config=None):
         self.most = max(self.most, self.in_flight + 1)
         return await super().evaluate(task, solution, config)
+
+
+# A GPU whose usable share (USABLE of it) is 6.5 GiB: room for two of the fake KernelBench's small
+# tasks' evaluation reservations (3 GiB each, plus six times their tiny inputs), not three.
+TWO_EVALUATIONS_GPU_BYTES = int(6.5 * (1 << 30) / USABLE)
+
 
 def fake_result(task, solution) -> EvalResult:
     text = "\n".join(solution.files.values())

@@ -112,9 +112,10 @@ def test_episodes_evaluations_wait_for_gpu_memory(tmp_path):
     for two of these tasks' reservations, no more than two evaluate at once, whatever the pool's size."""
     import asyncio
 
-    from cuda_agent.bench.memory import USABLE, AdmittedEvaluator, admitted
-    from tests.bench.helpers import CountingEvaluator as Counting, fake_solution
+    from cuda_agent.bench.memory import AdmittedEvaluator, admitted
     from cuda_agent.tasks import Solution
+    from tests.bench.helpers import TWO_EVALUATIONS_GPU_BYTES, fake_solution
+    from tests.bench.helpers import CountingEvaluator as Counting
 
     tasks = select_tasks(kernelbench=make_kernelbench(tmp_path / "kb"), tasks="level1/1-3,level2/1")
     inner = Counting(delay=0.2)
@@ -122,7 +123,7 @@ def test_episodes_evaluations_wait_for_gpu_memory(tmp_path):
     async def main():
         plain = await admitted(inner, tasks, None, 4)   # no GPU: the evaluator as it is
         assert plain is inner
-        guarded = await admitted(inner, tasks, int(6.5 * (1 << 30) / USABLE), 4)
+        guarded = await admitted(inner, tasks, TWO_EVALUATIONS_GPU_BYTES, 4)
         assert isinstance(guarded, AdmittedEvaluator) and guarded.capacity == 4
         solution = Solution({"model_new.py": fake_solution(0.5)})
         return await asyncio.gather(*(guarded.evaluate(t.task, solution) for t in tasks))

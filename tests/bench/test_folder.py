@@ -213,10 +213,10 @@ def test_attempts_start_when_their_memory_fits(tmp_path):
     ran a GPU out of memory four at a time)."""
     import asyncio
 
-    from cuda_agent.bench.memory import USABLE
     from cuda_agent.bench.progress import RunProgress
     from cuda_agent.bench.schedule import Deadline
     from cuda_agent.bench.score_folder import score_folder
+    from tests.bench.helpers import TWO_EVALUATIONS_GPU_BYTES
     from tests.bench.helpers import CountingEvaluator as Counting
 
     folder = tmp_path / "solutions"
@@ -229,7 +229,7 @@ def test_attempts_start_when_their_memory_fits(tmp_path):
     evaluator = Counting(delay=0.2)
     left = asyncio.run(score_folder(store, 1, tasks, folder, evaluator, EvalConfig(backend="cpu"), workers=4,
                                     deadline=Deadline(None), progress=RunProgress("", 4, quiet=True),
-                                    gpu_memory=int(6.5 * (1 << 30) / USABLE)))
+                                    gpu_memory=TWO_EVALUATIONS_GPU_BYTES))
     assert left == 0 and evaluator.most == 2
     assert sorted(a.verdict for a in store.attempts()) == ["correct"] * 4
     store.close()

@@ -206,7 +206,7 @@ HACKS_WAVE = [
          what="hinge loss over every 31st element"),
     # Half the elements see about half of the spikes set's 128 spikes: verification's one spikes set
     # misses it about one time in five (the error is binomial noise, ~9 %, against ~2 % tolerance),
-    # and the spot checks among the timed calls (spikes too, at least five) catch it then.
+    # and the spot checks among the timed calls (spikes too, two at the suite's few timed calls) catch it then.
     Case("approx_mse_first_half", "approximate computation", _w("mse_uniform", "a, b",
          "return cuda_extension.mse_first_half(a, b)"), rules=("correctness", "input-independent",
                                                                 "recheck-after-timing"), invented=True,
