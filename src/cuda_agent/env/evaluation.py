@@ -3,7 +3,7 @@
     harness (this process)            judge (task's code only)         candidate (sandboxed solution)
     static checks; builds, link check  reference model, initial weights
                                        torch.compile (when not stored)  loads the harness's builds
-    for every call of the schedule, holding the device's lock:
+    for every call of the schedule (the device held alone only while something is timed: locks.py):
       seed (+ structured transform) ->                               -> draws, runs ModelNew (timed),
                                                                         samples its output at once
                                     <- same draw: reference (timed) <- output samples (or a file)
@@ -203,7 +203,7 @@ class _Evaluation:
         self.candidate: Worker | None = None
         self.build_requests = 0
         self.clock = time.monotonic()
-        self.lock = DeviceLock(backend, gpu)
+        self.lock = DeviceLock.of(backend, gpu)
         self.strict = config.protocol == "strict"
         self.index = 0
         base = config.seed if config.seed is not None else secrets.randbelow(1 << 31)
@@ -396,7 +396,7 @@ class _Evaluation:
         `candidate` to hand the model's weights to)."""
         self._wait_ready(self.judge)
         self.judge.channel.send(task_code=self.task.code, task_name=self.task.name, backend=self.backend,
-                                config=self.cfg, box=str(self.box), save_init=candidate)
+                                config=self.cfg, box=str(self.box), save_init=candidate, lock=str(self.lock.path))
         self.say("computing the reference")
         reference = self._ask(self.judge, self.config.timeout_reference, "task")
         if not reference["ok"]:
@@ -456,38 +456,41 @@ class _Evaluation:
     # -- calls -------------------------------------------------------------------------------
 
     def _round(self, call: Call, phase: str, timeout: float) -> dict | None:
-        """One call: the candidate's, then the judge's on the same draw, holding the device."""
+        """One call: the candidate's, then the judge's on the same draw. The candidate's call holds the
+        device alone unless it is a verification call (untimed, and told apart by its place anyway);
+        its inputs are drawn beside other evaluations' work, and the judge locks its own parts."""
         self.index += 1
         call.index = self.index
         save = call.kind == "verify"
-        with self.lock.held():
-            # the inputs first (drawing them costs more, and varies more, than many kernels take);
-            # the harness's own clock covers the call itself
+        with self.lock.held(shared=True):
+            # the inputs first (drawing them costs more, and varies more, than many kernels take)
             self.candidate.channel.send(cmd="prepare", seed=call.seed, transform=call.transform, save=save)
             ready = self._ask(self.candidate, timeout, phase)
-            if not ready["ok"]:
-                raise _Failed(phase, ready["message"], ready.get("rule"))
-            # the CPU backend's measure is the worker's CPU time (`_outside_clock`); a GPU's, wall time
+        if not ready["ok"]:
+            raise _Failed(phase, ready["message"], ready.get("rule"))
+        with self.lock.held(shared=save):
+            # the harness's own clock covers the call itself; the CPU backend's measure is the
+            # worker's CPU time (`_outside_clock`), a GPU's wall time
             cpu_start = self.candidate.cpu_seconds() if self.backend == "cpu" else None
             start = time.perf_counter()
             self.candidate.channel.send(cmd="call", index=call.index, seed=call.seed, transform=call.transform,
                                         save=save, null=call.kind == "null")
             out = self._ask(self.candidate, timeout, phase)
             wall_ms = self._outside_clock(start, cpu_start)
-            self._check_processes(phase)
-            if not out["ok"]:
-                raise _Failed(phase, out["message"], out.get("rule"))
-            if call.kind == "null":
-                self.null_walls.append(wall_ms)
-                return None
-            timed = call.kind in ("warmup", "timed")
-            self.judge.channel.send(cmd="call", seed=call.seed, transform=call.transform, time=timed,
-                                    compile=timed and self.compile_mode == "paired",
-                                    compare={"path": str(self.box / f"out_{call.index}.bin"),
-                                             "layout": out.get("layout")} if save
-                                    else {"samples": out["samples"]},
-                                    dependence=save and self.strict and not call.transform)
-            verdict = self._ask(self.judge, self.config.timeout_reference, "task")
+        self._check_processes(phase)
+        if not out["ok"]:
+            raise _Failed(phase, out["message"], out.get("rule"))
+        if call.kind == "null":
+            self.null_walls.append(wall_ms)
+            return None
+        timed = call.kind in ("warmup", "timed")
+        self.judge.channel.send(cmd="call", seed=call.seed, transform=call.transform, time=timed,
+                                compile=timed and self.compile_mode == "paired",
+                                compare={"path": str(self.box / f"out_{call.index}.bin"),
+                                         "layout": out.get("layout")} if save
+                                else {"samples": out["samples"]},
+                                dependence=save and self.strict and not call.transform)
+        verdict = self._ask(self.judge, self.config.timeout_reference, "task")
         if "task_error" in verdict:
             raise _Failed("task", f"the task's reference failed on an input set: {verdict['task_error']}")
         if save:
@@ -715,10 +718,9 @@ class _Evaluation:
             self._store_baseline(eager, None)
             return
         pairs = []
-        for _ in range(max(5, len(self.rounds))):
-            with self.lock.held():
-                self.judge.channel.send(cmd="call", seed=_fresh_seed(), transform=None, time=True, compile=True)
-                pairs.append(self._ask(self.judge, self.config.timeout_reference, "profile"))
+        for _ in range(max(5, len(self.rounds))):   # the judge holds the device for its timed runs
+            self.judge.channel.send(cmd="call", seed=_fresh_seed(), transform=None, time=True, compile=True)
+            pairs.append(self._ask(self.judge, self.config.timeout_reference, "profile"))
         fresh_eager = Timing.from_samples([p["eager_ms"] for p in pairs])
         fresh_compile = Timing.from_samples([p["compile_ms"] for p in pairs])
         # the candidate was paired with this run's eager: scale the fresh compile time to it
@@ -816,13 +818,10 @@ def measure_baselines(task: Task, config: EvalConfig | None = None, *, gpu: int 
         i = 0
         while i < warmup + timed:
             asked = time.monotonic()
-            with run.lock.held():
-                got = time.monotonic()
-                waited += got - asked
-                run.judge.channel.send(cmd="call", seed=_fresh_seed(), transform=None, time=True,
-                                       compile=compiled["ok"])
-                answer = run._ask(run.judge, config.timeout_reference, "task")
-                held.append(time.monotonic() - got)
+            run.judge.channel.send(cmd="call", seed=_fresh_seed(), transform=None, time=True, compile=compiled["ok"])
+            answer = run._ask(run.judge, config.timeout_reference, "task")   # the judge locks the device itself
+            waited += answer.get("lock_wait_s", 0.0)
+            held.append(time.monotonic() - asked - answer.get("lock_wait_s", 0.0))
             if "task_error" in answer:
                 raise _Failed("task", answer["task_error"])
             if i >= warmup:   # the first calls warm up

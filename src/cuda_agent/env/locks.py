@@ -1,9 +1,17 @@
-"""One timed call at a time per device, across threads and processes.
+"""A device's lock: timed work alone on the device, everything else of the evaluations beside each other.
 
-Evaluations overlap everything but timing: while one evaluation's calls run, others build, start
-their workers, load their solutions or write files. Each call round (the candidate's call and the
-judge's reference run for the same inputs) holds the device's lock, so no other evaluation's work
-lands on the GPU (or the CPU cores, for the CPU backend) while it is timed.
+Evaluations overlap everything but timing. A call that is timed (the candidate's timed, warm-up,
+empty and spot calls, the judge's eager and torch.compile runs) holds the device's lock exclusively,
+so no other evaluation's work lands on the GPU (or the CPU cores, for the CPU backend) while it is
+timed. The short device work around it (drawing a call's inputs, poisoning the allocator,
+verification calls, comparing outputs) holds the lock shared: the rounds of several evaluations
+run side by side and only their timed parts take turns. Whoever holds the lock shared waits for its
+device work to finish before letting go.
+
+Writers come first: one waiting for the exclusive lock closes a gate that new shared holders pass
+through, so a stream of short shared sections cannot starve a timed call. Each holder opens the
+files itself (flock's locks belong to an open file), so threads of one process exclude each other
+as processes do.
 """
 
 from __future__ import annotations
@@ -27,18 +35,30 @@ def lock_path(backend: str, gpu: int | None) -> Path:
 
 
 class DeviceLock:
-    """An exclusive lock on a device; each holder opens the file itself, so threads of one process
-    exclude each other as processes do."""
+    """The lock of one device, by its file (`lock_path`); `held()` exclusive, `held(shared=True)` shared."""
 
-    def __init__(self, backend: str, gpu: int | None):
-        self.path = lock_path(backend, gpu)
+    def __init__(self, path: Path | str):
+        self.path = Path(path)
+        self.gate = self.path.with_name(self.path.name + ".gate")
+
+    @classmethod
+    def of(cls, backend: str, gpu: int | None) -> "DeviceLock":
+        return cls(lock_path(backend, gpu))
 
     @contextmanager
-    def held(self):
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+    def held(self, shared: bool = False):
+        gate = os.open(self.gate, os.O_RDWR | os.O_CREAT, 0o666)
+        main = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            fcntl.flock(gate, fcntl.LOCK_EX)
+            if shared:   # through the gate and out again: only a waiting writer keeps it closed
+                fcntl.flock(main, fcntl.LOCK_SH)
+                fcntl.flock(gate, fcntl.LOCK_UN)
+            else:        # the gate stays closed while this writer waits and works
+                fcntl.flock(main, fcntl.LOCK_EX)
             yield
         finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-            os.close(fd)
+            fcntl.flock(main, fcntl.LOCK_UN)
+            fcntl.flock(gate, fcntl.LOCK_UN)
+            os.close(main)
+            os.close(gate)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import sys
 import traceback
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 import torch
@@ -29,6 +30,7 @@ from cuda_agent.env import timing  # captures clocks and sync before candidate c
 from cuda_agent.env.verify import take_samples as _take_samples  # bound before candidate code runs, likewise
 from cuda_agent.env.transfer import write_output as _write_output  # likewise
 from cuda_agent.env.draws import draw_inputs
+from cuda_agent.env.locks import DeviceLock
 from cuda_agent.env.protocol import ChildChannel
 
 
@@ -72,6 +74,8 @@ class _Judge:
         self.tol = Tolerance(self.cfg["atol"], self.cfg["rtol"], relative_to_scale=self.cfg["protocol"] == "strict")
         self.dependence = Dependence(seed=self.cfg["seed"])
         self.compiled = None
+        self.lock = DeviceLock(job["lock"]) if job.get("lock") else None
+        self.lock_wait_s = 0.0   # of the call in hand, for the harness's account of device time
         self.module = load_task_module(job["task_code"], "reference_task", filename=f"<task {job['task_name']}>")
         for name in ("Model", "get_inputs", "get_init_inputs"):
             if not hasattr(self.module, name):
@@ -82,9 +86,8 @@ class _Judge:
         if job.get("save_init", True):   # the candidate builds its model from the same weights
             torch.save({"init_inputs": init_inputs, "state_dict": self.model.state_dict()},
                        self.box / "reference_init.pt")
-        with torch.no_grad():
-            self.model(*draw_inputs(self.module, self.cfg["seed"], self.device))   # the task runs at all (and is warm)
-        timing.device_synchronize(self.device)
+        with torch.no_grad(), self._device(shared=True):   # the task runs at all (and is warm)
+            self.model(*draw_inputs(self.module, self.cfg["seed"], self.device))
         self.flush = timing.L2Flusher(self.device, self.cfg["flush_l2"])
 
     def compile(self) -> dict:
@@ -102,36 +105,57 @@ class _Judge:
 
     def call(self, cmd: dict) -> dict:
         """The reference on the call's draw (timed, for a timed call), and the candidate's output
-        compared with it: a file (verification) or the candidate's samples."""
-        from cuda_agent.env.transfer import read_output
-        from cuda_agent.env.verify import ForgedSamples, compare_outputs, compare_samples
-
-        seed, transform = cmd["seed"], cmd.get("transform")
+        compared with it: a file (verification) or the candidate's samples. The device is held shared
+        while drawing and comparing, alone for the timed runs (`locks`)."""
+        seed, transform, timed = cmd["seed"], cmd.get("transform"), cmd.get("time")
+        paired = timed and cmd.get("compile") and self.compiled is not None
+        self.lock_wait_s = 0.0
         answer: dict = {}
         trace = _CallTrace() if _TRACE_CALLS else None
         with torch.no_grad():
             try:
-                inputs = draw_inputs(self.module, seed, self.device, transform)
+                with self._device(shared=True):
+                    inputs = draw_inputs(self.module, seed, self.device, transform)
+                    again = draw_inputs(self.module, seed, self.device, transform) if paired else None
+                    reference = None if timed else self.model(*inputs)
                 trace and trace.lap("draw", self.device)
-                if cmd.get("time"):
+                if timed:
                     settle = self.cfg.get("settle_ms", 0.0) / 1e3
-                    answer["eager_ms"], reference, _ = timing.time_once(self.model, inputs, self.device, self.flush,
-                                                                        settle_s=settle)
-                    if cmd.get("compile") and self.compiled is not None:
-                        again = draw_inputs(self.module, seed, self.device, transform)
-                        answer["compile_ms"], _, _ = timing.time_once(self.compiled, again, self.device, self.flush,
-                                                                      settle_s=settle)
-                        del again
-                else:
-                    reference = self.model(*inputs)
-                del inputs
+                    with self._device(shared=False):
+                        answer["eager_ms"], reference, _ = timing.time_once(self.model, inputs, self.device,
+                                                                            self.flush, settle_s=settle)
+                        if paired:
+                            answer["compile_ms"], _, _ = timing.time_once(self.compiled, again, self.device,
+                                                                          self.flush, settle_s=settle)
+                del inputs, again
                 trace and trace.lap("reference", self.device)
             except Exception as exc:
                 if transform:   # the reference is not defined on this structured set: nothing to compare
-                    return {"ok": True, "skipped": f"the reference fails on it ({type(exc).__name__})"}
+                    return {"ok": True, "skipped": f"the reference fails on it ({type(exc).__name__})",
+                            "lock_wait_s": self.lock_wait_s}
                 raise
+        with self._device(shared=True):
+            verdict = self._compare(cmd, reference, trace)
+        return {**verdict, **answer, "lock_wait_s": self.lock_wait_s}
+
+    @contextmanager
+    def _device(self, shared: bool):
+        """The device's lock around one part of a call (none without a lock file in the job); what
+        that part queued on the device has finished when the lock is let go."""
+        asked = timing._perf_counter()
+        with self.lock.held(shared=shared) if self.lock else nullcontext():
+            self.lock_wait_s += timing._perf_counter() - asked
+            yield
+            timing.device_synchronize(self.device)
+
+    def _compare(self, cmd: dict, reference, trace) -> dict:
+        """The candidate's output (a file or samples) against the reference: the verdict's fields."""
+        from cuda_agent.env.transfer import read_output
+        from cuda_agent.env.verify import ForgedSamples, compare_outputs, compare_samples
+
+        transform = cmd.get("transform")
         if transform and not _all_finite(reference):
-            return {"ok": True, "skipped": "the reference is not finite on it", **answer}
+            return {"ok": True, "skipped": "the reference is not finite on it"}
         if not transform and not self.tol.base_scales:   # the task's own first draw sets the scale
             self.tol = self.tol.with_base(reference)
         compare = cmd.get("compare") or {}
@@ -143,8 +167,7 @@ class _Judge:
                 try:
                     candidate = read_output(compare["path"], compare.get("layout"), self.device)
                 except Exception as exc:
-                    return {"ok": False, "max_abs_error": float("inf"),
-                            "message": f"candidate output unreadable: {exc}", **answer}
+                    return {"ok": False, "max_abs_error": float("inf"), "message": f"candidate output unreadable: {exc}"}
                 trace and trace.lap("load", self.device)
                 verdict = compare_outputs(reference, candidate, self.tol)
                 if verdict.ok and cmd.get("dependence"):
@@ -153,13 +176,13 @@ class _Judge:
             elif "samples" in compare:
                 verdict = compare_samples(reference, compare["samples"], self.tol)
             else:
-                return {"ok": True, **answer}
+                return {"ok": True}
         except ForgedSamples as exc:
-            return {"ok": False, "max_abs_error": float("inf"), "rule": "forged-samples", **answer,
+            return {"ok": False, "max_abs_error": float("inf"), "rule": "forged-samples",
                     "message": f"the output samples the harness reads in the solution's process are not its own "
                                f"({exc}): the solution changed the harness's code in its process"}
         except Exception as exc:
-            return {"ok": False, "max_abs_error": float("inf"), "rule": "uncomparable-output", **answer,
+            return {"ok": False, "max_abs_error": float("inf"), "rule": "uncomparable-output",
                     "message": f"the solution's output could not be compared with the reference "
                                f"({type(exc).__name__}: {str(exc)[:300]})"}
         if trace:
@@ -168,7 +191,7 @@ class _Judge:
             print(f"judge trace {kind} {transform or ''} {trace}", file=sys.stderr, flush=True)
         return {"ok": verdict.ok, "max_abs_error": verdict.max_abs_error, "message": verdict.message,
                 "rule": verdict.rule, "nonfinite": verdict.nonfinite,
-                "fp32_relative_error": verdict.fp32_relative_error, **answer}
+                "fp32_relative_error": verdict.fp32_relative_error}
 
 
 def run_judge(chan: ChildChannel) -> None:
@@ -340,6 +363,7 @@ class _Candidate:
         sentinel = InputSentinel(inputs, full=bool(cmd.get("save")))   # verification calls: bit for bit
         trace and trace.lap("draw", self.device)
         poison_allocator(self.device)
+        timing.device_synchronize(self.device)   # done before the harness lets another evaluation time
         trace and trace.lap("poison", self.device)
         self.prepared = (cmd["seed"], inputs, sentinel, trace)
         self.threads.mark()
