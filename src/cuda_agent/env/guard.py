@@ -75,6 +75,12 @@ class NativeGuard:
         self.lib.cag_install(",".join(sorted(ALLOWED_OPS)).encode(), ",".join(sorted(COPY_OPS)).encode(),
                              ",".join(sorted(BUILTIN_NAMESPACES)).encode())
         self._buffer = ctypes.create_string_buffer(1024)
+        self.lib.cag_recording_address.restype = ctypes.c_void_p
+        self._recording = memoryview((ctypes.c_uint8 * 1).from_address(self.lib.cag_recording_address())).cast("B")
+        # (args, kwargs, result) of each call into the compiled modules during a forward, kept alive
+        # (so no storage is reused under another tensor) and turned into kernel storages by `end`,
+        # outside the timed region: noting them during the call cost more host time than many kernels
+        self.extension_calls: list[tuple] = []
         self.active = False
 
     def begin(self, inputs: list) -> None:
@@ -82,22 +88,26 @@ class NativeGuard:
         storages = [_storage(t) for t in tensors_in(inputs)]
         array = (ctypes.c_int64 * len(storages))(*storages)
         self.lib.cag_begin(array, len(storages))
+        self.extension_calls.clear()
         self.active = True
 
     def watching(self, fn):
-        """`fn` with recording on exactly while it runs (inside the timed region: two flag stores)."""
-        record = self.lib.cag_record
+        """`fn` with recording on exactly while it runs (inside the timed region: two byte stores)."""
+        recording = self._recording
 
         def watched(*args):
-            record(1)
+            recording[0] = 1
             try:
                 return fn(*args)
             finally:
-                record(0)
+                recording[0] = 0
         return watched
 
     def end(self) -> None:
         self.lib.cag_end()
+        for call in self.extension_calls:   # after the clock: the storages the extension calls held
+            self.note_kernel_tensors(call)
+        self.extension_calls.clear()
         self.active = False
 
     def violation(self) -> tuple[str, str] | None:
@@ -161,12 +171,10 @@ class ExtensionProxy(types.ModuleType):
         if callable(value) and not isinstance(value, type):
             def counted(*args, __fn=value, **kwargs):
                 COUNTER.calls += 1
-                guard = COUNTER.guard
-                if guard is not None:
-                    guard.note_kernel_tensors([args, kwargs])
                 result = __fn(*args, **kwargs)
-                if guard is not None:
-                    guard.note_kernel_tensors(result)
+                guard = COUNTER.guard
+                if guard is not None:   # noted after the clock stops (NativeGuard.end)
+                    guard.extension_calls.append((args, kwargs, result))
                 return result
 
             counted.__name__ = getattr(value, "__name__", name)
