@@ -1,6 +1,6 @@
 """Evaluations per second through EvalPool: the serial path against pipelining (GPU machine).
 
-    python benchmarks/pool_throughput.py [--evals 12] [--per-device 3] [--json out.json]
+    python benchmarks/pool_throughput.py [--evals 12] [--per-device 3] [--modes concurrent] [--json out.json]
 
 For each kernel, honest and with its build and baselines cached by a warm-up evaluation first:
   small   relu(x + bias) on 8192 x 4096 floats, about 0.1 ms (pool_throughput/elementwise/, solved by the
@@ -73,6 +73,8 @@ def main() -> None:
     parser.add_argument("--evals", type=int, default=12, help="evaluations per mode (per GPU)")
     parser.add_argument("--per-device", type=int, default=3, help="evaluations in flight per GPU when pipelined")
     parser.add_argument("--kernels", default="small,large")
+    parser.add_argument("--modes", default="serial,back-to-back,concurrent,2 GPUs",
+                        help="which ways of submitting to measure (the ratio is to the first one measured)")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     gpus = visible_gpus()
@@ -96,8 +98,10 @@ def main() -> None:
             plan.append(("2 GPUs", both, True, 2, jobs * 2))
         serial_rate = None
         for mode, pool, concurrent, count, work in plan:
+            if mode not in args.modes.split(","):
+                continue
             row = measure(name, mode, pool, work, concurrent, count)
-            serial_rate = serial_rate or row["per_gpu"]   # the first mode is the serial baseline
+            serial_rate = serial_rate or row["per_gpu"]   # the first mode measured (serial unless left out)
             row["ratio_vs_serial"] = round(row["per_gpu"] / serial_rate, 2)
             rows.append(row)
             print(f"{name:6} {mode:13} {row['evals']:3} evals {row['seconds']:7.1f} s  {row['evals_per_s']:6.2f}/s  "

@@ -168,7 +168,10 @@ def main() -> None:
                "spread_median_ratio_vs_eager": spread([r.eager_ms / r.kernel_ms for r in results]),
                "per_eval": [{"kernel_ms": r.kernel_ms, "eager_ms": r.eager_ms, "compile_ms": r.compile_ms,
                              "speedup_vs_eager": r.speedup_vs_eager, "speedup_vs_compile": r.speedup_vs_compile,
-                             "baseline": r.baseline_source, "seconds": sum(r.phase_seconds.values())} for r in results]}
+                             "baseline": r.baseline_source, "seconds": sum(r.phase_seconds.values()),
+                             # every statistic of the timed calls (min and mean beside the median)
+                             "kernel_timing": r.timings["kernel"].__dict__, "eager_timing": r.timings["eager"].__dict__}
+                            for r in results]}
         row.update(cross_check(label, task, solution, cache, rows))
         if row.get("profiler_ms"):
             row["ours_vs_profiler"] = row["kernel_ms"] / row["profiler_ms"] - 1
