@@ -127,6 +127,11 @@ def _parent(pid: int) -> int | None:
         return None
 
 
+def fork_judges() -> bool:
+    """Judges come from the fork server unless CUDA_AGENT_FORK_JUDGES=0 (each then starts Python anew)."""
+    return os.environ.get("CUDA_AGENT_FORK_JUDGES", "1") != "0"
+
+
 def start_worker(role: str, job_dir: Path, backend: str, gpu: int | None,
                  wrap: list[str] | None = None) -> Worker:
     """Start a worker process (inside the sandbox when `wrap` is bubblewrap's command prefix); call
@@ -167,11 +172,16 @@ def start_worker(role: str, job_dir: Path, backend: str, gpu: int | None,
     box.mkdir(parents=True, exist_ok=True)
     log_path = Path(job_dir) / f"{role}.log"
     log = open(log_path, "wb")
-    cmd = [*(wrap or []), sys.executable, "-m", "cuda_agent.env.worker", role]
+    cwd = box if role == "candidate" else job_dir
     try:
-        proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
-                                pass_fds=tuple(keep), env=env, cwd=box if role == "candidate" else job_dir,
-                                start_new_session=True)
+        if role == "judge" and not wrap and fork_judges():   # no torch import to wait for (forkserver.py)
+            from cuda_agent.env.forkserver import fork_worker
+
+            proc = fork_worker(role, env, cwd, write_fd, log.fileno())
+        else:
+            cmd = [*(wrap or []), sys.executable, "-m", "cuda_agent.env.worker", role]
+            proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
+                                    pass_fds=tuple(keep), env=env, cwd=cwd, start_new_session=True)
     finally:
         for fd in keep:
             os.close(fd)

@@ -479,8 +479,9 @@ class _Candidate:
 
 
 # CUDA_AGENT_TRACE_CALLS=1: each call's steps and their wall times on the worker's log (diagnosis
-# of the harness's own overhead; the harness never reads it)
-_TRACE_CALLS = os.environ.get("CUDA_AGENT_TRACE_CALLS") == "1"
+# of the harness's own overhead; the harness never reads it). Read in main(): a forked judge's
+# environment is set after this module was imported.
+_TRACE_CALLS = False
 
 
 class _CallTrace:
@@ -539,6 +540,8 @@ def run_candidate(chan: ChildChannel) -> None:
 def main() -> None:
     import faulthandler
 
+    global _TRACE_CALLS
+    _TRACE_CALLS = os.environ.get("CUDA_AGENT_TRACE_CALLS") == "1"
     faulthandler.enable()  # a crashing kernel leaves the Python stack that called it in the log
     role = sys.argv[1]
     chan = ChildChannel()

@@ -1,0 +1,207 @@
+"""Judges forked from a process that has imported torch already: a small fork server.
+
+Importing torch is most of a worker's start (about 2.4 s of CPU on a CI core), and a pool or a test
+suite starts a judge per evaluation. The judge runs only the task's code and is never sandboxed, so
+it can come from a fork: the server (`python -m cuda_agent.env.forkserver`, one per harness process,
+started on first use) imports `cuda_agent.env.worker` once, never touches CUDA, and forks each judge
+on request. Every judge is still a process of its own for one evaluation, in a session of its own
+(killed with its group, as a started one is), with the environment and folder it was asked for.
+
+A request is one message on a socketpair shared only with the harness: the role, environment and
+folder as JSON, and four descriptors (the worker's stdin, its protocol pipe, its log, and the write
+end of a status pipe). The server answers with the child's pid, and when it reaps the child it
+writes the exit status (Popen's convention: minus the signal's number for a signal) to the status
+pipe, which is how the harness polls and waits for a process that is not its own child.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import threading
+
+_MAX_REQUEST = 1 << 20
+
+
+# -- the server (its own process) -------------------------------------------------------------
+
+
+def _serve(sock: socket.socket) -> None:
+    importlib.import_module("cuda_agent.env.worker")   # the import every judge would otherwise pay
+
+    status_fds: dict[int, int] = {}
+
+    def reap(*_):
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            fd = status_fds.pop(pid, None)
+            if fd is not None:
+                code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+                try:
+                    os.write(fd, f"{code}\n".encode())
+                finally:
+                    os.close(fd)
+
+    signal.signal(signal.SIGCHLD, reap)
+    while True:
+        try:
+            message, fds, _, _ = socket.recv_fds(sock, _MAX_REQUEST, 4)
+        except OSError:
+            return
+        if not message:   # the harness is gone
+            return
+        request = json.loads(message)
+        stdin_fd, protocol_fd, log_fd, status_fd = fds
+        signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGCHLD])   # the child is noted before it is reaped
+        try:
+            pid = os.fork()
+            if pid == 0:
+                _become_worker(request, sock, stdin_fd, protocol_fd, log_fd, [status_fd, *status_fds.values()])
+            status_fds[pid] = status_fd
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGCHLD])
+        for fd in (stdin_fd, protocol_fd, log_fd):
+            os.close(fd)
+        sock.sendall(f"{pid}\n".encode())
+
+
+def _become_worker(request: dict, sock: socket.socket, stdin_fd: int, protocol_fd: int, log_fd: int,
+                   server_fds: list[int]) -> None:
+    """In the forked child: what `python -m cuda_agent.env.worker ROLE` would be. Never returns."""
+    try:
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGCHLD])
+        os.setsid()
+        sock.close()
+        for fd in server_fds:   # the status pipes are the server's (and the harness's) alone
+            os.close(fd)
+        os.dup2(stdin_fd, 0)
+        os.dup2(log_fd, 1)
+        os.dup2(log_fd, 2)
+        os.close(stdin_fd)
+        os.close(log_fd)
+        sys.stdin = open(0, closefd=False)
+        sys.stdout = open(1, "w", buffering=1, closefd=False)
+        sys.stderr = open(2, "w", buffering=1, closefd=False)
+        os.environ.clear()
+        os.environ.update(request["env"], CUDA_AGENT_PROTOCOL_FD=str(protocol_fd))
+        os.chdir(request["cwd"])
+        sys.argv = ["cuda_agent.env.worker", request["role"]]
+        import random
+
+        random.seed()   # not the server's state, shared by every fork
+        from cuda_agent.env import worker
+
+        worker.main()
+    finally:
+        os._exit(1)   # main() ends the process itself; anything else is a failure to start
+
+
+def main() -> None:
+    sock = socket.socket(fileno=int(sys.argv[1]))
+    _serve(sock)
+
+
+# -- the harness's side ------------------------------------------------------------------------
+
+
+class ForkedProcess:
+    """What the harness uses of `subprocess.Popen`, for a worker forked by the server."""
+
+    def __init__(self, pid: int, stdin, status_fd: int):
+        self.pid = pid
+        self.stdin = stdin
+        self.returncode: int | None = None
+        self._status = status_fd
+        self._lock = threading.Lock()   # the harness polls while a reaper thread waits
+
+    def poll(self) -> int | None:
+        return self.wait(0) if self.returncode is None else self.returncode
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        if self.returncode is not None:
+            return self.returncode
+        if not self._lock.acquire(timeout=-1 if timeout is None else timeout):
+            return self._timed_out(timeout)
+        try:
+            if self.returncode is None:
+                ready, _, _ = select.select([self._status], [], [], timeout)
+                if not ready:
+                    return self._timed_out(timeout)
+                text = os.read(self._status, 64).decode().strip()
+                os.close(self._status)
+                self.returncode = int(text) if text else -signal.SIGKILL   # the server died with it
+            return self.returncode
+        finally:
+            self._lock.release()
+
+    def _timed_out(self, timeout: float | None) -> None:
+        if timeout == 0:   # poll()
+            return None
+        raise subprocess.TimeoutExpired(f"forked worker {self.pid}", timeout)
+
+    def kill(self) -> None:
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+class _Server:
+    def __init__(self, env: dict):
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.proc = subprocess.Popen([sys.executable, "-m", "cuda_agent.env.forkserver", str(theirs.fileno())],
+                                     pass_fds=(theirs.fileno(),), env=env, stdin=subprocess.DEVNULL,
+                                     start_new_session=True)
+        theirs.close()
+        self.sock = ours
+        self.lock = threading.Lock()
+
+    def fork(self, role: str, env: dict, cwd: str, protocol_fd: int, log_fd: int) -> ForkedProcess:
+        stdin_read, stdin_write = os.pipe()
+        status_read, status_write = os.pipe()
+        try:
+            with self.lock:
+                socket.send_fds(self.sock, [json.dumps({"role": role, "env": env, "cwd": cwd}).encode()],
+                                [stdin_read, protocol_fd, log_fd, status_write])
+                answer = self.sock.recv(64)
+            if not answer:
+                raise OSError("the fork server stopped")
+        except BaseException:
+            os.close(stdin_write)
+            os.close(status_read)
+            raise
+        finally:
+            os.close(stdin_read)
+            os.close(status_write)
+        return ForkedProcess(int(answer), os.fdopen(stdin_write, "wb"), status_read)
+
+
+_server: _Server | None = None
+_server_lock = threading.Lock()
+
+
+def fork_worker(role: str, env: dict, cwd, protocol_fd: int, log_fd: int) -> ForkedProcess:
+    """Fork a worker with this environment and folder from the server (started on first use, with
+    `env`: the import path the worker needs). The caller keeps (and closes) its own descriptors."""
+    global _server
+    with _server_lock:
+        if _server is None or _server.proc.poll() is not None:
+            _server = _Server(env)
+        server = _server
+    return server.fork(role, env, str(cwd), protocol_fd, log_fd)
+
+
+if __name__ == "__main__":
+    main()

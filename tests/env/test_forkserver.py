@@ -1,0 +1,66 @@
+"""Judges forked from the fork server behave as started ones do (forkserver.py, isolation.py)."""
+
+import os
+import subprocess
+
+import pytest
+
+from cuda_agent.env import forkserver
+from cuda_agent.env.forkserver import ForkedProcess
+from cuda_agent.env.isolation import start_worker
+
+
+@pytest.fixture
+def judge(tmp_path):
+    worker = start_worker("judge", tmp_path, "cpu", None)
+    worker.wait_ready()
+    yield worker
+    worker.kill()
+
+
+def test_a_judge_is_forked_into_a_session_and_folder_of_its_own_with_the_environment_asked_for(judge, tmp_path):
+    assert isinstance(judge.proc, ForkedProcess)
+    pid = judge.proc.pid
+    assert os.getsid(pid) == pid and os.getpgid(pid) == pid   # killed with its group, as a started one is
+    assert os.readlink(f"/proc/{pid}/cwd") == str(tmp_path)
+    environ = dict(item.split("=", 1) for item in
+                   open(f"/proc/{pid}/environ", "rb").read().decode().split("\0") if "=" in item)
+    assert environ["CUDA_AGENT_WORKER_BACKEND"] == "cpu" and environ["CUDA_VISIBLE_DEVICES"] == ""
+    assert judge.proc.poll() is None
+
+
+def test_a_killed_judge_reports_the_signal_as_popen_does(judge):
+    judge.kill()
+    assert judge.proc.wait(30) == -9
+    assert judge.proc.poll() == -9
+
+
+def test_a_judge_that_exits_reports_its_code_and_wait_times_out_while_it_runs(judge):
+    with pytest.raises(subprocess.TimeoutExpired):
+        judge.proc.wait(0.05)
+    judge.proc.stdin.close()   # the harness's end of its commands: the worker leaves cleanly
+    assert judge.proc.wait(30) == 0
+
+
+def test_a_dead_server_is_started_again(tmp_path):
+    first = start_worker("judge", tmp_path / "a", "cpu", None)
+    first.wait_ready()
+    first.kill()
+    forkserver._server.proc.kill()
+    forkserver._server.proc.wait(30)
+    second = start_worker("judge", tmp_path / "b", "cpu", None)
+    try:
+        second.wait_ready()
+        assert isinstance(second.proc, ForkedProcess) and second.proc.poll() is None
+    finally:
+        second.kill()
+
+
+def test_judges_start_python_anew_when_forking_is_turned_off(tmp_path, monkeypatch):
+    monkeypatch.setenv("CUDA_AGENT_FORK_JUDGES", "0")
+    worker = start_worker("judge", tmp_path, "cpu", None)
+    try:
+        worker.wait_ready()
+        assert isinstance(worker.proc, subprocess.Popen)
+    finally:
+        worker.kill()
