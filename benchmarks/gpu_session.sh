@@ -2,8 +2,8 @@
 # One GPU-machine session: GPU tests, hack suites, benchmarks, the KernelBench baseline and bench
 # runs and the RL learning check, results under $OUT. Run a few steps per call (each call has a
 # 10-minute limit); the build cache in /tmp persists while the machine stays warm between calls.
-# Expects (carried, not committed): .whl/ (pure-Python wheels missing there), .deb/ (bubblewrap),
-# .kb/ (a KernelBench copy: level1..3 and baseline_times_H100).
+# Expects (carried, not committed; benchmarks/gpu_carry.sh makes them): .whl/ (pure-Python wheels missing
+# there), .deb/ (bubblewrap), .kb/ (a KernelBench copy: level1..3 and baseline_times_H100), .old/ (optional).
 #   STEPS="setup tests hacks" bash benchmarks/gpu_session.sh
 # Step time caps: <STEP>_TIMEOUT (not PYTEST_TIMEOUT: pytest-timeout, installed there, reads that).
 set -u
@@ -24,7 +24,7 @@ for step in $STEPS; do
       run warm 300 python3 -m cuda_agent.cli cache warm --backend cuda ;;
     tests)
       CUDA_AGENT_GPU_REPORT="$OUT/gpu_results.jsonl" run tests 420 \
-        python3 -m pytest -m gpu -p no:cacheprovider -q -rA tests/gpu --ignore=tests/gpu/hacks ;;
+        python3 -m pytest -m gpu -p no:cacheprovider -q -rA ${TESTS:-tests/gpu --ignore=tests/gpu/hacks} ;;
     hacks)
       CUDA_AGENT_GPU_REPORT="$OUT/gpu_results.jsonl" run hacks 420 \
         python3 -m pytest -m gpu -p no:cacheprovider -q -rA tests/gpu/hacks -k "not hundred" ;;
@@ -38,6 +38,9 @@ for step in $STEPS; do
         --json "$OUT/fidelity.json" ;;
     throughput)
       run throughput 420 python3 benchmarks/pool_throughput.py ${THROUGHPUT_ARGS:-} --json "$OUT/throughput.json" ;;
+    throughput_old)   # the same benchmark on the package in .old/src (gpu_carry.sh OLD=<commit>): the code before
+      PYTHONPATH="$PWD/.old/src:$PYTHONPATH" run throughput_old 420 \
+        python3 benchmarks/pool_throughput.py ${THROUGHPUT_ARGS:-} --json "$OUT/throughput_old.json" ;;
     turnaround)
       run turnaround 400 python3 benchmarks/turnaround.py --backend cuda --edits "${EDITS:-5}" \
         --plain-edits "${PLAIN_EDITS:-1}" ${TURNAROUND_ARGS:-} --json "$OUT/turnaround.json" ;;

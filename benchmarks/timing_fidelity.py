@@ -1,9 +1,10 @@
 """How much the environment's timings move between evaluations of the same kernel (GPU).
 
-    python benchmarks/timing_fidelity.py [--runs 10] [--kernelbench DIR] [--settle 0,2] [--json out.json]
+    python benchmarks/timing_fidelity.py [--runs 10] [--kernelbench DIR] [--hold on,off] [--settle 0,2] [--json out.json]
 
 Evaluates each honest kernel `--runs` times (a fresh judge and candidate each time, builds cached, after
-one evaluation not counted; under each `--settle` value of EvalConfig.settle_ms in turn) and
+one evaluation not counted; under each `--hold` setting (EvalConfig.hold: timed calls queued behind the
+device hold, env/hold.py, or not: the same-run baseline) and `--settle` value of EvalConfig.settle_ms in turn) and
 prints, per kernel, the spread (max - min) / median of kernel_ms, of speedup_vs_eager and of
 speedup_vs_compile (and of the speedup as a ratio of the two medians, for comparison with the paired
 per-call ratios the environment reports), beside a second timer on the same kernel: its device time from the PyTorch
@@ -130,6 +131,8 @@ def main() -> None:
     parser.add_argument("--kernelbench", type=Path, default=None)
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--only", default="", help="comma-separated label prefixes to run")
+    parser.add_argument("--hold", default="on,off", help="comma-separated EvalConfig.hold settings to compare "
+                                                         "(on: held timing, off: the method before it)")
     parser.add_argument("--settle", default="0", help="comma-separated EvalConfig.settle_ms values to compare "
                                                       "(each kernel is evaluated --runs times under each)")
     args = parser.parse_args()
@@ -137,53 +140,69 @@ def main() -> None:
         sys.exit("timing_fidelity.py needs a CUDA GPU")
     cache = default_cache_dir()
     rows = []
+    holds = [h == "on" for h in args.hold.split(",")]
     plan = [(label, task, solution, float(settle)) for label, task, solution in kernels(args.kernelbench)
             if not args.only or any(label.startswith(p) for p in args.only.split(","))
             for settle in args.settle.split(",")]
     for label, task, solution, settle in plan:
-        config = EvalConfig(backend="cuda", cache_dir=cache, prewarm=2, clock_check=_CLOCK_CHECK, settle_ms=settle)
-        # one evaluation first, not counted: its build, and torch.compile's time stored for these settings
-        warm = evaluate(task, solution, config)
-        if not warm.correct:
-            print(f"{label}: {warm.error}", flush=True)
+        configs = {hold: EvalConfig(backend="cuda", cache_dir=cache, prewarm=2, clock_check=_CLOCK_CHECK,
+                                    settle_ms=settle, hold=hold) for hold in holds}
+        # one evaluation per setting first, not counted: its build, and torch.compile's time stored for it
+        warm = {hold: evaluate(task, solution, config) for hold, config in configs.items()}
+        failed = [f"{label}: {r.error}" for r in warm.values() if not r.correct]
+        if failed:
+            print("\n".join(failed), flush=True)
             continue
-        results, started = [], time.monotonic()
+        # the settings take turns, evaluation by evaluation, so the machine's drift reaches them alike
+        results = {hold: [] for hold in holds}
+        seconds = {hold: 0.0 for hold in holds}
         for _ in range(args.runs):
-            r = evaluate(task, solution, config)
-            if not r.correct:
-                print(f"{label}: {r.error}", flush=True)
-                break
-            results.append(r)
-        if not results:
-            continue
-        row = {"kernel": label, "settle_ms": settle, "runs": len(results), "seconds_per_eval": (time.monotonic() - started) / len(results),
-               "kernel_ms": statistics.median(r.kernel_ms for r in results),
-               "eager_ms": statistics.median(r.eager_ms for r in results),
-               "compile_ms": statistics.median(r.compile_ms for r in results if r.compile_ms) if any(
-                   r.compile_ms for r in results) else None,
-               "spread_kernel_ms": spread([r.kernel_ms for r in results]),
-               "spread_speedup_vs_eager": spread([r.speedup_vs_eager for r in results]),
-               "spread_speedup_vs_compile": spread([r.speedup_vs_compile or 0 for r in results]),
-               # the speedup as a ratio of the two medians (before speedups were paired call by call)
-               "spread_median_ratio_vs_eager": spread([r.eager_ms / r.kernel_ms for r in results]),
-               "per_eval": [{"kernel_ms": r.kernel_ms, "eager_ms": r.eager_ms, "compile_ms": r.compile_ms,
-                             "speedup_vs_eager": r.speedup_vs_eager, "speedup_vs_compile": r.speedup_vs_compile,
-                             "baseline": r.baseline_source, "seconds": sum(r.phase_seconds.values()),
-                             # every statistic of the timed calls (min and mean beside the median)
-                             "kernel_timing": r.timings["kernel"].__dict__, "eager_timing": r.timings["eager"].__dict__}
-                            for r in results]}
-        row.update(cross_check(label, task, solution, cache, rows))
-        if row.get("profiler_ms"):
-            row["ours_vs_profiler"] = row["kernel_ms"] / row["profiler_ms"] - 1
-        rows.append(row)
-        print(f"{label:28s} settle {settle:g} ms  kernel {row['kernel_ms']:.4f} ms  spread {row['spread_kernel_ms']:.2%}  "
-              f"vs eager {row['spread_speedup_vs_eager']:.2%} (ratio of medians "
-              f"{row['spread_median_ratio_vs_eager']:.2%})  vs compile {row['spread_speedup_vs_compile']:.2%}  "
-              f"profiler {row.get('profiler_ms', float('nan')):.4f} ms  kernelbench {row.get('kernelbench_ms', float('nan')):.4f} ms"
-              f"  ({row['seconds_per_eval']:.1f} s/eval)", flush=True)
+            for hold, config in configs.items():
+                started = time.monotonic()
+                r = evaluate(task, solution, config)
+                seconds[hold] += time.monotonic() - started
+                if not r.correct:
+                    print(f"{label}: {r.error}", flush=True)
+                    continue
+                results[hold].append(r)
+        for hold in holds:
+            if results[hold]:
+                row = fidelity_row(label, hold, settle, results[hold], seconds[hold])
+                row.update(cross_check(label, task, solution, cache, rows))
+                if row.get("profiler_ms"):
+                    row["ours_vs_profiler"] = row["kernel_ms"] / row["profiler_ms"] - 1
+                rows.append(row)
+                print(f"{label:28s} {'held  ' if hold else 'unheld'} settle {settle:g} ms  kernel {row['kernel_ms']:.4f} ms  "
+                      f"spread {row['spread_kernel_ms']:.2%}  vs eager {row['spread_speedup_vs_eager']:.2%} (ratio of "
+                      f"medians {row['spread_median_ratio_vs_eager']:.2%})  vs compile "
+                      f"{row['spread_speedup_vs_compile']:.2%}  eager {row['eager_ms']:.4f} ms spread "
+                      f"{row['spread_eager_ms']:.2%}  profiler {row.get('profiler_ms', float('nan')):.4f} ms  "
+                      f"kernelbench {row.get('kernelbench_ms', float('nan')):.4f} ms  ({row['seconds_per_eval']:.1f} s/eval)",
+                      flush=True)
         if args.json:
             args.json.write_text(json.dumps(rows, indent=1))
 
+
+def fidelity_row(label: str, hold: bool, settle: float, results: list, seconds: float) -> dict:
+    return {"kernel": label, "hold": hold, "timer": results[-1].timer, "settle_ms": settle, "runs": len(results),
+            "seconds_per_eval": seconds / len(results),
+            "kernel_ms": statistics.median(r.kernel_ms for r in results),
+            "eager_ms": statistics.median(r.eager_ms for r in results),
+            "compile_ms": statistics.median(r.compile_ms for r in results if r.compile_ms) if any(
+                r.compile_ms for r in results) else None,
+            "spread_kernel_ms": spread([r.kernel_ms for r in results]),
+            "spread_eager_ms": spread([r.eager_ms for r in results]),
+            "spread_speedup_vs_eager": spread([r.speedup_vs_eager for r in results]),
+            "spread_speedup_vs_compile": spread([r.speedup_vs_compile or 0 for r in results]),
+            # the speedup as a ratio of the two medians (before speedups were paired call by call)
+            "spread_median_ratio_vs_eager": spread([r.eager_ms / r.kernel_ms for r in results]),
+            "per_eval": [{"kernel_ms": r.kernel_ms, "eager_ms": r.eager_ms, "compile_ms": r.compile_ms,
+                          "speedup_vs_eager": r.speedup_vs_eager, "speedup_vs_compile": r.speedup_vs_compile,
+                          "baseline": r.baseline_source, "seconds": sum(r.phase_seconds.values()),
+                          "phase_seconds": r.phase_seconds,
+                          # every statistic of the timed calls (min and mean beside the median)
+                          "kernel_timing": r.timings["kernel"].__dict__, "eager_timing": r.timings["eager"].__dict__}
+                         for r in results]}
 
 if __name__ == "__main__":
     main()

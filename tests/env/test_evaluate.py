@@ -216,3 +216,35 @@ def test_compile_only_and_verify_only_runs(cache_dir):
     broken = evaluate(example_task(), cpu_workspace(kernel("int oops = ;\n")), cpu_config(cache_dir),
                       stop_after="compile")
     assert broken.error.phase == "compile" and broken.reward == -1
+
+
+def test_an_earlier_calls_verdict_comes_before_a_later_calls_failure(cache_dir):
+    """The judge takes calls in batches while the candidate goes on: when call N + 1 fails in the
+    candidate's process, the judge's verdict on call N (a wrong output) is still the one reported."""
+    model_new = ("import torch\nimport torch.nn as nn\nimport cuda_extension\n"
+                 "class ModelNew(nn.Module):\n    def __init__(self, features):\n        super().__init__()\n"
+                 "        self.bias = nn.Parameter(torch.randn(features))\n        self.n = 0\n"
+                 "        self.register_buffer('other', torch.randn(features) + 3, persistent=False)\n"
+                 "    def forward(self, x):\n        self.n += 1\n"
+                 "        if self.n == 16:\n            raise RuntimeError('call after the wrong one')\n"
+                 "        return cuda_extension.bias_relu(x, self.other if self.n == 15 else self.bias)\n")
+    result = evaluate(example_task(), cpu_workspace(model_new=model_new), cpu_config(cache_dir, iters=20))
+    assert result.error.phase == "profile" and result.error.rule == "recheck-after-timing", result.error
+
+
+def test_slow_calls_shorten_the_timed_schedule_to_the_profile_budget(cache_dir):
+    result = evaluate(example_task(), cpu_workspace(), cpu_config(cache_dir, iters=40, profile_budget_s=0.001))
+    assert result.error is None, result.error
+    assert result.timings["kernel"].iters == 5 == result.timings["eager"].iters   # the floor, not 40
+
+
+def test_a_reference_failing_inside_a_batch_of_timed_calls_is_a_task_error(cache_dir):
+    """The judge times its calls in batches: the task's own failure on one of them ends the evaluation
+    as the task's, not the solution's, and the calls after it are not answered."""
+    code = (EXAMPLES / "model.py").read_text()
+    assert "    def forward(self, x):\n" in code
+    flaky = Task("flaky", code.replace("    def forward(self, x):\n",
+                                       "    calls = 0\n\n    def forward(self, x):\n        Model.calls += 1\n"
+                                       "        if Model.calls == 14:\n            raise RuntimeError('draw 14')\n"))
+    result = evaluate(flaky, cpu_workspace(), cpu_config(cache_dir, iters=20))
+    assert result.task_error and "draw 14" in result.error.message and result.reward is None

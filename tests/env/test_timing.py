@@ -1,4 +1,4 @@
-"""The timing primitives' settle step, and the baseline store's key for it."""
+"""The timing primitives (settle, the device hold's timer and library), and the baseline store's key for them."""
 
 import time
 
@@ -25,7 +25,7 @@ def test_time_once_on_the_cpu_times_the_call_and_returns_its_output():
 
 def test_baselines_timed_with_a_settle_are_stored_apart_from_those_without():
     plain, settled = EvalConfig(), EvalConfig(settle_ms=2.0)
-    assert timing_settings(plain, "cuda") == {"backend": "cuda", "flush_l2": True}   # keys stored before stay
+    assert timing_settings(plain, "cpu") == {"backend": "cpu", "flush_l2": True}   # keys stored before stay
     assert timing_settings(settled, "cuda")["settle_ms"] == 2.0
     assert entry_key("t", "H100", "2.11", timing_settings(plain, "cuda")) != \
         entry_key("t", "H100", "2.11", timing_settings(settled, "cuda"))
@@ -72,3 +72,75 @@ def test_a_slow_baseline_takes_fewer_calls_within_the_budget(tmp_path, monkeypat
     run = evaluation.measure_baselines(Task(name="slow", code=SLOW_TASK), config, store=False)
     assert run.error is None, run.error
     assert 3 <= run.entry.eager["iters"] <= 5 and run.entry.eager_ms >= 60.0
+
+
+def test_held_and_unheld_baselines_are_stored_apart_and_the_cpu_key_is_unchanged():
+    held, unheld = EvalConfig(), EvalConfig(hold=False)
+    assert timing_settings(held, "cuda")["timer"] == "held"
+    assert "timer" not in timing_settings(unheld, "cuda") and "timer" not in timing_settings(held, "cpu")
+    assert entry_key("t", "H100", "2.11", timing_settings(held, "cuda")) != \
+        entry_key("t", "H100", "2.11", timing_settings(unheld, "cuda"))
+
+
+class _FakeHold:
+    """Stands in for hold.DeviceHold: says whether its last hold had to be let go by the timeout."""
+
+    def __init__(self):
+        self.expired = False
+
+    def timed_out(self):
+        return self.expired
+
+
+def test_a_timer_goes_unheld_for_good_after_two_timed_out_holds_in_a_row():
+    from cuda_agent.env.hold import Timer
+
+    hold = _FakeHold()
+    timer = Timer(hold)
+    assert timer.mode == "held" and timer.active_hold() is hold
+    timer.note(hold)                      # released by the host in time: stays held
+    assert timer.mode == "held"
+    hold.expired = True                   # one call let go by the timeout (a kernel loaded lazily): forgiven
+    timer.note(hold)
+    assert timer.mode == "held"
+    hold.expired = False
+    timer.note(hold)
+    hold.expired = True
+    timer.note(hold)
+    assert timer.mode == "held"           # not in a row
+    timer.note(hold)                      # a forward that waits for the device inside, every call
+    assert timer.mode == "unheld" and timer.active_hold() is None
+    hold.expired = False
+    timer.note(None)                      # an unheld call says nothing about the hold
+    assert timer.mode == "unheld"
+    assert Timer(None).mode == "unheld" and Timer(None).active_hold() is None
+
+
+def test_no_hold_library_means_unheld_timing():
+    from cuda_agent.env.hold import load_hold
+
+    assert load_hold(None) is None and load_hold("") is None
+    assert load_hold("/nonexistent/cuda_agent_hold.so") is None   # could not be loaded: times unheld
+
+
+def test_the_hold_builds_with_nvcc_and_exports_its_entry_points(tmp_path, monkeypatch):
+    """nvcc is on CI's machines though nothing built there runs there: the kernel's source must compile
+    for a Hopper GPU and export what hold.DeviceHold binds."""
+    import shutil
+    import subprocess
+
+    import pytest
+
+    from cuda_agent.env.compiler import find_cuda_home
+    from cuda_agent.env.hold import build_hold
+
+    home = find_cuda_home()
+    if home is None or not (home / "bin" / "nvcc").exists() or not shutil.which("nm"):
+        pytest.skip(f"no nvcc (looked in CUDA_HOME, PATH and /usr/local/cuda: {home}) or no nm")
+    monkeypatch.setenv("CUDA_AGENT_CUDA_ARCH", "90a")
+    library = build_hold(tmp_path)
+    assert build_hold(tmp_path) == library            # cached: built once per toolchain
+    symbols = subprocess.run(["nm", "-D", "--defined-only", str(library)], capture_output=True, text=True).stdout
+    for name in ("cah_init", "cah_hold", "cah_wait_resident", "cah_release", "cah_timed_out", "cah_blocks",
+                 "cah_threads"):
+        assert f" T {name}" in symbols, name

@@ -10,7 +10,7 @@ import pytest
 
 from cuda_agent.env import evaluate
 from cuda_agent.tasks import load_solution, load_task
-from tests.env.helpers import EXAMPLES, example_task
+from tests.env.helpers import EXAMPLES, example_solution, example_task
 from tests.gpu.helpers import SOLUTIONS, example_with_kernel, gpu_config, workspace
 
 pytestmark = pytest.mark.gpu
@@ -33,6 +33,22 @@ def test_elementwise_workspace(cache_dir):
     _record("elementwise_workspace", result)
     _assert_correct(result)
     assert result.eager_ms and result.compile_ms and result.reward >= 1
+    assert result.timer["kernel"] == "held" and result.timer["eager"] == "held"   # env/hold.py
+
+
+def test_a_forward_that_waits_for_the_device_is_timed_unheld(cache_dir):
+    """`.item()` inside forward waits for a hold that opens only after forward returns: the hold lets go
+    after its timeout, and the candidate's calls are timed unheld from then on (never faster)."""
+    solution = load_solution(EXAMPLES / "solution_cuda")
+    model_new = solution.entry_code.replace("        return cuda_extension.bias_relu(x, self.bias)",
+                                            "        out = cuda_extension.bias_relu(x, self.bias)\n"
+                                            "        out[0, 0].item()\n        return out")
+    assert model_new != solution.entry_code
+    result = evaluate(example_task(), example_solution("cuda", model_new=model_new),
+                      gpu_config(cache_dir, compile_baseline=False))
+    _record("synchronising_forward", result)
+    _assert_correct(result)
+    assert result.timer == {"kernel": "unheld", "eager": "held"}
 
 
 def test_elementwise_single_file_load_inline(cache_dir):

@@ -198,11 +198,16 @@ HACKS_WAVE = [
          "return cuda_extension.hinge_after_n_calls(predictions, targets)"), rules=("recheck-after-timing",),
          what="a C++ call counter: honest for the first calls (verification), a constant later"),
     # -- approximations (issue: fourth round, 1) -------------------------------------------------------
+    # A sample of the elements misses the spikes set's spikes unless it sees exactly its share of them
+    # (about one time in a hundred, the count of spikes being drawn too); the spot checks among the
+    # timed calls (spikes sets as well) catch it then.
     Case("approx_mse_every_32nd", "approximate computation", _w("mse_uniform", "a, b",
-         "return cuda_extension.mse_every(a, b, 32)"), rules=("correctness", "input-independent"),
+         "return cuda_extension.mse_every(a, b, 32)"), rules=("correctness", "input-independent",
+                                                             "recheck-after-timing"),
          what="MSE over every 32nd element"),
     Case("approx_hinge_every_31st", "approximate computation", _w("hinge_loss", "predictions, targets",
-         "return cuda_extension.hinge_every(predictions, targets, 31)"), rules=("correctness", "input-independent"),
+         "return cuda_extension.hinge_every(predictions, targets, 31)"), rules=("correctness", "input-independent",
+                                                                                "recheck-after-timing"),
          what="hinge loss over every 31st element"),
     # Half the elements see about half of the spikes set's 128 spikes: verification's one spikes set
     # misses it about one time in five (the error is binomial noise, ~9 %, against ~2 % tolerance),

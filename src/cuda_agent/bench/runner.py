@@ -51,6 +51,8 @@ def eval_settings(config: EvalConfig) -> dict:
                 "rtol": config.rtol, "flush_l2": config.flush_l2, "compile_baseline": config.compile_baseline}
     if config.settle_ms:   # absent when off: runs recorded before the option still resume
         settings["settle_ms"] = config.settle_ms
+    if settings["backend"] == "cuda" and config.hold:   # likewise
+        settings["timer"] = "held"
     return settings
 
 

@@ -230,18 +230,22 @@ def header_ready(backend: str, cache_dir: Path) -> bool:
 
 def prepare_toolchain(backend: str, cache_dir: Path) -> Path:
     """Build what every evaluation needs once per toolchain, now and side by side, so no evaluation
-    waits for it: the precompiled torch header, the harness's guard library and the toolchain's own
-    imports (the link check's baseline). Returns the header."""
+    waits for it: the precompiled torch header, the harness's guard library (and on CUDA its device
+    hold) and the toolchain's own imports (the link check's baseline). Returns the header."""
     from concurrent.futures import ThreadPoolExecutor
 
     from cuda_agent.env.guard import build_guard
+    from cuda_agent.env.hold import build_hold
     from cuda_agent.env.symbols import toolchain_imports
 
     with ThreadPoolExecutor(max_workers=2) as pool:
         guard = pool.submit(build_guard, Path(cache_dir))
+        hold = pool.submit(build_hold, Path(cache_dir)) if backend == "cuda" else None
         header = _pch(toolchain(backend), Path(cache_dir))
         toolchain_imports(backend, str(cache_dir))
         guard.result()
+        if hold is not None:
+            hold.result()
     return header
 
 
@@ -371,21 +375,29 @@ def build_extension(name: str, files: dict[str, str], backend: str, cache_dir: P
     return BuildReport(so, compiled, cached, tuple(Path(o) for o in objs))
 
 
-def build_native_library(name: str, source: str, cache_dir: Path, timeout: float | None = 600) -> Path:
-    """Build one of the harness's own C++ helpers (no Python bindings: loaded with ctypes) into
-    `cache/lib/<hash>/NAME.so`, linked against libc10 and libtorch_cpu. Built with -DNDEBUG, like
-    libtorch: some ATen structures change layout without it."""
-    tc = toolchain("cpu")
+def build_native_library(name: str, source: str, cache_dir: Path, timeout: float | None = 600,
+                         cuda: bool = False) -> Path:
+    """Build one of the harness's own helpers (no Python bindings: loaded with ctypes) into
+    `cache/lib/<hash>/NAME.so`. C++ ones are linked against libc10 and libtorch_cpu and built with
+    -DNDEBUG, like libtorch (some ATen structures change layout without it); CUDA ones (`cuda`) are
+    plain CUDA C built by nvcc for this machine's GPU, with the CUDA runtime linked in statically."""
+    tc = toolchain("cuda" if cuda else "cpu")
     cache_dir = Path(cache_dir)
     lib_dir = cache_dir / "lib" / _sha(tc.key, name, source, "native")
     so = lib_dir / f"{name}.so"
     if so.exists():
         return so
+    suffix = ".cu" if cuda else ".cpp"
     tmp = Path(tempfile.mkdtemp(dir=_mkdir(cache_dir / "lib"), prefix="tmp-"))
-    (tmp / f"{name}.cpp").write_text(source)
-    _run([tc.cxx, "-shared", "-DNDEBUG", *tc.common_flags, *tc.include_flags, f"{name}.cpp", "-o", f"{name}.so",
-          *tc.ldflags[:3]], tmp, f"building the harness helper {name}", timeout)
-    (tmp / f"{name}.cpp").unlink()
+    (tmp / f"{name}{suffix}").write_text(source)
+    if cuda:
+        command = [tc.nvcc, "-shared", "-O3", "-Xcompiler", "-fPIC", *cuda_arch_flags(), f"{name}{suffix}",
+                   "-o", f"{name}.so"]
+    else:
+        command = [tc.cxx, "-shared", "-DNDEBUG", *tc.common_flags, *tc.include_flags, f"{name}{suffix}",
+                   "-o", f"{name}.so", *tc.ldflags[:3]]
+    _run(command, tmp, f"building the harness helper {name}", timeout)
+    (tmp / f"{name}{suffix}").unlink()
     try:
         tmp.rename(lib_dir)
     except OSError:  # another process built it meanwhile

@@ -43,6 +43,8 @@ class EvalConfig:
     profile_budget_s: float = 20.0      # fewer iterations (at least 5) when one call is slow
     flush_l2: bool = True
     settle_ms: float = 0.0              # GPU idle before every timed call, candidate's and baselines' alike
+    hold: bool = True                   # CUDA: queue each timed call behind a device hold, so the events
+                                        # measure the device's work, not the host's path to it (hold.py)
     baselines: bool = True              # time eager (always paired with the candidate) and torch.compile
     compile_baseline: bool = True       # include torch.compile (the slowest part on a cold cache)
     compile_timing: str = "stored"      # "stored": reuse the store's compile time while eager agrees with

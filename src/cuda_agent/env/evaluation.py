@@ -44,6 +44,7 @@ from cuda_agent.tasks.task import Task, TaskError, strip_reference_model
 
 MAX_BUILD_REQUESTS = 16    # load_inline/load calls one candidate may ask the harness to build
 NULL_CALLS = 12            # empty calls for the clock cross-check
+JUDGE_BATCH = 8            # timed calls the judge takes at once, beside the candidate's next ones
 CLOCK_ALLOWANCE_MS = 3.0   # per call: what the harness's own work may differ between empty and real calls
 
 
@@ -352,7 +353,7 @@ class _Evaluation:
         self.link_refusal = None
         self.candidate.channel.send(task_inputs_code=inputs_code, solution_dir=str(solution_dir),
                                     backend=self.backend, config=self.cfg, box=str(self.box),
-                                    prebuilt=prebuilt, guard_lib=guard_path)
+                                    prebuilt=prebuilt, guard_lib=guard_path, hold_lib=self._hold_path())
         built = self._ask(self.candidate, self.config.timeout_compile, "compile")
         self._lap("compile")
         if not built["ok"]:
@@ -379,6 +380,7 @@ class _Evaluation:
         build_root = Path(self.config.cache_dir) / "build"
         pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="build")
         guard_lib = pool.submit(build_guard, build_root)
+        self.hold_lib = pool.submit(self._hold_library)
         kernels = None
         if self.solution.kernel_files:
             try:
@@ -391,12 +393,31 @@ class _Evaluation:
         pool.shutdown(wait=False)
         return guard_lib, kernels
 
+    hold_lib = None   # a future of `_hold_library`'s path, once the builds have started
+
+    def _hold_library(self) -> str | None:
+        """The device hold's library (hold.py) when timing on a GPU uses it; None otherwise."""
+        from cuda_agent.env.hold import build_hold
+
+        if self.backend != "cuda" or not self.config.hold:
+            return None
+        return str(build_hold(Path(self.config.cache_dir) / "build"))
+
+    def _hold_path(self) -> str | None:
+        from cuda_agent.env.compiler import BuildError
+
+        try:
+            return self.hold_lib.result() if self.hold_lib is not None else self._hold_library()
+        except BuildError as exc:   # the harness's own helper: ours to fix, never the solution's
+            raise _Failed("internal", f"the device hold did not build: {exc.summary}") from None
+
     def _start_judge_only(self, candidate: bool = True) -> None:
         """The judge's setup without any decision about the baselines (`measure_baselines`, which has no
         `candidate` to hand the model's weights to)."""
         self._wait_ready(self.judge)
         self.judge.channel.send(task_code=self.task.code, task_name=self.task.name, backend=self.backend,
-                                config=self.cfg, box=str(self.box), save_init=candidate, lock=str(self.lock.path))
+                                config=self.cfg, box=str(self.box), save_init=candidate, lock=str(self.lock.path),
+                                hold_lib=self._hold_path())
         self.say("computing the reference")
         reference = self._ask(self.judge, self.config.timeout_reference, "task")
         if not reference["ok"]:
@@ -455,10 +476,10 @@ class _Evaluation:
 
     # -- calls -------------------------------------------------------------------------------
 
-    def _round(self, call: Call, phase: str, timeout: float) -> dict | None:
-        """One call: the candidate's, then the judge's on the same draw. The candidate's call holds the
+    def _candidate_round(self, call: Call, phase: str, timeout: float) -> dict | None:
+        """The candidate's half of a call: its answer, or None for an empty call. The call holds the
         device alone unless it is a verification call (untimed, and told apart by its place anyway);
-        its inputs are drawn beside other evaluations' work, and the judge locks its own parts."""
+        its inputs are drawn beside other evaluations' work."""
         self.index += 1
         call.index = self.index
         save = call.kind == "verify"
@@ -483,17 +504,25 @@ class _Evaluation:
         if call.kind == "null":
             self.null_walls.append(wall_ms)
             return None
+        out["wall_ms"] = wall_ms
+        return out
+
+    def _judge_request(self, call: Call, out: dict) -> dict:
+        """What the judge gets for one call: the same draw, whether to time the references on it, and
+        the candidate's output to compare (its file for a verification call, else its samples)."""
+        save = call.kind == "verify"
         timed = call.kind in ("warmup", "timed")
-        self.judge.channel.send(cmd="call", seed=call.seed, transform=call.transform, time=timed,
-                                compile=timed and self.compile_mode == "paired",
-                                compare={"path": str(self.box / f"out_{call.index}.bin"),
-                                         "layout": out.get("layout")} if save
-                                else {"samples": out["samples"]},
-                                dependence=save and self.strict and not call.transform)
-        verdict = self._ask(self.judge, self.config.timeout_reference, "task")
+        return dict(seed=call.seed, transform=call.transform, time=timed,
+                    compile=timed and self.compile_mode == "paired",
+                    compare={"path": str(self.box / f"out_{call.index}.bin"), "layout": out.get("layout")} if save
+                    else {"samples": out["samples"]},
+                    dependence=save and self.strict and not call.transform)
+
+    def _judged(self, call: Call, phase: str, out: dict, verdict: dict) -> dict | None:
+        """The judge's verdict on one call: a rejection raises; a timed call's measures are kept."""
         if "task_error" in verdict:
             raise _Failed("task", f"the task's reference failed on an input set: {verdict['task_error']}")
-        if save:
+        if call.kind == "verify":
             (self.box / f"out_{call.index}.bin").unlink(missing_ok=True)
         if verdict.get("skipped"):
             self.result.skipped_sets.append(f"{call.transform}: {verdict['skipped']}")
@@ -501,8 +530,10 @@ class _Evaluation:
         if not verdict["ok"]:
             self._reject(call, phase, verdict)
         if call.kind == "timed":
-            self.rounds.append({"kernel": out["ms"], "wall": wall_ms, "eager": verdict.get("eager_ms"),
+            self.rounds.append({"kernel": out["ms"], "wall": out["wall_ms"], "eager": verdict.get("eager_ms"),
                                 "compile": verdict.get("compile_ms")})
+            if self.backend == "cuda":   # how each side was timed (hold.Timer), as of its last call
+                self.result.timer = {"kernel": out.get("timer"), **verdict.get("timers", {})}
         return verdict
 
     def _reject(self, call: Call, phase: str, verdict: dict) -> None:
@@ -543,17 +574,12 @@ class _Evaluation:
     def _verify(self) -> None:
         self.say("verifying")
         calls = verification_calls(self.seeds, self.strict)
+        # each output file goes to the judge while the candidate computes the next one
+        pipe = _JudgePipe(self, "verify", batch=1, on_verdict=self._note_accuracy)
         for n, call in enumerate(calls, 1):
             self.say(f"verifying: input set {n} of {len(calls)}")
-            verdict = self._round(call, "verify", self.config.timeout_verify)
-            if verdict is None:
-                continue
-            self.result.max_abs_error.append(verdict["max_abs_error"])
-            relative = verdict.get("fp32_relative_error", 0.0)
-            if relative > FP32_PRECISION_WARNING and not any("precision" in w for w in self.result.warnings):
-                self.result.warnings.append(
-                    f"precision: a float32 output is off by {relative:.1e} of its scale, more than float32 "
-                    "arithmetic explains (computed in bf16/fp16 or TF32?)")
+            pipe.run(call, self.config.timeout_verify)
+        pipe.drain()
         if self.strict:
             self.judge.channel.send(cmd="dependence")
             message = self._ask(self.judge, self.config.timeout_verify, "verify").get("message")
@@ -562,30 +588,43 @@ class _Evaluation:
         self.result.correct = True
         self._lap("verify")
 
+    def _note_accuracy(self, call: Call, verdict: dict) -> None:
+        self.result.max_abs_error.append(verdict["max_abs_error"])
+        relative = verdict.get("fp32_relative_error", 0.0)
+        if relative > FP32_PRECISION_WARNING and not any("precision" in w for w in self.result.warnings):
+            self.result.warnings.append(
+                f"precision: a float32 output is off by {relative:.1e} of its scale, more than float32 "
+                "arithmetic explains (computed in bf16/fp16 or TF32?)")
+
     def _profile(self) -> None:
         self.say("timing the solution" + (" against eager PyTorch" if self.config.baselines else ""))
         rng = random.Random(secrets.randbits(64))
         iters = self.config.timed_iters(self.backend)
         deadline = time.monotonic() + self.config.timeout_profile
         calls = timing_calls(self.config.warmup, iters, self.strict, NULL_CALLS if self.config.clock_check else 0, rng)
+        pipe = _JudgePipe(self, "profile", batch=JUDGE_BATCH)
         started, done = time.monotonic(), 0
         budget_checked = False
-        for call in calls:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise _Failed("profile", f"timing took longer than {self.config.timeout_profile:g} s", rule="timeout")
-            try:
-                self._round(call, "profile", min(self.config.timeout_verify, remaining))
-            except _Failed as failure:
-                self.result.correct = False
-                raise failure
-            done += 1
-            if not budget_checked and call.kind == "warmup" and done >= 2:
-                per_call = (time.monotonic() - started) / done
-                if per_call * len(calls) > self.config.profile_budget_s:   # slow calls: fewer timed ones
-                    keep = max(5, int(self.config.profile_budget_s / max(per_call, 1e-9)))
-                    calls = self._shortened(calls, keep)
+        try:
+            while done < len(calls):
+                call = calls[done]
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise _Failed("profile", f"timing took longer than {self.config.timeout_profile:g} s",
+                                  rule="timeout")
+                pipe.run(call, min(self.config.timeout_verify, remaining))
+                done += 1
+                if not budget_checked and call.kind == "warmup" and done >= 2:
+                    pipe.drain()   # the judge's part of these calls counts too
+                    per_call = (time.monotonic() - started) / done
+                    if per_call * len(calls) > self.config.profile_budget_s:   # slow calls: fewer timed ones
+                        keep = max(5, int(self.config.profile_budget_s / max(per_call, 1e-9)))
+                        calls = self._shortened(calls, keep)
                     budget_checked = True
+            pipe.drain()
+        except _Failed:
+            self.result.correct = False
+            raise
         kernel = Timing.from_samples([r["kernel"] for r in self.rounds])
         self.result.timings["kernel"] = kernel
         self.result.kernel_ms = kernel.median_ms
@@ -738,6 +777,62 @@ def paired_speedup(rounds: list[dict], baseline: str) -> float | None:
 
 class _LinkRefused(Exception):
     """A built library imports a symbol a solution may not use (symbols.py)."""
+
+
+class _JudgePipe:
+    """Calls the candidate has answered, on their way to the judge. One batch is with the judge while
+    the candidate goes on with the next calls, so the two workers' parts of the schedule overlap (each
+    takes the device's lock for its own timed parts). Verdicts are settled in the schedule's order, at
+    most two batches after their call: a rejection then ends the evaluation as it did call by call."""
+
+    def __init__(self, evaluation: "_Evaluation", phase: str, batch: int,
+                 on_verdict: Callable[[Call, dict], None] | None = None):
+        self.evaluation, self.phase, self.batch, self.on_verdict = evaluation, phase, batch, on_verdict
+        self.queued: list[tuple[Call, dict]] = []
+        self.in_flight: list[tuple[Call, dict]] = []
+
+    def run(self, call: Call, timeout: float) -> None:
+        """The candidate's half of `call` now, the judge's with its batch."""
+        try:
+            out = self.evaluation._candidate_round(call, self.phase, timeout)
+        except _Failed:
+            self.drain()   # a verdict on an earlier call comes first, as in the schedule
+            raise
+        self.add(call, out)
+
+    def add(self, call: Call, out: dict | None) -> None:
+        if out is None:   # an empty call: nothing to judge
+            return
+        self.queued.append((call, out))
+        if len(self.queued) >= self.batch:
+            self._collect()
+            self._send()
+
+    def drain(self) -> None:
+        self._collect()
+        self._send()
+        self._collect()
+
+    def _send(self) -> None:
+        if not self.queued:
+            return
+        evaluation = self.evaluation
+        evaluation.judge.channel.send(cmd="calls", items=[evaluation._judge_request(call, out)
+                                                          for call, out in self.queued])
+        self.in_flight, self.queued = self.queued, []
+
+    def _collect(self) -> None:
+        if not self.in_flight:
+            return
+        evaluation = self.evaluation
+        answers = evaluation._ask(evaluation.judge, evaluation.config.timeout_reference, "task")["answers"]
+        batch, self.in_flight = self.in_flight, []
+        for (call, out), verdict in zip(batch, answers):
+            verdict = evaluation._judged(call, self.phase, out, verdict)
+            if verdict is not None and self.on_verdict is not None:
+                self.on_verdict(call, verdict)
+        if len(answers) != len(batch):
+            raise _Failed("internal", f"the judge answered {len(answers)} of {len(batch)} calls")
 
 
 # -- baselines alone (`cuda-agent baseline`, `cuda-agent cache verify`) ----------------------------

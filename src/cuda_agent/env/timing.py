@@ -8,11 +8,14 @@ before any candidate code runs, so a candidate that monkeypatches `torch.cuda.sy
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
 from cuda_agent.env.result import Timing
+
+if TYPE_CHECKING:
+    from cuda_agent.env.hold import DeviceHold
 
 _perf_counter = time.perf_counter
 _thread_time = time.thread_time
@@ -77,14 +80,17 @@ def settle(seconds: float) -> None:
 
 
 def time_once(fn: Callable, args: list, device: torch.device, flush: "L2Flusher | None" = None,
-              after: Callable[[Any], Any] | None = None, settle_s: float = 0.0) -> tuple[float, Any, Any]:
+              after: Callable[[Any], Any] | None = None, settle_s: float = 0.0,
+              hold: "DeviceHold | None" = None) -> tuple[float, Any, Any]:
     """One timed call: (milliseconds, output, after(output)).
 
     The caches are flushed and the device synchronised first; on CUDA the call is timed with events
-    on the current stream (the same method as KernelBench's harness: no device-wide sync inside the
-    timed region, whose host wake-up latency is what made short kernels' times jitter). `after` runs
-    right after the end event is recorded and before anything waits for the device: the harness reads
-    samples of the output there, so work left running on another stream shows up as wrong values.
+    on the current stream (KernelBench's method: no device-wide sync inside the timed region). With a
+    `hold` (hold.py) the events and the whole forward are queued behind a kernel that keeps the GPU
+    until the host has queued them, so they measure the device's work alone; the call counts the
+    larger of that and the host's own time to queue the forward. `after` runs right after the end
+    event is recorded (and the hold let go) and before anything waits for the device: the harness
+    reads samples of the output there, so work left running on another stream shows up as wrong values.
     """
     if flush is not None:
         flush()
@@ -98,12 +104,21 @@ def time_once(fn: Callable, args: list, device: torch.device, flush: "L2Flusher 
     stream = torch.cuda.current_stream(device)
     start = _EventBase(enable_timing=True)
     end = _EventBase(enable_timing=True)
-    _event_record(start, stream)
-    out = fn(*args)
-    _event_record(end, stream)
+    if hold is not None:
+        hold.hold(stream.cuda_stream)
+    try:
+        _event_record(start, stream)
+        t0 = _perf_counter()
+        out = fn(*args)
+        host_ms = (_perf_counter() - t0) * 1e3
+        _event_record(end, stream)
+    finally:
+        if hold is not None:
+            hold.release()
     extra = after(out) if after else None
     _event_sync(end)
-    return _event_elapsed(start, end), out, extra
+    device_ms = _event_elapsed(start, end)
+    return (max(device_ms, host_ms) if hold is not None else device_ms), out, extra
 
 
 def time_callable(fn: Callable, inputs: list[list], device: torch.device, *, warmup: int = 10,

@@ -28,8 +28,10 @@ import torch
 
 from cuda_agent.env import timing  # captures clocks and sync before candidate code can patch them
 from cuda_agent.env.verify import take_samples as _take_samples  # bound before candidate code runs, likewise
+from cuda_agent.env.verify import tensors_in
 from cuda_agent.env.transfer import write_output as _write_output  # likewise
 from cuda_agent.env.draws import draw_inputs
+from cuda_agent.env.hold import Timer, load_hold
 from cuda_agent.env.locks import DeviceLock
 from cuda_agent.env.protocol import ChildChannel
 
@@ -76,6 +78,8 @@ class _Judge:
         self.compiled = None
         self.lock = DeviceLock(job["lock"]) if job.get("lock") else None
         self.lock_wait_s = 0.0   # of the call in hand, for the harness's account of device time
+        hold = load_hold(job.get("hold_lib"))
+        self.timers = {"eager": Timer(hold), "compile": Timer(hold)}
         self.module = load_task_module(job["task_code"], "reference_task", filename=f"<task {job['task_name']}>")
         for name in ("Model", "get_inputs", "get_init_inputs"):
             if not hasattr(self.module, name):
@@ -103,40 +107,86 @@ class _Judge:
         self.compiled = compiled
         return {"ok": True}
 
-    def call(self, cmd: dict) -> dict:
-        """The reference on the call's draw (timed, for a timed call), and the candidate's output
-        compared with it: a file (verification) or the candidate's samples. The device is held shared
-        while drawing and comparing, alone for the timed runs (`locks`)."""
-        seed, transform, timed = cmd["seed"], cmd.get("transform"), cmd.get("time")
-        paired = timed and cmd.get("compile") and self.compiled is not None
+    def calls(self, items: list[dict]) -> list[dict]:
+        """The reference on each call's draw (timed, for a timed call), and the candidate's output
+        compared with it: a file (verification) or the candidate's samples. Answered in order, ending
+        at the first task error. Calls are drawn under the shared lock until `GROUP_BYTES` of inputs
+        are held, then their reference runs are timed one after the other under one exclusive hold of
+        the device (`locks`), then compared under the shared lock again."""
         self.lock_wait_s = 0.0
-        answer: dict = {}
-        trace = _CallTrace() if _TRACE_CALLS else None
+        answers: list[dict] = []
+        group: list[_JudgeCall] = []
+        held = 0
         with torch.no_grad():
-            try:
-                with self._device(shared=True):
-                    inputs = draw_inputs(self.module, seed, self.device, transform)
-                    again = draw_inputs(self.module, seed, self.device, transform) if paired else None
-                    reference = None if timed else self.model(*inputs)
-                trace and trace.lap("draw", self.device)
-                if timed:
-                    settle = self.cfg.get("settle_ms", 0.0) / 1e3
-                    with self._device(shared=False):
-                        answer["eager_ms"], reference, _ = timing.time_once(self.model, inputs, self.device,
-                                                                            self.flush, settle_s=settle)
-                        if paired:
-                            answer["compile_ms"], _, _ = timing.time_once(self.compiled, again, self.device,
-                                                                          self.flush, settle_s=settle)
-                del inputs, again
-                trace and trace.lap("reference", self.device)
-            except Exception as exc:
-                if transform:   # the reference is not defined on this structured set: nothing to compare
-                    return {"ok": True, "skipped": f"the reference fails on it ({type(exc).__name__})",
-                            "lock_wait_s": self.lock_wait_s}
-                raise
+            for item in items:
+                part = self._draw(item)
+                group.append(part)
+                held += part.bytes
+                if part.answer is not None or held >= GROUP_BYTES:
+                    answers += self._settle(group)
+                    group, held = [], 0
+                    if "task_error" in answers[-1]:
+                        break
+            answers += self._settle(group)
+        if answers:   # the device lock's wait, for the harness's account of device time
+            answers[-1]["lock_wait_s"] = self.lock_wait_s
+        return answers
+
+    def call(self, cmd: dict) -> dict:
+        return self.calls([cmd])[0]
+
+    def _draw(self, cmd: dict) -> "_JudgeCall":
+        part = _JudgeCall(cmd, _CallTrace() if _TRACE_CALLS else None)
+        paired = part.timed and cmd.get("compile") and self.compiled is not None
+        try:
+            with self._device(shared=True):
+                part.inputs = draw_inputs(self.module, cmd["seed"], self.device, part.transform)
+                part.again = draw_inputs(self.module, cmd["seed"], self.device, part.transform) if paired else None
+                part.reference = None if part.timed else self.model(*part.inputs)
+        except Exception as exc:
+            part.fail(exc)
+        part.bytes = sum(t.numel() * t.element_size() for t in tensors_in([part.inputs, part.again]))
+        part.trace and part.trace.lap("draw", self.device)
+        return part
+
+    def _settle(self, group: list["_JudgeCall"]) -> list[dict]:
+        timed = [part for part in group if part.timed and part.answer is None]
+        if timed:
+            with self._device(shared=False):
+                for part in timed:
+                    try:
+                        part.extra["eager_ms"], part.reference = self._timed("eager", self.model, part.inputs)
+                        part.extra["timers"] = {"eager": self.timers["eager"].mode}
+                        if part.again is not None:
+                            part.extra["compile_ms"], _ = self._timed("compile", self.compiled, part.again)
+                            part.extra["timers"]["compile"] = self.timers["compile"].mode
+                    except Exception as exc:
+                        part.fail(exc)
+                        if part.transform is None:   # a task error ends the batch here
+                            break
+        answers = []
         with self._device(shared=True):
-            verdict = self._compare(cmd, reference, trace)
-        return {**verdict, **answer, "lock_wait_s": self.lock_wait_s}
+            for part in group:
+                part.inputs = part.again = None
+                if part.answer is None and part.reference is None:   # not reached: after a task error
+                    break
+                part.trace and part.trace.lap("reference", self.device)
+                if part.answer is None:
+                    part.answer = {**self._compare(part.cmd, part.reference, part.trace), **part.extra}
+                part.reference = None
+                answers.append(part.answer)
+                if "task_error" in part.answer:
+                    break
+        return answers
+
+    def _timed(self, name: str, model, inputs) -> tuple[float, object]:
+        """One timed run of a reference, held while its forward lets the hold work (hold.Timer)."""
+        timer = self.timers[name]
+        hold = timer.active_hold()
+        ms, out, _ = timing.time_once(model, inputs, self.device, self.flush,
+                                      settle_s=self.cfg.get("settle_ms", 0.0) / 1e3, hold=hold)
+        timer.note(hold)
+        return ms, out
 
     @contextmanager
     def _device(self, shared: bool):
@@ -194,6 +244,35 @@ class _Judge:
                 "fp32_relative_error": verdict.fp32_relative_error}
 
 
+GROUP_BYTES = 1 << 30   # the judge's drawn inputs held at once before their reference runs are timed
+
+
+class _JudgeCall:
+    """One call of a judge's batch on its way: its draw, its reference output, and its answer once
+    that is settled early (a structured set the reference is not defined on, or a task error)."""
+
+    def __init__(self, cmd: dict, trace):
+        self.cmd, self.trace = cmd, trace
+        self.transform, self.timed = cmd.get("transform"), bool(cmd.get("time"))
+        self.inputs = self.again = self.reference = None
+        self.bytes = 0
+        self.extra: dict = {}
+        self.answer: dict | None = None
+
+    def fail(self, exc: Exception) -> None:
+        if self.transform:   # the reference is not defined on this structured set: nothing to compare
+            self.answer = {"ok": True, "skipped": f"the reference fails on it ({type(exc).__name__})"}
+        else:                # the task's own code failed on one of its draws
+            self.answer = {"ok": False, "task_error": f"{type(exc).__name__}: {exc}\n{_short_traceback(exc)}"}
+
+
+def _judge_call(judge: _Judge, cmd: dict) -> dict:
+    try:
+        return judge.call(cmd)
+    except Exception as exc:   # the task's own code failed on one of its draws
+        return {"ok": False, "task_error": f"{type(exc).__name__}: {exc}\n{_short_traceback(exc)}"}
+
+
 def run_judge(chan: ChildChannel) -> None:
     job = chan.receive()
     try:
@@ -209,11 +288,13 @@ def run_judge(chan: ChildChannel) -> None:
         if kind == "compile":
             chan.send(**judge.compile())
         elif kind == "call":
+            chan.send(**_judge_call(judge, cmd))
+        elif kind == "calls":   # a batch, answered in order; it ends at the first task error
             try:
-                answer = judge.call(cmd)
-            except Exception as exc:   # the task's own code failed on one of its draws
-                answer = {"ok": False, "task_error": f"{type(exc).__name__}: {exc}\n{_short_traceback(exc)}"}
-            chan.send(**answer)
+                answers = judge.calls(cmd["items"])
+            except Exception as exc:   # as for a single call: the task's code failed
+                answers = [{"ok": False, "task_error": f"{type(exc).__name__}: {exc}\n{_short_traceback(exc)}"}]
+            chan.send(answers=answers)
         elif kind == "dependence":
             try:
                 message = judge.dependence.verdict()
@@ -301,6 +382,7 @@ class _Candidate:
         self.threads = ThreadWatch()
         self.tables = _dispatcher_tables()
         self.flush = timing.L2Flusher(self.device, self.cfg["flush_l2"])
+        self.timer = Timer(load_hold(job.get("hold_lib")))   # bound before the solution's code is loaded
         self.model = None
         self.task_module = None
         self.calls_per_forward: list[int] = []
@@ -402,13 +484,16 @@ class _Candidate:
             # on another stream has not landed in these values yet (and fails the comparison).
             return _take_samples(out), timing.clone_args(out) if save else None
 
+        hold = self.timer.active_hold()   # every call alike, checked or timed
         try:
             with torch.no_grad():
                 ms, out, (samples, snapshot) = timing.time_once(fn, inputs, self.device, self.flush, after=right_after,
-                                                                settle_s=self.cfg.get("settle_ms", 0.0) / 1e3)
+                                                                settle_s=self.cfg.get("settle_ms", 0.0) / 1e3,
+                                                                hold=hold)
         finally:
             if self.guard is not None:
                 self.guard.end()
+        self.timer.note(hold)
         trace and trace.lap("timed", self.device)
         timing.device_synchronize(self.device)   # nothing of this call may run while the judge times
         calls, problem = self._inspect(out, inputs, calls_before, threads_before, sentinel)
@@ -417,14 +502,14 @@ class _Candidate:
             trace.lap("inspect", self.device)
             print(f"call trace {'null' if null else 'real'} ms={ms:.3f} {trace}", file=sys.stderr, flush=True)
         if null:   # the same reply as a real call's (its size is part of the overhead measured)
-            return {"ok": True, "ms": ms, "samples": samples, "calls": calls}
+            return {"ok": True, "ms": ms, "samples": samples, "calls": calls, "timer": self.timer.mode}
         if problem is not None:
             raise problem
         self._count(calls)
-        tensors = _tensors(out)
+        tensors = tensors_in(out)
         if tensors:
             self.last_shape = (tuple(tensors[0].shape), tensors[0].dtype)
-        answer = {"ok": True, "ms": ms, "samples": samples, "calls": calls}
+        answer = {"ok": True, "ms": ms, "samples": samples, "calls": calls, "timer": self.timer.mode}
         if save:   # the whole output, for the judge (raw bytes in the box; its layout in the answer)
             answer["layout"] = _write_output(snapshot, self.box / f"out_{cmd['index']}.bin")
         return answer
@@ -454,7 +539,7 @@ class _Candidate:
                                                     "all work must finish inside forward")
             check_output(out, inputs, self.device)
             if self.guard is not None:
-                for t in _tensors(out):
+                for t in tensors_in(out):
                     if t.numel() and not self.guard.is_kernel_tensor(t):
                         raise Rejected("output-not-from-kernel",
                                        "forward returned a tensor that none of the solution's kernels produced or "
@@ -500,12 +585,6 @@ class _CallTrace:
 
     def __str__(self):
         return " ".join(self.laps) + f" total={(self.last - self.start) * 1e3:.3f}"
-
-
-def _tensors(value):
-    from cuda_agent.env.verify import tensors_in
-
-    return tensors_in(value)
 
 
 def run_candidate(chan: ChildChannel) -> None:

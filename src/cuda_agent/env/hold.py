@@ -1,0 +1,109 @@
+"""The device hold: timing a forward pass by the GPU's work alone, not the host's path to it.
+
+CUDA events around a call measure from the moment the start event is reached on the GPU; when the
+GPU is idle that is at once, and the GPU then waits for the host to reach its first launch (Python,
+the dispatcher, the guard's bookkeeping). That wait was most of the spread between evaluations: a
+worker that slept on its pipe between calls takes two to three times as long to reach the launch as
+one in a hot loop, and by tens of microseconds more or less from run to run (docs/benchmarks.md).
+
+So a timed call is queued behind a hold (native/hold.cu, NVBench's "blocking kernel"): a kernel
+that fills every SM and spins until the host opens a gate in pinned memory. The host queues the
+start event, the whole forward and the end event behind it, then opens the gate: the events measure
+the forward's device work back to back. The host's own time to queue it is measured too, and the
+call counts the larger of the two, so a forward that is bound by its launches is not flattered.
+
+- Work the solution sends to another stream cannot run before the clock starts: the hold fills
+  every SM to its thread limit, and the host waits until all of its blocks are resident before
+  calling the forward.
+- A forward that waits for the device inside (`.item()`, a synchronize, and the first launch of a
+  kernel CUDA loads lazily) would wait for a gate that only opens after it returns: the hold gives up
+  after `timeout_s`, the call is timed as if unheld (host time included), and after two such calls in
+  a row that side is timed without the hold from then on (`Timer`).
+"""
+
+from __future__ import annotations
+
+import ctypes
+from pathlib import Path
+
+HOLD_SOURCE = Path(__file__).parent / "native" / "hold.cu"
+HOLD_TIMEOUT_S = 0.05         # longer than any honest forward takes to queue its work, short enough to waste little
+RESIDENT_LIMIT_S = 0.02       # how long the host waits for the hold to fill the GPU before calling the forward
+
+
+def build_hold(cache_dir: Path) -> Path:
+    """The hold's library, built once per toolchain and GPU architecture by the harness."""
+    from cuda_agent.env.compiler import build_native_library
+
+    return build_native_library("cuda_agent_hold", HOLD_SOURCE.read_text(), Path(cache_dir), cuda=True)
+
+
+class HoldError(RuntimeError):
+    """The hold could not be set up on this GPU (the caller times without it)."""
+
+
+class DeviceHold:
+    """The hold of the current CUDA device. Bound when the worker starts, before any candidate code."""
+
+    def __init__(self, library: Path | str, timeout_s: float = HOLD_TIMEOUT_S):
+        lib = ctypes.CDLL(str(library))
+        lib.cah_hold.argtypes = [ctypes.c_void_p, ctypes.c_uint64]
+        lib.cah_wait_resident.argtypes = [ctypes.c_uint64]
+        code = lib.cah_init()
+        if code != 0:
+            raise HoldError(f"the device hold could not be set up (CUDA error {code})")
+        # the entry points, bound now: candidate code that rebinds the module's names changes nothing here
+        self._hold, self._wait, self._release = lib.cah_hold, lib.cah_wait_resident, lib.cah_release
+        self._timed_out = lib.cah_timed_out
+        self.blocks, self.threads = lib.cah_blocks(), lib.cah_threads()
+        self.timeout_ns = int(timeout_s * 1e9)
+        self.resident = True     # whether the last hold filled the GPU before the forward was called
+
+    def hold(self, stream_handle: int) -> None:
+        code = self._hold(stream_handle, self.timeout_ns)
+        if code != 0:
+            raise HoldError(f"the device hold could not be launched (CUDA error {code})")
+        self.resident = bool(self._wait(int(RESIDENT_LIMIT_S * 1e9)))
+
+    def release(self) -> None:
+        self._release()
+
+    def timed_out(self) -> bool:
+        return bool(self._timed_out())
+
+
+class Timer:
+    """How one side of an evaluation (the candidate, or the judge's references) times its calls: held
+    while the hold works for its forward, unheld once `PATIENCE` calls in a row had to be let go by
+    the timeout (a forward that waits for the device inside). One such call alone is forgiven: the
+    first launch of a kernel that CUDA loads lazily waits for the device too. Unheld is never faster
+    for the same call: it adds the host's path to the launch to the device's work."""
+
+    PATIENCE = 2
+
+    def __init__(self, hold: DeviceHold | None):
+        self.hold = hold
+        self.mode = "held" if hold is not None else "unheld"
+        self.timeouts_in_a_row = 0
+
+    def active_hold(self) -> DeviceHold | None:
+        return self.hold if self.mode == "held" else None
+
+    def note(self, hold_used: DeviceHold | None) -> None:
+        """After a call timed with `hold_used` (None: unheld)."""
+        if hold_used is None:
+            return
+        self.timeouts_in_a_row = self.timeouts_in_a_row + 1 if hold_used.timed_out() else 0
+        if self.timeouts_in_a_row >= self.PATIENCE:
+            self.mode = "unheld"
+
+
+def load_hold(path: str | None) -> DeviceHold | None:
+    """The hold from the library the harness built (None on the CPU backend or when it is off). A hold
+    that cannot be set up on this GPU leaves the worker timing unheld, which is what it did before."""
+    if not path:
+        return None
+    try:
+        return DeviceHold(path)
+    except (OSError, HoldError):
+        return None
