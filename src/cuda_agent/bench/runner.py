@@ -18,6 +18,7 @@ from cuda_agent.bench.progress import RunProgress
 from cuda_agent.bench.schedule import Deadline
 from cuda_agent.bench.selection import BenchTask
 from cuda_agent.bench.store import RunStore
+from cuda_agent.env.baselines import timing_settings
 from cuda_agent.env.config import EvalConfig
 
 RETRYABLE = ("internal_error", "episode_failed")   # our side or the endpoint's: --retry-failed runs them again
@@ -46,14 +47,11 @@ class RunOutcome:
 
 def eval_settings(config: EvalConfig) -> dict:
     """What decides the meaning of a run's numbers; a resume must keep them."""
-    settings = {"backend": config.resolved_backend(), "protocol": config.protocol, "iters": config.iters,
-                "warmup": config.warmup, "trials": config.num_correct_trials, "atol": config.atol,
-                "rtol": config.rtol, "flush_l2": config.flush_l2, "compile_baseline": config.compile_baseline}
-    if config.settle_ms:   # absent when off: runs recorded before the option still resume
-        settings["settle_ms"] = config.settle_ms
-    if settings["backend"] == "cuda" and config.hold:   # likewise
-        settings["timer"] = "held"
-    return settings
+    # the timing settings as the baseline store keys them (settle and the hold absent when off, so
+    # runs recorded before those options still resume)
+    return {**timing_settings(config, config.resolved_backend()), "protocol": config.protocol,
+            "iters": config.iters, "warmup": config.warmup, "trials": config.num_correct_trials,
+            "atol": config.atol, "rtol": config.rtol, "compile_baseline": config.compile_baseline}
 
 
 def _run(spec: RunSpec, kind: str, settings: dict, title: str, total: int,

@@ -132,9 +132,6 @@ class _Judge:
             answers[-1]["lock_wait_s"] = self.lock_wait_s
         return answers
 
-    def call(self, cmd: dict) -> dict:
-        return self.calls([cmd])[0]
-
     def _draw(self, cmd: dict) -> "_JudgeCall":
         part = _JudgeCall(cmd, _CallTrace() if _TRACE_CALLS else None)
         paired = part.timed and cmd.get("compile") and self.compiled is not None
@@ -263,14 +260,18 @@ class _JudgeCall:
         if self.transform:   # the reference is not defined on this structured set: nothing to compare
             self.answer = {"ok": True, "skipped": f"the reference fails on it ({type(exc).__name__})"}
         else:                # the task's own code failed on one of its draws
-            self.answer = {"ok": False, "task_error": f"{type(exc).__name__}: {exc}\n{_short_traceback(exc)}"}
+            self.answer = _task_error(exc)
 
 
-def _judge_call(judge: _Judge, cmd: dict) -> dict:
+def _task_error(exc: Exception) -> dict:
+    return {"ok": False, "task_error": f"{type(exc).__name__}: {exc}\n{_short_traceback(exc)}"}
+
+
+def _judge_answers(judge: _Judge, items: list[dict]) -> list[dict]:
     try:
-        return judge.call(cmd)
-    except Exception as exc:   # the task's own code failed on one of its draws
-        return {"ok": False, "task_error": f"{type(exc).__name__}: {exc}\n{_short_traceback(exc)}"}
+        return judge.calls(items)
+    except Exception as exc:   # whatever else fails in a call is the task's code too
+        return [_task_error(exc)]
 
 
 def run_judge(chan: ChildChannel) -> None:
@@ -288,13 +289,9 @@ def run_judge(chan: ChildChannel) -> None:
         if kind == "compile":
             chan.send(**judge.compile())
         elif kind == "call":
-            chan.send(**_judge_call(judge, cmd))
+            chan.send(**_judge_answers(judge, [cmd])[0])
         elif kind == "calls":   # a batch, answered in order; it ends at the first task error
-            try:
-                answers = judge.calls(cmd["items"])
-            except Exception as exc:   # as for a single call: the task's code failed
-                answers = [{"ok": False, "task_error": f"{type(exc).__name__}: {exc}\n{_short_traceback(exc)}"}]
-            chan.send(answers=answers)
+            chan.send(answers=_judge_answers(judge, cmd["items"]))
         elif kind == "dependence":
             try:
                 message = judge.dependence.verdict()
