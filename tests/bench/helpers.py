@@ -13,6 +13,7 @@ from cuda_agent.env.config import EvalConfig
 from cuda_agent.env.result import EvalError, EvalResult
 from cuda_agent.env.reward import milestone_reward
 from tests.env.helpers import EXAMPLES
+from tests.gates import StartGate
 
 ELEMENTWISE = '''\
 import torch
@@ -82,24 +83,32 @@ def example_cpu_solution(root: Path, key: str) -> Path:
 class FakeEvaluator:
     """Async, deterministic: eager 2.0 ms and torch.compile 1.5 ms for every task; the solution's
     markers decide (`fake_solution`), the agent's untouched starting point is wrong, a task whose
-    code raises is a task error. `delay` seconds per
-    evaluation; `calls` lists (task name, solution digest)."""
+    code raises is a task error. `delay` seconds per evaluation; after `stall_after` evaluations the
+    next ones never finish (a run to kill at a known point); the first `overlap` evaluations wait for
+    one another (surely in flight together); `calls` lists (task name, solution digest)."""
 
     capacity = 2
 
-    def __init__(self, delay: float = 0.0, crowded_machine: bool = False):
-        self.delay, self.crowded_machine = delay, crowded_machine
+    def __init__(self, delay: float = 0.0, crowded_machine: bool = False, stall_after: int | None = None,
+                 overlap: int = 0):
+        self.delay, self.crowded_machine, self.stall_after = delay, crowded_machine, stall_after
+        self.gate = StartGate(overlap) if overlap else None
         self.calls: list[tuple[str, str]] = []
         self.in_flight = 0
 
     async def evaluate(self, task, solution, config: EvalConfig | None = None) -> EvalResult:
         self.calls.append((task.name, solution.digest))
+        if self.stall_after is not None and len(self.calls) > self.stall_after:
+            await asyncio.Event().wait()
         self.in_flight += 1
-        crowded = self.in_flight > 1
+        crowded = self.in_flight > 1          # started beside another one ...
+        started = len(self.calls)
         try:
+            if self.gate:
+                await self.gate.async_wait()
             if self.delay:
                 await asyncio.sleep(self.delay)
-            crowded = crowded or self.in_flight > 1
+            crowded = crowded or len(self.calls) > started   # ... or another one started while it ran
         finally:
             self.in_flight -= 1
         result = fake_result(task, solution)

@@ -7,7 +7,6 @@ import os
 import subprocess
 import sys
 import threading
-import time
 
 import torch
 
@@ -19,6 +18,7 @@ from cuda_agent.env.baselines import BaselineEntry, BaselineStore, entry_key, ti
 from cuda_agent.env.config import EvalConfig
 from cuda_agent.env.evaluation import BaselineRun
 from tests.bench.helpers import make_kernelbench
+from tests.gates import StartGate
 
 
 class FakeMeasure:
@@ -28,6 +28,7 @@ class FakeMeasure:
     def __init__(self):
         self.calls, self.running, self.most = [], 0, 0
         self.lock = threading.Lock()
+        self.gate = StartGate(2)   # the first two calls surely run at once (per_gpu=2)
 
     def __call__(self, task, config, *, gpu=None):
         with self.lock:
@@ -35,7 +36,7 @@ class FakeMeasure:
             self.most = max(self.most, self.running)
             alone = self.running == 1 and len(self.calls) >= 4
             self.calls.append(task.name)
-        time.sleep(0.05)
+        self.gate.wait()
         with self.lock:
             self.running -= 1
         if "3_Sigmoid" in task.name and not alone or "1_Tanh" in task.name:

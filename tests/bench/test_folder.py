@@ -76,7 +76,7 @@ def test_out_of_memory_beside_others_is_evaluated_again_alone(tmp_path):
     folder = tmp_path / "solutions"
     write_solution(folder, "level1/2", fake_solution(0.5, big=True))
     write_solution(folder, "level1/3", fake_solution(0.5))
-    evaluator = FakeEvaluator(delay=0.3)
+    evaluator = FakeEvaluator(overlap=2)
     kb = make_kernelbench(tmp_path / "kb")
     outcome = run_folder(spec(tmp_path, tasks=select_tasks(kernelbench=kb, tasks="level1/2-3")), folder, evaluator)
     assert [r[3] for r in results(outcome.run_dir)] == ["correct", "correct"]
@@ -135,7 +135,7 @@ KILLABLE = textwrap.dedent("""
     from tests.bench.helpers import FakeEvaluator
 
     kb, folder, out, resume = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3]), sys.argv[4] == "1"
-    evaluator = FakeEvaluator(delay=float(sys.argv[5]))
+    evaluator = FakeEvaluator(stall_after=int(sys.argv[5]) if sys.argv[5] != "-" else None)
     evaluator.capacity = 1
     run_folder(RunSpec(out, select_tasks(kernelbench=kb), EvalConfig(backend="cpu"), resume, quiet=True,
                        report=False), folder, evaluator)
@@ -150,12 +150,12 @@ def test_killed_run_resumes_to_identical_results(tmp_path):
     script.write_text(KILLABLE)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / "src"), os.environ.get("PYTHONPATH", "")]))
 
-    def run(out, resume, delay, **kwargs):
+    def run(out, resume, stall_after="-", **kwargs):
         return subprocess.Popen([sys.executable, str(script), str(kb), str(folder), str(out), "1" if resume else "0",
-                                 str(delay)], cwd=REPO, env=env, stdout=subprocess.PIPE, text=True, **kwargs)
+                                 stall_after], cwd=REPO, env=env, stdout=subprocess.PIPE, text=True, **kwargs)
 
-    straight = run(tmp_path / "straight", False, 0.0)   # the uninterrupted run, beside the victim's
-    victim = run(tmp_path / "killed", False, 1.5)
+    straight = run(tmp_path / "straight", False)   # the uninterrupted run, beside the victim's
+    victim = run(tmp_path / "killed", False, stall_after="1")   # hangs in its second evaluation: killed there
     db = tmp_path / "killed" / "bench.sqlite"
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline:          # wait until some, not all, attempts are recorded
@@ -175,7 +175,7 @@ def test_killed_run_resumes_to_identical_results(tmp_path):
     partial = results(tmp_path / "killed")
     assert 0 < len(partial) < 6
 
-    resumed = run(tmp_path / "killed", True, 0.0)
+    resumed = run(tmp_path / "killed", True)
     output = resumed.communicate(timeout=300)[0]
     evaluated = int(output.split("evaluations")[1])
     assert evaluated < 4                        # what was recorded before the kill is not evaluated again
@@ -226,7 +226,7 @@ def test_attempts_start_when_their_memory_fits(tmp_path):
     tasks = select_tasks(kernelbench=kb, tasks="level1/1-3,level2/1")
     store = RunStore(tmp_path / "run")
     store.add_tasks(tasks)
-    evaluator = Counting(delay=0.2)
+    evaluator = Counting(overlap=2)
     left = asyncio.run(score_folder(store, 1, tasks, folder, evaluator, EvalConfig(backend="cpu"), workers=4,
                                     deadline=Deadline(None), progress=RunProgress("", 4, quiet=True),
                                     gpu_memory=TWO_EVALUATIONS_GPU_BYTES))

@@ -16,7 +16,8 @@ from cuda_agent.cli import app
 from cuda_agent.env.config import EvalConfig
 from tests.env.helpers import EXAMPLES
 
-COMMANDS = ["eval", "cache", "doctor", "workspace", "solve", "mcp", "export-sft", "synth"]
+COMMANDS = ["eval", "cache", "doctor", "workspace", "solve", "mcp", "export-sft", "synth", "baseline", "bench",
+            "report", "rl data", "train", "train warmup", "train all", "agent replay"]
 
 
 def run(*args, **env):
@@ -25,7 +26,7 @@ def run(*args, **env):
 
 @pytest.mark.parametrize("command", COMMANDS)
 def test_help_fits_80_columns_and_shows_an_example(command):
-    result = run(command, "--help")
+    result = run(*command.split(), "--help")
     assert result.exit_code == 0, result.output
     assert "…" not in result.output, result.output          # no cut flag names or words
     assert "--no-no-" not in result.output
@@ -182,3 +183,24 @@ def test_a_relative_cache_dir_from_the_command_line_is_made_absolute(tmp_path, m
     monkeypatch.chdir(tmp_path)
     config = make_config("cpu", cache_dir=Path("rel-cache"), no_sandbox=True)
     assert config.cache_dir == tmp_path / "rel-cache"
+
+
+def test_rl_data_and_replay_errors_name_the_fix_not_a_traceback(tmp_path):
+    """`rl data --dataset /missing.jsonl` used to print a traceback."""
+    garbage = tmp_path / "garbage.jsonl"
+    garbage.write_text("not json\n")
+    cases = {
+        ("rl", "data", "--dataset", tmp_path / "missing.jsonl"): "a dataset from `cuda-agent synth`",
+        ("rl", "data", "--dataset", garbage): "garbage.jsonl:1: not valid JSON",
+        ("rl", "data", "--kernelbench", tmp_path): "must name a folder holding level1, level2",
+        ("rl", "data", "--kernelbench", tmp_path, "--levels", "one"): "--levels takes numbers",
+        ("rl", "data"): "no tasks: give --dataset and/or --kernelbench",
+        ("agent", "replay", tmp_path / "missing.jsonl"): "writes RUN/trajectories.jsonl",
+        ("agent", "replay", garbage): "not a trajectory record",
+    }
+    for args, fix in cases.items():
+        extra = ("--out", tmp_path / "rl") if args[0] == "rl" else ()
+        result = run(*args, *extra)
+        assert result.exit_code == 2, (args, result.output)
+        assert fix in result.output and "Traceback" not in result.output, (args, result.output)
+    assert not (tmp_path / "rl").exists()

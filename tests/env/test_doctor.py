@@ -4,6 +4,8 @@ fail-fast preflight uses the same checks."""
 
 from __future__ import annotations
 
+import importlib.util
+import json
 from pathlib import Path
 
 import pytest
@@ -232,13 +234,23 @@ def test_commands_fail_fast_with_the_same_line(monkeypatch, tmp_path):
     monkeypatch.setattr(doctor, "Machine", lambda: FakeMachine(torch_info=TorchInfo("2.13.0+cpu", None, False),
                                                                tools={"c++": "/c", "bwrap": "/b"}))
     example = Path(__file__).resolve().parents[2] / "src" / "cuda_agent" / "examples" / "bias_relu"
+    dataset = tmp_path / "tasks.jsonl"
+    dataset.write_text(json.dumps({"name": "bias_relu", "code": (example / "model.py").read_text()}) + "\n")
     runs = {
         "eval": ["eval", str(example / "model.py"), str(example / "solution_cuda"), "--backend", "cuda"],
         "workspace": ["workspace", str(example / "model.py"), str(tmp_path / "ws"), "--backend", "cuda"],
         "synth": ["synth", "-n", "1", "-o", str(tmp_path / "synth"), "--backend", "cuda"],
+        "bench": ["bench", "--solutions", str(tmp_path), "--dataset", str(dataset),
+                  "--out", str(tmp_path / "bench"), "--backend", "cuda"],
+        "baseline": ["baseline", "--dataset", str(dataset), "--out", str(tmp_path / "base"),
+                     "--backend", "cuda"],
     }
+    if importlib.util.find_spec("verl") is not None:   # train checks for verl first
+        runs["train"] = ["train", "warmup", "--data", str(tmp_path), "--out", str(tmp_path / "rl"), "--backend", "cuda"]
     for name, args in runs.items():
-        result = CliRunner().invoke(app, [*args, "--cache-dir", str(tmp_path)] if name != "synth" else args)
+        with_cache = name in ("eval", "workspace", "bench", "baseline")
+        result = CliRunner().invoke(app, [*args, "--cache-dir", str(tmp_path)] if with_cache else args)
         assert result.exit_code == 3, (name, result.output)
         assert "error: gpu: no usable NVIDIA GPU" in result.output and "--backend cpu" in result.output, name
-    assert not (tmp_path / "ws").exists() and not (tmp_path / "synth").exists()
+    for folder in ("ws", "synth", "bench", "base", "rl"):
+        assert not (tmp_path / folder).exists(), folder

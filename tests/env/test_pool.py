@@ -3,17 +3,18 @@ pairs sized to what a GPU has in flight (a stand-in for `evaluate`; no GPU neede
 
 import asyncio
 import threading
-import time
 
 from cuda_agent.env import pool as pool_module
 from cuda_agent.env.config import EvalConfig
 from cuda_agent.env.pool import EvalPool
 from cuda_agent.env.result import EvalResult
 from cuda_agent.tasks import Solution, Task
+from tests.gates import StartGate
 
 
 class Recorder:
-    def __init__(self):
+    def __init__(self, overlap: int):
+        self.gate = StartGate(overlap)   # the first `overlap` calls surely run at once
         self.lock = threading.Lock()
         self.running: dict = {}
         self.most: dict = {}
@@ -23,15 +24,15 @@ class Recorder:
         with self.lock:
             self.running[gpu] = self.running.get(gpu, 0) + 1
             self.most[gpu] = max(self.most.get(gpu, 0), self.running[gpu])
-            self.calls.append((gpu, config.prewarm))
-        time.sleep(0.2)
+            self.calls.append((task.name, gpu, config.prewarm))
+        self.gate.wait()
         with self.lock:
             self.running[gpu] -= 1
         return EvalResult(task=task.name, backend=config.backend)
 
 
 def test_per_device_pipelining_and_prewarm(monkeypatch):
-    recorder = Recorder()
+    recorder = Recorder(overlap=6)
     monkeypatch.setattr(pool_module, "evaluate", recorder)
     pool = EvalPool(EvalConfig(backend="cuda", prewarm=True), gpus=[0, 1], per_device=3)
     assert pool.capacity == 6 and pool.slots[:2] == [0, 1]   # the first jobs go to different GPUs
@@ -39,8 +40,9 @@ def test_per_device_pipelining_and_prewarm(monkeypatch):
     results = asyncio.run(pool.evaluate_many(jobs))
     assert [r.task for r in results] == [f"t{i}" for i in range(12)]
     assert recorder.most == {0: 3, 1: 3}
-    assert {prewarm for _, prewarm in recorder.calls} == {3}   # spare pairs cover every evaluation in flight
-    assert [gpu for gpu, _ in recorder.calls[:2]] == [0, 1]
+    assert {prewarm for _, _, prewarm in recorder.calls} == {3}   # spare pairs cover every evaluation in flight
+    gpu_of = {name: gpu for name, gpu, _ in recorder.calls}
+    assert {gpu_of["t0"], gpu_of["t1"]} == {0, 1}
 
     cpu = EvalPool(EvalConfig(backend="cpu"), cpu_slots=2)
     assert cpu.per_device == 1 and cpu.capacity == 2

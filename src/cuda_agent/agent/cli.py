@@ -35,6 +35,12 @@ cuda-agent mcp --workspace ws/
 
 cuda-agent mcp --workspace ws/ --http 8765"""
 
+REPLAY_EXAMPLES = """[bold]Examples[/bold]
+
+cuda-agent agent replay runs/qwen/trajectories.jsonl --index 0
+
+cuda-agent agent replay runs/qwen/trajectories.jsonl --strict --out replayed.jsonl"""
+
 EXPORT_EXAMPLES = """[bold]Examples[/bold]
 
 cuda-agent export-sft runs/*/trajectories.jsonl --out sft.parquet --min-reward 1"""
@@ -219,10 +225,10 @@ def register(app: typer.Typer) -> None:
         if not stats["kept"]:
             typer.echo("warning: no trajectory passed the filter", err=True)
 
-    agent_app = typer.Typer(no_args_is_help=True, help="Work with agent episodes (replay).")
+    agent_app = typer.Typer(no_args_is_help=True, help="Work with agent episodes (replay).", epilog=REPLAY_EXAMPLES)
     app.add_typer(agent_app, name="agent")
 
-    @agent_app.command("replay")
+    @agent_app.command("replay", epilog=REPLAY_EXAMPLES)
     def replay_command(
         trajectory: Path = typer.Argument(..., help="trajectories.jsonl file (every record is replayed).",
                                           show_default=False),
@@ -241,9 +247,13 @@ def register(app: typer.Typer) -> None:
         from cuda_agent.agent.trajectory import append_jsonl, read_jsonl
         from cuda_agent.env.config import EvalConfig
 
+        if not trajectory.is_file():
+            fail(f"trajectory file not found: {trajectory} (`cuda-agent solve --out RUN` writes RUN/trajectories.jsonl)")
         try:
             records = list(read_jsonl(trajectory))
-        except (OSError, ValueError) as exc:
+        except OSError as exc:
+            fail(f"cannot read {trajectory}: {exc.strerror or exc}")
+        except ValueError as exc:
             fail(str(exc))
         if index is not None:
             if not 0 <= index < len(records):

@@ -10,10 +10,35 @@ from typing import List, Optional
 
 import typer
 
+from cuda_agent.env.cli_args import (backend_option, cache_dir_option, iters_option, no_compile_baseline_option,
+                                     no_sandbox_option, trials_option)
 from cuda_agent.env.console import fail
 
 LEVELS_HELP = "KernelBench levels, e.g. 1,2,3 (default 1,2,3 unless --tasks or --dataset say otherwise)."
 TASKS_HELP = "Tasks: level1/1-20,level2/5 (a bare level3 is the whole level; dataset rows as NAME/ROW)."
+KERNELBENCH_HELP = "KernelBench folder (default: $CUDA_AGENT_KERNELBENCH)."
+
+BASELINE_EXAMPLES = """[bold]Examples[/bold]
+
+cuda-agent baseline --kernelbench KernelBench/KernelBench --levels 1
+
+cuda-agent baseline --tasks level1/1-20 --out runs/base --max-minutes 30
+
+cuda-agent baseline --resume --out runs/base"""
+
+BENCH_EXAMPLES = """[bold]Examples[/bold]
+
+cuda-agent bench --solutions my_solutions/ --kernelbench KernelBench/KernelBench
+
+cuda-agent bench --model my-model --base-url http://localhost:8000/v1 --tasks level1/1-10
+
+cuda-agent bench --resume --retry-failed --out runs/bench-20261124-101500"""
+
+REPORT_EXAMPLES = """[bold]Examples[/bold]
+
+cuda-agent report runs/bench-20261124-101500
+
+cuda-agent report runs/new --compare runs/old --out reports/"""
 
 
 def _kernelbench(path: Optional[Path]) -> Optional[Path]:
@@ -67,14 +92,13 @@ def _config(backend, protocol, trials, iters, no_compile_baseline, no_sandbox, c
                        prewarm=prewarm)
 
 
-def _preflight(config) -> None:
-    """What must work before hours of evaluations start (one call site: `cuda-agent doctor` can take it over)."""
-    from cuda_agent.env.sandbox import INSTALL_HINT, sandbox_available
+def _preflight(config, ray_address: Optional[str] = None) -> None:
+    """Doctor's fail-fast checks before hours of work start: a GPU for --backend cuda, compilers, the
+    sandbox, the cache. Skipped with --ray: the cluster's machines evaluate, not this one."""
+    from cuda_agent.env.console import require_machine
 
-    if config.sandbox != "none":
-        ok, why = sandbox_available()
-        if not ok:
-            fail(f"cannot sandbox candidates: {why}; {INSTALL_HINT} (or pass --no-sandbox)")
+    if not ray_address:
+        require_machine(config.resolved_backend(), config.sandbox, config.cache_dir)
 
 
 def _gpus(text: Optional[str]) -> Optional[list[int]]:
@@ -112,27 +136,27 @@ def _print_metrics(run_dir: Path) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("baseline")
+    @app.command("baseline", epilog=BASELINE_EXAMPLES)
     def baseline_command(
         levels: Optional[str] = typer.Option(None, help=LEVELS_HELP),
         tasks: Optional[str] = typer.Option(None, help=TASKS_HELP),
         dataset: Optional[Path] = typer.Option(None, help="A JSONL/parquet dataset with a `code` column."),
-        kernelbench: Optional[Path] = typer.Option(None, help="KernelBench folder (or CUDA_AGENT_KERNELBENCH)."),
+        kernelbench: Optional[Path] = typer.Option(None, help=KERNELBENCH_HELP),
         out: Optional[Path] = typer.Option(None, help="Run folder (default runs/baseline-TIME)."),
-        backend: Optional[str] = typer.Option(None, help="cuda or cpu (default: cuda when a GPU is present)."),
-        resume: bool = typer.Option(False, help="Continue the run in --out; recorded tasks are not measured again."),
+        backend: Optional[str] = backend_option(),
+        resume: bool = typer.Option(False, "--resume", help="Continue the run in --out; recorded tasks are not measured again."),
         concurrency: Optional[int] = typer.Option(None, help="Tasks measured at once per GPU (default: 3/4 of "
                                                              "the cores, at most 12)."),
         gpus: Optional[str] = typer.Option(None, help="GPU indices to use, e.g. 0,1 (default: all visible)."),
-        iters: Optional[int] = typer.Option(None, help="Timed calls per task (default 100 on CUDA, 20 on CPU)."),
-        no_compile_baseline: bool = typer.Option(False, help="Time eager only."),
-        force: bool = typer.Option(False, help="Measure again tasks the baseline store already holds."),
+        iters: Optional[int] = iters_option(),
+        no_compile_baseline: bool = typer.Option(False, "--no-compile-baseline", help="Time eager only."),
+        force: bool = typer.Option(False, "--force", help="Measure again tasks the baseline store already holds."),
         max_minutes: Optional[float] = typer.Option(None, help="Start no task after this many minutes "
                                                                "(then --resume)."),
-        cache_dir: Optional[Path] = typer.Option(None, help="Build and baseline cache (default ~/.cache/cuda-agent)."),
+        cache_dir: Optional[Path] = cache_dir_option(),
         reference_times: Optional[Path] = typer.Option(None, help="KernelBench's timings folder for the report "
-                                                                  "(default KERNELBENCH/baseline_times_H100)."),
-        quiet: bool = typer.Option(False, help="No progress output."),
+                                                                  "(default: its baseline_times_H100)."),
+        quiet: bool = typer.Option(False, "--quiet", help="No progress output."),
     ):
         """Time eager PyTorch and torch.compile for every task, into the baseline store evaluations reuse.
 
@@ -141,6 +165,7 @@ def register(app: typer.Typer) -> None:
 
         selected = _select(kernelbench, levels, tasks, dataset)
         config = _config(backend, "strict", 5, iters, no_compile_baseline, True, cache_dir, prewarm=False)
+        _preflight(config)
         spec = RunSpec(_out(out, "baseline", resume), selected, config, resume, max_minutes, quiet=quiet,
                        argv=sys.argv, reference_times=_reference(reference_times, kernelbench))
         try:
@@ -149,12 +174,12 @@ def register(app: typer.Typer) -> None:
             fail(str(exc))
         _finish(outcome, "tasks")
 
-    @app.command("bench")
+    @app.command("bench", epilog=BENCH_EXAMPLES)
     def bench_command(
         solutions: Optional[Path] = typer.Option(None, help="Score this folder of solutions (levelN/ID.py, "
                                                             "levelN/ID/, or KernelBench's runs/ layout)."),
         model: Optional[str] = typer.Option(None, help="Run the agent with this model on every task instead."),
-        base_url: Optional[str] = typer.Option(None, help="OpenAI-compatible endpoint, e.g. http://localhost:8000/v1."),
+        base_url: Optional[str] = typer.Option(None, help="OpenAI-compatible endpoint (e.g. a local vLLM server's /v1)."),
         api_key_env: str = typer.Option("OPENAI_API_KEY", help="Environment variable holding the API key."),
         turns: int = typer.Option(200, help="Model calls per episode (the published evaluation allows 200)."),
         concurrency: int = typer.Option(16, help="Episodes at once (agent mode)."),
@@ -166,26 +191,26 @@ def register(app: typer.Typer) -> None:
         levels: Optional[str] = typer.Option(None, help=LEVELS_HELP),
         tasks: Optional[str] = typer.Option(None, help=TASKS_HELP),
         dataset: Optional[Path] = typer.Option(None, help="A JSONL/parquet dataset with a `code` column."),
-        kernelbench: Optional[Path] = typer.Option(None, help="KernelBench folder (or CUDA_AGENT_KERNELBENCH)."),
+        kernelbench: Optional[Path] = typer.Option(None, help=KERNELBENCH_HELP),
         out: Optional[Path] = typer.Option(None, help="Run folder (default runs/bench-TIME)."),
-        backend: Optional[str] = typer.Option(None, help="cuda or cpu (default: cuda when a GPU is present)."),
-        resume: bool = typer.Option(False, help="Continue the run in --out; nothing recorded is run again."),
-        retry_failed: bool = typer.Option(False, help="With --resume: run again attempts that failed on our side "
+        backend: Optional[str] = backend_option(),
+        resume: bool = typer.Option(False, "--resume", help="Continue the run in --out; nothing recorded is run again."),
+        retry_failed: bool = typer.Option(False, "--retry-failed", help="With --resume: run again attempts that failed on our side "
                                                       "or the endpoint's (internal_error, episode_failed)."),
         protocol: str = typer.Option("strict", "--verify", "--protocol",
                                      help="strict (ours) or published (KernelBench's and the paper's), as "
                                           "`eval --verify`."),
-        trials: int = typer.Option(5, help="Random input sets for verification."),
-        iters: Optional[int] = typer.Option(None, help="Timed calls (default 100 on CUDA, 20 on CPU)."),
-        no_compile_baseline: bool = typer.Option(False, help="Skip the torch.compile baseline."),
+        trials: int = trials_option(),
+        iters: Optional[int] = iters_option(),
+        no_compile_baseline: bool = no_compile_baseline_option(),
         per_device: Optional[int] = typer.Option(None, help="Evaluations in flight per GPU (default 3; CPU 1)."),
         gpus: Optional[str] = typer.Option(None, help="GPU indices to use, e.g. 0,1 (default: all visible)."),
         ray: Optional[str] = typer.Option(None, "--ray", help="Evaluate on a Ray cluster: ADDRESS (auto, "
                                                               "ray://host:10001) or local."),
         max_minutes: Optional[float] = typer.Option(None, help="Start no work after this many minutes (then --resume)."),
-        no_sandbox: bool = typer.Option(False, help="Run candidates without bubblewrap."),
-        cache_dir: Optional[Path] = typer.Option(None, help="Build and baseline cache (default ~/.cache/cuda-agent)."),
-        quiet: bool = typer.Option(False, help="No progress output."),
+        no_sandbox: bool = no_sandbox_option(),
+        cache_dir: Optional[Path] = cache_dir_option(),
+        quiet: bool = typer.Option(False, "--quiet", help="No progress output."),
     ):
         """Score a folder of solutions, or one agent episode per task, on KernelBench or a dataset.
 
@@ -198,7 +223,7 @@ def register(app: typer.Typer) -> None:
             fail("--retry-failed goes with --resume")
         selected = _select(kernelbench, levels, tasks, dataset)
         config = _config(backend, protocol, trials, iters, no_compile_baseline, no_sandbox, cache_dir)
-        _preflight(config)
+        _preflight(config, ray)
         spec = RunSpec(_out(out, "bench", resume), selected, config, resume, max_minutes, retry_failed, quiet, sys.argv)
         evaluator = _evaluator(config, ray, per_device, _gpus(gpus))
         try:
@@ -219,7 +244,7 @@ def register(app: typer.Typer) -> None:
         _print_metrics(outcome.run_dir)
         _finish(outcome, "attempts")
 
-    @app.command("report")
+    @app.command("report", epilog=REPORT_EXAMPLES)
     def report_command(
         run: Path = typer.Argument(..., help="A run folder (holding bench.sqlite)."),
         compare: List[Path] = typer.Option([], help="Other runs shown beside it (repeat the option)."),

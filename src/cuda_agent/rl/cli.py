@@ -8,26 +8,81 @@ from typing import List, Optional
 
 import typer
 
+from cuda_agent.env.console import USAGE_ERROR, fail
 
-def _fail(message: str) -> None:
-    typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(2)
+DATA_EXAMPLES = """[bold]Examples[/bold]
+
+cuda-agent rl data --dataset synth/tasks.jsonl --out data/rl
+
+cuda-agent rl data --kernelbench KernelBench/KernelBench --levels 1,2 --out data/rl"""
+
+
+def _stage_examples(stage: str) -> str:
+    return f"""[bold]Examples[/bold]
+
+cuda-agent train {stage} --data data/rl --model Qwen/Qwen3-8B --dry-run
+
+cuda-agent train {stage} --data data/rl --out runs/rl --gpus 8 trainer.total_epochs=1"""
+
+
+def _fail(message: str, code: int = USAGE_ERROR) -> None:
+    fail(message, code)
+
+
+def _levels(text: str) -> list[int]:
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        _fail(f"--levels takes numbers separated by commas, e.g. 1,2,3; got {text!r}")
+
+
+def _kernelbench_tasks(root: Path, levels: list[int]):
+    from cuda_agent.tasks import load_task
+
+    tasks = []
+    for level in levels:
+        folder = Path(root) / f"level{level}"
+        if not folder.is_dir():
+            _fail(f"{folder} does not exist: --kernelbench must name a folder holding level1, level2, ... "
+                  "(KernelBench/KernelBench in a clone of github.com/ScalingIntelligence/KernelBench)")
+        numbered = [p for p in folder.glob("*.py") if p.name.split("_")[0].isdigit()]
+        for path in sorted(numbered, key=lambda p: int(p.name.split("_")[0])):
+            tasks.append(load_task(f"level{level}/{path.name.split('_')[0]}", root))
+    return tasks
 
 
 def _tasks(dataset: Optional[Path], kernelbench: Optional[Path], levels: str):
-    from cuda_agent.tasks import load_dataset, load_task
+    from cuda_agent.tasks import TaskError, load_dataset
 
     tasks = []
-    if dataset:
-        tasks += load_dataset(dataset)
-    if kernelbench:
-        for level in [int(x) for x in levels.split(",") if x.strip()]:
-            for path in sorted((Path(kernelbench) / f"level{level}").glob("*.py"),
-                               key=lambda p: int(p.name.split("_")[0]) if p.name.split("_")[0].isdigit() else 0):
-                tasks.append(load_task(f"level{level}/{path.name.split('_')[0]}", kernelbench))
+    try:
+        if dataset:
+            tasks += load_dataset(dataset)
+        if kernelbench:
+            tasks += _kernelbench_tasks(kernelbench, _levels(levels))
+    except FileNotFoundError as exc:
+        _fail(f"{exc} (a dataset from `cuda-agent synth`, JSONL or parquet with a `code` column)")
+    except (TaskError, ValueError) as exc:
+        _fail(str(exc))
+    except OSError as exc:
+        _fail(f"cannot read the tasks: {exc.strerror or exc}")
     if not tasks:
         _fail("no tasks: give --dataset and/or --kernelbench")
     return tasks
+
+
+def _preflight(backend: str, evaluator: Optional[str]) -> None:
+    """Stages score rollouts on this machine unless --evaluator names a service elsewhere: the
+    same fail-fast checks as `eval` (a GPU for --backend cuda, compilers, the sandbox)."""
+    if evaluator:
+        return
+    from cuda_agent.env.config import EvalConfig
+    from cuda_agent.env.console import require_machine
+
+    if backend not in ("cuda", "cpu"):
+        _fail(f"--backend must be cuda or cpu, not {backend!r}")
+    config = EvalConfig(backend=backend)
+    require_machine(backend, config.sandbox, config.cache_dir)
 
 
 def _verl_available() -> None:
@@ -38,12 +93,13 @@ def _verl_available() -> None:
 
 
 def register(app: typer.Typer) -> None:
-    rl_app = typer.Typer(no_args_is_help=True, help="Data for agentic RL.")
-    train_app = typer.Typer(no_args_is_help=True, help="The published four-stage RL recipe on verl.")
+    rl_app = typer.Typer(no_args_is_help=True, help="Data for agentic RL.", epilog=DATA_EXAMPLES)
+    train_app = typer.Typer(no_args_is_help=True, help="The published four-stage RL recipe on verl.",
+                            epilog=_stage_examples("all"))
     app.add_typer(rl_app, name="rl")
     app.add_typer(train_app, name="train")
 
-    @rl_app.command("data")
+    @rl_app.command("data", epilog=DATA_EXAMPLES)
     def data_command(
         out: Path = typer.Option(..., help="Folder for train.parquet, val.parquet, stats.json."),
         dataset: Optional[Path] = typer.Option(None, help="Synthesized tasks (JSONL or parquet with `code`)."),
@@ -76,6 +132,8 @@ def register(app: typer.Typer) -> None:
             from cuda_agent.rl import stages
 
             _verl_available()
+            if not dry_run:
+                _preflight(backend, evaluator)
             run = stages.Run(out=out, data=data, model=model, gpus=gpus, nodes=nodes, rollout=rollout,
                              eval={"backend": backend}, evaluator=evaluator, rft_samples=rft_samples)
             names = stages.STAGES if stage == "all" else (stage,)
@@ -95,7 +153,7 @@ def register(app: typer.Typer) -> None:
         return command
 
     for name in ("warmup", "rft", "value", "agentic", "all"):
-        train_app.command(name)(stage_command(name))
+        train_app.command(name, epilog=_stage_examples(name))(stage_command(name))
 
 
 HELP = {
