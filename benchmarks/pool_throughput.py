@@ -1,6 +1,7 @@
 """Evaluations per second through EvalPool: the serial path against pipelining (GPU machine).
 
     python benchmarks/pool_throughput.py [--evals 12] [--per-device 3] [--modes concurrent] [--json out.json]
+    CUDA_AGENT_TRACE_CALLS=1 python benchmarks/pool_throughput.py ... --logs DIR   # where each round waits
 
 For each kernel, honest and with its build and baselines cached by a warm-up evaluation first:
   small   relu(x + bias) on 8192 x 4096 floats, about 0.1 ms (pool_throughput/elementwise/, solved by the
@@ -52,8 +53,12 @@ async def submit(pool: EvalPool, jobs: list, concurrent: bool) -> tuple[float, l
     return time.perf_counter() - start, results
 
 
-def measure(name: str, mode: str, pool: EvalPool, jobs: list, concurrent: bool, gpus: int) -> dict:
+def measure(name: str, mode: str, pool: EvalPool, jobs: list, concurrent: bool, gpus: int,
+            logs: Path | None = None) -> dict:
     seconds, results = asyncio.run(submit(pool, jobs, concurrent))
+    if logs:   # the workers' per-call traces (CUDA_AGENT_TRACE_CALLS=1) of the middle evaluation
+        logs.mkdir(parents=True, exist_ok=True)
+        (logs / f"{name}-{mode.replace(' ', '_')}.log").write_text(results[len(results) // 2].log or "")
     bad = [r for r in results if not r.correct]
     row = {"kernel": name, "mode": mode, "evals": len(jobs), "gpus": gpus, "seconds": round(seconds, 2),
            "evals_per_s": round(len(jobs) / seconds, 3), "per_gpu": round(len(jobs) / seconds / gpus, 3),
@@ -76,6 +81,9 @@ def main() -> None:
     parser.add_argument("--modes", default="serial,back-to-back,concurrent,2 GPUs",
                         help="which ways of submitting to measure (the ratio is to the first one measured)")
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--logs", type=Path, default=None, help="folder for one evaluation's worker log per mode")
+    parser.add_argument("--in-flight", default=None,
+                        help="more concurrent runs at these evaluations in flight, e.g. 4,6 (modes 'concurrent N')")
     args = parser.parse_args()
     gpus = visible_gpus()
     if not gpus:
@@ -93,14 +101,19 @@ def main() -> None:
         pipelined = EvalPool(replace(base, prewarm=args.per_device), gpus=[0], per_device=args.per_device)
         plan = [("serial", serial, False, 1, jobs), ("back-to-back", pipelined, False, 1, jobs),
                 ("concurrent", pipelined, True, 1, jobs)]
+        for extra in (args.in_flight or "").split(","):
+            if extra.strip():
+                n = int(extra)
+                plan.append((f"concurrent {n}", EvalPool(replace(base, prewarm=n), gpus=[0], per_device=n), True, 1,
+                             [(task, solution)] * max(args.evals, 2 * n)))
         if len(gpus) >= 2:
             both = EvalPool(replace(base, prewarm=args.per_device), gpus=gpus[:2], per_device=args.per_device)
             plan.append(("2 GPUs", both, True, 2, jobs * 2))
         serial_rate = None
         for mode, pool, concurrent, count, work in plan:
-            if mode not in args.modes.split(","):
+            if mode not in args.modes.split(",") and not mode.startswith("concurrent "):
                 continue
-            row = measure(name, mode, pool, work, concurrent, count)
+            row = measure(name, mode, pool, work, concurrent, count, args.logs)
             serial_rate = serial_rate or row["per_gpu"]   # the first mode measured (serial unless left out)
             row["ratio_vs_serial"] = round(row["per_gpu"] / serial_rate, 2)
             rows.append(row)

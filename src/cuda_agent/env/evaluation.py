@@ -215,6 +215,9 @@ class _Evaluation:
         self.null_walls: list[float] = []
         self.compile_mode = "off"          # off | paired | stored
         self.stored = None                 # (key, entry) when a stored compile time is used
+        # CUDA_AGENT_TRACE_CALLS=1: where the harness's side of the rounds waits, summed per step
+        # (phase_seconds "trace.*"), beside the workers' own per-call traces in the log
+        self.trace: dict[str, float] | None = {} if os.environ.get("CUDA_AGENT_TRACE_CALLS") == "1" else None
 
     # -- plumbing --------------------------------------------------------------------------
 
@@ -222,6 +225,15 @@ class _Evaluation:
         now = time.monotonic()
         self.result.phase_seconds[phase] = round(self.result.phase_seconds.get(phase, 0.0) + now - self.clock, 3)
         self.clock = now
+        for step, seconds in (self.trace or {}).items():
+            self.result.phase_seconds[f"trace.{step}"] = round(seconds, 3)
+
+    def _traced(self, step: str, since: float) -> float:
+        """Adds the time since `since` to `step` of the trace (when tracing); returns now."""
+        now = time.perf_counter()
+        if self.trace is not None:
+            self.trace[step] = self.trace.get(step, 0.0) + now - since
+        return now
 
     def _ask(self, worker: Worker, timeout: float, phase: str) -> dict:
         """Wait for a worker's answer; a timeout or death becomes a failure of `phase`. Build
@@ -483,13 +495,17 @@ class _Evaluation:
         self.index += 1
         call.index = self.index
         save = call.kind == "verify"
+        asked = time.perf_counter()
         with self.lock.held(shared=True):
+            asked = self._traced(f"{phase}.lock_shared", asked)
             # the inputs first (drawing them costs more, and varies more, than many kernels take)
             self.candidate.channel.send(cmd="prepare", seed=call.seed, transform=call.transform, save=save)
             ready = self._ask(self.candidate, timeout, phase)
+        asked = self._traced(f"{phase}.prepare", asked)
         if not ready["ok"]:
             raise _Failed(phase, ready["message"], ready.get("rule"))
         with self.lock.held(shared=save):
+            asked = self._traced(f"{phase}.lock_call", asked)
             # the harness's own clock covers the call itself; the CPU backend's measure is the
             # worker's CPU time (`_outside_clock`), a GPU's wall time
             cpu_start = self.candidate.cpu_seconds() if self.backend == "cpu" else None
@@ -498,7 +514,9 @@ class _Evaluation:
                                         save=save, null=call.kind == "null")
             out = self._ask(self.candidate, timeout, phase)
             wall_ms = self._outside_clock(start, cpu_start)
+        asked = self._traced(f"{phase}.call", asked)
         self._check_processes(phase)
+        self._traced(f"{phase}.check_processes", asked)
         if not out["ok"]:
             raise _Failed(phase, out["message"], out.get("rule"))
         if call.kind == "null":
@@ -825,7 +843,9 @@ class _JudgePipe:
         if not self.in_flight:
             return
         evaluation = self.evaluation
+        asked = time.perf_counter()
         answers = evaluation._ask(evaluation.judge, evaluation.config.timeout_reference, "task")["answers"]
+        evaluation._traced(f"{self.phase}.judge_wait", asked)
         batch, self.in_flight = self.in_flight, []
         for (call, out), verdict in zip(batch, answers):
             verdict = evaluation._judged(call, self.phase, out, verdict)
