@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from cuda_agent.env.verify import (Dependence, ForgedSamples, Tolerance, compare_outputs, compare_samples,
-                                    is_dense, take_samples)
+                                   is_dense, pack_samples, take_samples)
 
 PUBLISHED = Tolerance(1e-2, 1e-2)
 STRICT = Tolerance(1e-2, 1e-2, relative_to_scale=True)
@@ -118,12 +118,19 @@ def test_samples_the_harness_sampler_cannot_have_taken_are_refused_not_compared(
         change(samples)
         return samples
 
+    def ints(values):
+        return pack_samples(torch.tensor(values, dtype=torch.int64))
+
+    honest_values = honest["tensors"][0]["values"]
     for change in (lambda s: s.update(tensors=[]),                                     # nothing to compare
-                   lambda s: s["tensors"][0].update(positions=[0], values=[float(ref.view(-1)[0])]),
-                   lambda s: s["tensors"][0].update(positions=[1 << 40] * 2048),        # outside the output
-                   lambda s: s["tensors"][0].update(positions=[-1] * 2048),
-                   lambda s: s["tensors"][0].update(values=["x"] * 2048),
-                   lambda s: s["tensors"][0].update(values=s["tensors"][0]["values"][:-1]),
+                   lambda s: s["tensors"][0].update(positions=ints([0]),
+                                                    values=pack_samples(ref.view(-1)[:1].double())),
+                   lambda s: s["tensors"][0].update(positions=ints([1 << 40] * 2048)),   # outside the output
+                   lambda s: s["tensors"][0].update(positions=ints([-1] * 2048)),
+                   lambda s: s["tensors"][0].update(values="x" * 2048),                  # not packed samples
+                   lambda s: s["tensors"][0].update(values=[0.0] * 2048),                # a JSON list, not packed
+                   lambda s: s["tensors"][0].update(values=pack_samples(torch.zeros(2047).double())),  # fewer
+                   lambda s: s["tensors"][0].update(values=honest_values[:-4]),           # a partial value
                    lambda s: s["tensors"][0].pop("positions"),
                    lambda s: s.update(tensors=[None])):
         with pytest.raises(ForgedSamples):

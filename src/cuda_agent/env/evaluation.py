@@ -835,8 +835,10 @@ class _JudgePipe:
         if not self.queued:
             return
         evaluation = self.evaluation
+        asked = time.perf_counter()
         evaluation.judge.channel.send(cmd="calls", items=[evaluation._judge_request(call, out)
                                                           for call, out in self.queued])
+        evaluation._traced(f"{self.phase}.judge_send", asked)
         self.in_flight, self.queued = self.queued, []
 
     def _collect(self) -> None:

@@ -81,7 +81,7 @@ def settle(seconds: float) -> None:
 
 def time_once(fn: Callable, args: list, device: torch.device, flush: "L2Flusher | None" = None,
               after: Callable[[Any], Any] | None = None, settle_s: float = 0.0,
-              hold: "DeviceHold | None" = None) -> tuple[float, Any, Any]:
+              hold: "DeviceHold | None" = None, stamps: list | None = None) -> tuple[float, Any, Any]:
     """One timed call: (milliseconds, output, after(output)).
 
     The caches are flushed and the device synchronised first; on CUDA the call is timed with events
@@ -91,7 +91,9 @@ def time_once(fn: Callable, args: list, device: torch.device, flush: "L2Flusher 
     larger of that and the host's own time to queue the forward. `after` runs right after the end
     event is recorded (and the hold let go) and before anything waits for the device: the harness
     reads samples of the output there, so work left running on another stream shows up as wrong values.
+    `stamps` (diagnosis): gets (step, host clock) at each step, nothing waited for on their account.
     """
+    note = stamps.append if stamps is not None else (lambda _: None)
     if flush is not None:
         flush()
     device_synchronize(device)
@@ -100,12 +102,14 @@ def time_once(fn: Callable, args: list, device: torch.device, flush: "L2Flusher 
         out = fn(*args)
         ms = (_perf_counter() - t0) * 1e3
         return ms, out, after(out) if after else None
+    note(("flushed", _perf_counter()))
     settle(settle_s)
     stream = torch.cuda.current_stream(device)
     start = _EventBase(enable_timing=True)
     end = _EventBase(enable_timing=True)
     if hold is not None:
         hold.hold(stream.cuda_stream)
+    note(("held", _perf_counter()))
     try:
         _event_record(start, stream)
         t0 = _perf_counter()
@@ -115,9 +119,12 @@ def time_once(fn: Callable, args: list, device: torch.device, flush: "L2Flusher 
     finally:
         if hold is not None:
             hold.release()
+    note(("forward", _perf_counter()))
     extra = after(out) if after else None
+    note(("after", _perf_counter()))
     _event_sync(end)
     device_ms = _event_elapsed(start, end)
+    note(("synced", _perf_counter()))
     return (max(device_ms, host_ms) if hold is not None else device_ms), out, extra
 
 

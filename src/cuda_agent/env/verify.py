@@ -241,7 +241,9 @@ def take_samples(out: Any, count: int = SAMPLES_PER_TENSOR) -> dict:
     """Values of `out` at random positions drawn now, after the call returned (candidate side).
 
     Read on the current stream, with no synchronisation first: work a kernel left running on another
-    stream has not landed yet and shows up as wrong (NaN-poisoned) values."""
+    stream has not landed yet and shows up as wrong (NaN-poisoned) values. Positions and values
+    travel packed (`pack_samples`): as JSON lists, encoding and decoding them cost more than the
+    kernels they check."""
     import secrets
 
     tensors = []
@@ -254,15 +256,58 @@ def take_samples(out: Any, count: int = SAMPLES_PER_TENSOR) -> dict:
             if n <= count:
                 positions = torch.arange(n, device=t.device)
             else:
-                gen = torch.Generator(device=t.device).manual_seed(secrets.randbits(62))
+                gen = _generator(t.device)
+                gen.manual_seed(secrets.randbits(62))   # drawn now: unknown to the call that just ran
                 positions = torch.randint(0, n, (count,), generator=gen, device=t.device)
             values = t.detach().reshape(-1)[positions]
             if values.is_complex():
                 values = torch.view_as_real(values)
-            entry["positions"] = positions.cpu().tolist()
-            entry["values"] = values.cpu().to(torch.float64 if values.is_floating_point() else torch.int64).tolist()
+            kind = torch.float64 if values.is_floating_point() else torch.int64
+            both = torch.cat([positions.to(kind), values.to(kind).reshape(-1)]).cpu()   # one copy back
+            entry["positions"] = pack_samples(both[:positions.numel()].to(torch.int64))
+            entry["values"] = pack_samples(both[positions.numel():])
         tensors.append(entry)
     return {"structure": structure(out), "tensors": tensors}
+
+
+_GENERATORS: dict = {}
+
+
+def _generator(device: torch.device) -> torch.Generator:
+    """One generator per device, made once (making one costs more than drawing from it)."""
+    key = str(device)
+    if key not in _GENERATORS:
+        _GENERATORS[key] = torch.Generator(device=device)
+    return _GENERATORS[key]
+
+
+_PACKED = {torch.int64: "<i8", torch.float64: "<f8"}   # little-endian on the wire
+
+
+def pack_samples(values: torch.Tensor) -> str:
+    """A CPU int64 or float64 tensor as base64 of its little-endian bytes."""
+    import base64
+
+    return base64.b64encode(values.contiguous().numpy().astype(_PACKED[values.dtype], copy=False).tobytes()
+                            ).decode("ascii")
+
+
+def unpack_samples(text: Any, dtype: torch.dtype) -> torch.Tensor:
+    """`pack_samples`' inverse; ValueError for anything it cannot have written."""
+    import base64
+    import binascii
+
+    import numpy
+
+    if not isinstance(text, str):
+        raise ValueError("not packed samples")
+    try:
+        raw = base64.b64decode(text.encode("ascii"), validate=True)
+    except (binascii.Error, UnicodeEncodeError):
+        raise ValueError("not packed samples") from None
+    if len(raw) % 8:
+        raise ValueError("packed samples of a partial element")
+    return torch.from_numpy(numpy.frombuffer(raw, dtype=_PACKED[dtype]).astype(_PACKED[dtype][1:]))
 
 
 class ForgedSamples(ValueError):
@@ -283,9 +328,11 @@ def _sampled(entry: Any, ref: torch.Tensor, count: int, where: str) -> tuple[tor
     if n == 0:
         return None
     try:
-        positions = torch.tensor(entry["positions"], dtype=torch.long)
-        values = torch.tensor(entry["values"], dtype=torch.float64 if ref.is_floating_point() or ref.is_complex()
-                              else torch.int64)
+        positions = unpack_samples(entry["positions"], torch.int64)
+        values = unpack_samples(entry["values"], torch.float64 if ref.is_floating_point() or ref.is_complex()
+                                else torch.int64)
+        if ref.is_complex():
+            values = values.reshape(-1, 2)
     except (KeyError, TypeError, ValueError, RuntimeError, OverflowError):
         raise ForgedSamples(f"{where}: no readable samples of a non-empty output") from None
     expected = (min(n, count),) + ((2,) if ref.is_complex() else ())

@@ -18,6 +18,7 @@ protocol.py; each gets a fresh process per evaluation.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import traceback
@@ -148,6 +149,7 @@ class _Judge:
 
     def _settle(self, group: list["_JudgeCall"]) -> list[dict]:
         timed = [part for part in group if part.timed and part.answer is None]
+        began, waited = timing._perf_counter(), self.lock_wait_s
         if timed:
             with self._device(shared=False):
                 for part in timed:
@@ -161,6 +163,9 @@ class _Judge:
                         part.fail(exc)
                         if part.transform is None:   # a task error ends the batch here
                             break
+        if _TRACE_CALLS and timed:
+            print(f"judge batch trace n={len(timed)} exclusive={(timing._perf_counter() - began) * 1e3:.3f} "
+                  f"of which lock wait={(self.lock_wait_s - waited) * 1e3:.3f}", file=sys.stderr, flush=True)
         answers = []
         with self._device(shared=True):
             for part in group:
@@ -482,11 +487,12 @@ class _Candidate:
             return _take_samples(out), timing.clone_args(out) if save else None
 
         hold = self.timer.active_hold()   # every call alike, checked or timed
+        stamps = [("begin", timing._perf_counter())] if trace else None
         try:
             with torch.no_grad():
                 ms, out, (samples, snapshot) = timing.time_once(fn, inputs, self.device, self.flush, after=right_after,
                                                                 settle_s=self.cfg.get("settle_ms", 0.0) / 1e3,
-                                                                hold=hold)
+                                                                hold=hold, stamps=stamps)
         finally:
             if self.guard is not None:
                 self.guard.end()
@@ -497,7 +503,11 @@ class _Candidate:
         self.threads.mark()
         if trace:
             trace.lap("inspect", self.device)
-            print(f"call trace {'null' if null else 'real'} ms={ms:.3f} {trace}", file=sys.stderr, flush=True)
+            steps = " ".join(f"{name}={(t - stamps[i][1]) * 1e3:.3f}" for i, (name, t) in enumerate(stamps[1:]))
+            encode = timing._perf_counter()
+            size = len(json.dumps(samples))
+            print(f"call trace {'null' if null else 'real'} ms={ms:.3f} {trace} | {steps} | samples "
+                  f"{size} B encoded in {(timing._perf_counter() - encode) * 1e3:.3f}", file=sys.stderr, flush=True)
         if null:   # the same reply as a real call's (its size is part of the overhead measured)
             return {"ok": True, "ms": ms, "samples": samples, "calls": calls, "timer": self.timer.mode}
         if problem is not None:

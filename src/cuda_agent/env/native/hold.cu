@@ -20,14 +20,23 @@ __device__ __forceinline__ uint64_t global_ns() {
 // Host-visible state, in one pinned and mapped block.
 struct HoldState {
   volatile int32_t gate;       // the generation the host has released
-  int32_t arrived;             // blocks resident and spinning, this generation
+  int32_t arrived;             // the grid's size once every block is resident, this generation
   int32_t timed_out;           // a block gave up waiting, this generation
   int32_t pad;
 };
 
+// Blocks count their arrival in device memory; the last one tells the host, with one write over the
+// bus (a system-scope atomic from every block, to pinned host memory, took about half a millisecond
+// on an H100: longer than the kernels it holds for). The last one also resets the count for the
+// next hold, which queues behind this one.
+__device__ int32_t g_arrivals = 0;
+
 __global__ void hold_kernel(HoldState* state, int32_t generation, uint64_t timeout_ns) {
   if (threadIdx.x == 0) {
-    atomicAdd_system(&state->arrived, 1);
+    if (atomicAdd(&g_arrivals, 1) == static_cast<int32_t>(gridDim.x) - 1) {
+      g_arrivals = 0;
+      atomicExch_system(&state->arrived, static_cast<int32_t>(gridDim.x));
+    }
     const uint64_t start = global_ns();
     while (state->gate != generation) {
       if (global_ns() - start > timeout_ns) {
