@@ -516,12 +516,18 @@ class _Evaluation:
             wall_ms = self._outside_clock(start, cpu_start)
         asked = self._traced(f"{phase}.call", asked)
         self._check_processes(phase)
-        self._traced(f"{phase}.check_processes", asked)
+        asked = self._traced(f"{phase}.check_processes", asked)
         if not out["ok"]:
             raise _Failed(phase, out["message"], out.get("rule"))
         if call.kind == "null":
             self.null_walls.append(wall_ms)
             return None
+        if save:   # its output to the box's file, now that the device is let go
+            self.candidate.channel.send(cmd="write", index=call.index)
+            written = self._ask(self.candidate, timeout, phase)
+            if not written["ok"]:
+                raise _Failed(phase, written["message"], written.get("rule"))
+            self._traced(f"{phase}.write", asked)
         out["wall_ms"] = wall_ms
         return out
 

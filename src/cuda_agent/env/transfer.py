@@ -35,6 +35,14 @@ def _flat_bytes(t: torch.Tensor) -> torch.Tensor:
 
 def write_output(value: Any, path: Path) -> dict:
     """Write every tensor of `value` to `path` (raw bytes, in `tensors_in` order); the layout back."""
+    tree, host = output_to_host(value)
+    write_host(host, path)
+    return tree
+
+
+def output_to_host(value: Any) -> tuple[dict, list[torch.Tensor]]:
+    """(layout, every tensor's bytes in host memory): the device's part of `write_output`, which the
+    candidate does while it holds the device; the file is written after it let go (`write_host`)."""
     tensors: list[torch.Tensor] = []
 
     def layout(v: Any) -> dict:
@@ -50,15 +58,21 @@ def write_output(value: Any, path: Path) -> dict:
         return {"other": type(v).__name__}
 
     tree = layout(value)
+    host = []
+    for t in tensors:
+        data = _flat_bytes(t)
+        if data.is_cuda:   # through pinned memory: a pageable copy runs at a fraction of the speed
+            pinned = torch.empty(data.numel(), dtype=torch.uint8, pin_memory=True)
+            pinned.copy_(data)
+            data = pinned
+        host.append(data)
+    return tree, host
+
+
+def write_host(host: list[torch.Tensor], path: Path) -> None:
     with open(path, "wb") as fh:
-        for t in tensors:
-            data = _flat_bytes(t)
-            if data.is_cuda:   # through pinned memory: a pageable copy runs at a fraction of the speed
-                host = torch.empty(data.numel(), dtype=torch.uint8, pin_memory=True)
-                host.copy_(data)
-                data = host
+        for data in host:
             fh.write(data.numpy().data)
-    return tree
 
 
 class _Unsupported:
@@ -92,9 +106,9 @@ def _nbytes(dtype: torch.dtype, shape: list[int]) -> int:
     return count * dtype.itemsize
 
 
-def read_output(path: str | Path, layout: Any, device: torch.device) -> Any:
+def read_output(path: str | Path, layout: Any, device: torch.device, pin: bool = False) -> Any:
     """The output `write_output` wrote, rebuilt on `device`; UnreadableOutput when the layout or the
-    file is not one it can have written."""
+    file is not one it can have written. `pin`: on the CPU, in pinned memory (to go to a GPU next)."""
     specs: list[tuple[torch.dtype, list[int]]] = []
     nodes = [0]
 
@@ -130,7 +144,7 @@ def read_output(path: str | Path, layout: Any, device: torch.device) -> Any:
             raise UnreadableOutput("not a regular file")
         if info.st_size != expected:
             raise UnreadableOutput(f"{info.st_size} bytes, but its layout needs {expected}")
-        tensors = iter([_read_tensor(fh, dtype, shape, device) for dtype, shape in specs])
+        tensors = iter([_read_tensor(fh, dtype, shape, device, pin) for dtype, shape in specs])
 
     def build(node: dict) -> Any:
         if "tensor" in node:
@@ -146,9 +160,9 @@ def read_output(path: str | Path, layout: Any, device: torch.device) -> Any:
     return build(layout)
 
 
-def _read_tensor(fh, dtype: torch.dtype, shape: list[int], device: torch.device) -> torch.Tensor:
+def _read_tensor(fh, dtype: torch.dtype, shape: list[int], device: torch.device, pin: bool) -> torch.Tensor:
     size = _nbytes(dtype, shape)
-    host = torch.empty(size, dtype=torch.uint8, pin_memory=device.type == "cuda")
+    host = torch.empty(size, dtype=torch.uint8, pin_memory=pin or device.type == "cuda")
     view, done = host.numpy().data, 0
     while done < size:
         got = fh.readinto(view[done:])

@@ -30,7 +30,8 @@ import torch
 from cuda_agent.env import timing  # captures clocks and sync before candidate code can patch them
 from cuda_agent.env.verify import take_samples as _take_samples  # bound before candidate code runs, likewise
 from cuda_agent.env.verify import tensors_in
-from cuda_agent.env.transfer import write_output as _write_output  # likewise
+from cuda_agent.env.transfer import output_to_host as _output_to_host  # likewise
+from cuda_agent.env.transfer import write_host as _write_host
 from cuda_agent.env.draws import draw_inputs
 from cuda_agent.env.hold import Timer, load_hold
 from cuda_agent.env.locks import DeviceLock
@@ -134,7 +135,17 @@ class _Judge:
         return answers
 
     def _draw(self, cmd: dict) -> "_JudgeCall":
+        from cuda_agent.env.transfer import read_output
+
         part = _JudgeCall(cmd, _CallTrace() if _TRACE_CALLS else None)
+        compare = cmd.get("compare") or {}
+        if "path" in compare:   # the file first, without the device: reading 128 MB outlasts most kernels
+            try:
+                part.candidate = read_output(compare["path"], compare.get("layout"), torch.device("cpu"),
+                                             pin=self.device.type == "cuda")
+            except Exception as exc:
+                part.candidate = _Unreadable(exc)
+            part.trace and part.trace.lap("load", self.device)
         paired = part.timed and cmd.get("compile") and self.compiled is not None
         try:
             with self._device(shared=True):
@@ -174,7 +185,9 @@ class _Judge:
                     break
                 part.trace and part.trace.lap("reference", self.device)
                 if part.answer is None:
-                    part.answer = {**self._compare(part.cmd, part.reference, part.trace), **part.extra}
+                    part.answer = {**self._compare(part.cmd, part.reference, part.trace, part.candidate),
+                                   **part.extra}
+                part.candidate = None
                 part.reference = None
                 answers.append(part.answer)
                 if "task_error" in part.answer:
@@ -200,9 +213,9 @@ class _Judge:
             yield
             timing.device_synchronize(self.device)
 
-    def _compare(self, cmd: dict, reference, trace) -> dict:
-        """The candidate's output (a file or samples) against the reference: the verdict's fields."""
-        from cuda_agent.env.transfer import read_output
+    def _compare(self, cmd: dict, reference, trace, candidate_host=None) -> dict:
+        """The candidate's output (read from its file by `_draw`, or samples) against the reference:
+        the verdict's fields."""
         from cuda_agent.env.verify import ForgedSamples, compare_outputs, compare_samples
 
         transform = cmd.get("transform")
@@ -216,11 +229,11 @@ class _Judge:
         # wrong solution into a "broken task", which scores nothing and leaves every denominator).
         try:
             if "path" in compare:
-                try:
-                    candidate = read_output(compare["path"], compare.get("layout"), self.device)
-                except Exception as exc:
-                    return {"ok": False, "max_abs_error": float("inf"), "message": f"candidate output unreadable: {exc}"}
-                trace and trace.lap("load", self.device)
+                if isinstance(candidate_host, _Unreadable):
+                    return {"ok": False, "max_abs_error": float("inf"),
+                            "message": f"candidate output unreadable: {candidate_host.error}"}
+                candidate = timing.to_device(candidate_host, self.device)
+                trace and trace.lap("to_device", self.device)
                 verdict = compare_outputs(reference, candidate, self.tol)
                 if verdict.ok and cmd.get("dependence"):
                     self.dependence.add(reference, candidate)
@@ -260,12 +273,20 @@ class _JudgeCall:
         self.bytes = 0
         self.extra: dict = {}
         self.answer: dict | None = None
+        self.candidate = None       # a verification call's output, read into host memory (or why not)
 
     def fail(self, exc: Exception) -> None:
         if self.transform:   # the reference is not defined on this structured set: nothing to compare
             self.answer = {"ok": True, "skipped": f"the reference fails on it ({type(exc).__name__})"}
         else:                # the task's own code failed on one of its draws
             self.answer = _task_error(exc)
+
+
+class _Unreadable:
+    """Why a verification call's output file could not be read (the candidate's fault, reported so)."""
+
+    def __init__(self, error: Exception):
+        self.error = error
 
 
 def _task_error(exc: Exception) -> dict:
@@ -390,6 +411,8 @@ class _Candidate:
         self.calls_per_forward: list[int] = []
         self.last_shape = None
         self.prepared = None        # (seed, inputs, sentinel, trace) of the call about to be made
+        self.unwritten = None       # the last verification call's output in host memory, until `write`
+        self.unwritten_index = None
 
     # -- setup ---------------------------------------------------------------------------------
 
@@ -517,9 +540,19 @@ class _Candidate:
         if tensors:
             self.last_shape = (tuple(tensors[0].shape), tensors[0].dtype)
         answer = {"ok": True, "ms": ms, "samples": samples, "calls": calls, "timer": self.timer.mode}
-        if save:   # the whole output, for the judge (raw bytes in the box; its layout in the answer)
-            answer["layout"] = _write_output(snapshot, self.box / f"out_{cmd['index']}.bin")
+        if save:   # the whole output, for the judge: copied to host memory now, to its file on `write`
+            answer["layout"], self.unwritten = _output_to_host(snapshot)
+            self.unwritten_index = cmd["index"]
         return answer
+
+    def write(self, cmd: dict) -> dict:
+        """The last verification call's output to its file in the box (raw bytes), once the harness
+        has let go of the device: writing 128 MB takes longer than most kernels' whole schedule."""
+        if self.unwritten is None or cmd.get("index") != self.unwritten_index:
+            raise RuntimeError("a write without its verification call (the harness sends call first)")
+        host, self.unwritten = self.unwritten, None
+        _write_host(host, self.box / f"out_{cmd['index']}.bin")
+        return {"ok": True}
 
     def _empty_forward(self, *inputs):
         shape, dtype = self.last_shape or ((1,), torch.float32)
@@ -613,6 +646,8 @@ def run_candidate(chan: ChildChannel) -> None:
                 chan.send(**candidate.prepare(cmd))
             elif kind == "call":
                 chan.send(**candidate.call(cmd))
+            elif kind == "write":
+                chan.send(**candidate.write(cmd))
             else:
                 return
         except Rejected as exc:

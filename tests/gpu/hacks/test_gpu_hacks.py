@@ -134,7 +134,10 @@ def test_side_stream_without_sync_is_rejected(cache_dir):
         """)
     result = evaluate(example_task(), cuda_workspace(kernel), config(cache_dir))
     _record("side_stream", "hack", result)
-    assert_rejected(result, ["correctness"])
+    # Which call sees the stale output first depends on how the GPU schedules the side kernel beside
+    # the harness's reads of the output: a verification call (correctness) or the samples of a timed
+    # one (recheck-after-timing; seen on an H100 once the hold signalled its residency faster).
+    assert_rejected(result, ["correctness", "recheck-after-timing"])
 
 
 def test_stale_memory_first_row_only_is_rejected(cache_dir):
