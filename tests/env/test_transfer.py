@@ -83,3 +83,19 @@ def test_links_and_special_files_are_not_followed(tmp_path):
             read_output(fifo, layout, CPU)
     finally:
         os.close(fd)
+
+
+def test_the_host_copy_and_the_file_are_two_steps(tmp_path):
+    """The candidate copies its output to host memory while it holds the device (`output_to_host`:
+    no file touched) and writes the file after letting go (`write_host`): the same bytes as one
+    `write_output`."""
+    from cuda_agent.env.transfer import output_to_host, write_host
+
+    value = [torch.randn(64, 32).t(), {"n": 3, "m": torch.arange(5)}]
+    layout, host = output_to_host(value)
+    assert not list(tmp_path.iterdir())
+    write_host(host, tmp_path / "two_steps.bin")
+    assert json.loads(json.dumps(layout)) == write_output(value, tmp_path / "one_step.bin")
+    assert (tmp_path / "two_steps.bin").read_bytes() == (tmp_path / "one_step.bin").read_bytes()
+    back = read_output(tmp_path / "two_steps.bin", layout, CPU)
+    assert torch.equal(back[0], value[0]) and torch.equal(back[1]["m"], value[1]["m"]) and back[1]["n"] == 3
