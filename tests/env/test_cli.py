@@ -17,7 +17,8 @@ from cuda_agent.env.config import EvalConfig
 from tests.env.helpers import EXAMPLES
 
 COMMANDS = ["eval", "cache", "doctor", "workspace", "solve", "mcp", "export-sft", "synth", "baseline", "bench",
-            "report", "rl data", "train", "train warmup", "train all", "agent replay"]
+            "report", "rl", "rl data", "train", "train warmup", "train rft", "train value", "train agentic",
+            "train all", "agent", "agent replay", "cache info", "cache clear", "cache warm"]
 
 
 def run(*args, **env):
