@@ -248,7 +248,8 @@ def register(app: typer.Typer) -> None:
         from cuda_agent.env.config import EvalConfig
 
         if not trajectory.is_file():
-            fail(f"trajectory file not found: {trajectory} (`cuda-agent solve --out RUN` writes RUN/trajectories.jsonl)")
+            fail(f"trajectory file not found: {trajectory} "
+                 "(`cuda-agent solve --out RUN` writes RUN/trajectories.jsonl)")
         try:
             records = list(read_jsonl(trajectory))
         except OSError as exc:

@@ -144,7 +144,8 @@ def register(app: typer.Typer) -> None:
         kernelbench: Optional[Path] = typer.Option(None, help=KERNELBENCH_HELP),
         out: Optional[Path] = typer.Option(None, help="Run folder (default runs/baseline-TIME)."),
         backend: Optional[str] = backend_option(),
-        resume: bool = typer.Option(False, "--resume", help="Continue the run in --out; recorded tasks are not measured again."),
+        resume: bool = typer.Option(False, "--resume",
+                                    help="Continue the run in --out; recorded tasks are not measured again."),
         concurrency: Optional[int] = typer.Option(None, help="Tasks measured at once per GPU (default: 3/4 of "
                                                              "the cores, at most 12)."),
         gpus: Optional[str] = typer.Option(None, help="GPU indices to use, e.g. 0,1 (default: all visible)."),
@@ -195,8 +196,9 @@ def register(app: typer.Typer) -> None:
         out: Optional[Path] = typer.Option(None, help="Run folder (default runs/bench-TIME)."),
         backend: Optional[str] = backend_option(),
         resume: bool = typer.Option(False, "--resume", help="Continue the run in --out; nothing recorded is run again."),
-        retry_failed: bool = typer.Option(False, "--retry-failed", help="With --resume: run again attempts that failed on our side "
-                                                      "or the endpoint's (internal_error, episode_failed)."),
+        retry_failed: bool = typer.Option(False, "--retry-failed",
+                                          help="With --resume: run again attempts that failed on our side or the "
+                                               "endpoint's (internal_error, episode_failed)."),
         protocol: str = typer.Option("strict", "--verify", "--protocol",
                                      help="strict (ours) or published (KernelBench's and the paper's), as "
                                           "`eval --verify`."),

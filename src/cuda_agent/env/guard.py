@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import secrets
 import threading
 import types
 from pathlib import Path
@@ -27,7 +26,7 @@ from typing import Any
 
 import torch
 
-from cuda_agent.env.verify import tensors_in
+from cuda_agent.env.verify import random_positions, tensors_in
 
 ALLOWED_OPS = frozenset({
     # allocation
@@ -272,11 +271,7 @@ class InputSentinel:
                 if n == 0:
                     self.copies.append(None)
                     continue
-                if n <= self.SAMPLES:
-                    pos = torch.arange(n, device=t.device)
-                else:
-                    gen = torch.Generator(device=t.device).manual_seed(secrets.randbits(62))
-                    pos = torch.randint(0, n, (self.SAMPLES,), generator=gen, device=t.device)
+                pos = random_positions(n, self.SAMPLES, t.device)
                 self.copies.append((pos, flat[pos].clone()))
 
     def changed(self) -> bool:

@@ -244,8 +244,6 @@ def take_samples(out: Any, count: int = SAMPLES_PER_TENSOR) -> dict:
     stream has not landed yet and shows up as wrong (NaN-poisoned) values. Positions and values
     travel packed (`pack_samples`): as JSON lists, encoding and decoding them cost more than the
     kernels they check."""
-    import secrets
-
     tensors = []
     for t in tensors_in(out):
         n = t.numel()
@@ -253,12 +251,7 @@ def take_samples(out: Any, count: int = SAMPLES_PER_TENSOR) -> dict:
         entry = {"shape": list(t.shape), "dtype": str(t.dtype).replace("torch.", ""),
                  "strides": list(t.stride()) if real else [], "dense": is_dense(t) if real else True}
         if n and real:
-            if n <= count:
-                positions = torch.arange(n, device=t.device)
-            else:
-                gen = _generator(t.device)
-                gen.manual_seed(secrets.randbits(62))   # drawn now: unknown to the call that just ran
-                positions = torch.randint(0, n, (count,), generator=gen, device=t.device)
+            positions = random_positions(n, count, t.device)   # drawn now: unknown to the call that just ran
             values = t.detach().reshape(-1)[positions]
             if values.is_complex():
                 values = torch.view_as_real(values)
@@ -270,15 +263,22 @@ def take_samples(out: Any, count: int = SAMPLES_PER_TENSOR) -> dict:
     return {"structure": structure(out), "tensors": tensors}
 
 
-_GENERATORS: dict = {}
+def random_positions(n: int, count: int, device: torch.device) -> torch.Tensor:
+    """Every position of `n` elements when there are at most `count`, else `count` of them drawn from
+    a seed made now: nothing that ran before can know them. One generator per device, made once
+    (making one costs more than drawing from it), seeded afresh each time."""
+    import secrets
 
-
-def _generator(device: torch.device) -> torch.Generator:
-    """One generator per device, made once (making one costs more than drawing from it)."""
+    if n <= count:
+        return torch.arange(n, device=device)
     key = str(device)
     if key not in _GENERATORS:
         _GENERATORS[key] = torch.Generator(device=device)
-    return _GENERATORS[key]
+    generator = _GENERATORS[key].manual_seed(secrets.randbits(62))
+    return torch.randint(0, n, (count,), generator=generator, device=device)
+
+
+_GENERATORS: dict = {}
 
 
 _PACKED = {torch.int64: "<i8", torch.float64: "<f8"}   # little-endian on the wire

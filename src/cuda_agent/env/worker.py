@@ -143,8 +143,8 @@ class _Judge:
             try:
                 part.candidate = read_output(compare["path"], compare.get("layout"), torch.device("cpu"),
                                              pin=self.device.type == "cuda")
-            except Exception as exc:
-                part.candidate = _Unreadable(exc)
+            except Exception as exc:   # kept as it is: the candidate's failure, reported when compared
+                part.candidate = exc
             part.trace and part.trace.lap("load", self.device)
         paired = part.timed and cmd.get("compile") and self.compiled is not None
         try:
@@ -229,9 +229,9 @@ class _Judge:
         # wrong solution into a "broken task", which scores nothing and leaves every denominator).
         try:
             if "path" in compare:
-                if isinstance(candidate_host, _Unreadable):
+                if isinstance(candidate_host, Exception):   # an output is never one (transfer.read_output)
                     return {"ok": False, "max_abs_error": float("inf"),
-                            "message": f"candidate output unreadable: {candidate_host.error}"}
+                            "message": f"candidate output unreadable: {candidate_host}"}
                 candidate = timing.to_device(candidate_host, self.device)
                 trace and trace.lap("to_device", self.device)
                 verdict = compare_outputs(reference, candidate, self.tol)
@@ -273,20 +273,13 @@ class _JudgeCall:
         self.bytes = 0
         self.extra: dict = {}
         self.answer: dict | None = None
-        self.candidate = None       # a verification call's output, read into host memory (or why not)
+        self.candidate = None       # a verification call's output read into host memory, or the error
 
     def fail(self, exc: Exception) -> None:
         if self.transform:   # the reference is not defined on this structured set: nothing to compare
             self.answer = {"ok": True, "skipped": f"the reference fails on it ({type(exc).__name__})"}
         else:                # the task's own code failed on one of its draws
             self.answer = _task_error(exc)
-
-
-class _Unreadable:
-    """Why a verification call's output file could not be read (the candidate's fault, reported so)."""
-
-    def __init__(self, error: Exception):
-        self.error = error
 
 
 def _task_error(exc: Exception) -> dict:

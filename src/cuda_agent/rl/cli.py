@@ -8,7 +8,7 @@ from typing import List, Optional
 
 import typer
 
-from cuda_agent.env.console import USAGE_ERROR, fail
+from cuda_agent.env.console import fail
 
 DATA_EXAMPLES = """[bold]Examples[/bold]
 
@@ -25,15 +25,11 @@ cuda-agent train {stage} --data data/rl --model Qwen/Qwen3-8B --dry-run
 cuda-agent train {stage} --data data/rl --out runs/rl --gpus 8 trainer.total_epochs=1"""
 
 
-def _fail(message: str, code: int = USAGE_ERROR) -> None:
-    fail(message, code)
-
-
 def _levels(text: str) -> list[int]:
     try:
         return [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        _fail(f"--levels takes numbers separated by commas, e.g. 1,2,3; got {text!r}")
+        fail(f"--levels takes numbers separated by commas, e.g. 1,2,3; got {text!r}")
 
 
 def _kernelbench_tasks(root: Path, levels: list[int]):
@@ -43,7 +39,7 @@ def _kernelbench_tasks(root: Path, levels: list[int]):
     for level in levels:
         folder = Path(root) / f"level{level}"
         if not folder.is_dir():
-            _fail(f"{folder} does not exist: --kernelbench must name a folder holding level1, level2, ... "
+            fail(f"{folder} does not exist: --kernelbench must name a folder holding level1, level2, ... "
                   "(KernelBench/KernelBench in a clone of github.com/ScalingIntelligence/KernelBench)")
         numbered = [p for p in folder.glob("*.py") if p.name.split("_")[0].isdigit()]
         for path in sorted(numbered, key=lambda p: int(p.name.split("_")[0])):
@@ -61,13 +57,13 @@ def _tasks(dataset: Optional[Path], kernelbench: Optional[Path], levels: str):
         if kernelbench:
             tasks += _kernelbench_tasks(kernelbench, _levels(levels))
     except FileNotFoundError as exc:
-        _fail(f"{exc} (a dataset from `cuda-agent synth`, JSONL or parquet with a `code` column)")
+        fail(f"{exc} (a dataset from `cuda-agent synth`, JSONL or parquet with a `code` column)")
     except (TaskError, ValueError) as exc:
-        _fail(str(exc))
+        fail(str(exc))
     except OSError as exc:
-        _fail(f"cannot read the tasks: {exc.strerror or exc}")
+        fail(f"cannot read the tasks: {exc.strerror or exc}")
     if not tasks:
-        _fail("no tasks: give --dataset and/or --kernelbench")
+        fail("no tasks: give --dataset and/or --kernelbench")
     return tasks
 
 
@@ -80,7 +76,7 @@ def _preflight(backend: str, evaluator: Optional[str]) -> None:
     from cuda_agent.env.console import require_machine
 
     if backend not in ("cuda", "cpu"):
-        _fail(f"--backend must be cuda or cpu, not {backend!r}")
+        fail(f"--backend must be cuda or cpu, not {backend!r}")
     config = EvalConfig(backend=backend)
     require_machine(backend, config.sandbox, config.cache_dir)
 
@@ -89,7 +85,7 @@ def _verl_available() -> None:
     import importlib.util
 
     if importlib.util.find_spec("verl") is None:
-        _fail('verl is not installed: pip install -e ".[rl]"')
+        fail('verl is not installed: pip install -e ".[rl]"')
 
 
 def register(app: typer.Typer) -> None:
@@ -148,7 +144,7 @@ def register(app: typer.Typer) -> None:
                     done = stages.run_stage(stage, run, user, echo=typer.echo)
                     typer.echo(f"[{stage}] done: {done}")
             except (ValueError, RuntimeError) as exc:
-                _fail(str(exc))
+                fail(str(exc))
         command.__doc__ = HELP[stage]
         return command
 
