@@ -72,7 +72,7 @@ def test_a_launch_bound_forward_is_timed_by_its_host(hold, cycles_per_ms):
 
 
 @pytest.mark.xfail(reason="open (docs/verification.md): on an H100 about an eighth of the side stream's work ran "
-                          "before the clock (1.27 ms held against 1.45 ms in turn); it passed in one of three "
+                          "before the clock (1.27 ms held against 1.45 ms in turn); it passed in two of four "
                           "runs on 2026-11-24 (eighth session)", strict=False)
 def test_work_on_another_stream_cannot_start_before_the_clock(hold):
     """Memory-bound work on a side stream launched first, 1 ms of host work while it would run, then as
