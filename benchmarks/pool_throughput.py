@@ -2,6 +2,7 @@
 
     python benchmarks/pool_throughput.py [--evals 12] [--per-device 3] [--modes concurrent] [--json out.json]
     CUDA_AGENT_TRACE_CALLS=1 python benchmarks/pool_throughput.py ... --logs DIR   # where each round waits
+    python benchmarks/pool_throughput.py ... --lock-log FILE   # how busy the device's lock was, and with what
 
 For each kernel, honest and with its build and baselines cached by a warm-up evaluation first:
   small   relu(x + bias) on 8192 x 4096 floats, about 0.1 ms (pool_throughput/elementwise/, solved by the
@@ -31,6 +32,7 @@ from pathlib import Path
 import cuda_agent
 from cuda_agent.env import EvalConfig, EvalPool
 from cuda_agent.env.pool import visible_gpus
+from cuda_agent.env.lock_log import by_label, occupancy, read_log
 from cuda_agent.tasks import load_solution, load_task
 
 HERE = Path(__file__).resolve().parent
@@ -54,8 +56,10 @@ async def submit(pool: EvalPool, jobs: list, concurrent: bool) -> tuple[float, l
 
 
 def measure(name: str, mode: str, pool: EvalPool, jobs: list, concurrent: bool, gpus: int,
-            logs: Path | None = None) -> dict:
+            logs: Path | None = None, lock_log: Path | None = None) -> dict:
+    began = time.monotonic()
     seconds, results = asyncio.run(submit(pool, jobs, concurrent))
+    ended = time.monotonic()
     if logs:   # the workers' per-call traces (CUDA_AGENT_TRACE_CALLS=1) of the middle evaluation
         logs.mkdir(parents=True, exist_ok=True)
         (logs / f"{name}-{mode.replace(' ', '_')}.log").write_text(results[len(results) // 2].log or "")
@@ -68,9 +72,30 @@ def measure(name: str, mode: str, pool: EvalPool, jobs: list, concurrent: bool, 
     phases = sorted({k for r in results for k in r.phase_seconds})   # where an evaluation's time went
     row["phase_median_s"] = {k: round(statistics.median(r.phase_seconds.get(k, 0.0) for r in results), 3)
                              for k in phases}
+    if lock_log and lock_log.exists():   # the holds of this mode's window (lock_occupancy.py)
+        holds = [h for h in read_log(lock_log) if began <= h["got"] and h["released"] <= ended]
+        row["lock"] = {**occupancy(holds), "per_eval_busy_s": round(
+            (occupancy(holds).get("exclusive_s", 0) + occupancy(holds).get("shared_s", 0)) / len(jobs), 3),
+            "top": by_label(holds)[:8]}
     if bad:
         row["first_error"] = f"{bad[0].error.phase}: {bad[0].error.message[:300]}" if bad[0].error else "?"
     return row
+
+
+def report(name: str, mode: str, row: dict) -> None:
+    print(f"{name:6} {mode:13} {row['evals']:3} evals {row['seconds']:7.1f} s  {row['evals_per_s']:6.2f}/s  "
+          f"{row['per_gpu']:6.2f}/s per GPU  x{row['ratio_vs_serial']:.2f} vs serial  "
+          f"{row['correct']}/{row['evals']} correct" + (f"  {row.get('first_error')}" if 'first_error' in row
+                                                          else ""), flush=True)
+    print("       phases (median s): " + ", ".join(f"{k} {v}" for k, v in row["phase_median_s"].items()), flush=True)
+    if "lock" in row:
+        lock = row["lock"]
+        print(f"       lock: busy {lock.get('busy_fraction')} of {lock.get('wall_s')} s (alone {lock.get('exclusive_s')}, "
+              f"shared {lock.get('shared_s')}, handover {lock.get('handover_s')}, idle {lock.get('idle_s')}); "
+              f"{lock['per_eval_busy_s']} s busy per evaluation", flush=True)
+        for hold in lock["top"]:
+            print(f"         {hold['label']:28} {hold['mode']:6} {hold['holds']:5d} x {hold['held_median_ms']:8.3f} ms "
+                  f"= {hold['held_total_s']:7.3f} s (waits {hold['wait_total_s']:.3f} s)", flush=True)
 
 
 def main() -> None:
@@ -84,7 +109,13 @@ def main() -> None:
     parser.add_argument("--logs", type=Path, default=None, help="folder for one evaluation's worker log per mode")
     parser.add_argument("--in-flight", default=None,
                         help="more concurrent runs at these evaluations in flight, e.g. 4,6 (modes 'concurrent N')")
+    parser.add_argument("--lock-log", type=Path, default=None,
+                        help="record the device lock's holds here and report its occupancy per mode")
+    parser.add_argument("--repeat", type=int, default=1, help="measure each mode this many times")
     args = parser.parse_args()
+    if args.lock_log:   # before any worker starts: they inherit it
+        args.lock_log.unlink(missing_ok=True)
+        __import__("os").environ["CUDA_AGENT_LOCK_LOG"] = str(args.lock_log)
     gpus = visible_gpus()
     if not gpus:
         raise SystemExit("no GPU: this benchmark measures the CUDA pool")
@@ -113,16 +144,12 @@ def main() -> None:
         for mode, pool, concurrent, count, work in plan:
             if mode not in args.modes.split(",") and not mode.startswith("concurrent "):
                 continue
-            row = measure(name, mode, pool, work, concurrent, count, args.logs)
-            serial_rate = serial_rate or row["per_gpu"]   # the first mode measured (serial unless left out)
-            row["ratio_vs_serial"] = round(row["per_gpu"] / serial_rate, 2)
-            rows.append(row)
-            print(f"{name:6} {mode:13} {row['evals']:3} evals {row['seconds']:7.1f} s  {row['evals_per_s']:6.2f}/s  "
-                  f"{row['per_gpu']:6.2f}/s per GPU  x{row['ratio_vs_serial']:.2f} vs serial  "
-                  f"{row['correct']}/{row['evals']} correct" + (f"  {row.get('first_error')}" if 'first_error' in row
-                                                                  else ""), flush=True)
-            print("       phases (median s): " + ", ".join(f"{k} {v}" for k, v in row["phase_median_s"].items()),
-                  flush=True)
+            for _ in range(args.repeat):
+                row = measure(name, mode, pool, work, concurrent, count, args.logs, args.lock_log)
+                serial_rate = serial_rate or row["per_gpu"]   # the first mode measured (serial unless left out)
+                row["ratio_vs_serial"] = round(row["per_gpu"] / serial_rate, 2)
+                rows.append(row)
+                report(name, mode, row)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2))
 

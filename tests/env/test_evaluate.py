@@ -248,3 +248,27 @@ def test_a_reference_failing_inside_a_batch_of_timed_calls_is_a_task_error(cache
                                        "        if Model.calls == 14:\n            raise RuntimeError('draw 14')\n"))
     result = evaluate(flaky, cpu_workspace(), cpu_config(cache_dir, iters=20))
     assert result.task_error and "draw 14" in result.error.message and result.reward is None
+
+
+def test_the_judge_holds_the_device_only_for_draws_timing_and_whole_outputs(cache_dir, tmp_path, monkeypatch):
+    """Who holds the device's lock, from its log: the judge compares a timed call's samples on the CPU
+    (the reference is read where the candidate was sampled inside the timed hold), so only whole
+    outputs (verification) take a compare hold; a batch's inputs are drawn under one hold."""
+    from cuda_agent.env.lock_log import read_log
+
+    log = tmp_path / "lock.log"
+    monkeypatch.setenv("CUDA_AGENT_LOCK_LOG", str(log))
+    monkeypatch.setenv("CUDA_AGENT_LOCK_DIR", str(tmp_path))
+    result = evaluate(example_task(), cpu_workspace(), cpu_config(cache_dir))
+    assert result.correct, result.error
+    holds = read_log(log)
+    count = {}
+    for h in holds:
+        count[h["label"]] = count.get(h["label"], 0) + 1
+    verification = len(result.max_abs_error)   # whole outputs compared: the task's draws and structured sets
+    judged = sum(count.get(f"harness.profile.{kind}", 0) for kind in ("warmup", "timed", "spot"))
+    assert count["harness.verify.verify"] == verification and judged > 8
+    assert count["judge.compare"] == verification
+    assert count["judge.draw"] < verification + judged   # timed calls drawn a batch at a time
+    assert count["judge.timed"] < judged
+    assert all(not h["shared"] for h in holds if h["label"] in ("judge.timed", "harness.profile.timed"))

@@ -84,3 +84,39 @@ def test_locks_of_different_devices_are_independent(tmp_path):
     with a.held():
         with b.held():
             assert not _can_lock(a.path, fcntl.LOCK_SH) and not _can_lock(b.path, fcntl.LOCK_SH)
+
+
+def test_the_lock_log_records_each_hold_and_its_split(lock, tmp_path, monkeypatch):
+    """CUDA_AGENT_LOCK_LOG: one line per hold; lock_log splits a run's wall time into alone, shared
+    (their union), handed over (free while someone waited) and idle."""
+    from cuda_agent.env.lock_log import by_label, occupancy, read_log
+
+    log = tmp_path / "lock.log"
+    monkeypatch.setenv("CUDA_AGENT_LOCK_LOG", str(log))
+    with lock.held(label="timed"):
+        pass
+    with lock.held(shared=True, label="draw"):
+        pass
+    holds = read_log(log)
+    assert [(h["label"], h["shared"]) for h in holds] == [("timed", False), ("draw", True)]
+    assert all(h["asked"] <= h["got"] <= h["released"] for h in holds)
+    # a made-up run of 10 s: alone 0-2, two shared holds overlapping 3-6, a waiter 6-7 served at 7-8
+    made_up = [{"label": "a", "shared": False, "asked": 0.0, "got": 0.0, "released": 2.0},
+               {"label": "b", "shared": True, "asked": 3.0, "got": 3.0, "released": 5.0},
+               {"label": "b", "shared": True, "asked": 4.0, "got": 4.0, "released": 6.0},
+               {"label": "a", "shared": False, "asked": 6.0, "got": 7.0, "released": 8.0},
+               {"label": "c", "shared": True, "asked": 10.0, "got": 10.0, "released": 10.0}]
+    split = occupancy(made_up)
+    assert (split["wall_s"], split["exclusive_s"], split["shared_s"], split["handover_s"], split["idle_s"]) == \
+        (10.0, 3.0, 3.0, 1.0, 3.0)
+    rows = {row["label"]: row for row in by_label(made_up)}
+    assert rows["a"]["holds"] == 2 and rows["a"]["held_total_s"] == 3.0 and rows["a"]["wait_total_s"] == 1.0
+    assert rows["b"]["mode"] == "shared" and rows["b"]["held_median_ms"] == 2000.0
+
+
+def test_no_lock_log_unless_asked(lock, tmp_path, monkeypatch):
+    monkeypatch.delenv("CUDA_AGENT_LOCK_LOG", raising=False)
+    monkeypatch.chdir(tmp_path)
+    with lock.held(label="timed"):
+        pass
+    assert not any(p.name.endswith(".log") for p in tmp_path.iterdir())

@@ -496,7 +496,7 @@ class _Evaluation:
         call.index = self.index
         save = call.kind == "verify"
         asked = time.perf_counter()
-        with self.lock.held(shared=True):
+        with self.lock.held(shared=True, label=f"harness.{phase}.prepare"):
             asked = self._traced(f"{phase}.lock_shared", asked)
             # the inputs first (drawing them costs more, and varies more, than many kernels take)
             self.candidate.channel.send(cmd="prepare", seed=call.seed, transform=call.transform, save=save)
@@ -504,7 +504,7 @@ class _Evaluation:
         asked = self._traced(f"{phase}.prepare", asked)
         if not ready["ok"]:
             raise _Failed(phase, ready["message"], ready.get("rule"))
-        with self.lock.held(shared=save):
+        with self.lock.held(shared=save, label=f"harness.{phase}.{call.kind}"):
             asked = self._traced(f"{phase}.lock_call", asked)
             # the harness's own clock covers the call itself; the CPU backend's measure is the
             # worker's CPU time (`_outside_clock`), a GPU's wall time

@@ -12,6 +12,10 @@ Writers come first: one waiting for the exclusive lock closes a gate that new sh
 through, so a stream of short shared sections cannot starve a timed call. Each holder opens the
 files itself (flock's locks belong to an open file), so threads of one process exclude each other
 as processes do.
+
+CUDA_AGENT_LOCK_LOG=FILE records every hold (who, shared or not, asked, got, let go: the system's
+monotonic clock, common to all processes) for `benchmarks/lock_occupancy.py`, which tells how busy
+the device's lock is and who keeps it.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from __future__ import annotations
 import fcntl
 import os
 import tempfile
+import time
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -46,7 +51,10 @@ class DeviceLock:
         return cls(lock_path(backend, gpu))
 
     @contextmanager
-    def held(self, shared: bool = False):
+    def held(self, shared: bool = False, label: str = ""):
+        """`label` names the holder in the lock log (CUDA_AGENT_LOCK_LOG), when one is kept."""
+        asked = time.monotonic()
+        got = None
         gate = os.open(self.gate, os.O_RDWR | os.O_CREAT, 0o666)
         main = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
         try:
@@ -56,9 +64,22 @@ class DeviceLock:
                 fcntl.flock(gate, fcntl.LOCK_UN)
             else:        # the gate stays closed while this writer waits and works
                 fcntl.flock(main, fcntl.LOCK_EX)
+            got = time.monotonic()
             yield
         finally:
             fcntl.flock(main, fcntl.LOCK_UN)
             fcntl.flock(gate, fcntl.LOCK_UN)
             os.close(main)
             os.close(gate)
+            if got is not None and os.environ.get("CUDA_AGENT_LOCK_LOG"):
+                _log_hold(label, shared, asked, got, time.monotonic())
+
+
+def _log_hold(label: str, shared: bool, asked: float, got: float, released: float) -> None:
+    """One line per hold, appended in one write (lines of many processes do not interleave)."""
+    line = f"{os.getpid()} {label or '-'} {'S' if shared else 'X'} {asked:.6f} {got:.6f} {released:.6f}\n"
+    fd = os.open(os.environ["CUDA_AGENT_LOCK_LOG"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+    try:
+        os.write(fd, line.encode())
+    finally:
+        os.close(fd)

@@ -44,10 +44,13 @@ class Tolerance:
     base_scales: tuple = ()             # the reference's output scales on the task's own first draw
 
     def for_tensor(self, ref: torch.Tensor, index: int = 0) -> tuple[float, float]:
-        floor = _TOLERANCE_FLOOR.get(ref.dtype, 0.0)
+        return self.for_scale(ref.dtype, output_scale(ref) if self.relative_to_scale else 1.0, index)
+
+    def for_scale(self, dtype: torch.dtype, scale: float, index: int = 0) -> tuple[float, float]:
+        """(atol, rtol) for a reference tensor of `dtype` whose `output_scale` is `scale`."""
+        floor = _TOLERANCE_FLOOR.get(dtype, 0.0)
         atol, rtol = max(self.atol, floor), max(self.rtol, floor)
         if self.relative_to_scale:
-            scale = output_scale(ref)
             base = self.base_scales[index] if index < len(self.base_scales) else scale
             atol *= min(1.0, base) * max(1.0, scale / base)
         return atol, rtol
@@ -162,8 +165,8 @@ def _all(parts) -> Comparison:
 
 
 def _compare_tensors(ref: torch.Tensor, out: torch.Tensor, tol: Tolerance, where: str,
-                     scale_ref: torch.Tensor | None = None, index: int = 0) -> Comparison:
-    """`scale_ref`: the whole reference tensor when `ref` is a sample of it (the tolerance's scale)."""
+                     limits: tuple[float, float] | None = None, index: int = 0) -> Comparison:
+    """`limits`: (atol, rtol) when `ref` is a sample of the reference (`tol` then goes unused)."""
     if tuple(out.shape) != tuple(ref.shape):
         return Comparison(False, float("inf"), f"{where}: shape {tuple(out.shape)}, expected {tuple(ref.shape)}")
     if out.dtype != ref.dtype:
@@ -177,7 +180,7 @@ def _compare_tensors(ref: torch.Tensor, out: torch.Tensor, tol: Tolerance, where
         return Comparison(True, 0.0)
     if ref.numel() == 0:
         return Comparison(True, 0.0)
-    atol, rtol = tol.for_tensor(scale_ref if scale_ref is not None else ref, index)
+    atol, rtol = limits if limits is not None else tol.for_tensor(ref, index)
     wide = torch.float64 if ref.dtype == torch.float64 else torch.float32
     r, o = ref.to(wide), out.to(wide)
     fast = _compare_finite(r, o, atol, rtol, where, ref.dtype == torch.float32)
@@ -348,38 +351,76 @@ def compare_samples(ref: Any, samples: dict, tol: Tolerance, count: int = SAMPLE
     """Judge side: the candidate's sampled values against the reference output at the same positions.
     Raises ForgedSamples for samples the harness's sampler cannot have taken (too few, none, outside
     the output): the candidate's process replaced it, and the comparison would check nothing."""
+    return compare_sampled(sample_reference(ref, samples, tol, count), samples)
+
+
+@dataclass
+class _SampledTensor:
+    """What comparing samples needs of one reference tensor, on the CPU."""
+    shape: list
+    dtype: torch.dtype
+    numel: int
+    dense: bool
+    limits: tuple[float, float] = (0.0, 0.0)             # (atol, rtol) for it (Tolerance.for_scale)
+    sample: tuple[torch.Tensor, torch.Tensor] | None = None   # the candidate's (positions, values)
+    expected: torch.Tensor | None = None                # the reference's values at those positions
+
+
+@dataclass
+class SampledReference:
+    """The reference read where the candidate's output was sampled (`sample_reference`): the device's
+    part of `compare_samples`, done while the reference's device is held; `compare_sampled` needs none."""
+    structure: Any
+    tensors: list[_SampledTensor]
+
+
+def sample_reference(ref: Any, samples: dict, tol: Tolerance, count: int = SAMPLES_PER_TENSOR) -> SampledReference:
+    """The reference's values at the candidate's sampled positions and its tolerances, on the CPU.
+    Raises ForgedSamples (as `compare_samples`) for a sample record the harness cannot have made."""
     if not isinstance(samples, dict) or not isinstance(samples.get("tensors"), list):
         raise ForgedSamples("no sample record")
-    if samples.get("structure") != structure(ref):
-        return Comparison(False, float("inf"), f"output structure {samples.get('structure')}, expected {structure(ref)}")
+    shape = structure(ref)
+    if samples.get("structure") != shape:
+        return SampledReference(shape, [])
     references = tensors_in(ref)
     if len(samples["tensors"]) != len(references):
         raise ForgedSamples(f"samples of {len(samples['tensors'])} output tensors, the output has {len(references)}")
     taken = [_sampled(entry, r, count, f"output[{i}]")
              for i, (r, entry) in enumerate(zip(references, samples["tensors"]))]   # all checked before any use
+    tensors = []
+    for i, (r, sample) in enumerate(zip(references, taken)):
+        view = _SampledTensor(list(r.shape), r.dtype, r.numel(), is_dense(r) if r.numel() else True, sample=sample)
+        if sample is not None:
+            expected = r.detach().reshape(-1)[sample[0].to(r.device)]
+            view.expected = (torch.view_as_real(expected) if expected.is_complex() else expected).cpu()
+            view.limits = tol.for_scale(r.dtype, output_scale(r) if tol.relative_to_scale else 1.0, i)
+        tensors.append(view)
+    return SampledReference(shape, tensors)
+
+
+def compare_sampled(reference: SampledReference, samples: dict) -> Comparison:
+    """`compare_samples`' verdict from a `sample_reference` of the same samples, on the CPU."""
+    if samples.get("structure") != reference.structure:
+        return Comparison(False, float("inf"), f"output structure {samples.get('structure')}, expected {reference.structure}")
     parts = []
-    for i, (r, entry, sample) in enumerate(zip(references, samples["tensors"], taken)):
-        where = f"output[{i}]" if len(references) > 1 else "output"
-        if entry["shape"] != list(r.shape):
+    for i, (r, entry) in enumerate(zip(reference.tensors, samples["tensors"])):
+        where = f"output[{i}]" if len(reference.tensors) > 1 else "output"
+        if entry["shape"] != r.shape:
             parts.append(Comparison(False, float("inf"), f"{where}: shape {tuple(entry['shape'])}, expected {tuple(r.shape)}"))
             continue
         if entry["dtype"] != str(r.dtype).replace("torch.", ""):
             parts.append(Comparison(False, float("inf"), f"{where}: dtype {entry['dtype']}, expected {r.dtype}"))
             continue
-        if not entry.get("dense", True) and r.numel() and is_dense(r):
+        if not entry.get("dense", True) and r.numel and r.dense:
             parts.append(Comparison(False, float("inf"), f"{where}: an overlapping or broadcast (stride 0) view with "
                                                          f"strides {entry.get('strides')}; the reference returns a "
                                                          "dense tensor: return one computed by your kernels",
                                     rule="output-layout"))
             continue
-        if sample is None:
+        if r.sample is None:
             continue
-        positions, values = sample
-        expected = r.detach().reshape(-1)[positions.to(r.device)]
-        if expected.is_complex():
-            expected = torch.view_as_real(expected)
-        got = values.to(r.device).to(expected.dtype).reshape(expected.shape)
-        parts.append(_compare_tensors(expected, got, tol, where, scale_ref=r, index=i))
+        got = r.sample[1].to(r.expected.dtype).reshape(r.expected.shape)
+        parts.append(_compare_tensors(r.expected, got, Tolerance(), where, limits=r.limits, index=i))
     return _all(parts)
 
 

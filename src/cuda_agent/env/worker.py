@@ -92,7 +92,7 @@ class _Judge:
         if job.get("save_init", True):   # the candidate builds its model from the same weights
             torch.save({"init_inputs": init_inputs, "state_dict": self.model.state_dict()},
                        self.box / "reference_init.pt")
-        with torch.no_grad(), self._device(shared=True):   # the task runs at all (and is warm)
+        with torch.no_grad(), self._device(shared=True, label="setup"):   # the task runs at all (and is warm)
             self.model(*draw_inputs(self.module, self.cfg["seed"], self.device))
         self.flush = timing.L2Flusher(self.device, self.cfg["flush_l2"])
 
@@ -112,57 +112,90 @@ class _Judge:
     def calls(self, items: list[dict]) -> list[dict]:
         """The reference on each call's draw (timed, for a timed call), and the candidate's output
         compared with it: a file (verification) or the candidate's samples. Answered in order, ending
-        at the first task error. Calls are drawn under the shared lock until `GROUP_BYTES` of inputs
-        are held, then their reference runs are timed one after the other under one exclusive hold of
-        the device (`locks`), then compared under the shared lock again."""
+        at the first task error. Calls are drawn under one shared hold of the device's lock until
+        `GROUP_BYTES` of inputs are held, then their reference runs are timed one after the other under
+        one exclusive hold (`locks`), each read at once where the candidate's output was sampled; so
+        samples are compared on the CPU, and only whole outputs (verification) take the device again."""
         self.lock_wait_s = 0.0
         answers: list[dict] = []
-        group: list[_JudgeCall] = []
-        held = 0
+        queue = list(items)
         with torch.no_grad():
-            for item in items:
-                part = self._draw(item)
-                group.append(part)
-                held += part.bytes
-                if part.answer is not None or held >= GROUP_BYTES:
-                    answers += self._settle(group)
-                    group, held = [], 0
-                    if "task_error" in answers[-1]:
-                        break
-            answers += self._settle(group)
+            while queue:
+                answers += self._settle(self._draw_group(queue))
+                if answers and "task_error" in answers[-1]:
+                    break
         if answers:   # the device lock's wait, for the harness's account of device time
             answers[-1]["lock_wait_s"] = self.lock_wait_s
         return answers
 
-    def _draw(self, cmd: dict) -> "_JudgeCall":
+    def _draw_group(self, queue: list[dict]) -> list["_JudgeCall"]:
+        """The next calls of `queue` (taken off it), drawn under one shared hold: until GROUP_BYTES of
+        inputs, a call settled early, or a call whose output file is to be read (never under the lock)."""
+        group, held = [], 0
+        part = self._load(queue.pop(0))
+        with self._device(shared=True, label="draw"):
+            while True:
+                self._draw(part)
+                group.append(part)
+                held += part.bytes
+                if part.answer is not None or held >= GROUP_BYTES or not queue or \
+                        "path" in (queue[0].get("compare") or {}):
+                    return group
+                part = self._load(queue.pop(0))
+
+    def _load(self, cmd: dict) -> "_JudgeCall":
+        """A call on its way; a verification call's output file read first, without the device:
+        reading 128 MB outlasts most kernels."""
         from cuda_agent.env.transfer import read_output
 
         part = _JudgeCall(cmd, _CallTrace() if _TRACE_CALLS else None)
         compare = cmd.get("compare") or {}
-        if "path" in compare:   # the file first, without the device: reading 128 MB outlasts most kernels
+        if "path" in compare:
             try:
                 part.candidate = read_output(compare["path"], compare.get("layout"), torch.device("cpu"),
                                              pin=self.device.type == "cuda")
             except Exception as exc:   # kept as it is: the candidate's failure, reported when compared
                 part.candidate = exc
             part.trace and part.trace.lap("load", self.device)
-        paired = part.timed and cmd.get("compile") and self.compiled is not None
+        return part
+
+    def _draw(self, part: "_JudgeCall") -> None:
+        """The call's inputs (and the reference's output when it is not timed), under the caller's hold."""
+        paired = part.timed and part.cmd.get("compile") and self.compiled is not None
         try:
-            with self._device(shared=True):
-                part.inputs = draw_inputs(self.module, cmd["seed"], self.device, part.transform)
-                part.again = draw_inputs(self.module, cmd["seed"], self.device, part.transform) if paired else None
-                part.reference = None if part.timed else self.model(*part.inputs)
+            part.inputs = draw_inputs(self.module, part.cmd["seed"], self.device, part.transform)
+            part.again = draw_inputs(self.module, part.cmd["seed"], self.device, part.transform) if paired else None
+            if not part.timed:
+                part.reference = self.model(*part.inputs)
+                self._sample(part)
         except Exception as exc:
             part.fail(exc)
         part.bytes = sum(t.numel() * t.element_size() for t in tensors_in([part.inputs, part.again]))
         part.trace and part.trace.lap("draw", self.device)
-        return part
+
+    def _sample(self, part: "_JudgeCall") -> None:
+        """For a call checked by samples: the reference read where the candidate's output was sampled,
+        inside the hold that computed it (verify.sample_reference); comparing then needs no device."""
+        from cuda_agent.env.verify import sample_reference
+
+        compare = part.cmd.get("compare") or {}
+        if "samples" not in compare:
+            return
+        if part.transform and not _all_finite(part.reference):
+            part.sampled = "the reference is not finite on it"
+            return
+        if not part.transform and not self.tol.base_scales:   # the task's own first draw sets the scale
+            self.tol = self.tol.with_base(part.reference)
+        try:
+            part.sampled = sample_reference(part.reference, compare["samples"], self.tol)
+        except Exception as exc:   # forged or unreadable samples: the candidate's, reported by _compare
+            part.sampled = exc
 
     def _settle(self, group: list["_JudgeCall"]) -> list[dict]:
         timed = [part for part in group if part.timed and part.answer is None]
         began, waited = timing._perf_counter(), self.lock_wait_s
         if timed:
-            with self._device(shared=False):
+            with self._device(shared=False, label="timed"):
                 for part in timed:
                     try:
                         part.extra["eager_ms"], part.reference = self._timed("eager", self.model, part.inputs)
@@ -174,21 +207,23 @@ class _Judge:
                         part.fail(exc)
                         if part.transform is None:   # a task error ends the batch here
                             break
+                for part in timed:   # after the timed runs: reading samples adds nothing to them
+                    if part.answer is None and part.reference is not None:
+                        self._sample(part)
         if _TRACE_CALLS and timed:
             print(f"judge batch trace n={len(timed)} exclusive={(timing._perf_counter() - began) * 1e3:.3f} "
                   f"of which lock wait={(self.lock_wait_s - waited) * 1e3:.3f}", file=sys.stderr, flush=True)
         answers = []
-        with self._device(shared=True):
+        whole = any("path" in (part.cmd.get("compare") or {}) for part in group)   # compared on the device
+        with self._device(shared=True, label="compare") if whole else nullcontext():
             for part in group:
                 part.inputs = part.again = None
                 if part.answer is None and part.reference is None:   # not reached: after a task error
                     break
                 part.trace and part.trace.lap("reference", self.device)
                 if part.answer is None:
-                    part.answer = {**self._compare(part.cmd, part.reference, part.trace, part.candidate),
-                                   **part.extra}
-                part.candidate = None
-                part.reference = None
+                    part.answer = {**self._compare(part), **part.extra}
+                part.candidate = part.reference = part.sampled = None
                 answers.append(part.answer)
                 if "task_error" in part.answer:
                     break
@@ -204,31 +239,37 @@ class _Judge:
         return ms, out
 
     @contextmanager
-    def _device(self, shared: bool):
+    def _device(self, shared: bool, label: str = ""):
         """The device's lock around one part of a call (none without a lock file in the job); what
         that part queued on the device has finished when the lock is let go."""
         asked = timing._perf_counter()
-        with self.lock.held(shared=shared) if self.lock else nullcontext():
+        with self.lock.held(shared=shared, label=f"judge.{label}") if self.lock else nullcontext():
             self.lock_wait_s += timing._perf_counter() - asked
             yield
             timing.device_synchronize(self.device)
 
-    def _compare(self, cmd: dict, reference, trace, candidate_host=None) -> dict:
-        """The candidate's output (read from its file by `_draw`, or samples) against the reference:
-        the verdict's fields."""
-        from cuda_agent.env.verify import ForgedSamples, compare_outputs, compare_samples
+    def _compare(self, part: "_JudgeCall") -> dict:
+        """The candidate's output (read from its file by `_load`, or its samples, against the reference
+        read by `_sample`) against the reference: the verdict's fields."""
+        from cuda_agent.env.verify import ForgedSamples, compare_outputs, compare_sampled
 
+        cmd, reference, trace = part.cmd, part.reference, part.trace
         transform = cmd.get("transform")
-        if transform and not _all_finite(reference):
-            return {"ok": True, "skipped": "the reference is not finite on it"}
-        if not transform and not self.tol.base_scales:   # the task's own first draw sets the scale
-            self.tol = self.tol.with_base(reference)
         compare = cmd.get("compare") or {}
+        if "samples" in compare:
+            if isinstance(part.sampled, str):
+                return {"ok": True, "skipped": part.sampled}
+        elif "path" in compare:
+            if transform and not _all_finite(reference):
+                return {"ok": True, "skipped": "the reference is not finite on it"}
+            if not transform and not self.tol.base_scales:   # the task's own first draw sets the scale
+                self.tol = self.tol.with_base(reference)
         # From here on the task has done its part: whatever fails while reading or comparing what the
         # candidate sent is the candidate's doing, never the task's (a failure here must not turn a
         # wrong solution into a "broken task", which scores nothing and leaves every denominator).
         try:
             if "path" in compare:
+                candidate_host = part.candidate
                 if isinstance(candidate_host, Exception):   # an output is never one (transfer.read_output)
                     return {"ok": False, "max_abs_error": float("inf"),
                             "message": f"candidate output unreadable: {candidate_host}"}
@@ -239,7 +280,9 @@ class _Judge:
                     self.dependence.add(reference, candidate)
                 del candidate
             elif "samples" in compare:
-                verdict = compare_samples(reference, compare["samples"], self.tol)
+                if isinstance(part.sampled, Exception):
+                    raise part.sampled
+                verdict = compare_sampled(part.sampled, compare["samples"])
             else:
                 return {"ok": True}
         except ForgedSamples as exc:
@@ -274,6 +317,7 @@ class _JudgeCall:
         self.extra: dict = {}
         self.answer: dict | None = None
         self.candidate = None       # a verification call's output read into host memory, or the error
+        self.sampled = None         # the reference where the candidate was sampled, a reason to skip, or the error
 
     def fail(self, exc: Exception) -> None:
         if self.transform:   # the reference is not defined on this structured set: nothing to compare
