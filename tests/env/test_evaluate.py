@@ -128,6 +128,9 @@ def test_broken_tasks_are_task_errors_not_solution_errors(cache_dir):
     raising = Task("raising", code.replace("return [torch.randn(batch, features)]", "raise RuntimeError('boom')"))
     result = evaluate(raising, cpu_workspace(), cpu_config(cache_dir))
     assert result.task_error and "boom" in result.error.message and result.reward is None
+    # the judge sets up while the candidate's kernels build: a broken task still comes first
+    result = evaluate(raising, cpu_workspace(kernel("int oops = ;\n" + HONEST_BODY)), cpu_config(cache_dir))
+    assert result.task_error and "boom" in result.error.message and result.reward is None
 
 
 def test_torch_compile_baseline_is_stored_and_reused_only_while_eager_agrees(tmp_path, cache_dir):

@@ -341,32 +341,40 @@ class _Evaluation:
         solution_dir = self.solution.write(self.box / "solution")
         guard_lib, kernels = self._start_builds()
         need_judge = self.stop_after != "compile"
+        begun = time.perf_counter()
         if self.candidate is None:  # not handed a pre-started pair
             self.judge = self._start("judge") if need_judge else None
             self.candidate = self._start("candidate")
-        if need_judge:
-            self._start_judge()
+        if need_judge:   # the judge sets up (the task's model, its first run) while the candidate loads
+            self._send_judge_job()
+        begun = self._traced("compile.judge_job", begun)
         prebuilt = {}
         try:
             guard_path = str(guard_lib.result())
             if kernels is not None:
                 prebuilt["cuda_extension"] = str(kernels.result())
         except _LinkRefused as refused:
-            self._lap("compile")
+            self._task_first(need_judge)
             raise _Failed("compile", str(refused), rule="native-symbol") from None
         except Exception as exc:
             from cuda_agent.env.compiler import BuildError
 
             if not isinstance(exc, BuildError):
                 raise
-            self._lap("compile")
+            self._task_first(need_judge)
             raise _Failed("compile", exc.summary) from None
+        begun = self._traced("compile.builds", begun)
         self._wait_ready(self.candidate)
+        begun = self._traced("compile.candidate_ready", begun)
         self.link_refusal = None
         self.candidate.channel.send(task_inputs_code=inputs_code, solution_dir=str(solution_dir),
                                     backend=self.backend, config=self.cfg, box=str(self.box),
                                     prebuilt=prebuilt, guard_lib=guard_path, hold_lib=self._hold_path())
+        if need_judge:
+            self._start_judge()
+            begun = self._traced("compile.judge_setup", begun)
         built = self._ask(self.candidate, self.config.timeout_compile, "compile")
+        self._traced("compile.candidate_load", begun)
         self._lap("compile")
         if not built["ok"]:
             rule = built.get("rule") or ("native-symbol" if self.link_refusal else None)
@@ -380,6 +388,12 @@ class _Evaluation:
             return
         self._profile()
         self._baselines()
+
+    def _task_first(self, need_judge: bool) -> None:
+        """Before a build's failure is reported: a broken task is reported instead (the judge's answer)."""
+        if need_judge:
+            self._judge_ready()
+        self._lap("compile")
 
     def _start_builds(self):
         """The guard library and the workspace's kernels build in the harness (never in the candidate,
@@ -426,10 +440,17 @@ class _Evaluation:
     def _start_judge_only(self, candidate: bool = True) -> None:
         """The judge's setup without any decision about the baselines (`measure_baselines`, which has no
         `candidate` to hand the model's weights to)."""
+        self._send_judge_job(candidate)
+        self._judge_ready()
+
+    def _send_judge_job(self, candidate: bool = True) -> None:
         self._wait_ready(self.judge)
         self.judge.channel.send(task_code=self.task.code, task_name=self.task.name, backend=self.backend,
                                 config=self.cfg, box=str(self.box), save_init=candidate, lock=str(self.lock.path),
                                 hold_lib=self._hold_path())
+
+    def _judge_ready(self) -> None:
+        """The judge's answer to its job: the task's reference ran."""
         self.say("computing the reference")
         reference = self._ask(self.judge, self.config.timeout_reference, "task")
         if not reference["ok"]:
@@ -437,7 +458,8 @@ class _Evaluation:
         self.result.device = reference["device"]
 
     def _start_judge(self) -> None:
-        self._start_judge_only()
+        """The judge's answer to the job `_send_judge_job` sent, and the compile baseline's mode."""
+        self._judge_ready()
         if self.stop_after is None and self.config.baselines and self.config.compile_baseline:
             self.stored = self._stored_baseline()
             self.compile_mode = "stored" if self.stored and self.config.compile_timing == "stored" else "paired"
