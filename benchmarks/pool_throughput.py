@@ -32,7 +32,6 @@ from pathlib import Path
 import cuda_agent
 from cuda_agent.env import EvalConfig, EvalPool
 from cuda_agent.env.pool import visible_gpus
-from cuda_agent.env.lock_log import by_label, occupancy, read_log
 from cuda_agent.tasks import load_solution, load_task
 
 HERE = Path(__file__).resolve().parent
@@ -73,6 +72,8 @@ def measure(name: str, mode: str, pool: EvalPool, jobs: list, concurrent: bool, 
     row["phase_median_s"] = {k: round(statistics.median(r.phase_seconds.get(k, 0.0) for r in results), 3)
                              for k in phases}
     if lock_log and lock_log.exists():   # the holds of this mode's window (lock_occupancy.py)
+        from cuda_agent.env.lock_log import by_label, occupancy, read_log
+
         holds = [h for h in read_log(lock_log) if began <= h["got"] and h["released"] <= ended]
         row["lock"] = {**occupancy(holds), "per_eval_busy_s": round(
             (occupancy(holds).get("exclusive_s", 0) + occupancy(holds).get("shared_s", 0)) / len(jobs), 3),

@@ -275,3 +275,21 @@ def test_the_judge_holds_the_device_only_for_draws_timing_and_whole_outputs(cach
     assert count["judge.draw"] < verification + judged   # timed calls drawn a batch at a time
     assert count["judge.timed"] < judged
     assert all(not h["shared"] for h in holds if h["label"] in ("judge.timed", "harness.profile.timed"))
+
+
+def test_verification_outputs_travel_through_the_staging_file_or_a_file_when_too_large(cache_dir, monkeypatch):
+    """A pair's sealed staging file carries verification outputs (no file written, no `write` step);
+    an output larger than its slot goes through the box's file, with the same verdicts."""
+    from cuda_agent.env import transfer
+
+    monkeypatch.setenv("CUDA_AGENT_TRACE_CALLS", "1")   # the harness's steps in phase_seconds
+    config = cpu_config(cache_dir, baselines=False)
+    staged = evaluate(example_task(), cpu_workspace(), config)
+    assert staged.correct and "trace.verify.call" in staged.phase_seconds
+    assert "trace.verify.write" not in staged.phase_seconds
+    monkeypatch.setattr(transfer, "STAGING_SLOT_BYTES", 64)
+    filed = evaluate(example_task(), cpu_workspace(), config)
+    assert filed.correct and "trace.verify.write" in filed.phase_seconds
+    no_relu = kernel(HONEST_BODY.replace("v > 0.f ? v : 0.f", "v"))
+    wrong = evaluate(example_task(), cpu_workspace(no_relu), config)
+    assert wrong.error.rule == "correctness" and "input set 1" in wrong.error.message

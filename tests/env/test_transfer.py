@@ -99,3 +99,59 @@ def test_the_host_copy_and_the_file_are_two_steps(tmp_path):
     assert (tmp_path / "two_steps.bin").read_bytes() == (tmp_path / "one_step.bin").read_bytes()
     back = read_output(tmp_path / "two_steps.bin", layout, CPU)
     assert torch.equal(back[0], value[0]) and torch.equal(back[1]["m"], value[1]["m"]) and back[1]["n"] == 3
+
+
+# -- the staging file (outputs without files) ----------------------------------------------------------
+
+
+def _pair(slot_bytes=1 << 20):
+    """The candidate's and the judge's mappings of one staging file, as two workers get it."""
+    from cuda_agent.env.transfer import Staging, create_staging
+
+    fd = create_staging(slot_bytes)
+    try:
+        return Staging(os.dup(fd)), Staging(os.dup(fd))
+    finally:
+        os.close(fd)
+
+
+def test_a_staged_output_comes_back_equal_and_aligned():
+    from cuda_agent.env.transfer import output_layout
+
+    candidate, judge = _pair()
+    value = [torch.tensor([True, False, True]),                    # 3 bytes: the next tensor must still align
+             {"x": torch.randn(5, 7), "n": 2}, torch.randn(4, dtype=torch.complex64), torch.empty(0, 2)]
+    layout, tensors = output_layout(value)
+    assert candidate.fits(tensors)
+    candidate.put(1, tensors)
+    back = judge.take(1, json.loads(json.dumps(layout)), CPU)
+    assert torch.equal(back[0], value[0]) and torch.equal(back[1]["x"], value[1]["x"]) and back[1]["n"] == 2
+    assert torch.equal(back[2], value[2]) and back[3].shape == (0, 2)
+    candidate.put(1, [torch.zeros(5, 7)] * 4)   # the candidate writes again: the judge's copy stays
+    assert torch.equal(back[1]["x"], value[1]["x"])
+
+
+def test_the_staging_file_is_sealed_and_checked():
+    from cuda_agent.env.transfer import Staging, create_staging
+
+    fd = create_staging(1 << 20)
+    try:
+        with pytest.raises(PermissionError):   # nobody can shrink it under a reader's mapping
+            os.ftruncate(fd, 0)
+    finally:
+        os.close(fd)
+    unsealed = os.memfd_create("plain", os.MFD_ALLOW_SEALING)
+    os.ftruncate(unsealed, 1 << 20)
+    with pytest.raises(UnreadableOutput, match="not sealed"):
+        Staging(unsealed)
+
+
+def test_a_staged_layout_is_checked_like_a_files():
+    candidate, judge = _pair(slot_bytes=4096)
+    assert not candidate.fits([torch.zeros(2048)])   # 8 KB: too large for a slot, goes through a file
+    with pytest.raises(UnreadableOutput, match="do not fit"):
+        judge.take(0, {"tensor": "float32", "shape": [4096]}, CPU)
+    with pytest.raises(UnreadableOutput):
+        judge.take(0, {"tensor": "os.system", "shape": [1]}, CPU)
+    with pytest.raises(UnreadableOutput, match="do not fit"):
+        judge.take(2, {"tensor": "float32", "shape": [1]}, CPU)

@@ -28,6 +28,7 @@ import statistics
 import tempfile
 import time
 import traceback
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -116,21 +117,43 @@ def evaluate(task: Task, solution: Solution, config: EvalConfig | None = None, *
     return result
 
 
-def _start_worker(role: str, config: EvalConfig, backend: str, job_dir: Path, gpu: int | None) -> Worker:
+def _start_worker(role: str, config: EvalConfig, backend: str, job_dir: Path, gpu: int | None,
+                  staging_fd: int | None = None) -> Worker:
     """A judge, or a candidate inside the sandbox (raises SandboxUnavailable when it cannot be)."""
     from cuda_agent.env.sandbox import sandbox_prefix
 
     box = box_of(job_dir)
     box.mkdir(parents=True, exist_ok=True)
     wrap = sandbox_prefix(config, box) if role == "candidate" else None
-    return start_worker(role, job_dir, backend, gpu, wrap)
+    return start_worker(role, job_dir, backend, gpu, wrap, staging_fd)
 
 
 def _start_pair(config: EvalConfig, backend: str, job_dir: Path, gpu: int | None):
     from cuda_agent.env.spares import WorkerPair
 
-    return WorkerPair(job_dir, _start_worker("judge", config, backend, job_dir, gpu),
-                      _start_worker("candidate", config, backend, job_dir, gpu))
+    with _staging() as fd:
+        judge = _start_worker("judge", config, backend, job_dir, gpu, fd)
+        try:
+            return WorkerPair(job_dir, judge, _start_worker("candidate", config, backend, job_dir, gpu, fd))
+        except BaseException:
+            judge.kill()
+            raise
+
+
+@contextmanager
+def _staging():
+    """The staging file a pair of workers shares (transfer.create_staging), ours only until both have it."""
+    from cuda_agent.env.transfer import create_staging
+
+    try:
+        fd = create_staging()
+    except OSError:   # no memfd here: outputs go through files
+        fd = None
+    try:
+        yield fd
+    finally:
+        if fd is not None:
+            os.close(fd)
 
 
 def _score(result: EvalResult, partial: bool = False) -> None:
@@ -306,11 +329,11 @@ class _Evaluation:
                     self.result.log = worker.log_tail()
                 worker.kill()
 
-    def _start(self, role: str) -> Worker:
+    def _start(self, role: str, staging_fd: int | None = None) -> Worker:
         from cuda_agent.env.sandbox import SandboxUnavailable
 
         try:
-            return _start_worker(role, self.config, self.backend, self.job_dir, self.gpu)
+            return _start_worker(role, self.config, self.backend, self.job_dir, self.gpu, staging_fd)
         except SandboxUnavailable as exc:
             from cuda_agent.env.doctor import Machine, check_sandbox
 
@@ -343,8 +366,9 @@ class _Evaluation:
         need_judge = self.stop_after != "compile"
         begun = time.perf_counter()
         if self.candidate is None:  # not handed a pre-started pair
-            self.judge = self._start("judge") if need_judge else None
-            self.candidate = self._start("candidate")
+            with _staging() as fd:
+                self.judge = self._start("judge", fd) if need_judge else None
+                self.candidate = self._start("candidate", fd)
         if need_judge:   # the judge sets up (the task's model, its first run) while the candidate loads
             self._send_judge_job()
         begun = self._traced("compile.judge_job", begun)
@@ -533,7 +557,7 @@ class _Evaluation:
             cpu_start = self.candidate.cpu_seconds() if self.backend == "cpu" else None
             start = time.perf_counter()
             self.candidate.channel.send(cmd="call", index=call.index, seed=call.seed, transform=call.transform,
-                                        save=save, null=call.kind == "null")
+                                        save=save, null=call.kind == "null", slot=call.index % 2)
             out = self._ask(self.candidate, timeout, phase)
             wall_ms = self._outside_clock(start, cpu_start)
         asked = self._traced(f"{phase}.call", asked)
@@ -544,7 +568,7 @@ class _Evaluation:
         if call.kind == "null":
             self.null_walls.append(wall_ms)
             return None
-        if save:   # its output to the box's file, now that the device is let go
+        if save and not out.get("staged"):   # its output to the box's file, now that the device is let go
             self.candidate.channel.send(cmd="write", index=call.index)
             written = self._ask(self.candidate, timeout, phase)
             if not written["ok"]:
@@ -558,10 +582,12 @@ class _Evaluation:
         the candidate's output to compare (its file for a verification call, else its samples)."""
         save = call.kind == "verify"
         timed = call.kind in ("warmup", "timed")
+        whole = {"path": str(self.box / f"out_{call.index}.bin"), "layout": out.get("layout")}
+        if out.get("staged"):   # in the staging file's slot of the call (transfer.Staging), not in the file
+            whole["slot"] = call.index % 2
         return dict(seed=call.seed, transform=call.transform, time=timed,
                     compile=timed and self.compile_mode == "paired",
-                    compare={"path": str(self.box / f"out_{call.index}.bin"), "layout": out.get("layout")} if save
-                    else {"samples": out["samples"]},
+                    compare=whole if save else {"samples": out["samples"]},
                     dependence=save and self.strict and not call.transform)
 
     def _judged(self, call: Call, phase: str, out: dict, verdict: dict) -> dict | None:

@@ -9,7 +9,7 @@ on request. Every judge is still a process of its own for one evaluation, in a s
 
 A request is one message on a socketpair shared only with the harness: the role, environment and
 folder as JSON, and four descriptors (the worker's stdin, its protocol pipe, its log, and the write
-end of a status pipe). The server answers with the child's pid, and when it reaps the child it
+end of a status pipe), and a fifth when the worker's pair has a staging file (transfer.Staging). The server answers with the child's pid, and when it reaps the child it
 writes the exit status (Popen's convention: minus the signal's number for a signal) to the status
 pipe, which is how the harness polls and waits for a process that is not its own child.
 """
@@ -25,6 +25,8 @@ import socket
 import subprocess
 import sys
 import threading
+
+from cuda_agent.env.protocol import STAGING_FD_ENV
 
 _MAX_REQUEST = 1 << 20
 
@@ -56,28 +58,30 @@ def _serve(sock: socket.socket) -> None:
     signal.signal(signal.SIGCHLD, reap)
     while True:
         try:
-            message, fds, _, _ = socket.recv_fds(sock, _MAX_REQUEST, 4)
+            message, fds, _, _ = socket.recv_fds(sock, _MAX_REQUEST, 5)
         except OSError:
             return
         if not message:   # the harness is gone
             return
         request = json.loads(message)
-        stdin_fd, protocol_fd, log_fd, status_fd = fds
+        stdin_fd, protocol_fd, log_fd, status_fd = fds[:4]
+        staging_fd = fds[4] if len(fds) > 4 else None   # the pair's staging file, when it has one
         signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGCHLD])   # the child is noted before it is reaped
         try:
             pid = os.fork()
             if pid == 0:
-                _become_worker(request, sock, stdin_fd, protocol_fd, log_fd, [status_fd, *status_fds.values()])
+                _become_worker(request, sock, stdin_fd, protocol_fd, log_fd, [status_fd, *status_fds.values()],
+                               staging_fd)
             status_fds[pid] = status_fd
         finally:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGCHLD])
-        for fd in (stdin_fd, protocol_fd, log_fd):
+        for fd in (stdin_fd, protocol_fd, log_fd, *([staging_fd] if staging_fd is not None else [])):
             os.close(fd)
         sock.sendall(f"{pid}\n".encode())
 
 
 def _become_worker(request: dict, sock: socket.socket, stdin_fd: int, protocol_fd: int, log_fd: int,
-                   server_fds: list[int]) -> None:
+                   server_fds: list[int], staging_fd: int | None = None) -> None:
     """In the forked child: what `python -m cuda_agent.env.worker ROLE` would be. Never returns."""
     try:
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
@@ -96,6 +100,9 @@ def _become_worker(request: dict, sock: socket.socket, stdin_fd: int, protocol_f
         sys.stderr = open(2, "w", buffering=1, closefd=False)
         os.environ.clear()
         os.environ.update(request["env"], CUDA_AGENT_PROTOCOL_FD=str(protocol_fd))
+        os.environ.pop(STAGING_FD_ENV, None)
+        if staging_fd is not None:   # its number here, not the harness's
+            os.environ[STAGING_FD_ENV] = str(staging_fd)
         os.chdir(request["cwd"])
         sys.argv = ["cuda_agent.env.worker", request["role"]]
         import random
@@ -168,13 +175,15 @@ class _Server:
         self.sock = ours
         self.lock = threading.Lock()
 
-    def fork(self, role: str, env: dict, cwd: str, protocol_fd: int, log_fd: int) -> ForkedProcess:
+    def fork(self, role: str, env: dict, cwd: str, protocol_fd: int, log_fd: int,
+             staging_fd: int | None = None) -> ForkedProcess:
         stdin_read, stdin_write = os.pipe()
         status_read, status_write = os.pipe()
         try:
             with self.lock:
                 socket.send_fds(self.sock, [json.dumps({"role": role, "env": env, "cwd": cwd}).encode()],
-                                [stdin_read, protocol_fd, log_fd, status_write])
+                                [stdin_read, protocol_fd, log_fd, status_write,
+                                 *([staging_fd] if staging_fd is not None else [])])
                 answer = self.sock.recv(64)
             if not answer:
                 raise OSError("the fork server stopped")
@@ -192,7 +201,8 @@ _server: _Server | None = None
 _server_lock = threading.Lock()
 
 
-def fork_worker(role: str, env: dict, cwd, protocol_fd: int, log_fd: int) -> ForkedProcess:
+def fork_worker(role: str, env: dict, cwd, protocol_fd: int, log_fd: int,
+                staging_fd: int | None = None) -> ForkedProcess:
     """Fork a worker with this environment and folder from the server (started on first use, with
     `env`: the import path the worker needs). The caller keeps (and closes) its own descriptors."""
     global _server
@@ -200,7 +210,7 @@ def fork_worker(role: str, env: dict, cwd, protocol_fd: int, log_fd: int) -> For
         if _server is None or _server.proc.poll() is not None:
             _server = _Server(env)
         server = _server
-    return server.fork(role, env, str(cwd), protocol_fd, log_fd)
+    return server.fork(role, env, str(cwd), protocol_fd, log_fd, staging_fd)
 
 
 if __name__ == "__main__":

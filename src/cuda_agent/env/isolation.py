@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cuda_agent.env.protocol import PROTOCOL_FD_ENV, ParentChannel
+from cuda_agent.env.protocol import PROTOCOL_FD_ENV, STAGING_FD_ENV, ParentChannel
 
 # Startup is importing torch and (on CUDA) creating a context; generous, but finite.
 STARTUP_TIMEOUT_S = 120.0
@@ -133,9 +133,10 @@ def fork_judges() -> bool:
 
 
 def start_worker(role: str, job_dir: Path, backend: str, gpu: int | None,
-                 wrap: list[str] | None = None) -> Worker:
+                 wrap: list[str] | None = None, staging_fd: int | None = None) -> Worker:
     """Start a worker process (inside the sandbox when `wrap` is bubblewrap's command prefix); call
-    `wait_ready()` before sending it work."""
+    `wait_ready()` before sending it work. `staging_fd`: the pair's staging file (transfer.Staging),
+    which the worker inherits (the caller keeps and closes its own descriptor)."""
     from cuda_agent.env.sandbox import seccomp_program
 
     read_fd, write_fd = os.pipe()
@@ -149,6 +150,9 @@ def start_worker(role: str, job_dir: Path, backend: str, gpu: int | None,
         wrap = [*wrap, "--seccomp", str(filter_fd)]
     env = dict(os.environ)
     env[PROTOCOL_FD_ENV] = str(write_fd)
+    env.pop(STAGING_FD_ENV, None)
+    if staging_fd is not None:
+        env[STAGING_FD_ENV] = str(staging_fd)
     env["PYTHONUNBUFFERED"] = "1"
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     env["CUDA_AGENT_WORKER_BACKEND"] = backend  # lets the worker create its CUDA context early
@@ -177,11 +181,12 @@ def start_worker(role: str, job_dir: Path, backend: str, gpu: int | None,
         if role == "judge" and not wrap and fork_judges():   # no torch import to wait for (forkserver.py)
             from cuda_agent.env.forkserver import fork_worker
 
-            proc = fork_worker(role, env, cwd, write_fd, log.fileno())
+            proc = fork_worker(role, env, cwd, write_fd, log.fileno(), staging_fd)
         else:
             cmd = [*(wrap or []), sys.executable, "-m", "cuda_agent.env.worker", role]
+            passed = (*keep, staging_fd) if staging_fd is not None else tuple(keep)
             proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
-                                    pass_fds=tuple(keep), env=env, cwd=cwd, start_new_session=True)
+                                    pass_fds=passed, env=env, cwd=cwd, start_new_session=True)
     finally:
         for fd in keep:
             os.close(fd)

@@ -16,6 +16,7 @@ import subprocess
 import time
 
 PROTOCOL_FD_ENV = "CUDA_AGENT_PROTOCOL_FD"
+STAGING_FD_ENV = "CUDA_AGENT_STAGING_FD"   # a pair of workers' shared staging file (transfer.Staging)
 
 
 class ChildChannel:

@@ -8,10 +8,20 @@ go through pinned host buffers instead. Neither half is trusted by the judge: th
 strictly (known dtypes, whole shapes, a bounded tree, sizes that add up to the file's exactly) and
 the file is opened without following links and read into memory of the judge's own (a mapping of a
 file in the candidate's folder could be truncated under the reader, and crash it).
+
+Outputs that fit skip the files: `Staging` is a shared memory file of two slots that the harness
+makes for each pair of workers and seals at a fixed size (nobody can shrink it under a reader's
+mapping, so reading it cannot crash the judge). The candidate copies a verification call's output
+into slot (call index mod 2) straight from the device, the judge copies it from there to its device
+(both mappings registered with CUDA: full-speed transfers, no file written or read); the schedule
+hands a slot back to the candidate only after the judge's verdict on it. Whatever the candidate
+writes there is its own output: the judge checks it like any other.
 """
 
 from __future__ import annotations
 
+import fcntl
+import mmap
 import os
 import stat
 from pathlib import Path
@@ -19,8 +29,12 @@ from typing import Any
 
 import torch
 
+from cuda_agent.env.protocol import STAGING_FD_ENV
+
 MAX_NODES = 100_000     # containers, numbers and tensors in one output's layout
 MAX_DEPTH = 64
+STAGING_SLOT_BYTES = 1 << 30   # per slot: larger outputs go through files (only written pages take memory)
+_SEALS = fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW
 
 
 class UnreadableOutput(ValueError):
@@ -40,9 +54,8 @@ def write_output(value: Any, path: Path) -> dict:
     return tree
 
 
-def output_to_host(value: Any) -> tuple[dict, list[torch.Tensor]]:
-    """(layout, every tensor's bytes in host memory): the device's part of `write_output`, which the
-    candidate does while it holds the device; the file is written after it let go (`write_host`)."""
+def output_layout(value: Any) -> tuple[dict, list[torch.Tensor]]:
+    """(layout, the tensors of `value` in the layout's order)."""
     tensors: list[torch.Tensor] = []
 
     def layout(v: Any) -> dict:
@@ -58,6 +71,18 @@ def output_to_host(value: Any) -> tuple[dict, list[torch.Tensor]]:
         return {"other": type(v).__name__}
 
     tree = layout(value)
+    return tree, tensors
+
+
+def output_to_host(value: Any) -> tuple[dict, list[torch.Tensor]]:
+    """(layout, every tensor's bytes in host memory): the device's part of `write_output`, which the
+    candidate does while it holds the device; the file is written after it let go (`write_host`)."""
+    tree, tensors = output_layout(value)
+    return tree, host_copies(tensors)
+
+
+def host_copies(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Each tensor's bytes in host memory (for `write_host`)."""
     host = []
     for t in tensors:
         data = _flat_bytes(t)
@@ -66,7 +91,7 @@ def output_to_host(value: Any) -> tuple[dict, list[torch.Tensor]]:
             pinned.copy_(data)
             data = pinned
         host.append(data)
-    return tree, host
+    return host
 
 
 def write_host(host: list[torch.Tensor], path: Path) -> None:
@@ -106,13 +131,13 @@ def _nbytes(dtype: torch.dtype, shape: list[int]) -> int:
     return count * dtype.itemsize
 
 
-def read_output(path: str | Path, layout: Any, device: torch.device, pin: bool = False) -> Any:
-    """The output `write_output` wrote, rebuilt on `device`; UnreadableOutput when the layout or the
-    file is not one it can have written. `pin`: on the CPU, in pinned memory (to go to a GPU next)."""
+def parse_layout(layout: Any) -> list[tuple[torch.dtype, list[int]]]:
+    """Each tensor's (dtype, shape) in a layout from the candidate, checked whole before anything is
+    read (UnreadableOutput: not one `output_layout` can have made)."""
     specs: list[tuple[torch.dtype, list[int]]] = []
     nodes = [0]
 
-    def check(node: Any, depth: int) -> None:   # the whole layout first: nothing read before it adds up
+    def check(node: Any, depth: int) -> None:
         nodes[0] += 1
         if nodes[0] > MAX_NODES or depth > MAX_DEPTH:
             raise UnreadableOutput("layout too large or too deep")
@@ -136,19 +161,16 @@ def read_output(path: str | Path, layout: Any, device: torch.device, pin: bool =
             raise UnreadableOutput("malformed layout")
 
     check(layout, 0)
-    expected = sum(_nbytes(dtype, shape) for dtype, shape in specs)
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    with os.fdopen(fd, "rb") as fh:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise UnreadableOutput("not a regular file")
-        if info.st_size != expected:
-            raise UnreadableOutput(f"{info.st_size} bytes, but its layout needs {expected}")
-        tensors = iter([_read_tensor(fh, dtype, shape, device, pin) for dtype, shape in specs])
+    return specs
+
+
+def build_output(layout: Any, tensors: list[torch.Tensor]) -> Any:
+    """The output a (parsed) layout describes, with `tensors` in its order."""
+    remaining = iter(tensors)
 
     def build(node: dict) -> Any:
         if "tensor" in node:
-            return next(tensors)
+            return next(remaining)
         if "list" in node:
             return [build(item) for item in node["list"]]
         if "dict" in node:
@@ -158,6 +180,22 @@ def read_output(path: str | Path, layout: Any, device: torch.device, pin: bool =
         return _Unsupported(node["other"])
 
     return build(layout)
+
+
+def read_output(path: str | Path, layout: Any, device: torch.device, pin: bool = False) -> Any:
+    """The output `write_output` wrote, rebuilt on `device`; UnreadableOutput when the layout or the
+    file is not one it can have written. `pin`: on the CPU, in pinned memory (to go to a GPU next)."""
+    specs = parse_layout(layout)
+    expected = sum(_nbytes(dtype, shape) for dtype, shape in specs)
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    with os.fdopen(fd, "rb") as fh:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise UnreadableOutput("not a regular file")
+        if info.st_size != expected:
+            raise UnreadableOutput(f"{info.st_size} bytes, but its layout needs {expected}")
+        tensors = [_read_tensor(fh, dtype, shape, device, pin) for dtype, shape in specs]
+    return build_output(layout, tensors)
 
 
 def _read_tensor(fh, dtype: torch.dtype, shape: list[int], device: torch.device, pin: bool) -> torch.Tensor:
@@ -170,3 +208,103 @@ def _read_tensor(fh, dtype: torch.dtype, shape: list[int], device: torch.device,
             raise UnreadableOutput("the file ended early")
         done += got
     return host.to(device).view(dtype).view(shape)
+
+
+# -- the staging file: outputs without files ----------------------------------------------------------
+
+
+def create_staging(slot_bytes: int | None = None) -> int:
+    """The harness's: a shared memory file of two slots (of STAGING_SLOT_BYTES), sealed at that size, for
+    one pair of workers (each inherits the descriptor, STAGING_FD_ENV); the caller closes its own once
+    both started."""
+    fd = os.memfd_create("cuda-agent-staging", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    try:
+        os.ftruncate(fd, 2 * (slot_bytes or STAGING_SLOT_BYTES))
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, _SEALS)
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _aligned(offset: int) -> int:
+    return -(-offset // 64) * 64   # every tensor's bytes start 64-aligned (any dtype can view them)
+
+
+def _staged_bytes(sizes: list[int]) -> int:
+    offset = 0
+    for size in sizes:
+        offset = _aligned(offset + size)
+    return offset
+
+
+class Staging:
+    """A worker's mapping of the staging file (`create_staging`): slot 0 and slot 1."""
+
+    def __init__(self, fd: int):
+        try:
+            if fcntl.fcntl(fd, fcntl.F_GET_SEALS) & _SEALS != _SEALS:
+                raise UnreadableOutput("the staging file is not sealed")
+            size = os.fstat(fd).st_size
+            self.slot_bytes = size // 2
+            self.mapping = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        finally:
+            os.close(fd)
+        self.memory = torch.frombuffer(self.mapping, dtype=torch.uint8) if size else torch.empty(0, dtype=torch.uint8)
+        self.pinned = [0, 0]   # bytes of each slot registered with CUDA
+
+    @classmethod
+    def from_environment(cls) -> "Staging | None":
+        """The worker's staging file, when the harness gave it one (its variable is removed either way)."""
+        fd = os.environ.pop(STAGING_FD_ENV, None)
+        if fd is None:
+            return None
+        try:
+            return cls(int(fd))
+        except (OSError, ValueError):
+            return None   # outputs then go through files
+
+    def _slot(self, index: int, nbytes: int, device: torch.device) -> torch.Tensor:
+        if index not in (0, 1) or nbytes > self.slot_bytes:
+            raise UnreadableOutput(f"{nbytes} bytes do not fit a staging slot")
+        start = index * self.slot_bytes
+        if device.type == "cuda" and nbytes > self.pinned[index]:   # once per evaluation and size
+            self._pin(index, start, nbytes)
+        return self.memory[start:start + nbytes]
+
+    def _pin(self, index: int, start: int, nbytes: int) -> None:
+        cudart = torch.cuda.cudart()
+        base = self.memory.data_ptr() + start
+        if self.pinned[index]:
+            cudart.cudaHostUnregister(base)
+        size = min(self.slot_bytes, -(-nbytes // (2 << 20)) * (2 << 20))   # whole 2 MiB, within the slot
+        self.pinned[index] = size if int(cudart.cudaHostRegister(base, size, 0)) == 0 else 0
+
+    def fits(self, tensors: list[torch.Tensor]) -> bool:
+        return _staged_bytes([t.numel() * t.element_size() for t in tensors]) <= self.slot_bytes
+
+    def put(self, index: int, tensors: list[torch.Tensor]) -> None:
+        """The candidate's: `tensors`' bytes into slot `index`, each at an aligned offset (from the
+        device straight into the registered slot)."""
+        sizes = [t.numel() * t.element_size() for t in tensors]
+        device = tensors[0].device if tensors else torch.device("cpu")
+        slot, offset = self._slot(index, _staged_bytes(sizes), device), 0
+        for t in tensors:
+            data = _flat_bytes(t)
+            slot[offset:offset + data.numel()].copy_(data)
+            offset = _aligned(offset + data.numel())
+
+    def take(self, index: int, layout: Any, device: torch.device) -> Any:
+        """The judge's: the output in slot `index` as its layout describes (checked as `read_output`
+        checks a file's): on a GPU, views of the registered slot that `to(device)` copies at full
+        speed; on the CPU, a copy (the comparison must not read memory the candidate still writes)."""
+        specs = parse_layout(layout)
+        slot = self._slot(index, _staged_bytes([_nbytes(dtype, shape) for dtype, shape in specs]), device)
+        offset, tensors = 0, []
+        for dtype, shape in specs:
+            size = _nbytes(dtype, shape)
+            raw = slot[offset:offset + size]
+            offset = _aligned(offset + size)
+            raw = raw if device.type == "cuda" else raw.clone()
+            tensors.append(raw.view(dtype).view(shape) if size else torch.empty(shape, dtype=dtype))
+        return build_output(layout, tensors)

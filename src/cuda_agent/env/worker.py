@@ -30,7 +30,9 @@ import torch
 from cuda_agent.env import timing  # captures clocks and sync before candidate code can patch them
 from cuda_agent.env.verify import take_samples as _take_samples  # bound before candidate code runs, likewise
 from cuda_agent.env.verify import tensors_in
-from cuda_agent.env.transfer import output_to_host as _output_to_host  # likewise
+from cuda_agent.env.transfer import Staging  # likewise
+from cuda_agent.env.transfer import host_copies as _host_copies
+from cuda_agent.env.transfer import output_layout as _output_layout
 from cuda_agent.env.transfer import write_host as _write_host
 from cuda_agent.env.draws import draw_inputs
 from cuda_agent.env.hold import Timer, load_hold
@@ -80,6 +82,7 @@ class _Judge:
         self.compiled = None
         self.lock = DeviceLock(job["lock"]) if job.get("lock") else None
         self.lock_wait_s = 0.0   # of the call in hand, for the harness's account of device time
+        self.staging = Staging.from_environment()   # the candidate's verification outputs, when staged
         hold = load_hold(job.get("hold_lib"))
         self.timers = {"eager": Timer(hold), "compile": Timer(hold)}
         self.module = load_task_module(job["task_code"], "reference_task", filename=f"<task {job['task_name']}>")
@@ -146,14 +149,19 @@ class _Judge:
     def _load(self, cmd: dict) -> "_JudgeCall":
         """A call on its way; a verification call's output file read first, without the device:
         reading 128 MB outlasts most kernels."""
-        from cuda_agent.env.transfer import read_output
+        from cuda_agent.env.transfer import UnreadableOutput, read_output
 
         part = _JudgeCall(cmd, _CallTrace() if _TRACE_CALLS else None)
         compare = cmd.get("compare") or {}
         if "path" in compare:
             try:
-                part.candidate = read_output(compare["path"], compare.get("layout"), torch.device("cpu"),
-                                             pin=self.device.type == "cuda")
+                if "slot" in compare:   # in the staging file (transfer.Staging), not in the file
+                    if self.staging is None:
+                        raise UnreadableOutput("no staging file")
+                    part.candidate = self.staging.take(compare["slot"], compare.get("layout"), self.device)
+                else:
+                    part.candidate = read_output(compare["path"], compare.get("layout"), torch.device("cpu"),
+                                                 pin=self.device.type == "cuda")
             except Exception as exc:   # kept as it is: the candidate's failure, reported when compared
                 part.candidate = exc
             part.trace and part.trace.lap("load", self.device)
@@ -450,6 +458,7 @@ class _Candidate:
         self.prepared = None        # (seed, inputs, sentinel, trace) of the call about to be made
         self.unwritten = None       # the last verification call's output in host memory, until `write`
         self.unwritten_index = None
+        self.staging = Staging.from_environment()   # verification outputs' slots shared with the judge
 
     # -- setup ---------------------------------------------------------------------------------
 
@@ -577,9 +586,15 @@ class _Candidate:
         if tensors:
             self.last_shape = (tuple(tensors[0].shape), tensors[0].dtype)
         answer = {"ok": True, "ms": ms, "samples": samples, "calls": calls, "timer": self.timer.mode}
-        if save:   # the whole output, for the judge: copied to host memory now, to its file on `write`
-            answer["layout"], self.unwritten = _output_to_host(snapshot)
-            self.unwritten_index = cmd["index"]
+        if save:   # the whole output, for the judge: into its staging slot, or to host memory now and
+            # to its file on `write` (no staging file, or an output larger than a slot)
+            answer["layout"], tensors = _output_layout(snapshot)
+            slot = cmd.get("slot")
+            if self.staging is not None and slot in (0, 1) and self.staging.fits(tensors):
+                self.staging.put(slot, tensors)
+                answer["staged"] = True
+            else:
+                self.unwritten, self.unwritten_index = _host_copies(tensors), cmd["index"]
         return answer
 
     def write(self, cmd: dict) -> dict:
