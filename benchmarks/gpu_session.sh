@@ -38,6 +38,9 @@ for step in $STEPS; do
         --json "$OUT/fidelity.json" ;;
     throughput)
       run throughput 420 python3 benchmarks/pool_throughput.py ${THROUGHPUT_ARGS:-} --json "$OUT/throughput.json" ;;
+    traced)   # per-call traces of one evaluation per mode (CUDA_AGENT_TRACE_CALLS=1), under $OUT/logs
+      CUDA_AGENT_TRACE_CALLS=1 run traced 300 python3 benchmarks/pool_throughput.py \
+        ${TRACED_ARGS:---evals 3 --kernels small --modes back-to-back} --logs "$OUT/logs" --json "$OUT/traced.json" ;;
     throughput_old)   # the same benchmark on the package in .old/src (gpu_carry.sh OLD=<commit>): the code before
       PYTHONPATH="$PWD/.old/src:$PYTHONPATH" run throughput_old 420 \
         python3 benchmarks/pool_throughput.py ${THROUGHPUT_ARGS:-} --json "$OUT/throughput_old.json" ;;

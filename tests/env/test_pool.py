@@ -48,3 +48,15 @@ def test_per_device_pipelining_and_prewarm(monkeypatch):
     assert cpu.per_device == 1 and cpu.capacity == 2
     explicit = EvalPool(EvalConfig(backend="cuda", prewarm=5), gpus=[0], per_device=2)
     assert explicit._sized(explicit.config).prewarm == 5   # more spares than slots, when asked, stay
+
+
+def test_a_pool_serves_one_event_loop_after_another(monkeypatch):
+    """Two `asyncio.run` calls on one pool (a script measuring twice): the second finds its slots free
+    instead of a queue bound to the first loop."""
+    recorder = Recorder(overlap=1)
+    monkeypatch.setattr(pool_module, "evaluate", recorder)
+    pool = EvalPool(EvalConfig(backend="cuda"), gpus=[0], per_device=2)
+    jobs = [(Task(f"t{i}", "code"), Solution.from_code("")) for i in range(3)]
+    for _ in range(2):
+        assert [r.task for r in asyncio.run(pool.evaluate_many(jobs))] == ["t0", "t1", "t2"]
+    assert len(recorder.calls) == 6 and recorder.most[0] <= 2

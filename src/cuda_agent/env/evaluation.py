@@ -480,6 +480,7 @@ class _Evaluation:
         if not reference["ok"]:
             raise _Failed("task", f"the task's reference failed: {reference['message']}")
         self.result.device = reference["device"]
+        self.output_bytes = reference.get("output_bytes")
 
     def _start_judge(self) -> None:
         """The judge's answer to the job `_send_judge_job` sent, and the compile baseline's mode."""
@@ -501,13 +502,14 @@ class _Evaluation:
             if not answer["ok"]:
                 self.compile_error = answer["error"]
                 self.compile_mode = "off"
-        self.candidate.channel.send(cmd="init")
+        self.candidate.channel.send(cmd="init", output_bytes=self.output_bytes)
         init = self._ask(self.candidate, self.config.timeout_verify, "verify")
         if not init["ok"]:
             raise _Failed("verify", init["message"], init.get("rule"))
         self.result.weights = init["weights"]
 
     compile_error: str | None = None
+    output_bytes: int | None = None   # the reference's output in a staging slot (the judge's first run)
 
     def _kernel_sources(self) -> dict[str, str]:
         from cuda_agent.tasks.solution import KERNEL_SUFFIXES

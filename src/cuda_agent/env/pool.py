@@ -49,6 +49,7 @@ class EvalPool:
         # round-robin over devices, so the first jobs spread out before any device takes a second one
         self.slots: list[int | None] = [d for _ in range(self.per_device) for d in devices]
         self._free: asyncio.Queue | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._threads = ThreadPoolExecutor(max_workers=len(self.slots), thread_name_prefix="eval-pool")
 
     @property
@@ -57,8 +58,11 @@ class EvalPool:
         return len(self.slots)
 
     def _queue(self) -> asyncio.Queue:
-        if self._free is None:  # created lazily, inside the running event loop
-            self._free = asyncio.Queue()
+        """The free slots, made inside the running event loop (a queue belongs to one loop): a pool used
+        again from another loop (a second `asyncio.run`) starts with all its slots free again."""
+        loop = asyncio.get_running_loop()
+        if self._free is None or self._loop is not loop:
+            self._free, self._loop = asyncio.Queue(), loop
             for slot in self.slots:
                 self._free.put_nowait(slot)
         return self._free

@@ -33,6 +33,7 @@ from cuda_agent.env.verify import tensors_in
 from cuda_agent.env.transfer import Staging  # likewise
 from cuda_agent.env.transfer import host_copies as _host_copies
 from cuda_agent.env.transfer import output_layout as _output_layout
+from cuda_agent.env.transfer import staged_bytes
 from cuda_agent.env.transfer import write_host as _write_host
 from cuda_agent.env.draws import draw_inputs
 from cuda_agent.env.hold import Timer, load_hold
@@ -96,8 +97,12 @@ class _Judge:
             torch.save({"init_inputs": init_inputs, "state_dict": self.model.state_dict()},
                        self.box / "reference_init.pt")
         with torch.no_grad(), self._device(shared=True, label="setup"):   # the task runs at all (and is warm)
-            self.model(*draw_inputs(self.module, self.cfg["seed"], self.device))
+            first = self.model(*draw_inputs(self.module, self.cfg["seed"], self.device))
         self.flush = timing.L2Flusher(self.device, self.cfg["flush_l2"])
+        # what a verification output takes in the staging file: its slots are made ready now, off the lock
+        self.output_bytes = staged_bytes(tensors_in(first))
+        if self.staging is not None:
+            self.staging.prepare(self.output_bytes, self.device)
 
     def compile(self) -> dict:
         """torch.compile the reference and warm it up (its compilation is not timed)."""
@@ -353,7 +358,7 @@ def run_judge(chan: ChildChannel) -> None:
         chan.send(ok=False, message=f"{type(exc).__name__}: {exc}\n{_short_traceback(exc)}")
         return
     name = torch.cuda.get_device_name(judge.device) if judge.device.type == "cuda" else "cpu"
-    chan.send(ok=True, device=name)
+    chan.send(ok=True, device=name, output_bytes=judge.output_bytes)
     while True:
         cmd = chan.receive()
         kind = cmd.get("cmd")
@@ -483,8 +488,13 @@ class _Candidate:
                                "(TORCH_LIBRARY_IMPL(aten, ...)); register your kernels in a namespace of your own"}
         return {"ok": True, "phase": "compile", "extensions": builder.built}
 
-    def init_model(self):
+    def init_model(self, output_bytes: int | None = None):
+        """The model, from the reference's initial weights; the staging file's slots made ready for
+        outputs of `output_bytes` (the reference's), before any call holds the device."""
         from cuda_agent.tasks.task import load_task_module
+
+        if self.staging is not None and isinstance(output_bytes, int) and 0 <= output_bytes:
+            self.staging.prepare(output_bytes, self.device)
 
         self.task_module = load_task_module(self.job["task_inputs_code"], "task_inputs", filename="<task inputs>")
         init = torch.load(self.box / "reference_init.pt", map_location="cpu", weights_only=False)
@@ -595,6 +605,9 @@ class _Candidate:
                 answer["staged"] = True
             else:
                 self.unwritten, self.unwritten_index = _host_copies(tensors), cmd["index"]
+            if trace:
+                trace.lap("output", self.device)
+                print(f"call trace output {trace}", file=sys.stderr, flush=True)
         return answer
 
     def write(self, cmd: dict) -> dict:
@@ -693,7 +706,7 @@ def run_candidate(chan: ChildChannel) -> None:
         kind = cmd.get("cmd")
         try:
             if kind == "init":
-                chan.send(**candidate.init_model())
+                chan.send(**candidate.init_model(cmd.get("output_bytes")))
             elif kind == "prepare":
                 chan.send(**candidate.prepare(cmd))
             elif kind == "call":
