@@ -565,7 +565,10 @@ class _Candidate:
             # on another stream has not landed in these values yet (and fails the comparison).
             return _take_samples(out), timing.clone_args(out) if save else None
 
-        hold = self.timer.active_hold()   # every call alike, checked or timed
+        # Timed calls (and the spot checks and empty calls among them) are held alike; a verification
+        # call is not timed, and runs unheld: the first launch of a kernel CUDA loads lazily waits for
+        # the device, and under the hold that wait lasted the hold's whole timeout, the lock held.
+        hold = None if save else self.timer.active_hold()
         stamps = [("begin", timing._perf_counter())] if trace else None
         try:
             with torch.no_grad():
@@ -723,6 +726,27 @@ def run_candidate(chan: ChildChannel) -> None:
             return
 
 
+def warm_harness_kernels(device: torch.device) -> None:
+    """The harness's own device work once on a few elements, before any job: CUDA loads each kernel
+    at its first launch (milliseconds each, waiting for the device), which would otherwise happen in
+    an evaluation's first calls while they hold the device's lock. Like creating the CUDA context, this
+    runs without the lock: a few kernels on 64 elements, once per worker."""
+    from cuda_agent.env.guard import InputSentinel
+    from cuda_agent.env.verify import Tolerance, compare_outputs, output_scale, take_samples
+
+    x = torch.randn(64, device=device)
+    torch.empty(64, device=device).fill_(float("nan"))                  # the allocator's poison
+    out = torch.relu(x)
+    take_samples(out, count=16)                                         # random positions, gather, copy back
+    for full in (True, False):                                          # the input sentinel, both kinds
+        InputSentinel([x], full=full).changed()
+    compare_outputs(out, out.clone(), Tolerance(relative_to_scale=True))  # the judge's comparison
+    compare_outputs(out, out + 1, Tolerance())
+    output_scale(out)
+    bool(torch.isfinite(out).all())
+    timing.device_synchronize(device)
+
+
 def main() -> None:
     import faulthandler
 
@@ -733,6 +757,7 @@ def main() -> None:
     chan = ChildChannel()
     if os.environ.get("CUDA_AGENT_WORKER_BACKEND") == "cuda" and torch.cuda.is_available():
         torch.empty(1, device="cuda")  # create the context now, while no job waits for us
+        warm_harness_kernels(torch.device("cuda"))
     chan.send(ready=True, pid=os.getpid())
     try:
         (run_judge if role == "judge" else run_candidate)(chan)
