@@ -731,10 +731,13 @@ def warm_harness_kernels(device: torch.device) -> None:
     at its first launch (milliseconds each, waiting for the device), which would otherwise happen in
     an evaluation's first calls while they hold the device's lock. Like creating the CUDA context, this
     runs without the lock: a few kernels on 64 elements, once per worker."""
+    from cuda_agent.env.draws import TRANSFORMS, structured
     from cuda_agent.env.guard import InputSentinel
     from cuda_agent.env.verify import Tolerance, compare_outputs, output_scale, take_samples
 
     x = torch.randn(64, device=device)
+    for transform in TRANSFORMS:                                        # the structured input sets
+        structured([x], transform, seed=1)
     torch.empty(64, device=device).fill_(float("nan"))                  # the allocator's poison
     out = torch.relu(x)
     take_samples(out, count=16)                                         # random positions, gather, copy back
