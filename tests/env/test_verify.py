@@ -208,3 +208,30 @@ def test_the_all_finite_comparison_gives_the_general_paths_verdicts(monkeypatch)
     general = [compare_outputs(r, o, tol) for r, o in cases]
     assert fast == general
     assert [c.ok for c in fast].count(False) >= 4   # failures were compared too
+
+
+def test_the_reference_read_at_the_samples_needs_no_device_to_compare():
+    """The judge reads the reference where the candidate was sampled (and its scale) while it holds the
+    device, then compares on the CPU: same verdicts as comparing against the whole reference; a
+    reference with non-finite values asks for the device again (its scale leaves the fast path)."""
+    from cuda_agent.env.verify import compare_sampled, sample_reference, start_sample_reference
+
+    strict = Tolerance(1e-4, 1e-4, relative_to_scale=True, base_scales=(1.0,))
+    ref = torch.randn(128, 64) * 1e-3
+    good, bad = take_samples(ref.clone()), take_samples(ref + 1e-3)
+    for tol in (PUBLISHED, strict):
+        sampled = sample_reference(ref, good, tol)
+        assert all(t.expected is not None and t.expected.device.type == "cpu" for t in sampled.tensors)
+        assert compare_sampled(sampled, good) == compare_samples(ref, good, tol)
+        assert compare_sampled(sample_reference(ref, bad, tol), bad) == compare_samples(ref, bad, tol)
+    assert not compare_samples(ref, bad, strict).ok   # the scale (1e-3) tightens the tolerance
+    pending = start_sample_reference(ref, good, strict)
+    assert not pending.needs_device()
+    spiked = ref.clone()
+    spiked[0, 0] = float("inf")
+    samples = take_samples(spiked.clone())
+    pending = start_sample_reference(spiked, samples, strict)
+    assert pending.needs_device()
+    finished = pending.finish()
+    assert finished.tensors[0].limits == strict.for_tensor(spiked, 0)   # the finite values' scale
+    assert compare_sampled(finished, samples).ok

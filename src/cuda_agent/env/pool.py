@@ -6,7 +6,7 @@
 Each job runs `evaluate` (its own judge and candidate processes). Only the timed calls of an
 evaluation hold the GPU (`locks.py`), so while one evaluation times, others on the same GPU build,
 start their workers, verify or write files: `per_device` evaluations (default 3 on CUDA) run at once
-per GPU, and with `EvalConfig.prewarm` that many worker pairs wait started for each GPU. Results are
+per GPU, and with `EvalConfig.prewarm` twice that many worker pairs wait started for each GPU. Results are
 plain `EvalResult` data. Across machines, `cuda_agent.env.service` runs one pool per GPU behind Ray.
 """
 
@@ -68,9 +68,12 @@ class EvalPool:
         return self._free
 
     def _sized(self, config: EvalConfig) -> EvalConfig:
-        """Spare worker pairs (when asked for) cover every evaluation a device may have in flight."""
-        if config.prewarm and int(config.prewarm) < self.per_device:
-            return replace(config, prewarm=self.per_device)
+        """Spare worker pairs (when asked for): twice what a device has in flight. A pair takes 3-4 s to
+        start on a busy machine (the sandboxed candidate imports torch) and a device finishes an
+        evaluation about every second, so the spares started by the evaluations in flight alone are
+        not ready in time (measured: 1.9 s of a 3.3 s compile phase waiting for a candidate)."""
+        if config.prewarm and int(config.prewarm) < 2 * self.per_device:
+            return replace(config, prewarm=2 * self.per_device)
         return config
 
     async def evaluate(self, task: Task, solution: Solution, config: EvalConfig | None = None) -> EvalResult:

@@ -377,25 +377,90 @@ class SampledReference:
 def sample_reference(ref: Any, samples: dict, tol: Tolerance, count: int = SAMPLES_PER_TENSOR) -> SampledReference:
     """The reference's values at the candidate's sampled positions and its tolerances, on the CPU.
     Raises ForgedSamples (as `compare_samples`) for a sample record the harness cannot have made."""
+    pending = start_sample_reference(ref, samples, tol, count)
+    return pending.finish()
+
+
+def start_sample_reference(ref: Any, samples: dict, tol: Tolerance,
+                           count: int = SAMPLES_PER_TENSOR) -> "PendingReference":
+    """`sample_reference` with its device work launched and not waited for: the values and the scales
+    land in pinned host memory, and a batch of calls waits for the device once, in `finish`, instead of
+    three times per call (it checks the record, and raises ForgedSamples, at once)."""
     if not isinstance(samples, dict) or not isinstance(samples.get("tensors"), list):
         raise ForgedSamples("no sample record")
     shape = structure(ref)
     if samples.get("structure") != shape:
-        return SampledReference(shape, [])
+        return PendingReference(shape, [], tol)
     references = tensors_in(ref)
     if len(samples["tensors"]) != len(references):
         raise ForgedSamples(f"samples of {len(samples['tensors'])} output tensors, the output has {len(references)}")
     taken = [_sampled(entry, r, count, f"output[{i}]")
              for i, (r, entry) in enumerate(zip(references, samples["tensors"]))]   # all checked before any use
-    tensors = []
-    for i, (r, sample) in enumerate(zip(references, taken)):
+    parts = []
+    for r, sample in zip(references, taken):
         view = _SampledTensor(list(r.shape), r.dtype, r.numel(), is_dense(r) if r.numel() else True, sample=sample)
+        norm = None
         if sample is not None:
-            expected = r.detach().reshape(-1)[sample[0].to(r.device)]
-            view.expected = (torch.view_as_real(expected) if expected.is_complex() else expected).cpu()
-            view.limits = tol.for_scale(r.dtype, output_scale(r) if tol.relative_to_scale else 1.0, i)
-        tensors.append(view)
-    return SampledReference(shape, tensors)
+            positions = sample[0].pin_memory() if r.is_cuda else sample[0]
+            expected = r.detach().reshape(-1)[positions.to(r.device, non_blocking=True)]
+            view.expected = _to_host(torch.view_as_real(expected) if expected.is_complex() else expected)
+            if tol.relative_to_scale and (r.is_floating_point() or r.is_complex()) and r.numel():
+                norm = _to_host(_norm(r))
+        parts.append((view, r, norm))
+    return PendingReference(shape, parts, tol)
+
+
+def _to_host(t: torch.Tensor) -> torch.Tensor:
+    """A copy of `t` on the CPU, made without waiting for it on a GPU (valid once the device is synchronised)."""
+    if not t.is_cuda:
+        return t.clone()
+    host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
+    return host.copy_(t, non_blocking=True)
+
+
+def _norm(ref: torch.Tensor) -> torch.Tensor:
+    """`output_scale`'s norm (its fast path), on the reference's device."""
+    values = ref.detach().reshape(-1)
+    if ref.is_complex():
+        values = values.abs()
+    return torch.linalg.vector_norm(values, dtype=torch.float64 if values.dtype == torch.float64 else torch.float32)
+
+
+class PendingReference:
+    """A `start_sample_reference` on its way; `finish` gives the SampledReference."""
+
+    def __init__(self, shape: Any, parts: list, tol: Tolerance):
+        self.shape, self.parts, self.tol = shape, parts, tol
+        device = next((r.device for _, r, _ in parts if r.is_cuda), None)
+        self.done = torch.cuda.Event() if device is not None else None
+        if self.done is not None:
+            self.done.record(torch.cuda.current_stream(device))
+
+    def _scales(self) -> list[float | None]:
+        """Each tensor's output_scale where its fast path holds (None where the device must compute it)."""
+        if self.done is not None:
+            self.done.synchronize()
+        scales = []
+        for view, r, norm in self.parts:
+            if norm is None:
+                scales.append(1.0)
+                continue
+            rms = float(norm) / view.numel ** 0.5
+            scales.append(None if not math.isfinite(rms) else rms if rms > 0 else 1.0)
+        return scales
+
+    def needs_device(self) -> bool:
+        """Whether `finish` will compute on the device (a reference with NaN or Inf values): rare."""
+        return any(scale is None for scale in self._scales())
+
+    def finish(self) -> SampledReference:
+        tensors = []
+        for i, ((view, r, _), scale) in enumerate(zip(self.parts, self._scales())):
+            if view.sample is not None:
+                view.limits = self.tol.for_scale(r.dtype, output_scale(r) if scale is None else scale, i)
+            tensors.append(view)
+        self.parts = []   # the reference's tensors are no longer needed here
+        return SampledReference(self.shape, tensors)
 
 
 def compare_sampled(reference: SampledReference, samples: dict) -> Comparison:

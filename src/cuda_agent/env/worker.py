@@ -189,7 +189,12 @@ class _Judge:
     def _sample(self, part: "_JudgeCall") -> None:
         """For a call checked by samples: the reference read where the candidate's output was sampled,
         inside the hold that computed it (verify.sample_reference); comparing then needs no device."""
-        from cuda_agent.env.verify import sample_reference
+        self._start_sample(part)
+        self._finish_sample(part)
+
+    def _start_sample(self, part: "_JudgeCall") -> None:
+        """`_sample`'s device work, launched (the hold's end waits for it); `_finish_sample` after."""
+        from cuda_agent.env.verify import start_sample_reference
 
         compare = part.cmd.get("compare") or {}
         if "samples" not in compare:
@@ -200,11 +205,23 @@ class _Judge:
         if not part.transform and not self.tol.base_scales:   # the task's own first draw sets the scale
             self.tol = self.tol.with_base(part.reference)
         try:
-            part.sampled = sample_reference(part.reference, compare["samples"], self.tol)
+            part.sampled = start_sample_reference(part.reference, compare["samples"], self.tol)
         except Exception as exc:   # forged or unreadable samples: the candidate's, reported by _compare
             part.sampled = exc
 
+    @staticmethod
+    def _finish_sample(part: "_JudgeCall") -> None:
+        from cuda_agent.env.verify import PendingReference
+
+        if isinstance(part.sampled, PendingReference):
+            try:
+                part.sampled = part.sampled.finish()
+            except Exception as exc:
+                part.sampled = exc
+
     def _settle(self, group: list["_JudgeCall"]) -> list[dict]:
+        from cuda_agent.env.verify import PendingReference
+
         timed = [part for part in group if part.timed and part.answer is None]
         began, waited = timing._perf_counter(), self.lock_wait_s
         if timed:
@@ -222,7 +239,16 @@ class _Judge:
                             break
                 for part in timed:   # after the timed runs: reading samples adds nothing to them
                     if part.answer is None and part.reference is not None:
-                        self._sample(part)
+                        self._start_sample(part)
+            # the reads landed when the hold ended (it waits for the device); a reference with NaN or
+            # Inf values needs the device once more for its scale
+            pending = [p for p in timed if isinstance(p.sampled, PendingReference)]
+            if any(p.sampled.needs_device() for p in pending):
+                with self._device(shared=True, label="sample"):
+                    for part in pending:
+                        self._finish_sample(part)
+            for part in pending:
+                self._finish_sample(part)
         if _TRACE_CALLS and timed:
             print(f"judge batch trace n={len(timed)} exclusive={(timing._perf_counter() - began) * 1e3:.3f} "
                   f"of which lock wait={(self.lock_wait_s - waited) * 1e3:.3f}", file=sys.stderr, flush=True)
