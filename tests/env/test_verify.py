@@ -3,7 +3,8 @@ import math
 import pytest
 import torch
 
-from cuda_agent.env.verify import (Dependence, ForgedSamples, Tolerance, compare_outputs, compare_samples,
+from cuda_agent.env.verify import (Dependence, ForgedSamples, Tolerance, compare_outputs, compare_sampled,
+                                   compare_samples, decode_samples, sample_reference, start_sample_reference,
                                    is_dense, pack_samples, take_samples)
 
 PUBLISHED = Tolerance(1e-2, 1e-2)
@@ -135,8 +136,17 @@ def test_samples_the_harness_sampler_cannot_have_taken_are_refused_not_compared(
                    lambda s: s.update(tensors=[None])):
         with pytest.raises(ForgedSamples):
             compare_samples(ref, forged(change), PUBLISHED)
+        with pytest.raises(ForgedSamples):   # decoded ahead by the judge (before it holds the device): the same
+            record = forged(change)
+            start_sample_reference(ref, record, PUBLISHED, decoded=decode_samples(record))
     with pytest.raises(ForgedSamples):
         compare_samples(ref, ["not", "a", "record"], PUBLISHED)
+    assert decode_samples(["not", "a", "record"]) is None
+    for value in (ref, complex_ref, torch.arange(10)):   # decoded ahead or not, the same reading
+        record = take_samples(value.clone())
+        ahead = start_sample_reference(value, record, PUBLISHED, decoded=decode_samples(record)).finish()
+        assert compare_sampled(ahead, record) == compare_samples(value, record, PUBLISHED)
+        assert torch.equal(ahead.tensors[0].expected, sample_reference(value, record, PUBLISHED).tensors[0].expected)
     # a wrong shape or dtype stays the output's own fault
     assert "dtype" in compare_samples(ref, take_samples(ref.double()), PUBLISHED).message
 
@@ -214,8 +224,6 @@ def test_the_reference_read_at_the_samples_needs_no_device_to_compare():
     """The judge reads the reference where the candidate was sampled (and its scale) while it holds the
     device, then compares on the CPU: same verdicts as comparing against the whole reference; a
     reference with non-finite values asks for the device again (its scale leaves the fast path)."""
-    from cuda_agent.env.verify import compare_sampled, sample_reference, start_sample_reference
-
     strict = Tolerance(1e-4, 1e-4, relative_to_scale=True, base_scales=(1.0,))
     ref = torch.randn(128, 64) * 1e-3
     good, bad = take_samples(ref.clone()), take_samples(ref + 1e-3)

@@ -52,6 +52,8 @@ def _serve(sock: socket.socket) -> None:
                 code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
                 try:
                     os.write(fd, f"{code}\n".encode())
+                except OSError:   # the harness is gone (its end of the status pipe closed)
+                    pass
                 finally:
                     os.close(fd)
 

@@ -317,11 +317,41 @@ class ForgedSamples(ValueError):
     """Samples the harness's own sampler cannot have produced: the candidate's process changed it."""
 
 
-def _sampled(entry: Any, ref: torch.Tensor, count: int, where: str) -> tuple[torch.Tensor, torch.Tensor] | None:
+def decode_samples(samples: Any) -> list | None:
+    """Each sampled tensor's record decoded ahead of the reference, as its own dtype says (the judge
+    does this before it holds the device): (positions, values, lowest, highest position), or None for
+    an unreadable one (`_sampled` raises when it matters); None for a record that is not one."""
+    if not isinstance(samples, dict) or not isinstance(samples.get("tensors"), list):
+        return None
+    decoded = []
+    for entry in samples["tensors"]:
+        try:
+            name = entry["dtype"]
+            dtype = getattr(torch, name) if isinstance(name, str) and name.isidentifier() else None
+            if not isinstance(dtype, torch.dtype):
+                raise TypeError(name)
+            decoded.append(_decode(entry, dtype.is_floating_point or dtype.is_complex, dtype.is_complex))
+        except (KeyError, TypeError, ValueError, RuntimeError, OverflowError):
+            decoded.append(None)
+    return decoded
+
+
+def _decode(entry: dict, floating: bool, complex_: bool) -> tuple[torch.Tensor, torch.Tensor, int, int]:
+    positions = unpack_samples(entry["positions"], torch.int64)
+    values = unpack_samples(entry["values"], torch.float64 if floating else torch.int64)
+    if complex_:
+        values = values.reshape(-1, 2)
+    low, high = (int(positions.min()), int(positions.max())) if positions.numel() else (0, -1)
+    return positions, values, low, high
+
+
+def _sampled(entry: Any, ref: torch.Tensor, count: int, where: str,
+             decoded: tuple | None = None) -> tuple[torch.Tensor, torch.Tensor] | None:
     """One tensor's (positions, values) as `take_samples` reports them, on the CPU; None when its shape
     or dtype is wrong (the output's own fault, reported by the comparison) or it is empty. Anything
     else than min(numel, count) positions inside the output with one value each (a complex value as
-    two) raises ForgedSamples."""
+    two) raises ForgedSamples. `decoded`: the entry as `decode_samples` read it (its dtype then is the
+    reference's, checked here first)."""
     if not isinstance(entry, dict) or entry.get("shape") != list(ref.shape) or \
             entry.get("dtype") != str(ref.dtype).replace("torch.", ""):
         if not isinstance(entry, dict) or not isinstance(entry.get("shape"), list):
@@ -331,18 +361,15 @@ def _sampled(entry: Any, ref: torch.Tensor, count: int, where: str) -> tuple[tor
     if n == 0:
         return None
     try:
-        positions = unpack_samples(entry["positions"], torch.int64)
-        values = unpack_samples(entry["values"], torch.float64 if ref.is_floating_point() or ref.is_complex()
-                                else torch.int64)
-        if ref.is_complex():
-            values = values.reshape(-1, 2)
+        positions, values, low, high = decoded or _decode(entry, ref.is_floating_point() or ref.is_complex(),
+                                                          ref.is_complex())
     except (KeyError, TypeError, ValueError, RuntimeError, OverflowError):
         raise ForgedSamples(f"{where}: no readable samples of a non-empty output") from None
     expected = (min(n, count),) + ((2,) if ref.is_complex() else ())
     if positions.shape != expected[:1] or values.shape != expected:
         raise ForgedSamples(f"{where}: {positions.numel()} sampled positions with {values.numel()} values, "
                             f"the harness takes {min(n, count)}")
-    if int(positions.min()) < 0 or int(positions.max()) >= n:
+    if low < 0 or high >= n:
         raise ForgedSamples(f"{where}: sampled positions outside the output's {n} elements")
     return positions, values
 
@@ -381,11 +408,12 @@ def sample_reference(ref: Any, samples: dict, tol: Tolerance, count: int = SAMPL
     return pending.finish()
 
 
-def start_sample_reference(ref: Any, samples: dict, tol: Tolerance,
-                           count: int = SAMPLES_PER_TENSOR) -> "PendingReference":
+def start_sample_reference(ref: Any, samples: dict, tol: Tolerance, count: int = SAMPLES_PER_TENSOR,
+                           decoded: list | None = None) -> "PendingReference":
     """`sample_reference` with its device work launched and not waited for: the values and the scales
     land in pinned host memory, and a batch of calls waits for the device once, in `finish`, instead of
-    three times per call (it checks the record, and raises ForgedSamples, at once)."""
+    three times per call (it checks the record, and raises ForgedSamples, at once). `decoded`: the
+    record as `decode_samples` read it ahead (the device is then held for less)."""
     if not isinstance(samples, dict) or not isinstance(samples.get("tensors"), list):
         raise ForgedSamples("no sample record")
     shape = structure(ref)
@@ -394,7 +422,8 @@ def start_sample_reference(ref: Any, samples: dict, tol: Tolerance,
     references = tensors_in(ref)
     if len(samples["tensors"]) != len(references):
         raise ForgedSamples(f"samples of {len(samples['tensors'])} output tensors, the output has {len(references)}")
-    taken = [_sampled(entry, r, count, f"output[{i}]")
+    ahead = decoded if decoded is not None and len(decoded) == len(references) else [None] * len(references)
+    taken = [_sampled(entry, r, count, f"output[{i}]", ahead[i])
              for i, (r, entry) in enumerate(zip(references, samples["tensors"]))]   # all checked before any use
     parts = []
     for r, sample in zip(references, taken):

@@ -155,6 +155,7 @@ class _Judge:
         """A call on its way; a verification call's output file read first, without the device:
         reading 128 MB outlasts most kernels."""
         from cuda_agent.env.transfer import UnreadableOutput, read_output
+        from cuda_agent.env.verify import decode_samples
 
         part = _JudgeCall(cmd, _CallTrace() if _TRACE_CALLS else None)
         compare = cmd.get("compare") or {}
@@ -170,6 +171,8 @@ class _Judge:
             except Exception as exc:   # kept as it is: the candidate's failure, reported when compared
                 part.candidate = exc
             part.trace and part.trace.lap("load", self.device)
+        elif "samples" in compare:   # decoded now, so that reading the reference there holds the device less
+            part.decoded = decode_samples(compare["samples"])
         return part
 
     def _draw(self, part: "_JudgeCall") -> None:
@@ -205,7 +208,7 @@ class _Judge:
         if not part.transform and not self.tol.base_scales:   # the task's own first draw sets the scale
             self.tol = self.tol.with_base(part.reference)
         try:
-            part.sampled = start_sample_reference(part.reference, compare["samples"], self.tol)
+            part.sampled = start_sample_reference(part.reference, compare["samples"], self.tol, decoded=part.decoded)
         except Exception as exc:   # forged or unreadable samples: the candidate's, reported by _compare
             part.sampled = exc
 
@@ -357,6 +360,7 @@ class _JudgeCall:
         self.answer: dict | None = None
         self.candidate = None       # a verification call's output read into host memory, or the error
         self.sampled = None         # the reference where the candidate was sampled, a reason to skip, or the error
+        self.decoded = None         # the candidate's samples, decoded before the device was held
 
     def fail(self, exc: Exception) -> None:
         if self.transform:   # the reference is not defined on this structured set: nothing to compare
