@@ -113,7 +113,12 @@ def main() -> None:
     parser.add_argument("--lock-log", type=Path, default=None,
                         help="record the device lock's holds here and report its occupancy per mode")
     parser.add_argument("--repeat", type=int, default=1, help="measure each mode this many times")
+    parser.add_argument("--switch-interval", type=float, default=None,
+                        help="the harness interpreter's thread switch interval in seconds (diagnosis: its "
+                             "evaluations share one GIL; Python's default is 0.005)")
     args = parser.parse_args()
+    if args.switch_interval:
+        __import__("sys").setswitchinterval(args.switch_interval)
     if args.lock_log:   # before any worker starts: they inherit it
         args.lock_log.unlink(missing_ok=True)
         __import__("os").environ["CUDA_AGENT_LOCK_LOG"] = str(args.lock_log)
