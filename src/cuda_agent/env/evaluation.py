@@ -147,7 +147,7 @@ def _staging():
 
     try:
         fd = create_staging()
-    except OSError:   # no memfd here: outputs go through files
+    except (OSError, AttributeError):   # no sealed memory files here: outputs go through files
         fd = None
     try:
         yield fd
