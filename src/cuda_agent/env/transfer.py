@@ -227,6 +227,20 @@ def create_staging(slot_bytes: int | None = None) -> int:
     return fd
 
 
+def _clear_cuda_error() -> None:
+    """A failed runtime call leaves its error for the thread's next `cudaGetLastError`, which PyTorch
+    reads after every kernel launch: cleared here, in the CUDA runtime torch loaded (or the next launch
+    of an honest forward would fail with it)."""
+    import ctypes
+
+    for name in ("libcudart.so.13", "libcudart.so.12", "libcudart.so"):
+        try:
+            ctypes.CDLL(name, mode=os.RTLD_NOLOAD | os.RTLD_LAZY).cudaGetLastError()
+            return
+        except (OSError, AttributeError):
+            continue
+
+
 def _aligned(offset: int) -> int:
     return -(-offset // 64) * 64   # every tensor's bytes start 64-aligned (any dtype can view them)
 
@@ -257,6 +271,7 @@ class Staging:
             os.close(fd)
         self.memory = torch.frombuffer(self.mapping, dtype=torch.uint8) if size else torch.empty(0, dtype=torch.uint8)
         self.pinned = [0, 0]   # bytes of each slot registered with CUDA
+        self.unpinnable = False   # registration failed once: pageable copies from then on (slower, not wrong)
 
     @classmethod
     def from_environment(cls) -> "Staging | None":
@@ -273,7 +288,7 @@ class Staging:
         if index not in (0, 1) or nbytes > self.slot_bytes:
             raise UnreadableOutput(f"{nbytes} bytes do not fit a staging slot")
         start = index * self.slot_bytes
-        if device.type == "cuda" and nbytes > self.pinned[index]:   # once per evaluation and size
+        if device.type == "cuda" and nbytes > self.pinned[index] and not self.unpinnable:   # once per size
             self._pin(index, start, nbytes)
         return self.memory[start:start + nbytes]
 
@@ -283,7 +298,11 @@ class Staging:
         if self.pinned[index]:
             cudart.cudaHostUnregister(base)
         size = min(self.slot_bytes, -(-nbytes // (2 << 20)) * (2 << 20))   # whole 2 MiB, within the slot
-        self.pinned[index] = size if int(cudart.cudaHostRegister(base, size, 0)) == 0 else 0
+        registered = int(cudart.cudaHostRegister(base, size, 0)) == 0
+        if not registered:
+            _clear_cuda_error()
+        self.pinned[index] = size if registered else 0
+        self.unpinnable = not registered
 
     def prepare(self, nbytes: int, device: torch.device) -> None:
         """Both slots ready for outputs of `nbytes` (on a GPU: their pages touched and registered, which
