@@ -24,7 +24,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
+import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -42,7 +44,7 @@ KERNELS = {   # the small task is the embedded example's at a larger size, solve
 }
 
 # CLOCK_CHECK=0 turns the clock cross-check off (it changes no timing, only whether a run is rejected)
-_CLOCK_CHECK = __import__("os").environ.get("CLOCK_CHECK", "1") != "0"
+_CLOCK_CHECK = os.environ.get("CLOCK_CHECK", "1") != "0"
 
 
 async def submit(pool: EvalPool, jobs: list, concurrent: bool) -> tuple[float, list]:
@@ -75,9 +77,9 @@ def measure(name: str, mode: str, pool: EvalPool, jobs: list, concurrent: bool, 
         from cuda_agent.env.lock_log import by_label, occupancy, read_log
 
         holds = [h for h in read_log(lock_log) if began <= h["got"] and h["released"] <= ended]
-        row["lock"] = {**occupancy(holds), "per_eval_busy_s": round(
-            (occupancy(holds).get("exclusive_s", 0) + occupancy(holds).get("shared_s", 0)) / len(jobs), 3),
-            "top": by_label(holds)[:8]}
+        split = occupancy(holds)
+        busy = split.get("exclusive_s", 0) + split.get("shared_s", 0)
+        row["lock"] = {**split, "per_eval_busy_s": round(busy / len(jobs), 3), "top": by_label(holds)[:8]}
     if bad:
         row["first_error"] = f"{bad[0].error.phase}: {bad[0].error.message[:300]}" if bad[0].error else "?"
     return row
@@ -118,10 +120,10 @@ def main() -> None:
                              "evaluations share one GIL; Python's default is 0.005)")
     args = parser.parse_args()
     if args.switch_interval:
-        __import__("sys").setswitchinterval(args.switch_interval)
+        sys.setswitchinterval(args.switch_interval)
     if args.lock_log:   # before any worker starts: they inherit it
         args.lock_log.unlink(missing_ok=True)
-        __import__("os").environ["CUDA_AGENT_LOCK_LOG"] = str(args.lock_log)
+        os.environ["CUDA_AGENT_LOCK_LOG"] = str(args.lock_log)
     gpus = visible_gpus()
     if not gpus:
         raise SystemExit("no GPU: this benchmark measures the CUDA pool")

@@ -65,14 +65,12 @@ def output_scale(ref: torch.Tensor) -> float:
     """RMS of the finite values (1.0 for empty or all-zero outputs)."""
     if not (ref.is_floating_point() or ref.is_complex()) or ref.numel() == 0:
         return 1.0
-    values = ref.detach().reshape(-1)
-    if ref.is_complex():
-        values = values.abs()
     # One fused pass (the judge computes this on every call): a non-finite value makes the norm
     # non-finite, and only then are the finite values picked out (a copy and, on a GPU, a sync).
-    wide = torch.float64 if values.dtype == torch.float64 else torch.float32
-    rms = float(torch.linalg.vector_norm(values, dtype=wide)) / values.numel() ** 0.5
+    rms = float(_norm(ref)) / ref.numel() ** 0.5
     if not math.isfinite(rms):
+        values = ref.detach().reshape(-1)
+        values = values.abs() if ref.is_complex() else values
         values = values[torch.isfinite(values)]
         if values.numel() == 0:
             return 1.0
@@ -448,7 +446,7 @@ def _to_host(t: torch.Tensor) -> torch.Tensor:
 
 
 def _norm(ref: torch.Tensor) -> torch.Tensor:
-    """`output_scale`'s norm (its fast path), on the reference's device."""
+    """`output_scale`'s norm (its fast path), on the reference's device, not waited for."""
     values = ref.detach().reshape(-1)
     if ref.is_complex():
         values = values.abs()
@@ -464,19 +462,19 @@ class PendingReference:
         self.done = torch.cuda.Event() if device is not None else None
         if self.done is not None:
             self.done.record(torch.cuda.current_stream(device))
+        self._fast_scales: list[float | None] | None = None
 
     def _scales(self) -> list[float | None]:
-        """Each tensor's output_scale where its fast path holds (None where the device must compute it)."""
-        if self.done is not None:
-            self.done.synchronize()
-        scales = []
-        for view, r, norm in self.parts:
-            if norm is None:
-                scales.append(1.0)
-                continue
-            rms = float(norm) / view.numel ** 0.5
-            scales.append(None if not math.isfinite(rms) else rms if rms > 0 else 1.0)
-        return scales
+        """Each tensor's output_scale where its fast path holds (None where the device must compute it),
+        read once the device's work landed."""
+        if self._fast_scales is None:
+            if self.done is not None:
+                self.done.synchronize()
+            self._fast_scales = []
+            for view, r, norm in self.parts:
+                rms = 1.0 if norm is None else float(norm) / view.numel ** 0.5
+                self._fast_scales.append(None if not math.isfinite(rms) else rms if rms > 0 else 1.0)
+        return self._fast_scales
 
     def needs_device(self) -> bool:
         """Whether `finish` will compute on the device (a reference with NaN or Inf values): rare."""

@@ -202,15 +202,23 @@ class _Judge:
         compare = part.cmd.get("compare") or {}
         if "samples" not in compare:
             return
-        if part.transform and not _all_finite(part.reference):
-            part.sampled = "the reference is not finite on it"
+        skipped = self._before_comparing(part)
+        if skipped:
+            part.sampled = skipped
             return
-        if not part.transform and not self.tol.base_scales:   # the task's own first draw sets the scale
-            self.tol = self.tol.with_base(part.reference)
         try:
             part.sampled = start_sample_reference(part.reference, compare["samples"], self.tol, decoded=part.decoded)
         except Exception as exc:   # forged or unreadable samples: the candidate's, reported by _compare
             part.sampled = exc
+
+    def _before_comparing(self, part: "_JudgeCall") -> str | None:
+        """Why the call is not compared (a structured set the reference is not finite on), or None; the
+        task's own first draw sets the tolerance's scale."""
+        if part.transform and not _all_finite(part.reference):
+            return "the reference is not finite on it"
+        if not part.transform and not self.tol.base_scales:
+            self.tol = self.tol.with_base(part.reference)
+        return None
 
     @staticmethod
     def _finish_sample(part: "_JudgeCall") -> None:
@@ -246,12 +254,10 @@ class _Judge:
             # the reads landed when the hold ended (it waits for the device); a reference with NaN or
             # Inf values needs the device once more for its scale
             pending = [p for p in timed if isinstance(p.sampled, PendingReference)]
-            if any(p.sampled.needs_device() for p in pending):
-                with self._device(shared=True, label="sample"):
-                    for part in pending:
-                        self._finish_sample(part)
-            for part in pending:
-                self._finish_sample(part)
+            scaled_on_device = any(p.sampled.needs_device() for p in pending)
+            with self._device(shared=True, label="sample") if scaled_on_device else nullcontext():
+                for part in pending:
+                    self._finish_sample(part)
         if _TRACE_CALLS and timed:
             print(f"judge batch trace n={len(timed)} exclusive={(timing._perf_counter() - began) * 1e3:.3f} "
                   f"of which lock wait={(self.lock_wait_s - waited) * 1e3:.3f}", file=sys.stderr, flush=True)
@@ -302,10 +308,9 @@ class _Judge:
             if isinstance(part.sampled, str):
                 return {"ok": True, "skipped": part.sampled}
         elif "path" in compare:
-            if transform and not _all_finite(reference):
-                return {"ok": True, "skipped": "the reference is not finite on it"}
-            if not transform and not self.tol.base_scales:   # the task's own first draw sets the scale
-                self.tol = self.tol.with_base(reference)
+            skipped = self._before_comparing(part)
+            if skipped:
+                return {"ok": True, "skipped": skipped}
         # From here on the task has done its part: whatever fails while reading or comparing what the
         # candidate sent is the candidate's doing, never the task's (a failure here must not turn a
         # wrong solution into a "broken task", which scores nothing and leaves every denominator).
