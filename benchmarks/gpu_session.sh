@@ -38,6 +38,9 @@ for step in $STEPS; do
         --json "$OUT/fidelity.json" ;;
     throughput)
       run throughput 420 python3 benchmarks/pool_throughput.py ${THROUGHPUT_ARGS:-} --json "$OUT/throughput.json" ;;
+    throughput_all)   # the same, every timed call made (--precision 0): the schedule before early stopping
+      run throughput_all 420 python3 benchmarks/pool_throughput.py ${THROUGHPUT_ARGS:-} --precision 0 \
+        --json "$OUT/throughput_all.json" ;;
     traced)   # per-call traces of one evaluation per mode (CUDA_AGENT_TRACE_CALLS=1), under $OUT/logs
       CUDA_AGENT_TRACE_CALLS=1 run traced 300 python3 benchmarks/pool_throughput.py \
         ${TRACED_ARGS:---evals 3 --kernels small --modes back-to-back} --logs "$OUT/logs" --json "$OUT/traced.json" ;;

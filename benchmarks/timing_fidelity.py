@@ -1,10 +1,13 @@
 """How much the environment's timings move between evaluations of the same kernel (GPU).
 
-    python benchmarks/timing_fidelity.py [--runs 10] [--kernelbench DIR] [--hold on,off] [--settle 0,2] [--json out.json]
+    python benchmarks/timing_fidelity.py [--runs 10] [--kernelbench DIR] [--hold on,off] [--precision 0.5,0]
+                                         [--settle 0,2] [--json out.json]
 
 Evaluates each honest kernel `--runs` times (a fresh judge and candidate each time, builds cached, after
 one evaluation not counted; under each `--hold` setting (EvalConfig.hold: timed calls queued behind the
-device hold, env/hold.py, or not: the same-run baseline) and `--settle` value of EvalConfig.settle_ms in turn) and
+device hold, env/hold.py, or not: the same-run baseline), each `--precision` (EvalConfig.precision in
+percent: timing stops once the medians are that precise; 0 times all 100 calls) and `--settle` value of
+EvalConfig.settle_ms in turn) and
 prints, per kernel, the spread (max - min) / median of kernel_ms, of speedup_vs_eager and of
 speedup_vs_compile (and of the speedup as a ratio of the two medians, for comparison with the paired
 per-call ratios the environment reports), beside a second timer on the same kernel: its device time from the PyTorch
@@ -133,6 +136,8 @@ def main() -> None:
     parser.add_argument("--only", default="", help="comma-separated label prefixes to run")
     parser.add_argument("--hold", default="on,off", help="comma-separated EvalConfig.hold settings to compare "
                                                          "(on: held timing, off: the method before it)")
+    parser.add_argument("--precision", default="0.5", help="comma-separated EvalConfig.precision settings in "
+                                                           "percent to compare (0: every timed call)")
     parser.add_argument("--settle", default="0", help="comma-separated EvalConfig.settle_ms values to compare "
                                                       "(each kernel is evaluated --runs times under each)")
     args = parser.parse_args()
@@ -141,12 +146,14 @@ def main() -> None:
     cache = default_cache_dir()
     rows = []
     holds = [h == "on" for h in args.hold.split(",")]
+    settings = [(hold, float(p)) for hold in holds for p in args.precision.split(",")]   # (hold, precision %)
     plan = [(label, task, solution, float(settle)) for label, task, solution in kernels(args.kernelbench)
             if not args.only or any(label.startswith(p) for p in args.only.split(","))
             for settle in args.settle.split(",")]
     for label, task, solution, settle in plan:
-        configs = {hold: EvalConfig(backend="cuda", cache_dir=cache, prewarm=2, clock_check=_CLOCK_CHECK,
-                                    settle_ms=settle, hold=hold) for hold in holds}
+        configs = {(hold, p): EvalConfig(backend="cuda", cache_dir=cache, prewarm=2, clock_check=_CLOCK_CHECK,
+                                         settle_ms=settle, hold=hold, precision=p / 100 or None)
+                   for hold, p in settings}
         # one evaluation per setting first, not counted: its build, and torch.compile's time stored for it
         warm = {hold: evaluate(task, solution, config) for hold, config in configs.items()}
         failed = [f"{label}: {r.error}" for r in warm.values() if not r.correct]
@@ -154,25 +161,28 @@ def main() -> None:
             print("\n".join(failed), flush=True)
             continue
         # the settings take turns, evaluation by evaluation, so the machine's drift reaches them alike
-        results = {hold: [] for hold in holds}
-        seconds = {hold: 0.0 for hold in holds}
+        results = {setting: [] for setting in settings}
+        seconds = {setting: 0.0 for setting in settings}
         for _ in range(args.runs):
-            for hold, config in configs.items():
+            for setting, config in configs.items():
                 started = time.monotonic()
                 r = evaluate(task, solution, config)
-                seconds[hold] += time.monotonic() - started
+                seconds[setting] += time.monotonic() - started
                 if not r.correct:
                     print(f"{label}: {r.error}", flush=True)
                     continue
-                results[hold].append(r)
-        for hold in holds:
-            if results[hold]:
-                row = fidelity_row(label, hold, settle, results[hold], seconds[hold])
+                results[setting].append(r)
+        for setting in settings:
+            hold, precision = setting
+            if results[setting]:
+                row = fidelity_row(label, hold, settle, results[setting], seconds[setting])
+                row["precision_percent"] = precision
                 row.update(cross_check(label, task, solution, cache, rows))
                 if row.get("profiler_ms"):
                     row["ours_vs_profiler"] = row["kernel_ms"] / row["profiler_ms"] - 1
                 rows.append(row)
-                print(f"{label:28s} {'held  ' if hold else 'unheld'} settle {settle:g} ms  kernel {row['kernel_ms']:.4f} ms  "
+                print(f"{label:28s} {'held  ' if hold else 'unheld'} precision {precision:g} % "
+                      f"({row['timed_calls']:g} timed calls) settle {settle:g} ms  kernel {row['kernel_ms']:.4f} ms  "
                       f"spread {row['spread_kernel_ms']:.2%}  vs eager {row['spread_speedup_vs_eager']:.2%} (ratio of "
                       f"medians {row['spread_median_ratio_vs_eager']:.2%})  vs compile "
                       f"{row['spread_speedup_vs_compile']:.2%}  eager {row['eager_ms']:.4f} ms spread "
@@ -186,6 +196,7 @@ def main() -> None:
 def fidelity_row(label: str, hold: bool, settle: float, results: list, seconds: float) -> dict:
     return {"kernel": label, "hold": hold, "timer": results[-1].timer, "settle_ms": settle, "runs": len(results),
             "seconds_per_eval": seconds / len(results),
+            "timed_calls": statistics.median(r.timings["kernel"].iters for r in results),
             "kernel_ms": statistics.median(r.kernel_ms for r in results),
             "eager_ms": statistics.median(r.eager_ms for r in results),
             "compile_ms": statistics.median(r.compile_ms for r in results if r.compile_ms) if any(

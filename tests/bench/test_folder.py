@@ -112,6 +112,8 @@ def test_time_boxed_run_resumes_and_refuses_other_settings(tmp_path):
     with pytest.raises(RunConflict, match="protocol"):
         run_folder(spec(tmp_path, resume=True, config=EvalConfig(backend="cpu", protocol="published")), folder,
                    evaluator)
+    with pytest.raises(RunConflict, match="precision"):   # every call timed: other numbers
+        run_folder(spec(tmp_path, resume=True, config=EvalConfig(backend="cpu", precision=None)), folder, evaluator)
     resumed = run_folder(spec(tmp_path, resume=True), folder, evaluator)
     assert resumed.left == 0 and len(results(resumed.run_dir)) == 6 and len(evaluator.calls) == 4
     again = run_folder(spec(tmp_path, resume=True), folder, evaluator)           # nothing left to do

@@ -205,3 +205,10 @@ def test_rl_data_and_replay_errors_name_the_fix_not_a_traceback(tmp_path):
         assert result.exit_code == 2, (args, result.output)
         assert fix in result.output and "Traceback" not in result.output, (args, result.output)
     assert not (tmp_path / "rl").exists()
+
+
+def test_precision_is_given_in_percent_and_zero_times_every_call():
+    from cuda_agent.env.cli_args import precision_setting
+
+    assert precision_setting(0.5) == pytest.approx(EvalConfig().precision)   # the default, both ways
+    assert precision_setting(2) == pytest.approx(0.02) and precision_setting(0) is None

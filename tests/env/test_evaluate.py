@@ -293,3 +293,22 @@ def test_verification_outputs_travel_through_the_staging_file_or_a_file_when_too
     no_relu = kernel(HONEST_BODY.replace("v > 0.f ? v : 0.f", "v"))
     wrong = evaluate(example_task(), cpu_workspace(no_relu), config)
     assert wrong.error.rule == "correctness" and "input set 1" in wrong.error.message
+
+
+def test_timing_stops_once_the_medians_are_precise_and_keeps_its_spot_and_empty_calls(cache_dir, tmp_path,
+                                                                                      monkeypatch):
+    """`precision`: the timed calls stop once the kernel's median and the paired speedup are pinned
+    down (here a loose bound, met as soon as enough calls are judged); the spot checks and empty calls
+    of the schedule still run. A bound no timing meets times every call."""
+    from cuda_agent.env.lock_log import read_log
+
+    log = tmp_path / "lock.log"
+    monkeypatch.setenv("CUDA_AGENT_LOCK_LOG", str(log))
+    monkeypatch.setenv("CUDA_AGENT_LOCK_DIR", str(tmp_path))
+    loose = evaluate(example_task(), cpu_workspace(), cpu_config(cache_dir, iters=60, min_iters=6, precision=10.0))
+    assert loose.correct, loose.error
+    assert 6 <= loose.timings["kernel"].iters < 60 and loose.timings["eager"].iters == loose.timings["kernel"].iters
+    labels = [h["label"] for h in read_log(log)]
+    assert labels.count("harness.profile.spot") == 3 and labels.count("harness.profile.null") == 12
+    tight = evaluate(example_task(), cpu_workspace(), cpu_config(cache_dir, iters=60, min_iters=6, precision=1e-9))
+    assert tight.correct and tight.timings["kernel"].iters >= 60

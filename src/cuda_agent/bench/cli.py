@@ -11,7 +11,7 @@ from typing import List, Optional
 import typer
 
 from cuda_agent.env.cli_args import (backend_option, cache_dir_option, iters_option, no_compile_baseline_option,
-                                     no_sandbox_option, trials_option)
+                                     no_sandbox_option, precision_option, trials_option)
 from cuda_agent.env.console import fail
 
 LEVELS_HELP = "KernelBench levels, e.g. 1,2,3 (default 1,2,3 unless --tasks or --dataset say otherwise)."
@@ -82,14 +82,14 @@ def _reference(path: Optional[Path], kernelbench: Optional[Path]):
         fail(str(exc))
 
 
-def _config(backend, protocol, trials, iters, no_compile_baseline, no_sandbox, cache_dir, prewarm=True):
-    from cuda_agent.env.cli_args import make_config, resolve_backend
+def _config(backend, protocol, trials, iters, no_compile_baseline, no_sandbox, cache_dir, prewarm=True, precision=0.5):
+    from cuda_agent.env.cli_args import make_config, precision_setting, resolve_backend
 
     if protocol not in ("strict", "published"):
         fail(f"--verify must be strict or published, not {protocol!r}")
     return make_config(resolve_backend(backend), cache_dir=cache_dir, no_sandbox=no_sandbox, protocol=protocol,
-                       num_correct_trials=trials, iters=iters, compile_baseline=not no_compile_baseline,
-                       prewarm=prewarm)
+                       num_correct_trials=trials, iters=iters, precision=precision_setting(precision),
+                       compile_baseline=not no_compile_baseline, prewarm=prewarm)
 
 
 def _preflight(config, ray_address: Optional[str] = None) -> None:
@@ -204,6 +204,7 @@ def register(app: typer.Typer) -> None:
                                           "`eval --verify`."),
         trials: int = trials_option(),
         iters: Optional[int] = iters_option(),
+        precision: float = precision_option(),
         no_compile_baseline: bool = no_compile_baseline_option(),
         per_device: Optional[int] = typer.Option(None, help="Evaluations in flight per GPU (default 3; CPU 1)."),
         gpus: Optional[str] = typer.Option(None, help="GPU indices to use, e.g. 0,1 (default: all visible)."),
@@ -224,7 +225,8 @@ def register(app: typer.Typer) -> None:
         if retry_failed and not resume:
             fail("--retry-failed goes with --resume")
         selected = _select(kernelbench, levels, tasks, dataset)
-        config = _config(backend, protocol, trials, iters, no_compile_baseline, no_sandbox, cache_dir)
+        config = _config(backend, protocol, trials, iters, no_compile_baseline, no_sandbox, cache_dir,
+                         precision=precision)
         _preflight(config, ray)
         spec = RunSpec(_out(out, "bench", resume), selected, config, resume, max_minutes, retry_failed, quiet, sys.argv)
         evaluator = _evaluator(config, ray, per_device, _gpus(gpus))

@@ -51,7 +51,8 @@ def eval_settings(config: EvalConfig) -> dict:
     # runs recorded before those options still resume)
     return {**timing_settings(config, config.resolved_backend()), "protocol": config.protocol,
             "iters": config.iters, "warmup": config.warmup, "trials": config.num_correct_trials,
-            "atol": config.atol, "rtol": config.rtol, "compile_baseline": config.compile_baseline}
+            "atol": config.atol, "rtol": config.rtol, "compile_baseline": config.compile_baseline,
+            **({"precision": config.precision} if config.precision is not None else {})}   # absent: every call timed
 
 
 def _run(spec: RunSpec, kind: str, settings: dict, title: str, total: int,

@@ -10,8 +10,8 @@ from typing import Optional
 import typer
 
 from cuda_agent.env.cli_args import (backend_option, cache_dir_option, iters_option, kernelbench_option,
-                                     no_compile_baseline_option, no_sandbox_option, scale_option, trials_option,
-                                     verify_option)
+                                     no_compile_baseline_option, no_sandbox_option, precision_option, scale_option,
+                                     trials_option, verify_option)
 from cuda_agent.env.console import MACHINE_ERROR, StepProgress, fail, on_terminal, require_machine
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
@@ -56,6 +56,7 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print one JSON object (no progress, no table)."),
         trials: int = trials_option(),
         iters: Optional[int] = iters_option(),
+        precision: float = precision_option(),
         atol: float = typer.Option(1e-2, min=0, help="Absolute tolerance of the output check."),
         rtol: float = typer.Option(1e-2, min=0, help="Relative tolerance of the output check."),
         verify: str = verify_option(),
@@ -67,8 +68,8 @@ def register(app: typer.Typer) -> None:
 
         Exit status: 0 evaluated (whatever the verdict), 2 bad arguments or files, 3 machine not ready.
         """
-        from cuda_agent.env.cli_args import (load_solution_arg, load_task_arg, make_config, refuse_if_too_large,
-                                             resolve_backend)
+        from cuda_agent.env.cli_args import (load_solution_arg, load_task_arg, make_config, precision_setting,
+                                             refuse_if_too_large, resolve_backend)
         from cuda_agent.env.evaluation import evaluate
 
         backend = resolve_backend(backend)
@@ -82,7 +83,7 @@ def register(app: typer.Typer) -> None:
         task_obj = load_task_arg(task, kernelbench, scale, name=name, quiet=as_json)
         solution_obj = load_solution_arg(solution)
         config = make_config(backend, cache_dir=cache_dir, no_sandbox=no_sandbox, num_correct_trials=trials,
-                             iters=iters, atol=atol, rtol=rtol, protocol=verify,
+                             iters=iters, precision=precision_setting(precision), atol=atol, rtol=rtol, protocol=verify,
                              compile_baseline=not no_compile_baseline)
         require_machine(backend, config.sandbox, config.cache_dir)
         refuse_if_too_large(task_obj, config)

@@ -31,7 +31,18 @@ def trials_option():
 
 
 def iters_option():
-    return typer.Option(None, min=1, help="Timed calls (default 100 on CUDA, 20 on CPU).")
+    return typer.Option(None, min=1, help="The most timed calls (default 100 on CUDA, 20 on CPU).")
+
+
+def precision_option():
+    return typer.Option(0.5, min=0, help="Stop timing, after at least 30 timed calls, once the kernel's median "
+                                         "time and its speedups are known within this many percent (95 % "
+                                         "confidence); 0 times every call.")
+
+
+def precision_setting(percent: float) -> float | None:
+    """EvalConfig.precision from --precision (percent; 0: off)."""
+    return percent / 100 if percent > 0 else None
 
 
 def no_compile_baseline_option():

@@ -39,6 +39,7 @@ from cuda_agent.env.isolation import Worker, box_of, start_worker
 from cuda_agent.env.protocol import ChildDied, ChildTimeout, ForgedMessage
 from cuda_agent.env.result import EvalError, EvalResult, Timing
 from cuda_agent.env.reward import milestone_reward, reward_from_speedups
+from cuda_agent.env.stats import median_precision
 from cuda_agent.env.verify import FP32_PRECISION_WARNING
 from cuda_agent.tasks.solution import Solution, missing_model_new
 from cuda_agent.tasks.task import Task, TaskError, strip_reference_model
@@ -679,6 +680,7 @@ class _Evaluation:
         pipe = _JudgePipe(self, "profile", batch=JUDGE_BATCH)
         started, done = time.monotonic(), 0
         budget_checked = False
+        measured: list[float] = []   # the candidate's timed calls so far (its verdicts come later)
         try:
             while done < len(calls):
                 call = calls[done]
@@ -686,8 +688,12 @@ class _Evaluation:
                 if remaining <= 0:
                     raise _Failed("profile", f"timing took longer than {self.config.timeout_profile:g} s",
                                   rule="timeout")
-                pipe.run(call, min(self.config.timeout_verify, remaining))
+                out = pipe.run(call, min(self.config.timeout_verify, remaining))
                 done += 1
+                if call.kind == "timed" and out is not None:
+                    measured.append(out["ms"])
+                    if self._precise_enough(measured):   # the timed calls left are not needed
+                        calls = calls[:done] + [c for c in calls[done:] if c.kind != "timed"]
                 if not budget_checked and call.kind == "warmup" and done >= 2:
                     pipe.drain()   # the judge's part of these calls counts too
                     per_call = (time.monotonic() - started) / done
@@ -704,6 +710,22 @@ class _Evaluation:
         self.result.kernel_ms = kernel.median_ms
         self._check_clock()
         self._lap("profile")
+
+    def _precise_enough(self, measured: list[float]) -> bool:
+        """Whether the kernel's median time (`measured`: every timed call so far) and its median paired
+        speedups (the calls judged so far, a batch or two fewer: a wider interval, never a narrower one)
+        are both known to within `precision` (`stats.median_precision`). The calls left are then
+        dropped: at most `iters` are timed, at least `min_iters`."""
+        precision = self.config.precision
+        if precision is None or len(measured) < self.config.min_iters:
+            return False
+        if median_precision(measured) > precision:
+            return False
+        for baseline in ("eager", "compile") if self.config.baselines else ():
+            ratios = [r[baseline] / r["kernel"] for r in self.rounds if r.get(baseline) and r.get("kernel")]
+            if (ratios or baseline == "eager") and median_precision(ratios) > precision:   # inf for a handful
+                return False
+        return True
 
     @staticmethod
     def _shortened(calls: list[Call], keep: int) -> list[Call]:
@@ -865,14 +887,15 @@ class _JudgePipe:
         self.queued: list[tuple[Call, dict]] = []
         self.in_flight: list[tuple[Call, dict]] = []
 
-    def run(self, call: Call, timeout: float) -> None:
-        """The candidate's half of `call` now, the judge's with its batch."""
+    def run(self, call: Call, timeout: float) -> dict | None:
+        """The candidate's half of `call` now (its answer, None for an empty call), the judge's with its batch."""
         try:
             out = self.evaluation._candidate_round(call, self.phase, timeout)
         except _Failed:
             self.drain()   # a verdict on an earlier call comes first, as in the schedule
             raise
         self.add(call, out)
+        return out
 
     def add(self, call: Call, out: dict | None) -> None:
         if out is None:   # an empty call: nothing to judge
