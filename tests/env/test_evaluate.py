@@ -256,7 +256,8 @@ def test_a_reference_failing_inside_a_batch_of_timed_calls_is_a_task_error(cache
 def test_the_judge_holds_the_device_only_for_draws_timing_and_whole_outputs(cache_dir, tmp_path, monkeypatch):
     """Who holds the device's lock, from its log: the judge compares a timed call's samples on the CPU
     (the reference is read where the candidate was sampled inside the timed hold), so only whole
-    outputs (verification) take a compare hold; a batch's inputs are drawn under one hold."""
+    outputs (verification) take a compare hold; a batch's inputs are drawn under one hold; the
+    candidate's checks after a timed call's timing hold the lock shared."""
     from cuda_agent.env.lock_log import read_log
 
     log = tmp_path / "lock.log"
@@ -275,6 +276,10 @@ def test_the_judge_holds_the_device_only_for_draws_timing_and_whole_outputs(cach
     assert count["judge.draw"] < verification + judged   # timed calls drawn a batch at a time
     assert count["judge.timed"] < judged
     assert all(not h["shared"] for h in holds if h["label"] in ("judge.timed", "harness.profile.timed"))
+    # a timed call's checks after its timing run shared (locks.Hold.share); verification calls are shared throughout
+    assert count["harness.profile.timed.shared"] == count["harness.profile.timed"]
+    assert count["harness.profile.null.shared"] == count["harness.profile.null"] > 0
+    assert "harness.verify.verify.shared" not in count
 
 
 def test_verification_outputs_travel_through_the_staging_file_or_a_file_when_too_large(cache_dir, monkeypatch):

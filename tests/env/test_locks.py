@@ -79,6 +79,28 @@ def test_a_waiting_writer_closes_the_gate_to_new_shared_holders(lock):
     assert order == ["reader 1 done", "writer", "reader 2"]
 
 
+def test_an_exclusive_hold_shares_its_rest_and_a_writer_then_waits_for_it(lock, tmp_path, monkeypatch):
+    """`share()`: after a timed call's timing, its checks run beside other evaluations' shared work,
+    while the next timed call still waits for them; the lock log shows the two parts apart."""
+    from cuda_agent.env.lock_log import read_log
+
+    log = tmp_path / "lock.log"
+    monkeypatch.setenv("CUDA_AGENT_LOCK_LOG", str(log))
+    with lock.held(label="harness.profile.timed") as hold:
+        assert not _can_lock(lock.path, fcntl.LOCK_SH) and not _can_lock(lock.gate, fcntl.LOCK_EX)
+        hold.share()
+        assert _can_lock(lock.gate, fcntl.LOCK_EX)          # the gate is open to shared holders
+        assert _can_lock(lock.path, fcntl.LOCK_SH)          # they get in
+        assert not _can_lock(lock.path, fcntl.LOCK_EX)      # a writer does not
+        with lock.held(shared=True) as other:
+            other.share()                                   # a shared hold has nothing to share
+            assert not _can_lock(lock.path, fcntl.LOCK_EX)
+        hold.share()                                        # twice is once
+    assert _can_lock(lock.path, fcntl.LOCK_EX) and _can_lock(lock.gate, fcntl.LOCK_EX)
+    parts = [(h["label"], h["shared"]) for h in read_log(log)]
+    assert parts == [("-", True), ("harness.profile.timed", False), ("harness.profile.timed.shared", True)]
+
+
 def test_locks_of_different_devices_are_independent(tmp_path):
     a, b = DeviceLock(tmp_path / "cuda-0.lock"), DeviceLock(tmp_path / "cuda-1.lock")
     with a.held():

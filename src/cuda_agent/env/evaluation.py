@@ -553,16 +553,20 @@ class _Evaluation:
         asked = self._traced(f"{phase}.prepare", asked)
         if not ready["ok"]:
             raise _Failed(phase, ready["message"], ready.get("rule"))
-        with self.lock.held(shared=save, label=f"harness.{phase}.{call.kind}"):
+        with self.lock.held(shared=save, label=f"harness.{phase}.{call.kind}") as hold:
             asked = self._traced(f"{phase}.lock_call", asked)
             # the harness's own clock covers the call itself; the CPU backend's measure is the
             # worker's CPU time (`_outside_clock`), a GPU's wall time
             cpu_start = self.candidate.cpu_seconds() if self.backend == "cpu" else None
             start = time.perf_counter()
             self.candidate.channel.send(cmd="call", index=call.index, seed=call.seed, transform=call.transform,
-                                        save=save, null=call.kind == "null", slot=call.index % 2)
+                                        save=save, null=call.kind == "null", slot=call.index % 2, release=not save)
             out = self._ask(self.candidate, timeout, phase)
             wall_ms = self._outside_clock(start, cpu_start)
+            if out.get("timed"):   # timing is over and the device idle: its checks run beside others' work
+                hold.share()
+                self.candidate.channel.send(cmd="finish")
+                out = self._ask(self.candidate, timeout, phase)
         asked = self._traced(f"{phase}.call", asked)
         self._check_processes(phase)
         asked = self._traced(f"{phase}.check_processes", asked)

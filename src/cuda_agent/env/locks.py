@@ -13,6 +13,11 @@ through, so a stream of short shared sections cannot starve a timed call. Each h
 files itself (flock's locks belong to an open file), so threads of one process exclude each other
 as processes do.
 
+An exclusive holder whose timed part is over can `share()` the rest of its hold (a timed call's
+checks after its forward): flock converts a lock by letting go and taking it again, which is safe
+here because the holder keeps the gate closed meanwhile, so nobody can take the lock in between;
+then it opens the gate to other shared holders, and the next writer waits for it as for any reader.
+
 CUDA_AGENT_LOCK_LOG=FILE records every hold (who, shared or not, asked, got, let go: the system's
 monotonic clock, common to all processes) for `benchmarks/lock_occupancy.py`, which tells how busy
 the device's lock is and who keeps it.
@@ -52,11 +57,11 @@ class DeviceLock:
 
     @contextmanager
     def held(self, shared: bool = False, label: str = ""):
-        """`label` names the holder in the lock log (CUDA_AGENT_LOCK_LOG), when one is kept."""
-        asked = time.monotonic()
-        got = None
+        """Yields the `Hold`; `label` names the holder in the lock log (CUDA_AGENT_LOCK_LOG), when one is kept."""
+        hold = Hold(label, shared)
         gate = os.open(self.gate, os.O_RDWR | os.O_CREAT, 0o666)
         main = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+        hold.files = (gate, main)
         try:
             fcntl.flock(gate, fcntl.LOCK_EX)
             if shared:   # through the gate and out again: only a waiting writer keeps it closed
@@ -64,15 +69,43 @@ class DeviceLock:
                 fcntl.flock(gate, fcntl.LOCK_UN)
             else:        # the gate stays closed while this writer waits and works
                 fcntl.flock(main, fcntl.LOCK_EX)
-            got = time.monotonic()
-            yield
+            hold.got = time.monotonic()
+            yield hold
         finally:
             fcntl.flock(main, fcntl.LOCK_UN)
             fcntl.flock(gate, fcntl.LOCK_UN)
             os.close(main)
             os.close(gate)
-            if got is not None and os.environ.get("CUDA_AGENT_LOCK_LOG"):
-                _log_hold(label, shared, asked, got, time.monotonic())
+            hold.files = None
+            if hold.got is not None and os.environ.get("CUDA_AGENT_LOCK_LOG"):
+                hold.log(time.monotonic())
+
+
+class Hold:
+    """One hold of a `DeviceLock`, as `held()` yields it."""
+
+    def __init__(self, label: str, shared: bool):
+        self.label, self.shared = label, shared
+        self.asked, self.got, self.shared_at = time.monotonic(), None, None
+        self.files: tuple[int, int] | None = None   # (gate, main) while held
+
+    def share(self) -> None:
+        """The rest of an exclusive hold shared (nothing for a shared one): the gate stays closed
+        while the lock is converted, so no other holder gets in between, then opens."""
+        if self.shared or self.files is None:
+            return
+        gate, main = self.files
+        fcntl.flock(main, fcntl.LOCK_SH)
+        fcntl.flock(gate, fcntl.LOCK_UN)
+        self.shared, self.shared_at = True, time.monotonic()
+
+    def log(self, released: float) -> None:
+        """Its lines in the lock log: one per part, the exclusive part and the shared rest apart."""
+        if self.shared_at is None:
+            _log_hold(self.label, self.shared, self.asked, self.got, released)
+            return
+        _log_hold(self.label, False, self.asked, self.got, self.shared_at)
+        _log_hold(self.label + ".shared", True, self.shared_at, self.shared_at, released)
 
 
 def _log_hold(label: str, shared: bool, asked: float, got: float, released: float) -> None:

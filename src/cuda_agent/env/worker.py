@@ -259,8 +259,10 @@ class _Judge:
                 for part in pending:
                     self._finish_sample(part)
         if _TRACE_CALLS and timed:
+            eager = " ".join(f"{part.extra.get('eager_ms', float('nan')):.4f}" for part in timed)
             print(f"judge batch trace n={len(timed)} exclusive={(timing._perf_counter() - began) * 1e3:.3f} "
-                  f"of which lock wait={(self.lock_wait_s - waited) * 1e3:.3f}", file=sys.stderr, flush=True)
+                  f"of which lock wait={(self.lock_wait_s - waited) * 1e3:.3f} eager_ms {eager}",
+                  file=sys.stderr, flush=True)
         answers = []
         whole = any("path" in (part.cmd.get("compare") or {}) for part in group)   # compared on the device
         with self._device(shared=True, label="compare") if whole else nullcontext():
@@ -616,7 +618,13 @@ class _Candidate:
         self.timer.note(hold)
         trace and trace.lap("timed", self.device)
         timing.device_synchronize(self.device)   # nothing of this call may run while the judge times
-        calls, problem = self._inspect(out, inputs, calls_before, threads_before, sentinel)
+        if cmd.get("release"):   # the harness shares the rest of its hold of the device, then says go on
+            self.chan.send(ok=True, timed=True)
+        try:
+            calls, problem = self._inspect(out, inputs, calls_before, threads_before, sentinel)
+        finally:   # its go-on read first, so whatever this call answers next answers that command
+            if cmd.get("release") and self.chan.receive().get("cmd") != "finish":
+                raise RuntimeError("the harness did not say go on after the timed part of a call")
         self.threads.mark()
         if trace:
             trace.lap("inspect", self.device)
