@@ -15,7 +15,7 @@ and for each way of submitting N evaluations on GPU 0:
   concurrent   all N at once, pipelined pool (`per_device` in flight, their timed calls serialised)
   2 GPUs       2N at once over GPUs 0 and 1 (when present): evaluations per second per GPU
 Every evaluation is the full default one (strict protocol, eager paired, torch.compile from the store;
-timed calls until the medians are known within --precision percent, at most 100; --precision 0 times
+timed calls until the medians are known within --precision percent (default 0.75), at most 100; --precision 0 times
 all 100, as before that option). Each pipelined pool runs one untimed round of evaluations first
 (--no-prime: measured from a cold pool), so a mode measures a pool in its steady state, as a long
 RL run or benchmark sees it. The target: at least 1.0 evaluation per second per GPU for cached
@@ -121,7 +121,7 @@ def main() -> None:
     parser.add_argument("--lock-log", type=Path, default=None,
                         help="record the device lock's holds here and report its occupancy per mode")
     parser.add_argument("--repeat", type=int, default=1, help="measure each mode this many times")
-    parser.add_argument("--precision", type=float, default=0.5,
+    parser.add_argument("--precision", type=float, default=EvalConfig.precision * 100,
                         help="EvalConfig.precision in percent (0: every timed call, the schedule before it)")
     parser.add_argument("--no-prime", dest="prime", action="store_false",
                         help="measure pipelined pools from cold (no untimed round first)")

@@ -1,13 +1,14 @@
 """How much the environment's timings move between evaluations of the same kernel (GPU).
 
-    python benchmarks/timing_fidelity.py [--runs 10] [--kernelbench DIR] [--hold on,off] [--precision 0.5,0]
-                                         [--settle 0,2] [--json out.json]
+    python benchmarks/timing_fidelity.py [--runs 10] [--kernelbench DIR] [--hold on,off] [--precision 0.75,0]
+                                         [--in-flight 3] [--settle 0,2] [--json out.json]
 
 Evaluates each honest kernel `--runs` times (a fresh judge and candidate each time, builds cached, after
 one evaluation not counted; under each `--hold` setting (EvalConfig.hold: timed calls queued behind the
 device hold, env/hold.py, or not: the same-run baseline), each `--precision` (EvalConfig.precision in
 percent: timing stops once the medians are that precise; 0 times all 100 calls) and `--settle` value of
-EvalConfig.settle_ms in turn) and
+EvalConfig.settle_ms in turn; with `--in-flight N`, the `--runs` evaluations of each setting go
+through one pool N at a time instead, the load an RL run or a bench run puts on the GPU) and
 prints, per kernel, the spread (max - min) / median of kernel_ms, of speedup_vs_eager and of
 speedup_vs_compile (and of the speedup as a ratio of the two medians, for comparison with the paired
 per-call ratios the environment reports), beside a second timer on the same kernel: its device time from the PyTorch
@@ -23,6 +24,7 @@ import json
 import statistics
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -136,8 +138,11 @@ def main() -> None:
     parser.add_argument("--only", default="", help="comma-separated label prefixes to run")
     parser.add_argument("--hold", default="on,off", help="comma-separated EvalConfig.hold settings to compare "
                                                          "(on: held timing, off: the method before it)")
-    parser.add_argument("--precision", default="0.5", help="comma-separated EvalConfig.precision settings in "
+    parser.add_argument("--precision", default="0.75", help="comma-separated EvalConfig.precision settings in "
                                                            "percent to compare (0: every timed call)")
+    parser.add_argument("--in-flight", type=int, default=1,
+                        help="evaluations at once through one pool (default 1: one after another, the settings "
+                             "taking turns)")
     parser.add_argument("--settle", default="0", help="comma-separated EvalConfig.settle_ms values to compare "
                                                       "(each kernel is evaluated --runs times under each)")
     args = parser.parse_args()
@@ -163,7 +168,10 @@ def main() -> None:
         # the settings take turns, evaluation by evaluation, so the machine's drift reaches them alike
         results = {setting: [] for setting in settings}
         seconds = {setting: 0.0 for setting in settings}
-        for _ in range(args.runs):
+        if args.in_flight > 1:   # under load instead: --runs evaluations, --in-flight at once, per setting
+            for setting, config in configs.items():
+                results[setting], seconds[setting] = under_load(task, solution, config, args.runs, args.in_flight)
+        for _ in range(args.runs if args.in_flight <= 1 else 0):
             for setting, config in configs.items():
                 started = time.monotonic()
                 r = evaluate(task, solution, config)
@@ -176,7 +184,7 @@ def main() -> None:
             hold, precision = setting
             if results[setting]:
                 row = fidelity_row(label, hold, settle, results[setting], seconds[setting])
-                row["precision_percent"] = precision
+                row["precision_percent"], row["in_flight"] = precision, args.in_flight
                 row.update(cross_check(label, task, solution, cache, rows))
                 if row.get("profiler_ms"):
                     row["ours_vs_profiler"] = row["kernel_ms"] / row["profiler_ms"] - 1
@@ -191,6 +199,24 @@ def main() -> None:
                       flush=True)
         if args.json:
             args.json.write_text(json.dumps(rows, indent=1))
+
+
+def under_load(task, solution, config, runs: int, in_flight: int) -> tuple[list, float]:
+    """`runs` evaluations through one pool, `in_flight` at a time (as an RL rollout or a bench run
+    submits them): the correct results and the wall time, after one untimed round that starts its spares."""
+    import asyncio
+
+    from cuda_agent.env import EvalPool
+
+    pool = EvalPool(replace(config, prewarm=in_flight), gpus=[0], per_device=in_flight)
+    asyncio.run(pool.evaluate_many([(task, solution)] * in_flight))
+    started = time.monotonic()
+    done = asyncio.run(pool.evaluate_many([(task, solution)] * runs))
+    seconds = time.monotonic() - started
+    for r in done:
+        if not r.correct:
+            print(f"{task.name}: {r.error}", flush=True)
+    return [r for r in done if r.correct], seconds
 
 
 def fidelity_row(label: str, hold: bool, settle: float, results: list, seconds: float) -> dict:

@@ -210,5 +210,5 @@ def test_rl_data_and_replay_errors_name_the_fix_not_a_traceback(tmp_path):
 def test_precision_is_given_in_percent_and_zero_times_every_call():
     from cuda_agent.env.cli_args import precision_setting
 
-    assert precision_setting(0.5) == pytest.approx(EvalConfig().precision)   # the default, both ways
+    assert precision_setting(0.75) == pytest.approx(EvalConfig().precision)   # the default, both ways
     assert precision_setting(2) == pytest.approx(0.02) and precision_setting(0) is None

@@ -312,7 +312,9 @@ def test_timing_stops_once_the_medians_are_precise_and_keeps_its_spot_and_empty_
     monkeypatch.setenv("CUDA_AGENT_LOCK_DIR", str(tmp_path))
     loose = evaluate(example_task(), cpu_workspace(), cpu_config(cache_dir, iters=60, min_iters=6, precision=10.0))
     assert loose.correct, loose.error
-    assert 6 <= loose.timings["kernel"].iters < 60 and loose.timings["eager"].iters == loose.timings["kernel"].iters
+    # calls still with the judge are judged once the kernel is known: at most a batch (8) past the minimum
+    assert 6 <= loose.timings["kernel"].iters <= 6 + 8
+    assert loose.timings["eager"].iters == loose.timings["kernel"].iters
     labels = [h["label"] for h in read_log(log)]
     assert labels.count("harness.profile.spot") == 3 and labels.count("harness.profile.null") == 12
     tight = evaluate(example_task(), cpu_workspace(), cpu_config(cache_dir, iters=60, min_iters=6, precision=1e-9))

@@ -82,14 +82,14 @@ def _reference(path: Optional[Path], kernelbench: Optional[Path]):
         fail(str(exc))
 
 
-def _config(backend, protocol, trials, iters, no_compile_baseline, no_sandbox, cache_dir, prewarm=True, precision=0.5):
+def _config(backend, protocol, trials, iters, no_compile_baseline, no_sandbox, cache_dir, prewarm=True, precision=None):
     from cuda_agent.env.cli_args import make_config, precision_setting, resolve_backend
 
     if protocol not in ("strict", "published"):
         fail(f"--verify must be strict or published, not {protocol!r}")
     return make_config(resolve_backend(backend), cache_dir=cache_dir, no_sandbox=no_sandbox, protocol=protocol,
-                       num_correct_trials=trials, iters=iters, precision=precision_setting(precision),
-                       compile_baseline=not no_compile_baseline, prewarm=prewarm)
+                       num_correct_trials=trials, iters=iters, compile_baseline=not no_compile_baseline,
+                       prewarm=prewarm, **({} if precision is None else {"precision": precision_setting(precision)}))
 
 
 def _preflight(config, ray_address: Optional[str] = None) -> None:

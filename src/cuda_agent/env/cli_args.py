@@ -35,9 +35,12 @@ def iters_option():
 
 
 def precision_option():
-    return typer.Option(0.5, min=0, help="Stop timing, after at least 30 timed calls, once the kernel's median "
-                                         "time and its speedups are known within this many percent (95 % "
-                                         "confidence); 0 times every call.")
+    from cuda_agent.env.config import EvalConfig
+
+    default = EvalConfig.precision * 100
+    return typer.Option(default, min=0, help="Stop timing, after at least 30 timed calls, once the kernel's "
+                                             "median time and its speedups are known within this many percent "
+                                             "(95 % confidence); 0 times every call.")
 
 
 def precision_setting(percent: float) -> float | None:

@@ -41,10 +41,11 @@ class EvalConfig:
     warmup: int = 10
     iters: int | None = None            # the most timed calls; None: 100 on CUDA, 20 on CPU
     # Timing stops early, after at least `min_iters` timed calls, once the medians it reports (the
-    # kernel's time and the paired speedup) are known to within `precision` of their value (half the
-    # width of a 95 % confidence interval); None times every call. Measured on an H100: 0.5 % keeps
-    # ten evaluations of one kernel within 2 % of each other (docs/benchmarks.md).
-    precision: float | None = 0.005
+    # kernel's time and the paired speedups) are known to within `precision` of their value (half the
+    # width of a 95 % confidence interval); None times every call. 0.75 % is a standard error of
+    # 0.38 %: ten evaluations' medians then lie within 2 % of each other (their range is about 3 standard
+    # errors; over 5 happens less than once in a hundred), measured in docs/benchmarks.md.
+    precision: float | None = 0.0075
     min_iters: int = 30
     profile_budget_s: float = 20.0      # fewer iterations (at least 5) when one call is slow
     flush_l2: bool = True

@@ -696,7 +696,7 @@ class _Evaluation:
                 done += 1
                 if call.kind == "timed" and out is not None:
                     measured.append(out["ms"])
-                    if self._precise_enough(measured):   # the timed calls left are not needed
+                    if self._precise_enough(measured, pipe):   # the timed calls left are not needed
                         calls = calls[:done] + [c for c in calls[done:] if c.kind != "timed"]
                 if not budget_checked and call.kind == "warmup" and done >= 2:
                     pipe.drain()   # the judge's part of these calls counts too
@@ -715,17 +715,21 @@ class _Evaluation:
         self._check_clock()
         self._lap("profile")
 
-    def _precise_enough(self, measured: list[float]) -> bool:
+    def _precise_enough(self, measured: list[float], pipe: "_JudgePipe") -> bool:
         """Whether the kernel's median time (`measured`: every timed call so far) and its median paired
-        speedups (the calls judged so far, a batch or two fewer: a wider interval, never a narrower one)
-        are both known to within `precision` (`stats.median_precision`). The calls left are then
-        dropped: at most `iters` are timed, at least `min_iters`."""
+        speedups (the calls judged so far) are both known to within `precision`
+        (`stats.median_precision`). The calls left are then dropped: at most `iters` are timed, at
+        least `min_iters`. The judge's verdicts trail the candidate by a batch or two: when the kernel
+        is known well enough and a batch's worth of calls awaits the judge, they are judged first."""
         precision = self.config.precision
-        if precision is None or len(measured) < self.config.min_iters:
+        if precision is None or len(measured) < self.config.min_iters or median_precision(measured) > precision:
             return False
-        if median_precision(measured) > precision:
-            return False
-        for baseline in ("eager", "compile") if self.config.baselines else ():
+        if self.config.baselines and pipe.pending() >= JUDGE_BATCH:
+            pipe.drain()
+        return self.config.baselines is False or self._speedups_precise(precision)
+
+    def _speedups_precise(self, precision: float) -> bool:
+        for baseline in ("eager", "compile"):
             ratios = [r[baseline] / r["kernel"] for r in self.rounds if r.get(baseline) and r.get("kernel")]
             if (ratios or baseline == "eager") and median_precision(ratios) > precision:   # inf for a handful
                 return False
@@ -908,6 +912,10 @@ class _JudgePipe:
         if len(self.queued) >= self.batch:
             self._collect()
             self._send()
+
+    def pending(self) -> int:
+        """Calls the candidate answered that the judge has not yet answered for."""
+        return len(self.queued) + len(self.in_flight)
 
     def drain(self) -> None:
         self._collect()
