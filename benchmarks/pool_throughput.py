@@ -121,8 +121,9 @@ def main() -> None:
     parser.add_argument("--lock-log", type=Path, default=None,
                         help="record the device lock's holds here and report its occupancy per mode")
     parser.add_argument("--repeat", type=int, default=1, help="measure each mode this many times")
-    parser.add_argument("--precision", type=float, default=EvalConfig.precision * 100,
-                        help="EvalConfig.precision in percent (0: every timed call, the schedule before it)")
+    parser.add_argument("--precision", type=float, default=None,
+                        help="EvalConfig.precision in percent (default: its default; 0: every timed call, the "
+                             "schedule before it)")
     parser.add_argument("--no-prime", dest="prime", action="store_false",
                         help="measure pipelined pools from cold (no untimed round first)")
     parser.add_argument("--switch-interval", type=float, default=None,
@@ -138,7 +139,7 @@ def main() -> None:
     if not gpus:
         raise SystemExit("no GPU: this benchmark measures the CUDA pool")
     base = EvalConfig(backend="cuda", clock_check=_CLOCK_CHECK)
-    if any(f.name == "precision" for f in fields(EvalConfig)):   # absent from the code before it (throughput_old)
+    if args.precision is not None and any(f.name == "precision" for f in fields(EvalConfig)):   # absent before it
         base = replace(base, precision=args.precision / 100 or None)
     rows = []
     for name in args.kernels.split(","):
