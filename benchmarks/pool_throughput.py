@@ -2,6 +2,7 @@
 
     python benchmarks/pool_throughput.py [--evals 12] [--per-device 3] [--modes concurrent] [--json out.json]
     CUDA_AGENT_TRACE_CALLS=1 python benchmarks/pool_throughput.py ... --logs DIR   # where each round waits
+    CUDA_AGENT_LOG_ROUNDS=1 python benchmarks/pool_throughput.py ... --logs DIR    # every timed call's times
     python benchmarks/pool_throughput.py ... --lock-log FILE   # how busy the device's lock was, and with what
 
 For each kernel, honest and with its build and baselines cached by a warm-up evaluation first:
@@ -15,8 +16,8 @@ and for each way of submitting N evaluations on GPU 0:
   concurrent   all N at once, pipelined pool (`per_device` in flight, their timed calls serialised)
   2 GPUs       2N at once over GPUs 0 and 1 (when present): evaluations per second per GPU
 Every evaluation is the full default one (strict protocol, eager paired, torch.compile from the store;
-timed calls until the medians are known within --precision percent (default 0.75), at most 100; --precision 0 times
-all 100, as before that option). Each pipelined pool runs one untimed round of evaluations first
+timed calls until the medians are known within --precision percent (default 0.75), at most 100;
+--precision 0 times all 100, as before that option). Each pipelined pool runs one untimed round of evaluations first
 (--no-prime: measured from a cold pool), so a mode measures a pool in its steady state, as a long
 RL run or benchmark sees it. The target: at least 1.0 evaluation per second per GPU for cached
 sub-millisecond kernels, concurrently. Prints a table (and writes JSON) with each mode's ratio to the
@@ -68,6 +69,12 @@ def measure(name: str, mode: str, pool: EvalPool, jobs: list, concurrent: bool, 
     if logs:   # the workers' per-call traces (CUDA_AGENT_TRACE_CALLS=1) of the middle evaluation
         logs.mkdir(parents=True, exist_ok=True)
         (logs / f"{name}-{mode.replace(' ', '_')}.log").write_text(results[len(results) // 2].log or "")
+        # every evaluation's timed calls (CUDA_AGENT_LOG_ROUNDS=1), one JSON line each
+        rounds = [line[len("rounds "):] for r in results for line in (r.log or "").splitlines()
+                  if line.startswith("rounds ")]
+        if rounds:
+            with open(logs / f"{name}-{mode.replace(' ', '_')}.rounds.jsonl", "a") as out:
+                out.write("\n".join(rounds) + "\n")
     bad = [r for r in results if not r.correct]
     row = {"kernel": name, "mode": mode, "evals": len(jobs), "gpus": gpus, "seconds": round(seconds, 2),
            "evals_per_s": round(len(jobs) / seconds, 3), "per_gpu": round(len(jobs) / seconds / gpus, 3),
@@ -94,8 +101,8 @@ def measure(name: str, mode: str, pool: EvalPool, jobs: list, concurrent: bool, 
 def report(name: str, mode: str, row: dict) -> None:
     print(f"{name:6} {mode:13} {row['evals']:3} evals {row['seconds']:7.1f} s  {row['evals_per_s']:6.2f}/s  "
           f"{row['per_gpu']:6.2f}/s per GPU  x{row['ratio_vs_serial']:.2f} vs serial  "
-          f"{row['correct']}/{row['evals']} correct, {row['timed_calls']} timed calls" + (f"  {row.get('first_error')}" if 'first_error' in row
-                                                          else ""), flush=True)
+          f"{row['correct']}/{row['evals']} correct, {row['timed_calls']} timed calls"
+          + (f"  {row.get('first_error')}" if 'first_error' in row else ""), flush=True)
     print("       phases (median s): " + ", ".join(f"{k} {v}" for k, v in row["phase_median_s"].items()), flush=True)
     if "lock" in row:
         lock = row["lock"]

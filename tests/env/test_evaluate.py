@@ -2,6 +2,7 @@
 
 import asyncio
 import json
+import statistics
 import subprocess
 import sys
 
@@ -319,3 +320,14 @@ def test_timing_stops_once_the_medians_are_precise_and_keeps_its_spot_and_empty_
     assert labels.count("harness.profile.spot") == 3 and labels.count("harness.profile.null") == 12
     tight = evaluate(example_task(), cpu_workspace(), cpu_config(cache_dir, iters=60, min_iters=6, precision=1e-9))
     assert tight.correct and tight.timings["kernel"].iters >= 60
+
+
+def test_every_timed_calls_measures_can_go_to_the_log_for_diagnosis(cache_dir, monkeypatch):
+    """CUDA_AGENT_LOG_ROUNDS=1: the timed calls' kernel and eager times, in order, and the empty calls'
+    walls, as one JSON line of the result's log (pool_throughput --logs collects them)."""
+    monkeypatch.setenv("CUDA_AGENT_LOG_ROUNDS", "1")
+    result = evaluate(example_task(), cpu_workspace(), cpu_config(cache_dir))
+    line = next(line for line in result.log.splitlines() if line.startswith("rounds "))
+    logged = json.loads(line[len("rounds "):])
+    assert len(logged["rounds"]) == result.timings["kernel"].iters and len(logged["null_walls"]) == 12
+    assert statistics.median(r["kernel"] for r in logged["rounds"]) == pytest.approx(result.kernel_ms)

@@ -726,7 +726,7 @@ class _Evaluation:
             return False
         if self.config.baselines and pipe.pending() >= JUDGE_BATCH:
             pipe.drain()
-        return self.config.baselines is False or self._speedups_precise(precision)
+        return not self.config.baselines or self._speedups_precise(precision)
 
     def _speedups_precise(self, precision: float) -> bool:
         for baseline in ("eager", "compile"):
@@ -779,6 +779,10 @@ class _Evaluation:
             self.result.log = self.candidate.log_tail(400_000) + (self.judge.log_tail(400_000) if self.judge else "")
         else:
             self.result.log = self.candidate.log_tail()
+        if os.environ.get("CUDA_AGENT_LOG_ROUNDS") == "1":   # diagnosis: every timed call's measures, in order
+            import json
+
+            self.result.log += "\nrounds " + json.dumps({"rounds": self.rounds, "null_walls": self.null_walls}) + "\n"
         self.candidate.kill()
         self.candidate = None
 
