@@ -9,10 +9,8 @@ one in a hot loop, and by tens of microseconds more or less from run to run (doc
 So a timed call is queued behind a hold (native/hold.cu, NVBench's "blocking kernel"): a kernel
 that fills every SM and spins until the host opens a gate in pinned memory. The host queues the
 start event, the whole forward and the end event behind it, then opens the gate: the events measure
-the forward's device work back to back. The host's own work to queue it is measured too (the worker
-process's CPU time, all its threads: `timing.host_cpu_ms`), and the call counts the larger of the
-two, so a forward that is bound by its launches, or computes on the host, is not flattered; the
-moments the process waits for a core on a machine busy with other evaluations do not count.
+the forward's device work back to back. The host's own time to queue it is measured too, and the
+call counts the larger of the two, so a forward that is bound by its launches is not flattered.
 
 - Work the solution sends to another stream cannot run before the clock starts: the hold fills
   every SM to its thread limit, and the host waits until all of its blocks are resident before

@@ -19,7 +19,6 @@ if TYPE_CHECKING:
 
 _perf_counter = time.perf_counter
 _thread_time = time.thread_time
-_process_time = time.process_time
 _cuda_sync = getattr(torch._C, "_cuda_synchronize", None)
 _EventBase = getattr(torch._C, "_CudaEventBase", None)
 if not hasattr(_EventBase, "record"):  # CPU-only builds of torch have a stub
@@ -89,11 +88,9 @@ def time_once(fn: Callable, args: list, device: torch.device, flush: "L2Flusher 
     on the current stream (KernelBench's method: no device-wide sync inside the timed region). With a
     `hold` (hold.py) the events and the whole forward are queued behind a kernel that keeps the GPU
     until the host has queued them, so they measure the device's work alone; the call counts the
-    larger of that and the host's own work to queue the forward (`host_cpu_ms`: the process's CPU
-    time, so other processes' load does not count and work on helper threads does). `after` runs
-    right after the end event is recorded (and the hold let go) and before anything waits for the
-    device: the harness reads samples of the output there, so work left running on another stream
-    shows up as wrong values.
+    larger of that and the host's own time to queue the forward. `after` runs right after the end
+    event is recorded (and the hold let go) and before anything waits for the device: the harness
+    reads samples of the output there, so work left running on another stream shows up as wrong values.
     `stamps` (diagnosis): gets (step, host clock) at each step, nothing waited for on their account.
     """
     note = stamps.append if stamps is not None else (lambda _: None)
@@ -115,7 +112,9 @@ def time_once(fn: Callable, args: list, device: torch.device, flush: "L2Flusher 
     note(("held", _perf_counter()))
     try:
         _event_record(start, stream)
-        host_ms, out = host_cpu_ms(fn, args)
+        t0 = _perf_counter()
+        out = fn(*args)
+        host_ms = (_perf_counter() - t0) * 1e3
         _event_record(end, stream)
     finally:
         if hold is not None:
@@ -127,16 +126,6 @@ def time_once(fn: Callable, args: list, device: torch.device, flush: "L2Flusher 
     device_ms = _event_elapsed(start, end)
     note(("synced", _perf_counter()))
     return (max(device_ms, host_ms) if hold is not None else device_ms), out, extra
-
-
-def host_cpu_ms(fn: Callable, args: list) -> tuple[float, Any]:
-    """(milliseconds, fn(*args)): the CPU time every thread of this process spent in the call. A held
-    call's device work waits for the host, so the host's own work counts when it is the longer; its
-    wall time would also count the moments the process waited for a core, which on a machine loaded
-    by other evaluations was most of the spread of a small kernel's times (docs/benchmarks.md)."""
-    c0 = _process_time()
-    out = fn(*args)
-    return (_process_time() - c0) * 1e3, out
 
 
 def time_callable(fn: Callable, inputs: list[list], device: torch.device, *, warmup: int = 10,
