@@ -83,6 +83,11 @@ def measure(name: str, mode: str, pool: EvalPool, jobs: list, concurrent: bool, 
            if any("kernel" in r.timings for r in results) else None,
            "kernel_ms": round(sorted(r.kernel_ms for r in results if r.kernel_ms)[len(results) // 2], 4)
            if not bad else None}
+    # an evaluation's own time (its phases) against the wall: in flight at once on average; below the
+    # pool's slots when evaluations wait between one another (scheduling, set-up outside the phases)
+    own = [sum(v for k, v in r.phase_seconds.items() if not k.startswith("trace.")) for r in results]
+    row["eval_s"] = {"mean": round(statistics.fmean(own), 3), "median": round(statistics.median(own), 3),
+                     "max": round(max(own), 3), "in_flight_mean": round(sum(own) / seconds, 2)}
     phases = sorted({k for r in results for k in r.phase_seconds})   # where an evaluation's time went
     row["phase_median_s"] = {k: round(statistics.median(r.phase_seconds.get(k, 0.0) for r in results), 3)
                              for k in phases}
@@ -104,6 +109,9 @@ def report(name: str, mode: str, row: dict) -> None:
           f"{row['correct']}/{row['evals']} correct, {row['timed_calls']} timed calls"
           + (f"  {row.get('first_error')}" if 'first_error' in row else ""), flush=True)
     print("       phases (median s): " + ", ".join(f"{k} {v}" for k, v in row["phase_median_s"].items()), flush=True)
+    own = row["eval_s"]
+    print(f"       an evaluation's own time: mean {own['mean']} s, median {own['median']} s, max {own['max']} s; "
+          f"{own['in_flight_mean']} in flight on average", flush=True)
     if "lock" in row:
         lock = row["lock"]
         print(f"       lock: busy {lock.get('busy_fraction')} of {lock.get('wall_s')} s (alone {lock.get('exclusive_s')}, "
