@@ -304,14 +304,15 @@ def test_verification_outputs_travel_through_the_staging_file_or_a_file_when_too
 def test_timing_stops_once_the_medians_are_precise_and_keeps_its_spot_and_empty_calls(cache_dir, tmp_path,
                                                                                       monkeypatch):
     """`precision`: the timed calls stop once the kernel's median and the paired speedup are pinned
-    down (here a loose bound, met as soon as enough calls are judged); the spot checks and empty calls
-    of the schedule still run. A bound no timing meets times every call."""
+    down (here a bound met as soon as enough calls are judged, whatever a loaded machine does to single
+    calls); the spot checks and empty calls of the schedule still run. A bound no timing meets times
+    every call."""
     from cuda_agent.env.lock_log import read_log
 
     log = tmp_path / "lock.log"
     monkeypatch.setenv("CUDA_AGENT_LOCK_LOG", str(log))
     monkeypatch.setenv("CUDA_AGENT_LOCK_DIR", str(tmp_path))
-    loose = evaluate(example_task(), cpu_workspace(), cpu_config(cache_dir, iters=60, min_iters=6, precision=10.0))
+    loose = evaluate(example_task(), cpu_workspace(), cpu_config(cache_dir, iters=60, min_iters=6, precision=1000.0))
     assert loose.correct, loose.error
     # calls still with the judge are judged once the kernel is known: at most a batch (8) past the minimum
     assert 6 <= loose.timings["kernel"].iters <= 6 + 8
