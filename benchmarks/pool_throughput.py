@@ -17,9 +17,9 @@ and for each way of submitting N evaluations on GPU 0:
   2 GPUs       2N at once over GPUs 0 and 1 (when present): evaluations per second per GPU
 Every evaluation is the full default one (strict protocol, eager paired, torch.compile from the store;
 timed calls until the medians are known within --precision percent (default 0.75), at most 100;
---precision 0 times all 100, as before that option). Each pipelined pool runs one untimed round of evaluations first
-(--no-prime: measured from a cold pool), so a mode measures a pool in its steady state, as a long
-RL run or benchmark sees it. The target: at least 1.0 evaluation per second per GPU for cached
+--precision 0 times all 100, as before that option). Each pipelined pool runs one untimed round of
+evaluations first (--no-prime: measured from a cold pool), so a mode measures a pool in its steady
+state, as a long RL run or benchmark sees it. The target: at least 1.0 evaluation per second per GPU for cached
 sub-millisecond kernels, concurrently. Prints a table (and writes JSON) with each mode's ratio to the
 serial baseline.
 """
@@ -114,9 +114,9 @@ def report(name: str, mode: str, row: dict) -> None:
           f"{own['in_flight_mean']} in flight on average", flush=True)
     if "lock" in row:
         lock = row["lock"]
-        print(f"       lock: busy {lock.get('busy_fraction')} of {lock.get('wall_s')} s (alone {lock.get('exclusive_s')}, "
-              f"shared {lock.get('shared_s')}, handover {lock.get('handover_s')}, idle {lock.get('idle_s')}); "
-              f"{lock['per_eval_busy_s']} s busy per evaluation", flush=True)
+        print(f"       lock: busy {lock.get('busy_fraction')} of {lock.get('wall_s')} s "
+              f"(alone {lock.get('exclusive_s')}, shared {lock.get('shared_s')}, handover {lock.get('handover_s')}, "
+              f"idle {lock.get('idle_s')}); {lock['per_eval_busy_s']} s busy per evaluation", flush=True)
         for hold in lock["top"]:
             print(f"         {hold['label']:28} {hold['mode']:6} {hold['holds']:5d} x {hold['held_median_ms']:8.3f} ms "
                   f"= {hold['held_total_s']:7.3f} s (waits {hold['wait_total_s']:.3f} s)", flush=True)
@@ -181,9 +181,9 @@ def main() -> None:
         for mode, pool, concurrent, count, work in plan:
             if mode not in args.modes.split(",") and not mode.startswith("concurrent "):
                 continue
-            if args.prime and pool is not serial and id(pool) not in primed:   # its spares started, its imports warm
+            if args.prime and pool is not serial and pool not in primed:   # its spares started, its imports warm
                 asyncio.run(pool.evaluate_many(work[:pool.per_device * count]))
-                primed.add(id(pool))
+                primed.add(pool)
             for _ in range(args.repeat):
                 row = measure(name, mode, pool, work, concurrent, count, args.logs, args.lock_log)
                 serial_rate = serial_rate or row["per_gpu"]   # the first mode measured (serial unless left out)

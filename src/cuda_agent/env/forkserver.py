@@ -9,9 +9,10 @@ on request. Every judge is still a process of its own for one evaluation, in a s
 
 A request is one message on a socketpair shared only with the harness: the role, environment and
 folder as JSON, and four descriptors (the worker's stdin, its protocol pipe, its log, and the write
-end of a status pipe), and a fifth when the worker's pair has a staging file (transfer.Staging). The server answers with the child's pid, and when it reaps the child it
-writes the exit status (Popen's convention: minus the signal's number for a signal) to the status
-pipe, which is how the harness polls and waits for a process that is not its own child.
+end of a status pipe), and a fifth when the worker's pair has a staging file (transfer.Staging).
+The server answers with the child's pid, and when it reaps the child it writes the exit status
+(Popen's convention: minus the signal's number for a signal) to the status pipe, which is how the
+harness polls and waits for a process that is not its own child.
 """
 
 from __future__ import annotations
@@ -77,7 +78,7 @@ def _serve(sock: socket.socket) -> None:
             status_fds[pid] = status_fd
         finally:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGCHLD])
-        for fd in (stdin_fd, protocol_fd, log_fd, *([staging_fd] if staging_fd is not None else [])):
+        for fd in (stdin_fd, protocol_fd, log_fd, *fds[4:]):   # the child's now (status_fd: kept for the reaper)
             os.close(fd)
         sock.sendall(f"{pid}\n".encode())
 

@@ -493,7 +493,8 @@ class PendingReference:
 def compare_sampled(reference: SampledReference, samples: dict) -> Comparison:
     """`compare_samples`' verdict from a `sample_reference` of the same samples, on the CPU."""
     if samples.get("structure") != reference.structure:
-        return Comparison(False, float("inf"), f"output structure {samples.get('structure')}, expected {reference.structure}")
+        return Comparison(False, float("inf"),
+                          f"output structure {samples.get('structure')}, expected {reference.structure}")
     parts = []
     for i, (r, entry) in enumerate(zip(reference.tensors, samples["tensors"])):
         where = f"output[{i}]" if len(reference.tensors) > 1 else "output"
