@@ -5,6 +5,7 @@
 # Expects (carried, not committed; benchmarks/gpu_carry.sh makes them): .whl/ (pure-Python wheels missing
 # there), .deb/ (bubblewrap), .kb/ (a KernelBench copy: level1..3 and baseline_times_H100), .old/ (optional).
 #   STEPS="setup tests hacks" bash benchmarks/gpu_session.sh
+# SAMPLE_LOAD=1: the machine's load and its runnable threads by name, twice a second, in $OUT/load.txt.
 # Step time caps: <STEP>_TIMEOUT (not PYTEST_TIMEOUT: pytest-timeout, installed there, reads that).
 set -u
 STEPS=${STEPS:-setup tests}
@@ -15,6 +16,13 @@ run() {  # run STEP_NAME DEFAULT_TIMEOUT command...: output to $OUT/STEP_NAME.tx
   timeout "${!var:-$limit}" "$@" > "$OUT/$name.txt" 2>&1
   echo "--- $name (exit $?)"; tail -"${TAIL:-25}" "$OUT/$name.txt"
 }
+if [ -n "${SAMPLE_LOAD:-}" ]; then   # twice a second: the load, and which threads are runnable (by name)
+  while sleep 0.5; do
+    echo "== $(date +%s.%N) $(cut -d' ' -f1-4 /proc/loadavg)"
+    ps -eLo stat=,comm= | awk '$1 ~ /^R/ {print $2}' | sort | uniq -c | sort -rn | head -6
+  done > "$OUT/load.txt" 2>&1 &
+  trap 'kill %1 2>/dev/null' EXIT
+fi
 for step in $STEPS; do
   start=$(date +%s)
   case $step in

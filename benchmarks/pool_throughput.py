@@ -86,6 +86,10 @@ def measure(name: str, mode: str, pool: EvalPool, jobs: list, concurrent: bool, 
     # an evaluation's own time (its phases) against the wall: in flight at once on average; below the
     # pool's slots when evaluations wait between one another (scheduling, set-up outside the phases)
     own = [sum(v for k, v in r.phase_seconds.items() if not k.startswith("trace.")) for r in results]
+    # fidelity under this load: how far the evaluations' medians lie apart ((max - min) / median)
+    for key, values in (("kernel_spread", [r.kernel_ms for r in results if r.kernel_ms]),
+                        ("speedup_spread", [r.speedup_vs_eager for r in results if r.speedup_vs_eager])):
+        row[key] = round((max(values) - min(values)) / statistics.median(values), 4) if len(values) >= 2 else None
     row["eval_s"] = {"mean": round(statistics.fmean(own), 3), "median": round(statistics.median(own), 3),
                      "max": round(max(own), 3), "in_flight_mean": round(sum(own) / seconds, 2)}
     phases = sorted({k for r in results for k in r.phase_seconds})   # where an evaluation's time went
@@ -103,10 +107,15 @@ def measure(name: str, mode: str, pool: EvalPool, jobs: list, concurrent: bool, 
     return row
 
 
+def _percent(fraction: float | None) -> str:
+    return "-" if fraction is None else f"{fraction * 100:.1f} %"
+
+
 def report(name: str, mode: str, row: dict) -> None:
     print(f"{name:6} {mode:13} {row['evals']:3} evals {row['seconds']:7.1f} s  {row['evals_per_s']:6.2f}/s  "
           f"{row['per_gpu']:6.2f}/s per GPU  x{row['ratio_vs_serial']:.2f} vs serial  "
-          f"{row['correct']}/{row['evals']} correct, {row['timed_calls']} timed calls"
+          f"{row['correct']}/{row['evals']} correct, {row['timed_calls']} timed calls, spread kernel "
+          f"{_percent(row['kernel_spread'])} speedup {_percent(row['speedup_spread'])}"
           + (f"  {row.get('first_error')}" if 'first_error' in row else ""), flush=True)
     print("       phases (median s): " + ", ".join(f"{k} {v}" for k, v in row["phase_median_s"].items()), flush=True)
     own = row["eval_s"]
@@ -139,6 +148,9 @@ def main() -> None:
     parser.add_argument("--precision", type=float, default=None,
                         help="EvalConfig.precision in percent (default: its default; 0: every timed call, the "
                              "schedule before it)")
+    parser.add_argument("--timing-core", default=None,
+                        help="EvalConfig.timing_core settings to compare in the same run, e.g. off,auto (each "
+                             "mode is measured for each in turn; default: the config's default alone)")
     parser.add_argument("--no-prime", dest="prime", action="store_false",
                         help="measure pipelined pools from cold (no untimed round first)")
     parser.add_argument("--switch-interval", type=float, default=None,
@@ -154,8 +166,10 @@ def main() -> None:
     if not gpus:
         raise SystemExit("no GPU: this benchmark measures the CUDA pool")
     base = EvalConfig(backend="cuda", clock_check=_CLOCK_CHECK)
-    if args.precision is not None and any(f.name == "precision" for f in fields(EvalConfig)):   # absent before it
+    known = {f.name for f in fields(EvalConfig)}   # the code before (throughput_old) may lack a setting
+    if args.precision is not None and "precision" in known:
         base = replace(base, precision=args.precision / 100 or None)
+    settings = args.timing_core.split(",") if args.timing_core and "timing_core" in known else [None]
     rows = []
     for name in args.kernels.split(","):
         task_file, solution_dir = KERNELS[name]
@@ -164,32 +178,35 @@ def main() -> None:
         warm = asyncio.run(EvalPool(base, gpus=gpus, per_device=1).evaluate_many([(task, solution)] * len(gpus)))
         print(f"{name}: warm-up {'correct' if all(r.correct for r in warm) else 'FAILED'}, "
               f"kernel {warm[0].kernel_ms} ms, eager {warm[0].eager_ms} ms", flush=True)
-        serial = EvalPool(replace(base, prewarm=0), gpus=[0], per_device=1)
-        pipelined = EvalPool(replace(base, prewarm=args.per_device), gpus=[0], per_device=args.per_device)
-        plan = [("serial", serial, False, 1, jobs), ("back-to-back", pipelined, False, 1, jobs),
-                ("concurrent", pipelined, True, 1, jobs)]
-        for extra in (args.in_flight or "").split(","):
-            if extra.strip():
-                n = int(extra)
-                plan.append((f"concurrent {n}", EvalPool(replace(base, prewarm=n), gpus=[0], per_device=n), True, 1,
-                             [(task, solution)] * max(args.evals, 2 * n)))
-        if len(gpus) >= 2:
-            both = EvalPool(replace(base, prewarm=args.per_device), gpus=gpus[:2], per_device=args.per_device)
-            plan.append(("2 GPUs", both, True, 2, jobs * 2))
+        plan = []
+        for setting in settings:   # every setting's pools, measured in turn (same run, same machine state)
+            config = base if setting is None else replace(base, timing_core=setting)
+            tag = "" if setting is None else f" [core {setting}]"
+            serial = EvalPool(replace(config, prewarm=0), gpus=[0], per_device=1)
+            pipelined = EvalPool(replace(config, prewarm=args.per_device), gpus=[0], per_device=args.per_device)
+            plan += [("serial", tag, serial, False, 1, jobs), ("back-to-back", tag, pipelined, False, 1, jobs),
+                     ("concurrent", tag, pipelined, True, 1, jobs)]
+            for extra in (args.in_flight or "").split(","):
+                if extra.strip():
+                    n = int(extra)
+                    plan.append((f"concurrent {n}", tag, EvalPool(replace(config, prewarm=n), gpus=[0], per_device=n),
+                                 True, 1, [(task, solution)] * max(args.evals, 2 * n)))
+            if len(gpus) >= 2:
+                both = EvalPool(replace(config, prewarm=args.per_device), gpus=gpus[:2], per_device=args.per_device)
+                plan.append(("2 GPUs", tag, both, True, 2, jobs * 2))
+        plan = [entry for entry in plan if entry[0] in args.modes.split(",") or entry[0].startswith("concurrent ")]
         serial_rate = None
         primed = set()
-        for mode, pool, concurrent, count, work in plan:
-            if mode not in args.modes.split(",") and not mode.startswith("concurrent "):
-                continue
-            if args.prime and pool is not serial and pool not in primed:   # its spares started, its imports warm
-                asyncio.run(pool.evaluate_many(work[:pool.per_device * count]))
-                primed.add(pool)
-            for _ in range(args.repeat):
-                row = measure(name, mode, pool, work, concurrent, count, args.logs, args.lock_log)
+        for _ in range(args.repeat):
+            for mode, tag, pool, concurrent, count, work in plan:
+                if args.prime and pool.per_device * count > 1 and pool not in primed:   # spares started, imports warm
+                    asyncio.run(pool.evaluate_many(work[:pool.per_device * count]))
+                    primed.add(pool)
+                row = measure(name, mode + tag, pool, work, concurrent, count, args.logs, args.lock_log)
                 serial_rate = serial_rate or row["per_gpu"]   # the first mode measured (serial unless left out)
                 row["ratio_vs_serial"] = round(row["per_gpu"] / serial_rate, 2)
                 rows.append(row)
-                report(name, mode, row)
+                report(name, mode + tag, row)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2))
 
