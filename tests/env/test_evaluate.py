@@ -281,6 +281,10 @@ def test_the_judge_holds_the_device_only_for_draws_timing_and_whole_outputs(cach
     assert count["harness.profile.timed.shared"] == count["harness.profile.timed"]
     assert count["harness.profile.null.shared"] == count["harness.profile.null"] > 0
     assert "harness.verify.verify.shared" not in count
+    # beside the holds (diagnosis): each worker's device set-up, done without the lock, and when
+    started = read_log(log, outside=True)
+    assert sorted(h["label"] for h in started) == ["startup.candidate", "startup.judge"]
+    assert all(h["got"] < h["released"] for h in started)
 
 
 def test_verification_outputs_travel_through_the_staging_file_or_a_file_when_too_large(cache_dir, monkeypatch):
@@ -332,3 +336,6 @@ def test_every_timed_calls_measures_can_go_to_the_log_for_diagnosis(cache_dir, m
     logged = json.loads(line[len("rounds "):])
     assert len(logged["rounds"]) == result.timings["kernel"].iters and len(logged["null_walls"]) == 12
     assert statistics.median(r["kernel"] for r in logged["rounds"]) == pytest.approx(result.kernel_ms)
+    # when each was sent (the lock log's clock), and its device and host sides (none unheld, as on the CPU)
+    sent = [r["sent"] for r in logged["rounds"]]
+    assert sent == sorted(sent) and all(r["split"] is None for r in logged["rounds"])

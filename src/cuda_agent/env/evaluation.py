@@ -560,6 +560,7 @@ class _Evaluation:
             # worker's CPU time (`_outside_clock`), a GPU's wall time
             cpu_start = self.candidate.cpu_seconds() if self.backend == "cpu" else None
             start = time.perf_counter()
+            sent = time.monotonic()
             self.candidate.channel.send(cmd="call", index=call.index, seed=call.seed, transform=call.transform,
                                         save=save, null=call.kind == "null", slot=call.index % 2, release=not save)
             out = self._ask(self.candidate, timeout, phase)
@@ -568,6 +569,8 @@ class _Evaluation:
                 hold.share()
                 self.candidate.channel.send(cmd="finish")
                 out = self._ask(self.candidate, timeout, phase)
+            if "split" in out:   # CUDA_AGENT_LOG_ROUNDS
+                out["sent"] = sent
         asked = self._traced(f"{phase}.call", asked)
         self._check_processes(phase)
         asked = self._traced(f"{phase}.check_processes", asked)
@@ -612,6 +615,8 @@ class _Evaluation:
         if call.kind == "timed":
             self.rounds.append({"kernel": out["ms"], "wall": out["wall_ms"], "eager": verdict.get("eager_ms"),
                                 "compile": verdict.get("compile_ms")})
+            if "split" in out:   # CUDA_AGENT_LOG_ROUNDS: the held call's device and host times, and when
+                self.rounds[-1].update(split=out["split"], sent=out.get("sent"))
             if self.backend == "cuda":   # how each side was timed (hold.Timer), as of its last call
                 self.result.timer = {"kernel": out.get("timer"), **verdict.get("timers", {})}
         return verdict

@@ -59,6 +59,11 @@ class Worker:
         hello = self.channel.receive(timeout)
         if not hello.get("ready"):
             raise RuntimeError(f"{self.role} worker did not start: {hello}")
+        if os.environ.get("CUDA_AGENT_LOCK_LOG") and hello.get("device_setup"):
+            from cuda_agent.env.locks import log_outside_hold
+
+            # diagnosis: when its device set-up (context, first kernels) ran, beside the lock's holds
+            log_outside_hold(f"startup.{self.role}", *hello["device_setup"])
         self.expected = descendants(self.proc.pid)
         self.main_pid = self.proc.pid
         while True:   # bwrap -> its init -> the worker: the deepest of the chain

@@ -8,11 +8,13 @@ from collections import defaultdict
 from pathlib import Path
 
 
-def read_log(path: Path) -> list[dict]:
+def read_log(path: Path, outside: bool = False) -> list[dict]:
+    """The holds (X: exclusive, S: shared), or with `outside` the device work logged beside them
+    without the lock (O: a worker's start-up, locks.log_outside_hold)."""
     holds = []
     for line in path.read_text().splitlines():
         parts = line.split()
-        if len(parts) != 6:
+        if len(parts) != 6 or (parts[2] == "O") != outside:
             continue
         pid, label, kind, asked, got, released = parts
         holds.append({"pid": int(pid), "label": label, "shared": kind == "S",

@@ -110,9 +110,18 @@ class Hold:
 
 def _log_hold(label: str, shared: bool, asked: float, got: float, released: float) -> None:
     """One line per hold, appended in one write (lines of many processes do not interleave)."""
-    line = f"{os.getpid()} {label or '-'} {'S' if shared else 'X'} {asked:.6f} {got:.6f} {released:.6f}\n"
+    _log_line(f"{os.getpid()} {label or '-'} {'S' if shared else 'X'} {asked:.6f} {got:.6f} {released:.6f}\n")
+
+
+def _log_line(line: str) -> None:
     fd = os.open(os.environ["CUDA_AGENT_LOCK_LOG"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
     try:
         os.write(fd, line.encode())
     finally:
         os.close(fd)
+
+
+def log_outside_hold(label: str, start: float, end: float) -> None:
+    """Diagnosis: device work done without the lock (a worker's start-up), on the lock log's timeline
+    as an "O" line."""
+    _log_line(f"{os.getpid()} {label} O {start:.6f} {start:.6f} {end:.6f}\n")

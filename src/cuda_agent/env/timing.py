@@ -18,6 +18,9 @@ if TYPE_CHECKING:
     from cuda_agent.env.hold import DeviceHold
 
 _perf_counter = time.perf_counter
+# Diagnosis only (CUDA_AGENT_LOG_ROUNDS): the last held call's (device ms, host ms), the two sides of its
+# max. Never read for a result: code in the worker's process could change it.
+last_held: tuple[float, float] | None = None
 _thread_time = time.thread_time
 _cuda_sync = getattr(torch._C, "_cuda_synchronize", None)
 _EventBase = getattr(torch._C, "_CudaEventBase", None)
@@ -125,6 +128,8 @@ def time_once(fn: Callable, args: list, device: torch.device, flush: "L2Flusher 
     _event_sync(end)
     device_ms = _event_elapsed(start, end)
     note(("synced", _perf_counter()))
+    global last_held
+    last_held = (device_ms, host_ms) if hold is not None else None
     return (max(device_ms, host_ms) if hold is not None else device_ms), out, extra
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 import traceback
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
@@ -644,6 +645,8 @@ class _Candidate:
         if tensors:
             self.last_shape = (tuple(tensors[0].shape), tensors[0].dtype)
         answer = {"ok": True, "ms": ms, "samples": samples, "calls": calls, "timer": self.timer.mode}
+        if _LOG_ROUNDS and not save:
+            answer["split"] = timing.last_held
         if save:   # the whole output, for the judge: into its staging slot, or to host memory now and
             # to its file on `write` (no staging file, or an output larger than a slot)
             answer["layout"], tensors = _output_layout(snapshot)
@@ -720,6 +723,7 @@ class _Candidate:
 # of the harness's own overhead; the harness never reads it). Read in main(): a forked judge's
 # environment is set after this module was imported.
 _TRACE_CALLS = False
+_LOG_ROUNDS = False   # CUDA_AGENT_LOG_ROUNDS=1: a timed call's device and host times go with its answer
 # The CPU core kept for this worker's timed calls (cores.py), set first thing in main(); None: none.
 _CORES = None
 
@@ -800,18 +804,20 @@ def warm_harness_kernels(device: torch.device) -> None:
 def main() -> None:
     import faulthandler
 
-    global _TRACE_CALLS, _CORES
+    global _TRACE_CALLS, _CORES, _LOG_ROUNDS
     _CORES = start_on_others()   # before any thread starts: they inherit the other cores
     if _CORES is not None:   # OpenMP's threads too, started now rather than inside a timed call
         torch.ones(1 << 18).add_(1)
     _TRACE_CALLS = os.environ.get("CUDA_AGENT_TRACE_CALLS") == "1"
+    _LOG_ROUNDS = os.environ.get("CUDA_AGENT_LOG_ROUNDS") == "1"
     faulthandler.enable()  # a crashing kernel leaves the Python stack that called it in the log
     role = sys.argv[1]
     chan = ChildChannel()
+    started = time.monotonic()
     if os.environ.get("CUDA_AGENT_WORKER_BACKEND") == "cuda" and torch.cuda.is_available():
         torch.empty(1, device="cuda")  # create the context now, while no job waits for us
         warm_harness_kernels(torch.device("cuda"))
-    chan.send(ready=True, pid=os.getpid())
+    chan.send(ready=True, pid=os.getpid(), device_setup=[started, time.monotonic()])
     try:
         (run_judge if role == "judge" else run_candidate)(chan)
     except EOFError:
