@@ -336,6 +336,6 @@ def test_every_timed_calls_measures_can_go_to_the_log_for_diagnosis(cache_dir, m
     logged = json.loads(line[len("rounds "):])
     assert len(logged["rounds"]) == result.timings["kernel"].iters and len(logged["null_walls"]) == 12
     assert statistics.median(r["kernel"] for r in logged["rounds"]) == pytest.approx(result.kernel_ms)
-    # when each was sent (the lock log's clock), and its device and host sides (none unheld, as on the CPU)
+    # when each was sent (the lock log's clock), and its sides' host times (none unheld, as on the CPU)
     sent = [r["sent"] for r in logged["rounds"]]
-    assert sent == sorted(sent) and all(r["split"] is None for r in logged["rounds"])
+    assert sent == sorted(sent) and all(r["kernel_host"] is r["eager_host"] is None for r in logged["rounds"])

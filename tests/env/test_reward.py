@@ -55,3 +55,22 @@ def test_paired_speedup_cancels_drift_that_a_ratio_of_medians_keeps():
     by_medians = statistics.median(r["eager"] for r in rounds) / statistics.median(r["kernel"] for r in rounds)
     assert abs(by_medians - 2.0) > 0.01
     assert paired_speedup([{"kernel": 1.0, "eager": None}], "eager") is None
+
+
+def test_a_calls_host_time_counts_through_its_sides_floor_not_its_own():
+    """Held calls report device and host times apart (hold.call_times): a kernel the host keeps up with
+    is timed by the device, however slow the host was in single calls (a loaded machine's cold host
+    path); a forward bound by its launches is timed by its host's floor (a low quantile), in every call
+    alike; an unheld call (host None) keeps its own time."""
+    from cuda_agent.env.evaluation import paired_speedup, round_times
+    from cuda_agent.env.hold import call_times, host_floor
+
+    hosts = [0.05 + 0.01 * (i % 7) for i in range(30)]      # 0.05-0.11 ms: slow at times
+    assert host_floor(hosts) == pytest.approx(0.05) and host_floor([None, None]) is None
+    assert call_times([0.093] * 30, hosts) == [0.093] * 30  # the device decides: the host noise is gone
+    launch_bound = call_times([0.02] * 30, [0.3 + 0.1 * (i % 3) for i in range(30)])
+    assert launch_bound == [pytest.approx(0.3)] * 30         # neither the device's 0.02 nor the slow calls
+    assert call_times([0.5, 0.01, None], [None, 0.2, None]) == [0.5, 0.2, None]
+    rounds = [{"kernel": 0.093, "kernel_host": h, "eager": 0.2, "eager_host": 0.03} for h in hosts]
+    assert round_times(rounds, "kernel") == [0.093] * 30
+    assert paired_speedup(rounds, "eager") == pytest.approx(0.2 / 0.093)

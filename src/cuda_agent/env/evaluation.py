@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Callable
 
 from cuda_agent.env.config import EvalConfig
+from cuda_agent.env.hold import call_times
 from cuda_agent.env.isolation import Worker, box_of, start_worker
 from cuda_agent.env.protocol import ChildDied, ChildTimeout, ForgedMessage
 from cuda_agent.env.result import EvalError, EvalResult, Timing
@@ -560,7 +561,7 @@ class _Evaluation:
             # worker's CPU time (`_outside_clock`), a GPU's wall time
             cpu_start = self.candidate.cpu_seconds() if self.backend == "cpu" else None
             start = time.perf_counter()
-            sent = time.monotonic()
+            sent = time.monotonic()   # on the lock log's clock (diagnosis: CUDA_AGENT_LOG_ROUNDS)
             self.candidate.channel.send(cmd="call", index=call.index, seed=call.seed, transform=call.transform,
                                         save=save, null=call.kind == "null", slot=call.index % 2, release=not save)
             out = self._ask(self.candidate, timeout, phase)
@@ -569,8 +570,7 @@ class _Evaluation:
                 hold.share()
                 self.candidate.channel.send(cmd="finish")
                 out = self._ask(self.candidate, timeout, phase)
-            if "split" in out:   # CUDA_AGENT_LOG_ROUNDS
-                out["sent"] = sent
+            out["sent"] = sent
         asked = self._traced(f"{phase}.call", asked)
         self._check_processes(phase)
         asked = self._traced(f"{phase}.check_processes", asked)
@@ -613,10 +613,12 @@ class _Evaluation:
         if not verdict["ok"]:
             self._reject(call, phase, verdict)
         if call.kind == "timed":
-            self.rounds.append({"kernel": out["ms"], "wall": out["wall_ms"], "eager": verdict.get("eager_ms"),
-                                "compile": verdict.get("compile_ms")})
-            if "split" in out:   # CUDA_AGENT_LOG_ROUNDS: the held call's device and host times, and when
-                self.rounds[-1].update(split=out["split"], sent=out.get("sent"))
+            # each side's device time and its host's time to queue the forward (None: timed unheld);
+            # round_times weighs the two
+            self.rounds.append({"kernel": out["ms"], "kernel_host": out.get("host_ms"), "wall": out["wall_ms"],
+                                "eager": verdict.get("eager_ms"), "eager_host": verdict.get("eager_host_ms"),
+                                "compile": verdict.get("compile_ms"), "compile_host": verdict.get("compile_host_ms"),
+                                "sent": out.get("sent")})
             if self.backend == "cuda":   # how each side was timed (hold.Timer), as of its last call
                 self.result.timer = {"kernel": out.get("timer"), **verdict.get("timers", {})}
         return verdict
@@ -701,7 +703,7 @@ class _Evaluation:
                 out = pipe.run(call, min(self.config.timeout_verify, remaining))
                 done += 1
                 if call.kind == "timed" and out is not None:
-                    measured.append(out["ms"])
+                    measured.append((out["ms"], out.get("host_ms")))
                     if self._precise_enough(measured, pipe):   # the timed calls left are not needed
                         calls = calls[:done] + [c for c in calls[done:] if c.kind != "timed"]
                 if not budget_checked and call.kind == "warmup" and done >= 2:
@@ -715,20 +717,23 @@ class _Evaluation:
         except _Failed:
             self.result.correct = False
             raise
-        kernel = Timing.from_samples([r["kernel"] for r in self.rounds])
+        kernel = Timing.from_samples(round_times(self.rounds, "kernel"))
         self.result.timings["kernel"] = kernel
         self.result.kernel_ms = kernel.median_ms
         self._check_clock()
         self._lap("profile")
 
-    def _precise_enough(self, measured: list[float], pipe: "_JudgePipe") -> bool:
-        """Whether the kernel's median time (`measured`: every timed call so far) and its median paired
+    def _precise_enough(self, measured: list[tuple], pipe: "_JudgePipe") -> bool:
+        """Whether the kernel's median time (`measured`: every timed call so far, its device and host
+        times) and its median paired
         speedups (the calls judged so far) are both known to within `precision`
         (`stats.median_precision`). The calls left are then dropped: at most `iters` are timed, at
         least `min_iters`. The judge's verdicts trail the candidate by a batch or two: when the kernel
         is known well enough and a batch's worth of calls awaits the judge, they are judged first."""
         precision = self.config.precision
-        if precision is None or len(measured) < self.config.min_iters or median_precision(measured) > precision:
+        if precision is None or len(measured) < self.config.min_iters:
+            return False
+        if median_precision(call_times(*zip(*measured))) > precision:
             return False
         if self.config.baselines and pipe.pending() >= JUDGE_BATCH:
             pipe.drain()
@@ -736,7 +741,7 @@ class _Evaluation:
 
     def _speedups_precise(self, precision: float) -> bool:
         for baseline in ("eager", "compile"):
-            ratios = [r[baseline] / r["kernel"] for r in self.rounds if r.get(baseline) and r.get("kernel")]
+            ratios = paired_ratios(self.rounds, baseline)
             if (ratios or baseline == "eager") and median_precision(ratios) > precision:   # inf for a handful
                 return False
         return True
@@ -773,7 +778,7 @@ class _Evaluation:
         noise = statistics.median(abs(w - overhead) for w in self.null_walls)
         allowance = max(CLOCK_ALLOWANCE_MS, 4 * noise)
         implied = statistics.median(r["wall"] for r in self.rounds) - overhead
-        reported = statistics.median(r["kernel"] for r in self.rounds)
+        reported = statistics.median(round_times(self.rounds, "kernel"))
         if implied - reported > allowance and reported < 0.5 * (implied - allowance):
             raise _Failed("profile", f"a timed call took {implied:.2f} ms by the harness's measure (less its own "
                                      f"overhead) but the solution's process measured {reported:.2f} ms: its clock "
@@ -796,14 +801,14 @@ class _Evaluation:
         self._kill_candidate()
         if not self.config.baselines:
             return
-        eager = Timing.from_samples([r["eager"] for r in self.rounds])
+        eager = Timing.from_samples(round_times(self.rounds, "eager"))
         self.result.timings["eager"] = eager
         self.result.eager_ms = eager.median_ms
         # Speedups are medians of per-call ratios: candidate and eager ran a moment apart on the same
         # draw, so the GPU's slow clock drift cancels call by call instead of through two medians.
         self.result.speedup_vs_eager = paired_speedup(self.rounds, "eager")
         if self.compile_mode == "paired":
-            compile_ms = [r["compile"] for r in self.rounds if r["compile"] is not None]
+            compile_ms = [t for t in round_times(self.rounds, "compile") if t is not None]
             if compile_ms:
                 timing = Timing.from_samples(compile_ms)
                 self.result.timings["compile"] = timing
@@ -874,8 +879,10 @@ class _Evaluation:
         for _ in range(max(5, len(self.rounds))):   # the judge holds the device for its timed runs
             self.judge.channel.send(cmd="call", seed=_fresh_seed(), transform=None, time=True, compile=True)
             pairs.append(self._ask(self.judge, self.config.timeout_reference, "profile"))
-        fresh_eager = Timing.from_samples([p["eager_ms"] for p in pairs])
-        fresh_compile = Timing.from_samples([p["compile_ms"] for p in pairs])
+        fresh_eager = Timing.from_samples(call_times([p["eager_ms"] for p in pairs],
+                                                     [p.get("eager_host_ms") for p in pairs]))
+        fresh_compile = Timing.from_samples(call_times([p["compile_ms"] for p in pairs],
+                                                       [p.get("compile_host_ms") for p in pairs]))
         # the candidate was paired with this run's eager: scale the fresh compile time to it
         self.result.compile_ms = fresh_compile.median_ms * eager.median_ms / fresh_eager.median_ms
         self.result.timings["compile"] = Timing(**{**fresh_compile.__dict__, "median_ms": self.result.compile_ms})
@@ -883,9 +890,21 @@ class _Evaluation:
         self._store_baseline(fresh_eager, fresh_compile)
 
 
+def round_times(rounds: list[dict], side: str) -> list[float | None]:
+    """One side's time in each round ("kernel", "eager" or "compile"), its device and host measures
+    weighed by hold.call_times (a round without that side: None)."""
+    return call_times([r.get(side) for r in rounds], [r.get(f"{side}_host") for r in rounds])
+
+
+def paired_ratios(rounds: list[dict], baseline: str) -> list[float]:
+    """Baseline time / candidate time, round by round (each pair from one round)."""
+    pairs = zip(round_times(rounds, baseline), round_times(rounds, "kernel"))
+    return [b / k for b, k in pairs if b and k]
+
+
 def paired_speedup(rounds: list[dict], baseline: str) -> float | None:
-    """Median over the timed calls of baseline time / candidate time (each pair from one round)."""
-    ratios = [r[baseline] / r["kernel"] for r in rounds if r.get(baseline) and r.get("kernel")]
+    """Median over the timed calls of baseline time / candidate time."""
+    ratios = paired_ratios(rounds, baseline)
     return statistics.median(ratios) if ratios else None
 
 

@@ -9,8 +9,15 @@ one in a hot loop, and by tens of microseconds more or less from run to run (doc
 So a timed call is queued behind a hold (native/hold.cu, NVBench's "blocking kernel"): a kernel
 that fills every SM and spins until the host opens a gate in pinned memory. The host queues the
 start event, the whole forward and the end event behind it, then opens the gate: the events measure
-the forward's device work back to back. The host's own time to queue it is measured too, and the
-call counts the larger of the two, so a forward that is bound by its launches is not flattered.
+the forward's device work back to back. The host's own time to queue it is measured too, so a
+forward that is bound by its launches is not flattered: each call counts the larger of its device
+time and the host's time as the side's fastest calls show it (`call_times`: a low quantile of that
+side's host times over the evaluation), not that call's own host time. The host's path to the launch
+runs cold in every call (the worker slept on its pipe, other evaluations' processes had the caches),
+and under load it varied from call to call more than the device's work: three to four evaluations
+per GPU made 40-60 % of a 0.093 ms kernel's calls over 5 % slow, 97-99 % of them by their host time,
+and medians 8-17 % apart; the device time alone stayed within 0.5 % (docs/benchmarks.md, eleventh
+session). The quantile keeps what a launch-bound forward costs and drops what the neighbours cost.
 
 - Work the solution sends to another stream cannot run before the clock starts: the hold fills
   every SM to its thread limit, and the host waits until all of its blocks are resident before
@@ -27,6 +34,7 @@ import ctypes
 from pathlib import Path
 
 HOLD_SOURCE = Path(__file__).parent / "native" / "hold.cu"
+HOST_QUANTILE = 0.1           # which of a side's host times stands for its host path (call_times)
 HOLD_TIMEOUT_S = 0.05         # longer than any honest forward takes to queue its work, short enough to waste little
 RESIDENT_LIMIT_S = 0.02       # how long the host waits for the hold to fill the GPU before calling the forward
 
@@ -99,6 +107,21 @@ class Timer:
         self.timeouts_in_a_row = self.timeouts_in_a_row + 1 if hold_used.timed_out() else 0
         if self.timeouts_in_a_row >= self.PATIENCE:
             self.mode = "unheld"
+
+
+def host_floor(host_ms: list[float | None]) -> float | None:
+    """The host's time to queue a side's forward: the `HOST_QUANTILE` order statistic of its held
+    calls' host times (None: no held call)."""
+    values = sorted(h for h in host_ms if h is not None)
+    return values[int(HOST_QUANTILE * (len(values) - 1))] if values else None
+
+
+def call_times(device_ms: list[float | None], host_ms: list[float | None]) -> list[float | None]:
+    """Each call's time, from its measures (time_once): a held call counts the larger of its device
+    time and the side's host floor; an unheld call (host None) its own events' time, the host's path
+    already in it; a missing measure stays None."""
+    floor = host_floor(host_ms)
+    return [d if d is None or h is None or floor is None else max(d, floor) for d, h in zip(device_ms, host_ms)]
 
 
 def load_hold(path: str | None) -> DeviceHold | None:

@@ -18,9 +18,6 @@ if TYPE_CHECKING:
     from cuda_agent.env.hold import DeviceHold
 
 _perf_counter = time.perf_counter
-# Diagnosis only (CUDA_AGENT_LOG_ROUNDS): the last held call's (device ms, host ms), the two sides of its
-# max. Never read for a result: code in the worker's process could change it.
-last_held: tuple[float, float] | None = None
 _thread_time = time.thread_time
 _cuda_sync = getattr(torch._C, "_cuda_synchronize", None)
 _EventBase = getattr(torch._C, "_CudaEventBase", None)
@@ -84,14 +81,15 @@ def settle(seconds: float) -> None:
 
 def time_once(fn: Callable, args: list, device: torch.device, flush: "L2Flusher | None" = None,
               after: Callable[[Any], Any] | None = None, settle_s: float = 0.0,
-              hold: "DeviceHold | None" = None, stamps: list | None = None) -> tuple[float, Any, Any]:
-    """One timed call: (milliseconds, output, after(output)).
+              hold: "DeviceHold | None" = None, stamps: list | None = None) -> tuple[float, float | None, Any, Any]:
+    """One timed call: (milliseconds, the host's milliseconds or None, output, after(output)).
 
     The caches are flushed and the device synchronised first; on CUDA the call is timed with events
     on the current stream (KernelBench's method: no device-wide sync inside the timed region). With a
     `hold` (hold.py) the events and the whole forward are queued behind a kernel that keeps the GPU
-    until the host has queued them, so they measure the device's work alone; the call counts the
-    larger of that and the host's own time to queue the forward. `after` runs right after the end
+    until the host has queued them, so they measure the device's work alone, and the host's own time
+    to queue the forward comes beside it (hold.call_times weighs the two). Unheld, the host's time is
+    None: the events include its path to the launch. `after` runs right after the end
     event is recorded (and the hold let go) and before anything waits for the device: the harness
     reads samples of the output there, so work left running on another stream shows up as wrong values.
     `stamps` (diagnosis): gets (step, host clock) at each step, nothing waited for on their account.
@@ -104,7 +102,7 @@ def time_once(fn: Callable, args: list, device: torch.device, flush: "L2Flusher 
         t0 = _perf_counter()
         out = fn(*args)
         ms = (_perf_counter() - t0) * 1e3
-        return ms, out, after(out) if after else None
+        return ms, None, out, after(out) if after else None
     note(("flushed", _perf_counter()))
     settle(settle_s)
     stream = torch.cuda.current_stream(device)
@@ -128,9 +126,7 @@ def time_once(fn: Callable, args: list, device: torch.device, flush: "L2Flusher 
     _event_sync(end)
     device_ms = _event_elapsed(start, end)
     note(("synced", _perf_counter()))
-    global last_held
-    last_held = (device_ms, host_ms) if hold is not None else None
-    return (max(device_ms, host_ms) if hold is not None else device_ms), out, extra
+    return device_ms, (host_ms if hold is not None else None), out, extra
 
 
 def time_callable(fn: Callable, inputs: list[list], device: torch.device, *, warmup: int = 10,
@@ -144,13 +140,13 @@ def time_callable(fn: Callable, inputs: list[list], device: torch.device, *, war
     with torch.no_grad():
         warm_start = _perf_counter()
         for i in range(max(1, warmup)):
-            time_once(fn, clone_args(inputs[i % len(inputs)]), device)
+            time_once(fn, clone_args(inputs[i % len(inputs)]), device)   # unheld: the host is in the events
             if budget_s and i >= 1 and _perf_counter() - warm_start > budget_s / 4:
                 break
         per_call = (_perf_counter() - warm_start) / (i + 1)
         if budget_s and per_call * iters > budget_s:
             iters = max(5, int(budget_s / max(per_call, 1e-9)))
         for i in range(iters):
-            ms, _, _ = time_once(fn, clone_args(inputs[i % len(inputs)]), device, flush)
+            ms, _, _, _ = time_once(fn, clone_args(inputs[i % len(inputs)]), device, flush)
             samples.append(ms)
     return Timing.from_samples(samples)

@@ -241,10 +241,12 @@ class _Judge:
             with self._device(shared=False, label="timed"):
                 for part in timed:
                     try:
-                        part.extra["eager_ms"], part.reference = self._timed("eager", self.model, part.inputs)
+                        eager = self._timed("eager", self.model, part.inputs)
+                        part.extra["eager_ms"], part.extra["eager_host_ms"], part.reference = eager
                         part.extra["timers"] = {"eager": self.timers["eager"].mode}
                         if part.again is not None:
-                            part.extra["compile_ms"], _ = self._timed("compile", self.compiled, part.again)
+                            part.extra["compile_ms"], part.extra["compile_host_ms"], _ = \
+                                self._timed("compile", self.compiled, part.again)
                             part.extra["timers"]["compile"] = self.timers["compile"].mode
                     except Exception as exc:
                         part.fail(exc)
@@ -281,15 +283,16 @@ class _Judge:
                     break
         return answers
 
-    def _timed(self, name: str, model, inputs) -> tuple[float, object]:
-        """One timed run of a reference, held while its forward lets the hold work (hold.Timer)."""
+    def _timed(self, name: str, model, inputs) -> tuple[float, float | None, object]:
+        """One timed run of a reference, held while its forward lets the hold work (hold.Timer): its
+        device time, its host's time (None unheld) and its output."""
         timer = self.timers[name]
         hold = timer.active_hold()
         with on_timing_core(_CORES):
-            ms, out, _ = timing.time_once(model, inputs, self.device, self.flush,
-                                          settle_s=self.cfg.get("settle_ms", 0.0) / 1e3, hold=hold)
+            ms, host_ms, out, _ = timing.time_once(model, inputs, self.device, self.flush,
+                                                   settle_s=self.cfg.get("settle_ms", 0.0) / 1e3, hold=hold)
         timer.note(hold)
-        return ms, out
+        return ms, host_ms, out
 
     @contextmanager
     def _device(self, shared: bool, label: str = ""):
@@ -612,9 +615,9 @@ class _Candidate:
         stamps = [("begin", timing._perf_counter())] if trace else None
         try:
             with torch.no_grad(), on_timing_core(None if save else _CORES):
-                ms, out, (samples, snapshot) = timing.time_once(fn, inputs, self.device, self.flush, after=right_after,
-                                                                settle_s=self.cfg.get("settle_ms", 0.0) / 1e3,
-                                                                hold=hold, stamps=stamps)
+                ms, host_ms, out, (samples, snapshot) = timing.time_once(
+                    fn, inputs, self.device, self.flush, after=right_after,
+                    settle_s=self.cfg.get("settle_ms", 0.0) / 1e3, hold=hold, stamps=stamps)
         finally:
             if self.guard is not None:
                 self.guard.end()
@@ -637,16 +640,16 @@ class _Candidate:
             print(f"call trace {'null' if null else 'real'} ms={ms:.3f} {trace} | {steps} | samples "
                   f"{size} B encoded in {(timing._perf_counter() - encode) * 1e3:.3f}", file=sys.stderr, flush=True)
         if null:   # the same reply as a real call's (its size is part of the overhead measured)
-            return {"ok": True, "ms": ms, "samples": samples, "calls": calls, "timer": self.timer.mode}
+            return {"ok": True, "ms": ms, "host_ms": host_ms, "samples": samples, "calls": calls,
+                    "timer": self.timer.mode}
         if problem is not None:
             raise problem
         self._count(calls)
         tensors = tensors_in(out)
         if tensors:
             self.last_shape = (tuple(tensors[0].shape), tensors[0].dtype)
-        answer = {"ok": True, "ms": ms, "samples": samples, "calls": calls, "timer": self.timer.mode}
-        if _LOG_ROUNDS and not save:
-            answer["split"] = timing.last_held
+        answer = {"ok": True, "ms": ms, "host_ms": host_ms, "samples": samples, "calls": calls,
+                  "timer": self.timer.mode}
         if save:   # the whole output, for the judge: into its staging slot, or to host memory now and
             # to its file on `write` (no staging file, or an output larger than a slot)
             answer["layout"], tensors = _output_layout(snapshot)
@@ -723,7 +726,6 @@ class _Candidate:
 # of the harness's own overhead; the harness never reads it). Read in main(): a forked judge's
 # environment is set after this module was imported.
 _TRACE_CALLS = False
-_LOG_ROUNDS = False   # CUDA_AGENT_LOG_ROUNDS=1: a timed call's device and host times go with its answer
 # The CPU core kept for this worker's timed calls (cores.py), set first thing in main(); None: none.
 _CORES = None
 
@@ -804,12 +806,11 @@ def warm_harness_kernels(device: torch.device) -> None:
 def main() -> None:
     import faulthandler
 
-    global _TRACE_CALLS, _CORES, _LOG_ROUNDS
+    global _TRACE_CALLS, _CORES
     _CORES = start_on_others()   # before any thread starts: they inherit the other cores
     if _CORES is not None:   # OpenMP's threads too, started now rather than inside a timed call
         torch.ones(1 << 18).add_(1)
     _TRACE_CALLS = os.environ.get("CUDA_AGENT_TRACE_CALLS") == "1"
-    _LOG_ROUNDS = os.environ.get("CUDA_AGENT_LOG_ROUNDS") == "1"
     faulthandler.enable()  # a crashing kernel leaves the Python stack that called it in the log
     role = sys.argv[1]
     chan = ChildChannel()
