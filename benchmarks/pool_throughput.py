@@ -107,6 +107,16 @@ def measure(name: str, mode: str, pool: EvalPool, jobs: list, concurrent: bool, 
     return row
 
 
+def _setting_value(text: str):
+    """A --compare value as Python reads it (30, 0.5, True, None), else the text itself."""
+    import ast
+
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
+
+
 def _percent(fraction: float | None) -> str:
     return "-" if fraction is None else f"{fraction * 100:.1f} %"
 
@@ -148,9 +158,9 @@ def main() -> None:
     parser.add_argument("--precision", type=float, default=None,
                         help="EvalConfig.precision in percent (default: its default; 0: every timed call, the "
                              "schedule before it)")
-    parser.add_argument("--timing-core", default=None,
-                        help="EvalConfig.timing_core settings to compare in the same run, e.g. off,auto (each "
-                             "mode is measured for each in turn; default: the config's default alone)")
+    parser.add_argument("--compare", default=None, metavar="SETTING=A,B",
+                        help="EvalConfig settings to compare in the same run, e.g. min_iters=30,50 (each mode is "
+                             "measured for each value in turn)")
     parser.add_argument("--no-prime", dest="prime", action="store_false",
                         help="measure pipelined pools from cold (no untimed round first)")
     parser.add_argument("--switch-interval", type=float, default=None,
@@ -169,7 +179,12 @@ def main() -> None:
     known = {f.name for f in fields(EvalConfig)}   # the code before (throughput_old) may lack a setting
     if args.precision is not None and "precision" in known:
         base = replace(base, precision=args.precision / 100 or None)
-    settings = args.timing_core.split(",") if args.timing_core and "timing_core" in known else [None]
+    settings = [None]   # (name, value) pairs to measure, or None: the config as it is
+    if args.compare:
+        name, _, values = args.compare.partition("=")
+        if name not in known:
+            raise SystemExit(f"--compare: EvalConfig has no setting {name!r}")
+        settings = [(name, _setting_value(v)) for v in values.split(",")]
     rows = []
     for name in args.kernels.split(","):
         task_file, solution_dir = KERNELS[name]
@@ -180,8 +195,8 @@ def main() -> None:
               f"kernel {warm[0].kernel_ms} ms, eager {warm[0].eager_ms} ms", flush=True)
         plan = []
         for setting in settings:   # every setting's pools, measured in turn (same run, same machine state)
-            config = base if setting is None else replace(base, timing_core=setting)
-            tag = "" if setting is None else f" [core {setting}]"
+            config = base if setting is None else replace(base, **{setting[0]: setting[1]})
+            tag = "" if setting is None else f" [{setting[0]}={setting[1]}]"
             serial = EvalPool(replace(config, prewarm=0), gpus=[0], per_device=1)
             pipelined = EvalPool(replace(config, prewarm=args.per_device), gpus=[0], per_device=args.per_device)
             plan += [("serial", tag, serial, False, 1, jobs), ("back-to-back", tag, pipelined, False, 1, jobs),

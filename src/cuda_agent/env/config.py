@@ -52,8 +52,6 @@ class EvalConfig:
     settle_ms: float = 0.0              # GPU idle before every timed call, candidate's and baselines' alike
     hold: bool = True                   # CUDA: queue each timed call behind a device hold, so the events
                                         # measure the device's work, not the host's path to it (hold.py)
-    timing_core: str = "auto"           # a CPU core per GPU that only timed calls run on (cores.py): "auto"
-                                        # (CUDA, where the machine has room), "on", "off"
     baselines: bool = True              # time eager (always paired with the candidate) and torch.compile
     compile_baseline: bool = True       # include torch.compile (the slowest part on a cold cache)
     compile_timing: str = "stored"      # "stored": reuse the store's compile time while eager agrees with
@@ -87,7 +85,6 @@ class EvalConfig:
         need("backend", self.backend in (None, "cuda", "cpu"), "must be 'cuda', 'cpu' or None (detect)")
         need("sandbox", self.sandbox in ("auto", "bwrap", "none"), "must be 'auto', 'bwrap' or 'none'")
         need("protocol", self.protocol in ("strict", "published"), "must be 'strict' or 'published'")
-        need("timing_core", self.timing_core in ("auto", "on", "off"), "must be 'auto', 'on' or 'off'")
         need("compile_timing", self.compile_timing in ("stored", "paired"), "must be 'stored' or 'paired'")
         need("num_correct_trials", whole(self.num_correct_trials, 1), "must be a whole number of at least 1")
         for name in ("iters", "max_jobs"):

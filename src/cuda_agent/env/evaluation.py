@@ -96,7 +96,7 @@ def evaluate(task: Task, solution: Solution, config: EvalConfig | None = None, *
     config = config or EvalConfig()
     backend = config.resolved_backend()
     result = EvalResult(task=task.name, backend=backend, protocol=config.protocol)
-    key = (backend, gpu, config.sandbox, config.timing_core, str(config.cache_dir))
+    key = (backend, gpu, config.sandbox, str(config.cache_dir))
     pair = spares.take(key) if config.prewarm else None
     job_dir = pair.job_dir if pair else Path(tempfile.mkdtemp(prefix="cuda-agent-job-", dir=job_root()))
     evaluation = _Evaluation(task, solution, config, backend, job_dir, gpu, result, stop_after,
@@ -122,13 +122,12 @@ def evaluate(task: Task, solution: Solution, config: EvalConfig | None = None, *
 def _start_worker(role: str, config: EvalConfig, backend: str, job_dir: Path, gpu: int | None,
                   staging_fd: int | None = None) -> Worker:
     """A judge, or a candidate inside the sandbox (raises SandboxUnavailable when it cannot be)."""
-    from cuda_agent.env.cores import plan_for
     from cuda_agent.env.sandbox import sandbox_prefix
 
     box = box_of(job_dir)
     box.mkdir(parents=True, exist_ok=True)
     wrap = sandbox_prefix(config, box) if role == "candidate" else None
-    return start_worker(role, job_dir, backend, gpu, wrap, staging_fd, plan_for(config.timing_core, backend, gpu))
+    return start_worker(role, job_dir, backend, gpu, wrap, staging_fd)
 
 
 def _start_pair(config: EvalConfig, backend: str, job_dir: Path, gpu: int | None):

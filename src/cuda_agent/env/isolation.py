@@ -18,7 +18,6 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cuda_agent.env.cores import CPUS_ENV, CorePlan
 from cuda_agent.env.protocol import PROTOCOL_FD_ENV, STAGING_FD_ENV, ParentChannel
 
 # Startup is importing torch and (on CUDA) creating a context; generous, but finite.
@@ -139,12 +138,10 @@ def fork_judges() -> bool:
 
 
 def start_worker(role: str, job_dir: Path, backend: str, gpu: int | None,
-                 wrap: list[str] | None = None, staging_fd: int | None = None,
-                 cores: CorePlan | None = None) -> Worker:
+                 wrap: list[str] | None = None, staging_fd: int | None = None) -> Worker:
     """Start a worker process (inside the sandbox when `wrap` is bubblewrap's command prefix); call
     `wait_ready()` before sending it work. `staging_fd`: the pair's staging file (transfer.Staging),
-    which the worker inherits (the caller keeps and closes its own descriptor). `cores`: the CPU core
-    its timed calls run on, and the others for everything else (cores.py)."""
+    which the worker inherits (the caller keeps and closes its own descriptor)."""
     from cuda_agent.env.sandbox import seccomp_program
 
     read_fd, write_fd = os.pipe()
@@ -159,9 +156,6 @@ def start_worker(role: str, job_dir: Path, backend: str, gpu: int | None,
     env = dict(os.environ)
     env[PROTOCOL_FD_ENV] = str(write_fd)
     env.pop(STAGING_FD_ENV, None)
-    env.pop(CPUS_ENV, None)
-    if cores is not None:
-        env[CPUS_ENV] = cores.to_env()
     if staging_fd is not None:
         env[STAGING_FD_ENV] = str(staging_fd)
     env["PYTHONUNBUFFERED"] = "1"

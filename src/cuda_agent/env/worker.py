@@ -29,7 +29,6 @@ from pathlib import Path
 import torch
 
 from cuda_agent.env import timing  # captures clocks and sync before candidate code can patch them
-from cuda_agent.env.cores import on_timing_core, start_on_others
 from cuda_agent.env.verify import take_samples as _take_samples  # bound before candidate code runs, likewise
 from cuda_agent.env.verify import tensors_in
 from cuda_agent.env.transfer import Staging  # likewise
@@ -288,9 +287,8 @@ class _Judge:
         device time, its host's time (None unheld) and its output."""
         timer = self.timers[name]
         hold = timer.active_hold()
-        with on_timing_core(_CORES):
-            ms, host_ms, out, _ = timing.time_once(model, inputs, self.device, self.flush,
-                                                   settle_s=self.cfg.get("settle_ms", 0.0) / 1e3, hold=hold)
+        ms, host_ms, out, _ = timing.time_once(model, inputs, self.device, self.flush,
+                                               settle_s=self.cfg.get("settle_ms", 0.0) / 1e3, hold=hold)
         timer.note(hold)
         return ms, host_ms, out
 
@@ -614,7 +612,7 @@ class _Candidate:
         hold = None if save else self.timer.active_hold()
         stamps = [("begin", timing._perf_counter())] if trace else None
         try:
-            with torch.no_grad(), on_timing_core(None if save else _CORES):
+            with torch.no_grad():
                 ms, host_ms, out, (samples, snapshot) = timing.time_once(
                     fn, inputs, self.device, self.flush, after=right_after,
                     settle_s=self.cfg.get("settle_ms", 0.0) / 1e3, hold=hold, stamps=stamps)
@@ -726,8 +724,6 @@ class _Candidate:
 # of the harness's own overhead; the harness never reads it). Read in main(): a forked judge's
 # environment is set after this module was imported.
 _TRACE_CALLS = False
-# The CPU core kept for this worker's timed calls (cores.py), set first thing in main(); None: none.
-_CORES = None
 
 
 class _CallTrace:
@@ -806,10 +802,7 @@ def warm_harness_kernels(device: torch.device) -> None:
 def main() -> None:
     import faulthandler
 
-    global _TRACE_CALLS, _CORES
-    _CORES = start_on_others()   # before any thread starts: they inherit the other cores
-    if _CORES is not None:   # OpenMP's threads too, started now rather than inside a timed call
-        torch.ones(1 << 18).add_(1)
+    global _TRACE_CALLS
     _TRACE_CALLS = os.environ.get("CUDA_AGENT_TRACE_CALLS") == "1"
     faulthandler.enable()  # a crashing kernel leaves the Python stack that called it in the log
     role = sys.argv[1]
