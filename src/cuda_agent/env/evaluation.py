@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Callable
 
 from cuda_agent.env.config import EvalConfig
-from cuda_agent.env.hold import call_times
+from cuda_agent.env.hold import call_times, floor_precise
 from cuda_agent.env.isolation import Worker, box_of, start_worker
 from cuda_agent.env.protocol import ChildDied, ChildTimeout, ForgedMessage
 from cuda_agent.env.result import EvalError, EvalResult, Timing
@@ -732,7 +732,8 @@ class _Evaluation:
         precision = self.config.precision
         if precision is None or len(measured) < self.config.min_iters:
             return False
-        if median_precision(call_times(*zip(*measured))) > precision:
+        devices, hosts = zip(*measured)
+        if median_precision(call_times(devices, hosts)) > precision or not floor_precise(devices, hosts, precision):
             return False
         if self.config.baselines and pipe.pending() >= JUDGE_BATCH:
             pipe.drain()
@@ -741,6 +742,9 @@ class _Evaluation:
     def _speedups_precise(self, precision: float) -> bool:
         for baseline in ("eager", "compile"):
             ratios = paired_ratios(self.rounds, baseline)
+            if ratios and not floor_precise([r.get(baseline) for r in self.rounds],
+                                            [r.get(f"{baseline}_host") for r in self.rounds], precision):
+                return False
             if (ratios or baseline == "eager") and median_precision(ratios) > precision:   # inf for a handful
                 return False
         return True

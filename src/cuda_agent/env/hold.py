@@ -124,6 +124,18 @@ def call_times(device_ms: list[float | None], host_ms: list[float | None]) -> li
     return [d if d is None or h is None or floor is None else max(d, floor) for d, h in zip(device_ms, host_ms)]
 
 
+def floor_precise(device_ms: list[float | None], host_ms: list[float | None], precision: float) -> bool:
+    """Whether a side's host floor is known well enough to stop timing: always, unless it decides the
+    side's median (a forward bound by its launches), in which case its own interval (stats) must be
+    within `precision` too; the calls' times, each the floor then, agree whatever the floor's error."""
+    from cuda_agent.env.stats import quantile_precision
+
+    floor, devices = host_floor(host_ms), [d for d in device_ms if d is not None]
+    if floor is None or not devices or floor < sorted(devices)[len(devices) // 2]:
+        return True
+    return quantile_precision([h for h in host_ms if h is not None], HOST_QUANTILE) <= precision
+
+
 def load_hold(path: str | None) -> DeviceHold | None:
     """The hold from the library the harness built (None on the CPU backend or when it is off). A hold
     that cannot be set up on this GPU leaves the worker timing unheld, which is what it did before."""
