@@ -54,8 +54,10 @@ def timing_settings(config, backend: str) -> dict:
     settings = {"backend": backend, "flush_l2": config.flush_l2}
     if config.settle_ms:   # absent when off, so entries stored before the option keep their keys
         settings["settle_ms"] = config.settle_ms
-    if backend == "cuda" and config.hold:   # held calls measure less than unheld ones: never mixed
-        settings["timer"] = "held"
+    if backend == "cuda" and config.hold:   # held calls measure less than unheld ones: never mixed; and
+        # since each held call counts its side's host floor, not its own host time (hold.call_times),
+        # launch-bound baselines measure less than those stored before: kept apart too
+        settings["timer"] = "held-floor"
     return settings
 
 
