@@ -30,6 +30,7 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import statistics
 import sys
 import time
@@ -68,12 +69,13 @@ def measure(name: str, mode: str, pool: EvalPool, jobs: list, concurrent: bool, 
     ended = time.monotonic()
     if logs:   # the workers' per-call traces (CUDA_AGENT_TRACE_CALLS=1) of the middle evaluation
         logs.mkdir(parents=True, exist_ok=True)
-        (logs / f"{name}-{mode.replace(' ', '_')}.log").write_text(results[len(results) // 2].log or "")
+        stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{name}-{mode}").strip("_")   # plain names: they travel
+        (logs / f"{stem}.log").write_text(results[len(results) // 2].log or "")
         # every evaluation's timed calls (CUDA_AGENT_LOG_ROUNDS=1), one JSON line each
         rounds = [line[len("rounds "):] for r in results for line in (r.log or "").splitlines()
                   if line.startswith("rounds ")]
         if rounds:
-            with open(logs / f"{name}-{mode.replace(' ', '_')}.rounds.jsonl", "a") as out:
+            with open(logs / f"{stem}.rounds.jsonl", "a") as out:
                 out.write("\n".join(rounds) + "\n")
     bad = [r for r in results if not r.correct]
     row = {"kernel": name, "mode": mode, "evals": len(jobs), "gpus": gpus, "seconds": round(seconds, 2),

@@ -4,10 +4,10 @@
     python benchmarks/rounds_report.py DIR/*.rounds.jsonl [--lock-log LOCK] [--replay 0.75]
 
 Per file (one mode): the timed calls' device times, the share more than 5 % above the fastest, the
-evaluations' medians' spread, and the host's time to queue the forward beside them (how often it
-was the longer: hold.call_times counts a floor of it, not each call's own); with the lock log, the share of slow calls
-among those sent while some worker was setting up its device (its CUDA context and first kernels,
-done without the lock) and among the others. `--replay PERCENT` runs the kernel side of the stop rule
+evaluations' medians' spread, and the host's time to queue the forward beside them (how often it was
+the longer: hold.call_times counts a floor of it, not each call's own); with the lock log, the share
+of slow calls among those sent while some worker was setting up its device (its CUDA context and
+first kernels, done without the lock) and among the others. `--replay PERCENT` runs the kernel side of the stop rule
 over each evaluation's logged calls again (evaluation._precise_enough: the median of hold.call_times
 within PERCENT, and the host floor too where it decides; the speedups' part left out) and gives the
 medians' spread where each would have stopped, and where the floor's own check were left out.
@@ -29,6 +29,11 @@ SLOW = 1.05
 
 def _overlaps(start: float, end: float, windows: list[tuple[float, float]]) -> bool:
     return any(a < end and start < b for a, b in windows)
+
+
+def setup_windows(lock_log: Path) -> list[tuple[float, float]]:
+    """When workers were setting up their devices (the lock log's O lines)."""
+    return [(h["got"], h["released"]) for h in read_log(lock_log, outside=True)]
 
 
 def _spread(values: list[float]) -> float:
@@ -62,7 +67,7 @@ def report(path: Path, windows: list[tuple[float, float]] | None, precision: flo
     if held:   # the host's time to queue each forward beside the device's (the kernel time counts both)
         row["host_ms_median"] = round(statistics.median(r["kernel_host"] for r in held), 4)
         row["host_over_device_share"] = round(sum(r["kernel_host"] > r["kernel"] for r in held) / len(held), 3)
-    if windows is not None and all(r.get("sent") for r in rounds):
+    if windows is not None and all(r.get("sent") is not None for r in rounds):
         during = [r for r in rounds if _overlaps(r["sent"], r["sent"] + r["wall"] / 1e3, windows)]
         apart = [r for r in rounds if r not in during]
         for name, part in (("during_setup", during), ("apart", apart)):
@@ -83,9 +88,7 @@ def main() -> None:
     parser.add_argument("--replay", type=float, default=None, metavar="PERCENT",
                         help="replay the kernel side of the stop rule at this precision")
     args = parser.parse_args()
-    windows = None
-    if args.lock_log:
-        windows = [(h["got"], h["released"]) for h in read_log(args.lock_log, outside=True)]
+    windows = setup_windows(args.lock_log) if args.lock_log else None
     for path in args.rounds:
         print(json.dumps(report(path, windows, args.replay / 100 if args.replay else None)))
 

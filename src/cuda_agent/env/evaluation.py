@@ -724,9 +724,8 @@ class _Evaluation:
 
     def _precise_enough(self, measured: list[tuple], pipe: "_JudgePipe") -> bool:
         """Whether the kernel's median time (`measured`: every timed call so far, its device and host
-        times) and its median paired
-        speedups (the calls judged so far) are both known to within `precision`
-        (`stats.median_precision`). The calls left are then dropped: at most `iters` are timed, at
+        times), its host floor where that decides (hold.floor_precise) and its median paired speedups
+        (the calls judged so far) are all known to within `precision` (`stats`). The calls left are then dropped: at most `iters` are timed, at
         least `min_iters`. The judge's verdicts trail the candidate by a batch or two: when the kernel
         is known well enough and a batch's worth of calls awaits the judge, they are judged first."""
         precision = self.config.precision

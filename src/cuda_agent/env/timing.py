@@ -140,7 +140,7 @@ def time_callable(fn: Callable, inputs: list[list], device: torch.device, *, war
     with torch.no_grad():
         warm_start = _perf_counter()
         for i in range(max(1, warmup)):
-            time_once(fn, clone_args(inputs[i % len(inputs)]), device)   # unheld: the host is in the events
+            time_once(fn, clone_args(inputs[i % len(inputs)]), device)
             if budget_s and i >= 1 and _perf_counter() - warm_start > budget_s / 4:
                 break
         per_call = (_perf_counter() - warm_start) / (i + 1)
