@@ -284,7 +284,7 @@ def test_the_judge_holds_the_device_only_for_draws_timing_and_whole_outputs(cach
     # beside the holds (diagnosis): each worker's device set-up, done without the lock, and when
     started = read_log(log, outside=True)
     assert sorted(h["label"] for h in started) == ["startup.candidate", "startup.judge"]
-    assert all(h["got"] < h["released"] for h in started)
+    assert all(h["got"] <= h["released"] for h in started)   # on the CPU next to nothing happens there
 
 
 def test_verification_outputs_travel_through_the_staging_file_or_a_file_when_too_large(cache_dir, monkeypatch):
