@@ -484,17 +484,18 @@ def _changed_aten_ops(before: dict[str, str]) -> list[str]:
 class _Candidate:
     """The candidate's state across calls: its model, guard, watches and the counts seen so far."""
 
-    def __init__(self, job: dict, chan: ChildChannel):
-        from cuda_agent.env.guard import COUNTER, NativeGuard, ThreadWatch, warm_harness_threads
+    def __init__(self, job: dict, chan: ChildChannel, tables: dict[str, str]):
+        """`tables`: the dispatcher's registrations before any of the solution's code (`_dispatcher_tables`),
+        with the harness's thread pools started (both done while the worker waited for its job)."""
+        from cuda_agent.env.guard import COUNTER, NativeGuard, ThreadWatch
 
         self.chan, self.job = chan, job
         self.cfg, self.box = job["config"], Path(job["box"])
         self.device = _device(job["backend"])
-        warm_harness_threads(self.device)
         self.guard = NativeGuard(Path(job["guard_lib"])) if self.cfg["guard"] else None
         COUNTER.guard = self.guard
         self.threads = ThreadWatch()
-        self.tables = _dispatcher_tables()
+        self.tables = tables
         self.flush = timing.L2Flusher(self.device, self.cfg["flush_l2"])
         self.timer = Timer(load_hold(job.get("hold_lib")))   # bound before the solution's code is loaded
         self.model = None
@@ -745,10 +746,13 @@ class _CallTrace:
 
 
 def run_candidate(chan: ChildChannel) -> None:
-    from cuda_agent.env.guard import Rejected
+    from cuda_agent.env.guard import Rejected, warm_harness_threads
 
+    # before the job, which a spare worker waits for: off the evaluation's path (about 0.07 s)
+    warm_harness_threads(_device(os.environ.get("CUDA_AGENT_WORKER_BACKEND", "cpu")))
+    tables = _dispatcher_tables()
     job = chan.receive()
-    candidate = _Candidate(job, chan)
+    candidate = _Candidate(job, chan, tables)
     built = candidate.load()
     chan.send(**built)
     if not built["ok"]:
