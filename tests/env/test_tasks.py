@@ -84,3 +84,25 @@ def test_load_solution_forms(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(SolutionError, match="model_new.py"):
         load_solution(tmp_path / "empty")
+
+
+def test_python_is_parsed_one_thread_at_a_time_everywhere(monkeypatch):
+    """CPython 3.11 can fail `ast.parse` in two threads at once (tasks/parsing.py): ours holds a lock
+    around it, and no module of the package calls `ast.parse` past it."""
+    import ast
+    import re
+    from pathlib import Path
+
+    from cuda_agent.tasks import parsing
+
+    seen = []
+    real = ast.parse
+    monkeypatch.setattr(parsing.ast, "parse", lambda *a, **k: seen.append(parsing._LOCK.locked()) or real(*a, **k))
+    assert isinstance(parsing.parse("x = 1\n"), ast.Module) and seen == [True]
+    with pytest.raises(SyntaxError):
+        parsing.parse("def (:\n")
+    assert not parsing._LOCK.locked()
+    package = Path(parsing.__file__).resolve().parents[1]
+    direct = [str(p.relative_to(package)) for p in package.rglob("*.py")
+              if p.name != "parsing.py" and re.search(r"\bast\.parse\(", p.read_text())]
+    assert direct == []

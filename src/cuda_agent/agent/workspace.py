@@ -35,6 +35,7 @@ from typing import Callable
 from cuda_agent.env.config import EvalConfig
 from cuda_agent.env.result import EvalError, EvalResult
 from cuda_agent.tasks import Solution, Task, load_solution
+from cuda_agent.tasks.parsing import parse
 
 META_DIR = ".cuda_agent"
 META_FILE = f"{META_DIR}/workspace.json"
@@ -373,7 +374,7 @@ def _write_protected(path: Path, text: str, executable: bool = False) -> None:
 def starter_model_new(task_code: str) -> str:
     """A starting `model_new.py`: the task's imports, `ModelNew` with `Model`'s exact `__init__`
     (so parameter names match for `load_state_dict`), and a `forward` stub showing the reference."""
-    tree = ast.parse(task_code)
+    tree = parse(task_code)
     model = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Model"), None)
     imports = ["import torch", "import torch.nn as nn"]
     for node in tree.body:

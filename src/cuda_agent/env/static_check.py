@@ -12,6 +12,8 @@ import ast
 import re
 from dataclasses import dataclass
 
+from cuda_agent.tasks.parsing import parse
+
 # module -> rule; importing any of these is a rejection
 FORBIDDEN_IMPORTS = {
     "threading": "threading", "_thread": "threading", "multiprocessing": "threading",
@@ -198,7 +200,7 @@ def native_sources_in_python(source: str) -> str:
     """The string literals of a Python file (where single-file solutions keep their C++), one per line
     group; comments and the Python code itself are not C++ and are not scanned."""
     try:
-        tree = ast.parse(source)
+        tree = parse(source)
     except SyntaxError:
         return ""
     return "\n".join(node.value for node in ast.walk(tree)
@@ -221,7 +223,7 @@ def check_native_source(source: str, filename: str) -> list[Finding]:
 def check_source(source: str, filename: str = "model_new.py") -> list[Finding]:
     """All findings for one Python source; a syntax error is left to the compile step."""
     try:
-        tree = ast.parse(source, filename=filename)
+        tree = parse(source, filename=filename)
     except SyntaxError:
         return []
     checker = _Checker()

@@ -17,6 +17,7 @@ import torch
 
 from cuda_agent.synth.catalog import Catalog, OpSpec, run_op, sample_args
 from cuda_agent.synth.recipes import GPU_SIZES, TINY_SIZES, resolve, tensor_shape
+from cuda_agent.tasks.parsing import parse
 
 # Which families to draw from. The first link favours compute-heavy operators (like KernelBench
 # level 2: a GEMM or convolution, then epilogues); later links favour epilogues.
@@ -246,7 +247,7 @@ def render_chain(spec: ChainSpec, catalog_ops: dict[str, OpSpec], title: str = "
 
 def _set_batch_size(code: str, batch: int) -> str:
     """Rewrite a top-level `batch_size = <int>` (how LLM-written tasks are rescaled)."""
-    tree = ast.parse(code)
+    tree = parse(code)
     for node in tree.body:
         if (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
                 and node.targets[0].id == "batch_size" and isinstance(node.value, ast.Constant)):
@@ -258,7 +259,7 @@ def _set_batch_size(code: str, batch: int) -> str:
 def base_batch(candidate: dict) -> int:
     if candidate["kind"] in ("chain", "block"):
         return int(candidate["spec"]["input_shape"][0])
-    for node in ast.parse(candidate["code"]).body:
+    for node in parse(candidate["code"]).body:
         if (isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name)
                 and node.targets[0].id == "batch_size" and isinstance(node.value, ast.Constant)):
             return int(node.value.value)

@@ -30,6 +30,8 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+from cuda_agent.tasks.parsing import parse
+
 THRESHOLD = 0.9
 
 
@@ -82,7 +84,7 @@ def _children(node: ast.AST) -> list[ast.AST]:
 
 def tree_of(code: str, name: str = "") -> Tree:
     """Parse and normalise Python source into a Tree."""
-    return _build(ast.parse(code), _children, _label, name)
+    return _build(parse(code), _children, _label, name)
 
 
 def tree_from_nested(node: tuple, name: str = "") -> Tree:

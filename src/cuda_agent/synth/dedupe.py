@@ -13,6 +13,7 @@ import ast
 import hashlib
 
 from cuda_agent.synth.decontaminate import Tree, tree_of
+from cuda_agent.tasks.parsing import parse
 
 
 def _digest(text: str) -> str:
@@ -20,7 +21,7 @@ def _digest(text: str) -> str:
 
 
 def exact_key(code: str) -> str:
-    tree = ast.parse(code)
+    tree = parse(code)
     for node in ast.walk(tree):   # docstrings do not make a different task
         body = getattr(node, "body", None)
         if (isinstance(body, list) and body and isinstance(body[0], ast.Expr)

@@ -21,6 +21,7 @@ import torch
 from cuda_agent.synth.catalog import Catalog
 from cuda_agent.synth.compose import FIRST_FAMILY_WEIGHTS, NEXT_FAMILY_WEIGHTS, ComposeError, _pick_op
 from cuda_agent.tasks import Task, TaskError, load_task_module
+from cuda_agent.tasks.parsing import parse
 
 SYSTEM = """You write small PyTorch programs in the KernelBench format. Reply with one Python code block.
 The program must define:
@@ -45,7 +46,7 @@ def uses(code: str, name: str) -> bool:
     space, _, attr = name.partition(".")
     spaces = {"nn": ("nn", "torch.nn"), "F": ("F", "torch.nn.functional", "nn.functional"),
               "torch": ("torch",)}[space]
-    for node in ast.walk(ast.parse(code)):
+    for node in ast.walk(parse(code)):
         if isinstance(node, ast.Attribute) and node.attr == attr:
             if ast.unparse(node.value) in spaces:
                 return True

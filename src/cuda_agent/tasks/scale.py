@@ -16,6 +16,7 @@ import math
 import operator
 from dataclasses import dataclass, replace
 
+from cuda_agent.tasks.parsing import parse
 from cuda_agent.tasks.task import Task, TaskError
 
 MIN_SIZE = 16
@@ -88,7 +89,7 @@ def _closure(roots: set[str], defs: dict[str, list[ast.AST]]) -> set[str]:
 def input_sizes(code: str) -> dict[str, tuple[int, ast.AST]]:
     """The module-level integer constants that only `get_inputs()` reads, alone or in a tuple
     (`input_shape = (4096,)`): label (`dim`, `input_shape[0]`) -> (value, its node)."""
-    tree = ast.parse(code)
+    tree = parse(code)
     defs = _module_definitions(tree)
     if "get_inputs" not in defs:
         raise TaskError("the task has no get_inputs() to scale")

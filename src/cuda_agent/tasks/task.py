@@ -8,6 +8,8 @@ import sys
 import types
 from dataclasses import dataclass
 
+from cuda_agent.tasks.parsing import parse
+
 REQUIRED_NAMES = ("Model", "get_inputs", "get_init_inputs")
 
 
@@ -28,7 +30,7 @@ class Task:
     def check_syntax(self) -> None:
         """Raise TaskError unless the source parses and defines the required names."""
         try:
-            tree = ast.parse(self.code, filename=self.name)
+            tree = parse(self.code, filename=self.name)
         except SyntaxError as exc:
             raise TaskError(f"task {self.name}: syntax error at line {exc.lineno}: {exc.msg}") from None
         defined = {node.name for node in tree.body if isinstance(node, (ast.ClassDef, ast.FunctionDef))}
@@ -55,6 +57,6 @@ def strip_reference_model(code: str) -> str:
     The candidate's process needs `get_inputs`/`get_init_inputs` to draw inputs, but must never
     be able to reach the reference implementation.
     """
-    tree = ast.parse(code)
+    tree = parse(code)
     tree.body = [n for n in tree.body if not (isinstance(n, ast.ClassDef) and n.name == "Model")]
     return ast.unparse(tree)
