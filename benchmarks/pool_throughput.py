@@ -40,6 +40,7 @@ from pathlib import Path
 import cuda_agent
 from cuda_agent.env import EvalConfig, EvalPool
 from cuda_agent.env.pool import visible_gpus
+from cuda_agent.env.stats import spread
 from cuda_agent.tasks import load_solution, load_task
 
 HERE = Path(__file__).resolve().parent
@@ -91,7 +92,7 @@ def measure(name: str, mode: str, pool: EvalPool, jobs: list, concurrent: bool, 
     # fidelity under this load: how far the evaluations' medians lie apart ((max - min) / median)
     for key, values in (("kernel_spread", [r.kernel_ms for r in results if r.kernel_ms]),
                         ("speedup_spread", [r.speedup_vs_eager for r in results if r.speedup_vs_eager])):
-        row[key] = round((max(values) - min(values)) / statistics.median(values), 4) if len(values) >= 2 else None
+        row[key] = round(spread(values), 4) if len(values) >= 2 else None
     row["eval_s"] = {"mean": round(statistics.fmean(own), 3), "median": round(statistics.median(own), 3),
                      "max": round(max(own), 3), "in_flight_mean": round(sum(own) / seconds, 2)}
     phases = sorted({k for r in results for k in r.phase_seconds})   # where an evaluation's time went

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from cuda_agent.env.hold import call_times, floor_precise
 from cuda_agent.env.lock_log import read_log
-from cuda_agent.env.stats import median_precision
+from cuda_agent.env.stats import median_precision, spread
 
 SLOW = 1.05
 
@@ -37,7 +37,7 @@ def setup_windows(lock_log: Path) -> list[tuple[float, float]]:
 
 
 def _spread(values: list[float]) -> float:
-    return round((max(values) - min(values)) / statistics.median(values), 4)
+    return round(spread(values), 4)
 
 
 def replay(rounds: list[dict], precision: float, min_calls: int = 30, floor_check: bool = True) -> float:

@@ -30,6 +30,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from cuda_agent.env.stats import spread  # noqa: E402  (after the path: tests.* is imported from ROOT too)
+
 FIDELITY = Path(__file__).resolve().parent / "fidelity"
 
 # CLOCK_CHECK=0 turns the clock cross-check off (it changes no timing, only whether a run is rejected)
@@ -51,11 +53,6 @@ def kernels(kernelbench: Path | None):
         found.append(("level2/76 GEMM+bias+ReLU", load_task("level2/76", kernelbench),
                       workspace("gemm", "level2_gemm_add_relu.py")))
     return found
-
-
-def spread(values: list[float]) -> float:
-    values = [v for v in values if v]
-    return (max(values) - min(values)) / statistics.median(values) if values else float("nan")
 
 
 def second_timers(task, solution, cache_dir: Path, calls: int = 50) -> dict:

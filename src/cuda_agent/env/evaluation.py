@@ -691,7 +691,7 @@ class _Evaluation:
         pipe = _JudgePipe(self, "profile", batch=JUDGE_BATCH)
         started, done = time.monotonic(), 0
         budget_checked = False
-        measured: list[float] = []   # the candidate's timed calls so far (its verdicts come later)
+        measured: list[tuple] = []   # the candidate's timed calls so far, (device, host) ms (verdicts come later)
         try:
             while done < len(calls):
                 call = calls[done]
@@ -725,8 +725,8 @@ class _Evaluation:
     def _precise_enough(self, measured: list[tuple], pipe: "_JudgePipe") -> bool:
         """Whether the kernel's median time (`measured`: every timed call so far, its device and host
         times), its host floor where that decides (hold.floor_precise) and its median paired speedups
-        (the calls judged so far) are all known to within `precision` (`stats`). The calls left are then dropped: at most `iters` are timed, at
-        least `min_iters`. The judge's verdicts trail the candidate by a batch or two: when the kernel
+        (the calls judged so far) are all known to within `precision` (`stats`). The calls left are
+        then dropped: at most `iters` are timed, at least `min_iters`. The judge's verdicts trail the candidate by a batch or two: when the kernel
         is known well enough and a batch's worth of calls awaits the judge, they are judged first."""
         precision = self.config.precision
         if precision is None or len(measured) < self.config.min_iters:
@@ -741,8 +741,7 @@ class _Evaluation:
     def _speedups_precise(self, precision: float) -> bool:
         for baseline in ("eager", "compile"):
             ratios = paired_ratios(self.rounds, baseline)
-            if ratios and not floor_precise([r.get(baseline) for r in self.rounds],
-                                            [r.get(f"{baseline}_host") for r in self.rounds], precision):
+            if ratios and not floor_precise(*side_measures(self.rounds, baseline), precision):
                 return False
             if (ratios or baseline == "eager") and median_precision(ratios) > precision:   # inf for a handful
                 return False
@@ -892,10 +891,15 @@ class _Evaluation:
         self._store_baseline(fresh_eager, fresh_compile)
 
 
+def side_measures(rounds: list[dict], side: str) -> tuple[list, list]:
+    """One side's ("kernel", "eager" or "compile") device and host times, round by round (None where
+    the round has none)."""
+    return [r.get(side) for r in rounds], [r.get(f"{side}_host") for r in rounds]
+
+
 def round_times(rounds: list[dict], side: str) -> list[float | None]:
-    """One side's time in each round ("kernel", "eager" or "compile"), its device and host measures
-    weighed by hold.call_times (a round without that side: None)."""
-    return call_times([r.get(side) for r in rounds], [r.get(f"{side}_host") for r in rounds])
+    """One side's time in each round, its device and host measures weighed by hold.call_times."""
+    return call_times(*side_measures(rounds, side))
 
 
 def paired_ratios(rounds: list[dict], baseline: str) -> list[float]:
