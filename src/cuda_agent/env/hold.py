@@ -33,6 +33,8 @@ from __future__ import annotations
 import ctypes
 from pathlib import Path
 
+from cuda_agent.env.stats import quantile_precision
+
 HOLD_SOURCE = Path(__file__).parent / "native" / "hold.cu"
 HOST_QUANTILE = 0.1           # which of a side's host times stands for its host path (call_times)
 HOLD_TIMEOUT_S = 0.05         # longer than any honest forward takes to queue its work, short enough to waste little
@@ -128,8 +130,6 @@ def floor_precise(device_ms: list[float | None], host_ms: list[float | None], pr
     """Whether a side's host floor is known well enough to stop timing: always, unless it decides the
     side's median (a forward bound by its launches), in which case its own interval (stats) must be
     within `precision` too; the calls' times, each the floor then, agree whatever the floor's error."""
-    from cuda_agent.env.stats import quantile_precision
-
     floor, devices = host_floor(host_ms), [d for d in device_ms if d is not None]
     if floor is None or not devices or floor < sorted(devices)[len(devices) // 2]:
         return True
