@@ -258,7 +258,8 @@ def test_the_judge_holds_the_device_only_for_draws_timing_and_whole_outputs(cach
     """Who holds the device's lock, from its log: the judge compares a timed call's samples on the CPU
     (the reference is read where the candidate was sampled inside the timed hold), so only whole
     outputs (verification) take a compare hold; a batch's inputs are drawn under one hold; the
-    candidate's checks after a timed call's timing hold the lock shared."""
+    candidate's checks after a timed call's timing hold the lock shared, and so does its draw of the
+    next call's inputs."""
     from cuda_agent.env.lock_log import read_log
 
     log = tmp_path / "lock.log"
@@ -281,6 +282,9 @@ def test_the_judge_holds_the_device_only_for_draws_timing_and_whole_outputs(cach
     assert count["harness.profile.timed.shared"] == count["harness.profile.timed"]
     assert count["harness.profile.null.shared"] == count["harness.profile.null"] > 0
     assert "harness.verify.verify.shared" not in count
+    # each call's inputs are drawn in the shared rest of the previous call's hold: a prepare hold of its
+    # own only for a phase's first call (and a call the schedule changed to after the draw, timing stopped early)
+    assert count["harness.verify.prepare"] == 1 and count["harness.profile.prepare"] <= 2 < judged
     # beside the holds (diagnosis): each worker's device set-up, done without the lock, and when
     started = read_log(log, outside=True)
     assert sorted(h["label"] for h in started) == ["startup.candidate", "startup.judge"]
@@ -289,13 +293,20 @@ def test_the_judge_holds_the_device_only_for_draws_timing_and_whole_outputs(cach
 
 def test_verification_outputs_travel_through_the_staging_file_or_a_file_when_too_large(cache_dir, monkeypatch):
     """A pair's sealed staging file carries verification outputs (no file written, no `write` step);
-    an output larger than its slot goes through the box's file, with the same verdicts."""
+    an output larger than its slot goes through the box's file, with the same verdicts. (The trace
+    of the first also says how its workers started.)"""
     from cuda_agent.env import transfer
 
     monkeypatch.setenv("CUDA_AGENT_TRACE_CALLS", "1")   # the harness's steps in phase_seconds
     config = cpu_config(cache_dir, baselines=False)
     staged = evaluate(example_task(), cpu_workspace(), config)
     assert staged.correct and "trace.verify.call" in staged.phase_seconds
+    # the trace also says how each worker started: its imports and device set-up, then ready
+    phases = staged.phase_seconds
+    for role in ("judge", "candidate"):
+        imports, setup = phases[f"trace.startup.{role}.imports"], phases[f"trace.startup.{role}.device_setup"]
+        assert imports > 0 and setup >= 0
+        assert phases[f"trace.startup.{role}.ready"] == pytest.approx(imports + setup, abs=0.003)
     assert "trace.verify.write" not in staged.phase_seconds
     monkeypatch.setattr(transfer, "STAGING_SLOT_BYTES", 64)
     filed = evaluate(example_task(), cpu_workspace(), config)

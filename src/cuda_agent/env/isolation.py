@@ -41,6 +41,9 @@ class Worker:
     log_path: Path
     expected: set[int] = field(default_factory=set)   # processes below it once it was ready
     main_pid: int | None = None                        # the Python worker itself (inside a sandbox: its host PID)
+    spawned: float = field(default_factory=time.monotonic)
+    # (diagnosis) seconds from spawn to its main (imports), its device set-up, and from spawn to ready
+    startup: dict[str, float] = field(default_factory=dict)
 
     def log_tail(self, limit: int = 2000) -> str:
         try:
@@ -58,6 +61,10 @@ class Worker:
         hello = self.channel.receive(timeout)
         if not hello.get("ready"):
             raise RuntimeError(f"{self.role} worker did not start: {hello}")
+        setup = hello.get("device_setup")
+        if isinstance(setup, list) and len(setup) == 2 and all(isinstance(t, (int, float)) for t in setup):
+            self.startup = {"imports": setup[0] - self.spawned, "device_setup": setup[1] - setup[0],
+                            "ready": setup[1] - self.spawned}
         if os.environ.get("CUDA_AGENT_LOCK_LOG") and hello.get("device_setup"):
             from cuda_agent.env.locks import log_outside_hold
 
