@@ -40,14 +40,14 @@ def test_per_device_pipelining_and_prewarm(monkeypatch):
     results = asyncio.run(pool.evaluate_many(jobs))
     assert [r.task for r in results] == [f"t{i}" for i in range(12)]
     assert recorder.most == {0: 3, 1: 3}
-    assert {prewarm for _, _, prewarm in recorder.calls} == {6}   # twice the evaluations in flight wait started
+    assert {prewarm for _, _, prewarm in recorder.calls} == {9}   # 3x the evaluations in flight wait started
     gpu_of = {name: gpu for name, gpu, _ in recorder.calls}
     assert {gpu_of["t0"], gpu_of["t1"]} == {0, 1}
 
     cpu = EvalPool(EvalConfig(backend="cpu"), cpu_slots=2)
     assert cpu.per_device == 1 and cpu.capacity == 2
-    explicit = EvalPool(EvalConfig(backend="cuda", prewarm=5), gpus=[0], per_device=2)
-    assert explicit._sized(explicit.config).prewarm == 5   # more spares, when asked, stay
+    explicit = EvalPool(EvalConfig(backend="cuda", prewarm=7), gpus=[0], per_device=2)
+    assert explicit._sized(explicit.config).prewarm == 7   # more spares, when asked, stay
 
 
 def test_a_pool_serves_one_event_loop_after_another(monkeypatch):

@@ -6,8 +6,8 @@
 Each job runs `evaluate` (its own judge and candidate processes). Only the timed calls of an
 evaluation hold the GPU (`locks.py`), so while one evaluation times, others on the same GPU build,
 start their workers, verify or write files: `per_device` evaluations (default 3 on CUDA) run at once
-per GPU, and with `EvalConfig.prewarm` twice that many worker pairs wait started for each GPU. Results are
-plain `EvalResult` data. Across machines, `cuda_agent.env.service` runs one pool per GPU behind Ray.
+per GPU, and with `EvalConfig.prewarm` three times that many worker pairs wait started for each GPU.
+Results are plain `EvalResult` data. Across machines, `cuda_agent.env.service` runs one pool per GPU behind Ray.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from cuda_agent.env.result import EvalResult
 from cuda_agent.tasks import Solution, Task
 
 PER_DEVICE = {"cuda": 3, "cpu": 1}   # evaluations in flight per device
+SPARES_PER_SLOT = 3                  # spare worker pairs per evaluation in flight (`EvalPool._sized`)
 
 
 def visible_gpus() -> list[int]:
@@ -68,12 +69,15 @@ class EvalPool:
         return self._free
 
     def _sized(self, config: EvalConfig) -> EvalConfig:
-        """Spare worker pairs (when asked for): twice what a device has in flight. A pair takes 3-4 s to
-        start on a busy machine (the sandboxed candidate imports torch) and a device finishes an
-        evaluation about every second, so the spares started by the evaluations in flight alone are
-        not ready in time (measured: 1.9 s of a 3.3 s compile phase waiting for a candidate)."""
-        if config.prewarm and int(config.prewarm) < 2 * self.per_device:
-            return replace(config, prewarm=2 * self.per_device)
+        """Spare worker pairs (when asked for): SPARES_PER_SLOT times what a device has in flight. Each
+        evaluation takes a pair and starts the next, so a pair's head start is the spares' count over
+        the rate: at 3 in flight on an H100 a pair took 6.2 s from spawn to ready (the sandboxed
+        candidate's imports 4.5 s, its CUDA set-up 1.6 s; `trace.startup.*`) while the device finished
+        an evaluation about every second. Twice (6 s of head start) was not always enough (a compile
+        phase's median wait 0.29 s for a candidate still starting, 12th session)."""
+        wanted = SPARES_PER_SLOT * self.per_device
+        if config.prewarm and int(config.prewarm) < wanted:
+            return replace(config, prewarm=wanted)
         return config
 
     async def evaluate(self, task: Task, solution: Solution, config: EvalConfig | None = None) -> EvalResult:
