@@ -258,8 +258,7 @@ def test_the_judge_holds_the_device_only_for_draws_timing_and_whole_outputs(cach
     """Who holds the device's lock, from its log: the judge compares a timed call's samples on the CPU
     (the reference is read where the candidate was sampled inside the timed hold), so only whole
     outputs (verification) take a compare hold; a batch's inputs are drawn under one hold; the
-    candidate's checks after a timed call's timing hold the lock shared, and so does its draw of the
-    next call's inputs."""
+    candidate's checks after a timed call's timing hold the lock shared."""
     from cuda_agent.env.lock_log import read_log
 
     log = tmp_path / "lock.log"
@@ -282,9 +281,6 @@ def test_the_judge_holds_the_device_only_for_draws_timing_and_whole_outputs(cach
     assert count["harness.profile.timed.shared"] == count["harness.profile.timed"]
     assert count["harness.profile.null.shared"] == count["harness.profile.null"] > 0
     assert "harness.verify.verify.shared" not in count
-    # each call's inputs are drawn in the shared rest of the previous call's hold: a prepare hold of its
-    # own only for a phase's first call (and a call the schedule changed to after the draw, timing stopped early)
-    assert count["harness.verify.prepare"] == 1 and count["harness.profile.prepare"] <= 2 < judged
     # beside the holds (diagnosis): each worker's device set-up, done without the lock, and when
     started = read_log(log, outside=True)
     assert sorted(h["label"] for h in started) == ["startup.candidate", "startup.judge"]

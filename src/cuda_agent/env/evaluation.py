@@ -232,7 +232,6 @@ class _Evaluation:
         self.lock = DeviceLock.of(backend, gpu)
         self.strict = config.protocol == "strict"
         self.index = 0
-        self.prepared: tuple[tuple, dict] | None = None   # (call's key, the candidate's answer) sent ahead
         base = config.seed if config.seed is not None else secrets.randbelow(1 << 31)
         self.cfg = dict(config.to_dict(), seed=base)
         self.seeds = [base + i for i in range(config.num_correct_trials)]
@@ -543,22 +542,20 @@ class _Evaluation:
 
     # -- calls -------------------------------------------------------------------------------
 
-    def _candidate_round(self, call: Call, phase: str, timeout: float, upcoming: Call | None = None) -> dict | None:
+    def _candidate_round(self, call: Call, phase: str, timeout: float) -> dict | None:
         """The candidate's half of a call: its answer, or None for an empty call. The call holds the
         device alone unless it is a verification call (untimed, and told apart by its place anyway);
-        its inputs are drawn beside other evaluations' work: in the shared rest of the previous call's
-        hold when that call knew this one (`upcoming`), else in a shared hold of their own."""
+        its inputs are drawn beside other evaluations' work."""
         self.index += 1
         call.index = self.index
         save = call.kind == "verify"
         asked = time.perf_counter()
-        ready = self._take_prepared(call)
-        if ready is None:
-            with self.lock.held(shared=True, label=f"harness.{phase}.prepare"):
-                asked = self._traced(f"{phase}.lock_shared", asked)
-                # the inputs first (drawing them costs more, and varies more, than many kernels take)
-                ready = self._prepare(call, timeout, phase)
-            asked = self._traced(f"{phase}.prepare", asked)
+        with self.lock.held(shared=True, label=f"harness.{phase}.prepare"):
+            asked = self._traced(f"{phase}.lock_shared", asked)
+            # the inputs first (drawing them costs more, and varies more, than many kernels take)
+            self.candidate.channel.send(cmd="prepare", seed=call.seed, transform=call.transform, save=save)
+            ready = self._ask(self.candidate, timeout, phase)
+        asked = self._traced(f"{phase}.prepare", asked)
         if not ready["ok"]:
             raise _Failed(phase, ready["message"], ready.get("rule"))
         with self.lock.held(shared=save, label=f"harness.{phase}.{call.kind}") as hold:
@@ -577,9 +574,6 @@ class _Evaluation:
                 self.candidate.channel.send(cmd="finish")
                 out = self._ask(self.candidate, timeout, phase)
             out["sent"] = sent
-            if upcoming is not None and out["ok"]:   # held shared now: the next call's inputs, without
-                hold.share()                           # queueing for the lock a second time
-                self.prepared = (self._prepare_key(upcoming), self._prepare(upcoming, timeout, phase))
         asked = self._traced(f"{phase}.call", asked)
         self._check_processes(phase)
         asked = self._traced(f"{phase}.check_processes", asked)
@@ -596,26 +590,6 @@ class _Evaluation:
             self._traced(f"{phase}.write", asked)
         out["wall_ms"] = wall_ms
         return out
-
-    @staticmethod
-    def _prepare_key(call: Call) -> tuple:
-        return call.seed, call.transform, call.kind == "verify"
-
-    def _prepare(self, call: Call, timeout: float, phase: str) -> dict:
-        """The candidate draws `call`'s inputs and poisons its allocator (the lock held shared)."""
-        self.candidate.channel.send(cmd="prepare", seed=call.seed, transform=call.transform,
-                                    save=call.kind == "verify")
-        return self._ask(self.candidate, timeout, phase)
-
-    def _take_prepared(self, call: Call) -> dict | None:
-        """The answer of a prepare sent ahead for `call` (None: none was, or for another call, as when
-        timing stopped early). A failed one is reported whichever call it was for: the candidate
-        stops at a rejection."""
-        prepared, self.prepared = self.prepared, None
-        if prepared is None:
-            return None
-        key, ready = prepared
-        return ready if key == self._prepare_key(call) or not ready["ok"] else None
 
     def _judge_request(self, call: Call, out: dict) -> dict:
         """What the judge gets for one call: the same draw, whether to time the references on it, and
@@ -694,7 +668,7 @@ class _Evaluation:
         pipe = _JudgePipe(self, "verify", batch=1, on_verdict=self._note_accuracy)
         for n, call in enumerate(calls, 1):
             self.say(f"verifying: input set {n} of {len(calls)}")
-            pipe.run(call, self.config.timeout_verify, upcoming=calls[n] if n < len(calls) else None)
+            pipe.run(call, self.config.timeout_verify)
         pipe.drain()
         if self.strict:
             self.judge.channel.send(cmd="dependence")
@@ -729,8 +703,7 @@ class _Evaluation:
                 if remaining <= 0:
                     raise _Failed("profile", f"timing took longer than {self.config.timeout_profile:g} s",
                                   rule="timeout")
-                upcoming = calls[done + 1] if done + 1 < len(calls) else None
-                out = pipe.run(call, min(self.config.timeout_verify, remaining), upcoming)
+                out = pipe.run(call, min(self.config.timeout_verify, remaining))
                 done += 1
                 if call.kind == "timed" and out is not None:
                     measured.append((out["ms"], out.get("host_ms")))
@@ -961,11 +934,10 @@ class _JudgePipe:
         self.queued: list[tuple[Call, dict]] = []
         self.in_flight: list[tuple[Call, dict]] = []
 
-    def run(self, call: Call, timeout: float, upcoming: Call | None = None) -> dict | None:
-        """The candidate's half of `call` now (its answer, None for an empty call), the judge's with its
-        batch; `upcoming`: the call expected next, whose inputs the candidate may draw ahead."""
+    def run(self, call: Call, timeout: float) -> dict | None:
+        """The candidate's half of `call` now (its answer, None for an empty call), the judge's with its batch."""
         try:
-            out = self.evaluation._candidate_round(call, self.phase, timeout, upcoming)
+            out = self.evaluation._candidate_round(call, self.phase, timeout)
         except _Failed:
             self.drain()   # a verdict on an earlier call comes first, as in the schedule
             raise
