@@ -258,7 +258,8 @@ def test_the_judge_holds_the_device_only_for_draws_timing_and_whole_outputs(cach
     """Who holds the device's lock, from its log: the judge compares a timed call's samples on the CPU
     (the reference is read where the candidate was sampled inside the timed hold), so only whole
     outputs (verification) take a compare hold; a batch's inputs are drawn under one hold; the
-    candidate's checks after a timed call's timing hold the lock shared."""
+    candidate's checks after a timed call's timing hold the lock shared, and so do the judge's reads of
+    its references at the samples after a batch's timed runs."""
     from cuda_agent.env.lock_log import read_log
 
     log = tmp_path / "lock.log"
@@ -281,6 +282,8 @@ def test_the_judge_holds_the_device_only_for_draws_timing_and_whole_outputs(cach
     assert count["harness.profile.timed.shared"] == count["harness.profile.timed"]
     assert count["harness.profile.null.shared"] == count["harness.profile.null"] > 0
     assert "harness.verify.verify.shared" not in count
+    # and the judge's timed batches: reading the references at the samples comes after the timed runs, shared
+    assert count["judge.timed.shared"] == count["judge.timed"]
     # beside the holds (diagnosis): each worker's device set-up, done without the lock, and when
     started = read_log(log, outside=True)
     assert sorted(h["label"] for h in started) == ["startup.candidate", "startup.judge"]

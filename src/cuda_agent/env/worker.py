@@ -237,7 +237,7 @@ class _Judge:
         timed = [part for part in group if part.timed and part.answer is None]
         began, waited = timing._perf_counter(), self.lock_wait_s
         if timed:
-            with self._device(shared=False, label="timed"):
+            with self._device(shared=False, label="timed") as hold:
                 for part in timed:
                     try:
                         eager = self._timed("eager", self.model, part.inputs)
@@ -251,7 +251,12 @@ class _Judge:
                         part.fail(exc)
                         if part.transform is None:   # a task error ends the batch here
                             break
-                for part in timed:   # after the timed runs: reading samples adds nothing to them
+                # the timed runs are over: reading the references at the samples needs the device, not
+                # alone (the rest of the hold shared, as the harness does after a candidate's timed call)
+                timing.device_synchronize(self.device)
+                if hold is not None:
+                    hold.share()
+                for part in timed:
                     if part.answer is None and part.reference is not None:
                         self._start_sample(part)
             # the reads landed when the hold ended (it waits for the device); a reference with NaN or
@@ -294,12 +299,12 @@ class _Judge:
 
     @contextmanager
     def _device(self, shared: bool, label: str = ""):
-        """The device's lock around one part of a call (none without a lock file in the job); what
-        that part queued on the device has finished when the lock is let go."""
+        """The device's lock around one part of a call (none without a lock file in the job), as its
+        `Hold` (None without one); what that part queued on the device has finished when it is let go."""
         asked = timing._perf_counter()
-        with self.lock.held(shared=shared, label=f"judge.{label}") if self.lock else nullcontext():
+        with self.lock.held(shared=shared, label=f"judge.{label}") if self.lock else nullcontext() as hold:
             self.lock_wait_s += timing._perf_counter() - asked
-            yield
+            yield hold
             timing.device_synchronize(self.device)
 
     def _compare(self, part: "_JudgeCall") -> dict:
