@@ -6,6 +6,8 @@
 # there), .deb/ (bubblewrap), .kb/ (a KernelBench copy: level1..3 and baseline_times_H100), .old/ (optional).
 #   STEPS="setup tests hacks" bash benchmarks/gpu_session.sh
 # SAMPLE_LOAD=1: the machine's load and its runnable threads by name, twice a second, in $OUT/load.txt.
+# compare: .old (gpu_carry.sh OLD=<commit>) against this code, alternated, e.g.
+#   STEPS="setup compare" PAIRS=2 THROUGHPUT_ARGS="--kernels small --modes concurrent" bash benchmarks/gpu_session.sh
 # Step time caps: <STEP>_TIMEOUT (not PYTEST_TIMEOUT: pytest-timeout, installed there, reads that).
 set -u
 STEPS=${STEPS:-setup tests}
@@ -55,6 +57,18 @@ for step in $STEPS; do
     throughput_old)   # the same benchmark on the package in .old/src (gpu_carry.sh OLD=<commit>): the code before
       PYTHONPATH="$PWD/.old/src:$PYTHONPATH" run throughput_old 420 \
         python3 benchmarks/pool_throughput.py ${THROUGHPUT_ARGS:-} --json "$OUT/throughput_old.json" ;;
+    compare)   # the code before (.old) and this code, alternated ABBA over PAIRS pairs (runs of one code on
+      # two machines differ by up to 10 %, one pair can even disagree in sign: twelfth session)
+      for pair in $(seq "${PAIRS:-2}"); do
+        order="old new"; [ $((pair % 2)) -eq 0 ] && order="new old"
+        for code in $order; do
+          src=$PWD/src; [ "$code" = old ] && src=$PWD/.old/src
+          echo "== pair $pair: $code" >> "$OUT/compare.txt"
+          PYTHONPATH="$src:$PYTHONPATH" timeout "${COMPARE_TIMEOUT:-200}" python3 benchmarks/pool_throughput.py \
+            ${THROUGHPUT_ARGS:-} >> "$OUT/compare.txt" 2>&1
+        done
+      done
+      grep -E "^== |/s per GPU" "$OUT/compare.txt" ;;
     turnaround)
       run turnaround 400 python3 benchmarks/turnaround.py --backend cuda --edits "${EDITS:-5}" \
         --plain-edits "${PLAIN_EDITS:-1}" ${TURNAROUND_ARGS:-} --json "$OUT/turnaround.json" ;;
