@@ -7,7 +7,8 @@ Each job runs `evaluate` (its own judge and candidate processes). Only the timed
 evaluation hold the GPU (`locks.py`), so while one evaluation times, others on the same GPU build,
 start their workers, verify or write files: `per_device` evaluations (default 3 on CUDA) run at once
 per GPU, and with `EvalConfig.prewarm` three times that many worker pairs wait started for each GPU.
-Results are plain `EvalResult` data. Across machines, `cuda_agent.env.service` runs one pool per GPU behind Ray.
+Results are plain `EvalResult` data. Across machines, `cuda_agent.env.service` runs one pool per GPU
+behind Ray.
 """
 
 from __future__ import annotations

@@ -268,7 +268,7 @@ class _Judge:
                     self._finish_sample(part)
         if _TRACE_CALLS and timed:
             eager = " ".join(f"{part.extra.get('eager_ms', float('nan')):.4f}" for part in timed)
-            print(f"judge batch trace n={len(timed)} exclusive={(timing._perf_counter() - began) * 1e3:.3f} "
+            print(f"judge batch trace n={len(timed)} held={(timing._perf_counter() - began) * 1e3:.3f} "
                   f"of which lock wait={(self.lock_wait_s - waited) * 1e3:.3f} eager_ms {eager}",
                   file=sys.stderr, flush=True)
         answers = []
