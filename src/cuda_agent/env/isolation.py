@@ -39,9 +39,9 @@ class Worker:
     proc: subprocess.Popen
     channel: ParentChannel
     log_path: Path
+    spawned: float                                     # monotonic time just before the process was started
     expected: set[int] = field(default_factory=set)   # processes below it once it was ready
     main_pid: int | None = None                        # the Python worker itself (inside a sandbox: its host PID)
-    spawned: float = field(default_factory=time.monotonic)
     # (diagnosis) seconds from spawn to its main (imports), its device set-up, and from spawn to ready
     startup: dict[str, float] = field(default_factory=dict)
 
@@ -61,15 +61,14 @@ class Worker:
         hello = self.channel.receive(timeout)
         if not hello.get("ready"):
             raise RuntimeError(f"{self.role} worker did not start: {hello}")
-        setup = hello.get("device_setup")
+        setup = hello.get("device_setup")   # (diagnosis) when its device set-up (context, first kernels) ran
         if isinstance(setup, list) and len(setup) == 2 and all(isinstance(t, (int, float)) for t in setup):
             self.startup = {"imports": setup[0] - self.spawned, "device_setup": setup[1] - setup[0],
                             "ready": setup[1] - self.spawned}
-        if os.environ.get("CUDA_AGENT_LOCK_LOG") and hello.get("device_setup"):
-            from cuda_agent.env.locks import log_outside_hold
+            if os.environ.get("CUDA_AGENT_LOCK_LOG"):   # beside the lock's holds
+                from cuda_agent.env.locks import log_outside_hold
 
-            # diagnosis: when its device set-up (context, first kernels) ran, beside the lock's holds
-            log_outside_hold(f"startup.{self.role}", *hello["device_setup"])
+                log_outside_hold(f"startup.{self.role}", *setup)
         self.expected = descendants(self.proc.pid)
         self.main_pid = self.proc.pid
         while True:   # bwrap -> its init -> the worker: the deepest of the chain
@@ -189,6 +188,7 @@ def start_worker(role: str, job_dir: Path, backend: str, gpu: int | None,
     log_path = Path(job_dir) / f"{role}.log"
     log = open(log_path, "wb")
     cwd = box if role == "candidate" else job_dir
+    spawned = time.monotonic()   # before the process exists: a forked judge reaches its main at once
     try:
         if role == "judge" and not wrap and fork_judges():   # no torch import to wait for (forkserver.py)
             from cuda_agent.env.forkserver import fork_worker
@@ -203,4 +203,4 @@ def start_worker(role: str, job_dir: Path, backend: str, gpu: int | None,
         for fd in keep:
             os.close(fd)
         log.close()
-    return Worker(role, proc, ParentChannel(proc, read_fd), log_path)
+    return Worker(role, proc, ParentChannel(proc, read_fd), log_path, spawned)
