@@ -22,10 +22,9 @@ timed calls until the medians are known within --precision percent (default 0.75
 evaluations first (--no-prime: measured from a cold pool), so a mode measures a pool in its steady
 state, as a long RL run or benchmark sees it; N = 36 for the same reason: at 3 in flight the first
 evaluations start together (all in their compile phase, the device idle) and the last ones finish
-alone: over 12 evaluations the pool's 3 slots were busy 2.57 on average, over 36 2.99 (an H100, twelfth
-session). The target: at least 1.0 evaluation per second per GPU for cached
-sub-millisecond kernels, concurrently. Prints a table (and writes JSON) with each mode's ratio to the
-serial baseline.
+alone: over 12 evaluations the pool's 3 slots were busy 2.57 on average, over 36 2.99 (an H100,
+twelfth session). The target: at least 1.0 evaluation per second per GPU for cached sub-millisecond
+kernels, concurrently. Prints a table (and writes JSON) with each mode's ratio to the serial baseline.
 """
 
 from __future__ import annotations

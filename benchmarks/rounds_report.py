@@ -7,10 +7,11 @@ Per file (one mode): the timed calls' device times, the share more than 5 % abov
 evaluations' medians' spread, and the host's time to queue the forward beside them (how often it was
 the longer: hold.call_times counts a floor of it, not each call's own); with the lock log, the share
 of slow calls among those sent while some worker was setting up its device (its CUDA context and
-first kernels, done without the lock) and among the others. `--replay PERCENT` runs the kernel side of the stop rule
-over each evaluation's logged calls again (evaluation._precise_enough: the median of hold.call_times
-within PERCENT, and the host floor too where it decides; the speedups' part left out) and gives the
-medians' spread where each would have stopped, and where the floor's own check were left out.
+first kernels, done without the lock) and among the others. `--replay PERCENT` runs the kernel side
+of the stop rule over each evaluation's logged calls again (evaluation._precise_enough: the median of
+hold.call_times within PERCENT, and the host floor too where it decides; the speedups' part left out)
+and gives the medians' spread where each would have stopped, and where the floor's own check were
+left out.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import json
 import statistics
 from pathlib import Path
 
+from cuda_agent.env.evaluation import round_times, side_measures
 from cuda_agent.env.hold import call_times, floor_precise
 from cuda_agent.env.lock_log import read_log
 from cuda_agent.env.stats import median_precision, spread
@@ -42,8 +44,7 @@ def _spread(values: list[float]) -> float:
 
 def replay(rounds: list[dict], precision: float, min_calls: int = 30, floor_check: bool = True) -> float:
     """The median an evaluation would have reported had its timing stopped by the kernel side's rule."""
-    device = [r["kernel"] for r in rounds]
-    host = [r.get("kernel_host") for r in rounds]
+    device, host = side_measures(rounds, "kernel")
     for n in range(min_calls, len(rounds) + 1):
         if median_precision(call_times(device[:n], host[:n])) <= precision and \
                 (not floor_check or floor_precise(device[:n], host[:n], precision)):
@@ -57,8 +58,7 @@ def report(path: Path, windows: list[tuple[float, float]] | None, precision: flo
     fastest = min(r["kernel"] for r in rounds)
     slow = [r for r in rounds if r["kernel"] > SLOW * fastest]
     # each evaluation's median as it reports it (hold.call_times: device time, host floor)
-    medians = [statistics.median(call_times([r["kernel"] for r in e["rounds"]],
-                                            [r.get("kernel_host") for r in e["rounds"]])) for e in evaluations]
+    medians = [statistics.median(round_times(e["rounds"], "kernel")) for e in evaluations]
     row = {"mode": path.name.removesuffix(".rounds.jsonl"), "evaluations": len(evaluations), "calls": len(rounds),
            "fastest_ms": round(fastest, 4), "median_ms": round(statistics.median(r["kernel"] for r in rounds), 4),
            "slow_share": round(len(slow) / len(rounds), 3),

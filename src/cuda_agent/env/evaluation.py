@@ -730,8 +730,9 @@ class _Evaluation:
         """Whether the kernel's median time (`measured`: every timed call so far, its device and host
         times), its host floor where that decides (hold.floor_precise) and its median paired speedups
         (the calls judged so far) are all known to within `precision` (`stats`). The calls left are
-        then dropped: at most `iters` are timed, at least `min_iters`. The judge's verdicts trail the candidate by a batch or two: when the kernel
-        is known well enough and a batch's worth of calls awaits the judge, they are judged first."""
+        then dropped: at most `iters` are timed, at least `min_iters`. The judge's verdicts trail the
+        candidate by a batch or two: when the kernel is known well enough and a batch's worth of calls
+        awaits the judge, they are judged first."""
         precision = self.config.precision
         if precision is None or len(measured) < self.config.min_iters:
             return False

@@ -33,7 +33,7 @@ from __future__ import annotations
 import ctypes
 from pathlib import Path
 
-from cuda_agent.env.stats import quantile_precision
+from cuda_agent.env.stats import order_quantile, quantile_precision
 
 HOLD_SOURCE = Path(__file__).parent / "native" / "hold.cu"
 HOST_QUANTILE = 0.1           # which of a side's host times stands for its host path (call_times)
@@ -113,9 +113,9 @@ class Timer:
 
 def host_floor(host_ms: list[float | None]) -> float | None:
     """The host's time to queue a side's forward: the `HOST_QUANTILE` order statistic of its held
-    calls' host times (None: no held call)."""
+    calls' host times, the value whose interval `floor_precise` checks (None: no held call)."""
     values = sorted(h for h in host_ms if h is not None)
-    return values[int(HOST_QUANTILE * (len(values) - 1))] if values else None
+    return order_quantile(values, HOST_QUANTILE) if values else None
 
 
 def call_times(device_ms: list[float | None], host_ms: list[float | None]) -> list[float | None]:

@@ -29,14 +29,18 @@ def median_precision(samples: list[float]) -> float:
     return _half_width(ordered, 0.5, middle)
 
 
+def order_quantile(ordered: list[float], q: float) -> float:
+    """The q-quantile of `ordered` (sorted, not empty) as an order statistic: 0-based rank int(q (n - 1))."""
+    return ordered[int(q * (len(ordered) - 1))]
+
+
 def quantile_precision(samples: list[float], q: float) -> float:
-    """The same for the q-quantile (the order statistic of 0-based rank int(q (n - 1))), relative to
-    its value (inf for too few samples). A low quantile of few samples reaches the smallest one: its
-    interval narrows as the calls add up."""
+    """The same for the q-quantile (`order_quantile`), relative to its value (inf for too few samples).
+    A low quantile of few samples reaches the smallest one: its interval narrows as the calls add up."""
     if not 0 < q < 1:
         return float("inf")
     ordered = sorted(samples)
-    return _half_width(ordered, q, ordered[int(q * (len(ordered) - 1))] if ordered else 0.0)
+    return _half_width(ordered, q, order_quantile(ordered, q) if ordered else 0.0)
 
 
 def spread(values: list[float]) -> float:
