@@ -59,6 +59,16 @@ def _too_large(task: Task, backend: str, trials: int) -> str | None:
     return too_large(task, backend, trials)
 
 
+@lru_cache(maxsize=256)
+def _footprint(task: Task) -> dict | None:
+    """The task's one input set and one output in bytes (on the meta device, once per task), for the
+    judge to ask for its batches' memory before it first holds the device (reserve.py)."""
+    from cuda_agent.tasks.footprint import estimate_footprint
+
+    found = estimate_footprint(task)
+    return None if found is None else {"input_bytes": found.input_bytes, "output_bytes": found.output_bytes}
+
+
 class _Failed(Exception):
     """Ends an evaluation early with a structured error."""
 
@@ -477,7 +487,7 @@ class _Evaluation:
         self._wait_ready(self.judge)
         self.judge.channel.send(task_code=self.task.code, task_name=self.task.name, backend=self.backend,
                                 config=self.cfg, box=str(self.box), save_init=candidate, lock=str(self.lock.path),
-                                hold_lib=self._hold_path())
+                                hold_lib=self._hold_path(), footprint=_footprint(self.task), batch=JUDGE_BATCH)
 
     def _judge_ready(self) -> None:
         """The judge's answer to its job: the task's reference ran."""

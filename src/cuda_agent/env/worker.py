@@ -40,6 +40,7 @@ from cuda_agent.env.draws import draw_inputs
 from cuda_agent.env.hold import Timer, load_hold
 from cuda_agent.env.locks import DeviceLock
 from cuda_agent.env.protocol import ChildChannel
+from cuda_agent.env.reserve import judge_bytes, reserve
 
 
 def _device(backend: str) -> torch.device:
@@ -98,8 +99,10 @@ class _Judge:
             torch.save({"init_inputs": init_inputs, "state_dict": self.model.state_dict()},
                        self.box / "reference_init.pt")
         with torch.no_grad(), self._device(shared=True, label="setup"):   # the task runs at all (and is warm)
+            # the memory of a batch of timed calls, asked for here and not inside the first one (reserve.py)
+            reserve(self.device, judge_bytes(job.get("footprint"), int(job.get("batch") or 1), GROUP_BYTES))
             first = self.model(*draw_inputs(self.module, self.cfg["seed"], self.device))
-        self.flush = timing.L2Flusher(self.device, self.cfg["flush_l2"])
+            self.flush = timing.L2Flusher(self.device, self.cfg["flush_l2"])   # its buffer, likewise
         # what a verification output takes in the staging file: its slots are made ready now, off the lock
         self.output_bytes = staged_bytes(tensors_in(first))
         if self.staging is not None:

@@ -1,0 +1,49 @@
+"""The memory a judge asks for in its set-up (env/reserve.py): how much, and that its job says what to
+size it by. The allocator's side (no cudaMalloc inside a held batch) is in
+tests/gpu/test_reserve.py."""
+
+from __future__ import annotations
+
+import torch
+
+from cuda_agent.env.evaluation import JUDGE_BATCH, _footprint
+from cuda_agent.env.reserve import TRANSIENT_OUTPUTS, judge_bytes, reserve
+from cuda_agent.env.worker import GROUP_BYTES
+from cuda_agent.tasks.footprint import estimate_footprint
+from cuda_agent.tasks import load_task
+
+MIB = 1 << 20
+SMALL = {"input_bytes": 128 * MIB, "output_bytes": 128 * MIB}   # relu(x + bias) on 8192 x 4096 floats
+
+
+def test_a_batch_of_small_calls_holds_eight_draws_and_eight_outputs():
+    assert judge_bytes(SMALL, batch=8, group_bytes=1 << 30) == 8 * 256 * MIB + TRANSIENT_OUTPUTS * 128 * MIB
+
+
+def test_the_group_limit_decides_for_large_inputs():
+    # 300 MiB inputs: the judge's group stops once 1 GiB is drawn, at the fourth call
+    large = {"input_bytes": 300 * MIB, "output_bytes": 10 * MIB}
+    assert judge_bytes(large, batch=8, group_bytes=1 << 30) == 4 * 310 * MIB + TRANSIENT_OUTPUTS * 10 * MIB
+    # inputs beyond the limit: one call at a time
+    huge = {"input_bytes": 3 << 30, "output_bytes": MIB}
+    assert judge_bytes(huge, batch=8, group_bytes=1 << 30) == (3 << 30) + MIB + TRANSIENT_OUTPUTS * MIB
+
+
+def test_an_unknown_output_counts_as_large_as_the_inputs_and_no_footprint_asks_for_nothing():
+    assert judge_bytes({"input_bytes": 64 * MIB, "output_bytes": None}, 2, 1 << 30) == \
+        judge_bytes({"input_bytes": 64 * MIB, "output_bytes": 64 * MIB}, 2, 1 << 30)
+    assert judge_bytes(None, 8, 1 << 30) == 0
+    assert judge_bytes({"input_bytes": 0, "output_bytes": 0}, 8, 1 << 30) == 0
+
+
+def test_nothing_is_set_aside_on_the_cpu():
+    assert reserve(torch.device("cpu"), 1 << 30) == 0
+
+
+def test_the_judges_job_sizes_it_by_the_tasks_footprint(kernelbench):
+    task = load_task("level1/19", kernelbench)
+    found = _footprint(task)
+    measured = estimate_footprint(task)   # 19_ReLU: one tensor in, one of the same size out
+    assert found == {"input_bytes": measured.input_bytes, "output_bytes": measured.output_bytes}
+    assert found["input_bytes"] == found["output_bytes"] > 0
+    assert judge_bytes(found, JUDGE_BATCH, GROUP_BYTES) > 0
