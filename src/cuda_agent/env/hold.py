@@ -89,7 +89,8 @@ class Timer:
     a kernel that CUDA loads lazily waits for the device too, and so does a forward whose output the
     caching allocator has no block for yet (cudaMalloc synchronises): the judge times a batch of up to
     eight calls whose outputs are all kept, so on a cold allocator eight in a row can wait (seen on an
-    H100: with a patience of two, one evaluation in six timed eager cuBLAS unheld, 8 % slower). Unheld
+    H100: with a patience of two, one evaluation in six timed eager cuBLAS unheld, 8 % slower; the
+    judge now asks for that memory in its set-up, reserve.py, where the task's footprint is known). Unheld
     is never faster for the same call: it adds the host's path to the launch to the device's work."""
 
     PATIENCE = 12
