@@ -4,12 +4,18 @@ tests/gpu/test_reserve.py."""
 
 from __future__ import annotations
 
+import fcntl
+import os
+
 import torch
+
+from cuda_agent.env import EvalConfig
 
 from cuda_agent.env.evaluation import JUDGE_BATCH, _footprint
 from cuda_agent.env.reserve import TRANSIENT_OUTPUTS, judge_bytes, reserve
 from cuda_agent.env.worker import GROUP_BYTES
 from cuda_agent.tasks.footprint import estimate_footprint
+from tests.env.helpers import example_task
 from cuda_agent.tasks import load_task
 
 MIB = 1 << 20
@@ -47,3 +53,30 @@ def test_the_judges_job_sizes_it_by_the_tasks_footprint(kernelbench):
     assert found == {"input_bytes": measured.input_bytes, "output_bytes": measured.output_bytes}
     assert found["input_bytes"] == found["output_bytes"] > 0
     assert judge_bytes(found, JUDGE_BATCH, GROUP_BYTES) > 0
+
+
+def test_the_judge_asks_for_its_memory_inside_its_set_ups_shared_hold(tmp_path, monkeypatch):
+    """Memory asked for without the lock slowed other evaluations' timed calls (reserve.py): the
+    judge asks for it while it holds the device's lock, which another holder then cannot take alone."""
+    from cuda_agent.env import worker
+
+    lock = tmp_path / "cpu.lock"
+    asked = []
+
+    def recording_reserve(device, nbytes):
+        probe = os.open(lock, os.O_RDWR | os.O_CREAT)
+        try:
+            fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            asked.append(("lock free", nbytes))
+        except BlockingIOError:
+            asked.append(("lock held", nbytes))
+        finally:
+            os.close(probe)   # lets go of the probe's lock too, if it got it
+        return 0
+
+    monkeypatch.setattr(worker, "reserve", recording_reserve)
+    task = example_task()
+    footprint = {"input_bytes": 1 << 20, "output_bytes": 1 << 18}
+    worker._Judge(dict(config=dict(EvalConfig(backend="cpu").to_dict(), seed=1), box=str(tmp_path), backend="cpu",
+                       task_code=task.code, task_name=task.name, lock=str(lock), footprint=footprint, batch=8))
+    assert asked == [("lock held", judge_bytes(footprint, 8, GROUP_BYTES))]
