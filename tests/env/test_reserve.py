@@ -10,13 +10,12 @@ import os
 import torch
 
 from cuda_agent.env import EvalConfig
-
 from cuda_agent.env.evaluation import JUDGE_BATCH, _footprint
 from cuda_agent.env.reserve import TRANSIENT_OUTPUTS, judge_bytes, reserve
 from cuda_agent.env.worker import GROUP_BYTES
+from cuda_agent.tasks import load_task
 from cuda_agent.tasks.footprint import estimate_footprint
 from tests.env.helpers import example_task
-from cuda_agent.tasks import load_task
 
 MIB = 1 << 20
 SMALL = {"input_bytes": 128 * MIB, "output_bytes": 128 * MIB}   # relu(x + bias) on 8192 x 4096 floats

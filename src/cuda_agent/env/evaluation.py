@@ -61,8 +61,8 @@ def _too_large(task: Task, backend: str, trials: int) -> str | None:
 
 @lru_cache(maxsize=256)
 def _footprint(task: Task) -> dict | None:
-    """The task's one input set and one output in bytes (on the meta device, once per task), for the
-    judge to ask for its batches' memory before it first holds the device (reserve.py)."""
+    """The task's one input set and one output in bytes (on the meta device, once per task), by which
+    the judge sizes the memory it asks for in its set-up (reserve.py)."""
     from cuda_agent.tasks.footprint import estimate_footprint
 
     found = estimate_footprint(task)
