@@ -59,7 +59,6 @@ def _too_large(task: Task, backend: str, trials: int) -> str | None:
     return too_large(task, backend, trials)
 
 
-@lru_cache(maxsize=256)
 def _footprint(task: Task) -> dict | None:
     """The task's one input set and one output in bytes (on the meta device, once per task), by which
     the judge sizes the memory it asks for in its set-up (reserve.py)."""

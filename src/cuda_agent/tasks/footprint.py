@@ -12,6 +12,7 @@ import itertools
 import sys
 import types
 from dataclasses import dataclass
+from functools import lru_cache
 
 from cuda_agent.tasks.task import Task
 
@@ -42,8 +43,10 @@ def tensor_bytes(value) -> int:
     return 0
 
 
+@lru_cache(maxsize=256)
 def estimate_footprint(task: Task) -> Footprint | None:
-    """Input, output and weight bytes of `task`, or None when not even its inputs can be measured."""
+    """Input, output and weight bytes of `task`, or None when not even its inputs can be measured.
+    Once per task (the capacity check and the judge's memory both ask for it)."""
     import torch
 
     name = f"_cuda_agent_footprint_{next(_counter)}"
