@@ -9,6 +9,9 @@ compared nothing, and a kernel honest only for its first calls (verification), a
 was accepted. The sampler is now bound before candidate code runs, and the judge refuses samples the
 harness's sampler cannot have taken (rule `forged-samples`). A failure while comparing the
 candidate's data is the candidate's (it once made the evaluation a "broken task", reward None).
+On the CPU backend the sampler in the candidate's process is no longer consulted at all: the harness
+reads the output from outside at positions it draws (env/outside.py), so the forged sampler changes
+nothing and the constant is caught by the recheck (`recheck-after-timing`).
 """
 
 from __future__ import annotations
@@ -55,9 +58,9 @@ setattr(_where, NAME, _forged)
 """
 CASES = {   # id: (target, mode, rules that may reject it)
     "forged_sampler_in_the_verify_module": ("module", "none", ("recheck-after-timing",)),
-    "forged_sampler_reports_nothing": ("worker", "none", ("forged-samples",)),
-    "forged_sampler_outside_the_output": ("worker", "outside", ("forged-samples",)),
-    "forged_sampler_garbage_values": ("worker", "garbage", ("forged-samples",)),
+    "forged_sampler_reports_nothing": ("worker", "none", ("recheck-after-timing", "forged-samples", "native-symbol")),
+    "forged_sampler_outside_the_output": ("worker", "outside", ("recheck-after-timing", "forged-samples", "native-symbol")),
+    "forged_sampler_garbage_values": ("worker", "garbage", ("recheck-after-timing", "forged-samples", "native-symbol")),
 }
 
 

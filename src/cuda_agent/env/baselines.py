@@ -58,6 +58,8 @@ def timing_settings(config, backend: str) -> dict:
         # since each held call counts its side's host floor, not its own host time (hold.call_times),
         # launch-bound baselines measure less than those stored before: kept apart too
         settings["timer"] = "held-floor"
+    if backend == "cpu":   # one thread's CPU time (eager alike), not a wall clock: never mixed with those
+        settings["timer"] = "cpu-time-1-thread"
     return settings
 
 

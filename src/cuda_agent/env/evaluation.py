@@ -39,7 +39,7 @@ from cuda_agent.env.hold import call_times, floor_precise
 from cuda_agent.env.isolation import Worker, box_of, start_worker
 from cuda_agent.env.protocol import ChildDied, ChildTimeout, ForgedMessage
 from cuda_agent.env.result import EvalError, EvalResult, Timing
-from cuda_agent.env.reward import milestone_reward, reward_from_speedups
+from cuda_agent.env.reward import MARGIN, milestone_reward, reward_from_speedups
 from cuda_agent.env.stats import median_precision
 from cuda_agent.env.verify import FP32_PRECISION_WARNING
 from cuda_agent.tasks.solution import Solution, missing_model_new
@@ -49,6 +49,7 @@ MAX_BUILD_REQUESTS = 16    # load_inline/load calls one candidate may ask the ha
 NULL_CALLS = 12            # empty calls for the clock cross-check
 JUDGE_BATCH = 8            # timed calls the judge takes at once, beside the candidate's next ones
 CLOCK_ALLOWANCE_MS = 3.0   # per call: what the harness's own work may differ between empty and real calls
+MIN_CALL_MS = 1e-4         # a call measured from outside, less the overhead, is never counted as free
 
 
 @lru_cache(maxsize=256)
@@ -275,9 +276,12 @@ class _Evaluation:
         try:
             while True:
                 message = worker.channel.receive(timeout)
-                if worker.role != "candidate" or message.get("request") != "build":
+                if worker.role != "candidate":
                     return message
-                worker.channel.send(**self._serve_build(message))
+                if message.get("request") != "build":
+                    worker.stop(wait=self.backend == "cpu")   # nothing of it runs until its next command
+                    return message
+                worker.send(**self._serve_build(message))
         except ChildTimeout:
             what = "the task's reference" if worker.role == "judge" else "the solution"
             raise _Failed("task" if worker.role == "judge" else phase,
@@ -334,6 +338,7 @@ class _Evaluation:
             return {"ok": False, "message": exc.summary}
 
     def shutdown(self) -> None:
+        self._close_memory()
         for worker in (self.candidate, self.judge):
             if worker is not None:
                 if worker.role == "candidate":
@@ -406,7 +411,7 @@ class _Evaluation:
         self._wait_ready(self.candidate)
         begun = self._traced("compile.candidate_ready", begun)
         self.link_refusal = None
-        self.candidate.channel.send(task_inputs_code=inputs_code, solution_dir=str(solution_dir),
+        self.candidate.send(task_inputs_code=inputs_code, solution_dir=str(solution_dir),
                                     backend=self.backend, config=self.cfg, box=str(self.box),
                                     prebuilt=prebuilt, guard_lib=guard_path, hold_lib=self._hold_path())
         if need_judge:
@@ -517,11 +522,28 @@ class _Evaluation:
             if not answer["ok"]:
                 self.compile_error = answer["error"]
                 self.compile_mode = "off"
-        self.candidate.channel.send(cmd="init", output_bytes=self.output_bytes)
+        self.candidate.send(cmd="init", output_bytes=self.output_bytes)
         init = self._ask(self.candidate, self.config.timeout_verify, "verify")
         if not init["ok"]:
             raise _Failed("verify", init["message"], init.get("rule"))
         self.result.weights = init["weights"]
+        if self.backend == "cpu":   # inputs from the judge, outputs and times read from outside
+            self.outside = self._open_memory() if init.get("staging") else False
+            if not self.outside:
+                self.result.warnings.append("verdicts and times decided inside the solution's process: no staging "
+                                            "file or no access to its memory here (see docs/verification.md)")
+
+    outside = False   # the CPU backend's calls are decided from outside the candidate (_outside_round)
+    memory = None     # the candidate's memory (outside.Memory), for those
+
+    def _open_memory(self) -> bool:
+        from cuda_agent.env.outside import Memory
+
+        try:
+            self.memory = Memory(self.candidate.main_pid)
+        except OSError:
+            return False
+        return True
 
     compile_error: str | None = None
     output_bytes: int | None = None   # the reference's output in a staging slot (the judge's first run)
@@ -557,12 +579,14 @@ class _Evaluation:
         its inputs are drawn beside other evaluations' work."""
         self.index += 1
         call.index = self.index
+        if self.outside:
+            return self._outside_round(call, phase, timeout)
         save = call.kind == "verify"
         asked = time.perf_counter()
         with self.lock.held(shared=True, label=f"harness.{phase}.prepare"):
             asked = self._traced(f"{phase}.lock_shared", asked)
             # the inputs first (drawing them costs more, and varies more, than many kernels take)
-            self.candidate.channel.send(cmd="prepare", seed=call.seed, transform=call.transform, save=save)
+            self.candidate.send(cmd="prepare", seed=call.seed, transform=call.transform, save=save)
             ready = self._ask(self.candidate, timeout, phase)
         asked = self._traced(f"{phase}.prepare", asked)
         if not ready["ok"]:
@@ -574,13 +598,13 @@ class _Evaluation:
             cpu_start = self.candidate.cpu_seconds() if self.backend == "cpu" else None
             start = time.perf_counter()
             sent = time.monotonic()   # on the lock log's clock (diagnosis: CUDA_AGENT_LOG_ROUNDS)
-            self.candidate.channel.send(cmd="call", index=call.index, seed=call.seed, transform=call.transform,
+            self.candidate.send(cmd="call", index=call.index, seed=call.seed, transform=call.transform,
                                         save=save, null=call.kind == "null", slot=call.index % 2, release=not save)
             out = self._ask(self.candidate, timeout, phase)
             wall_ms = self._outside_clock(start, cpu_start)
             if out.get("timed"):   # timing is over and the device idle: its checks run beside others' work
                 hold.share()
-                self.candidate.channel.send(cmd="finish")
+                self.candidate.send(cmd="finish")
                 out = self._ask(self.candidate, timeout, phase)
             out["sent"] = sent
         asked = self._traced(f"{phase}.call", asked)
@@ -592,12 +616,64 @@ class _Evaluation:
             self.null_walls.append(wall_ms)
             return None
         if save and not out.get("staged"):   # its output to the box's file, now that the device is let go
-            self.candidate.channel.send(cmd="write", index=call.index)
+            self.candidate.send(cmd="write", index=call.index)
             written = self._ask(self.candidate, timeout, phase)
             if not written["ok"]:
                 raise _Failed(phase, written["message"], written.get("rule"))
             self._traced(f"{phase}.write", asked)
         out["wall_ms"] = wall_ms
+        return out
+
+    def _outside_round(self, call: Call, phase: str, timeout: float) -> dict | None:
+        """A call on the CPU backend, decided from outside the candidate's process: the judge draws the
+        inputs into a staging slot; the candidate, resumed, runs its forward on them and answers where
+        its output is; stopped again, its CPU time (all threads) is the call's time and its output is
+        read from its memory, at positions drawn now (whole for a verification call). Its own checks
+        (the guard's verdict) come after that, on `finish`."""
+        from cuda_agent.env.outside import UnreadableOutput, read_samples, write_whole
+        from cuda_agent.env.verify import SAMPLES_PER_TENSOR
+
+        save, slot = call.kind == "verify", call.index % 2
+        self.judge.channel.send(cmd="draw", index=call.index, seed=call.seed, transform=call.transform, slot=slot)
+        drawn = self._ask(self.judge, self.config.timeout_reference, "task")
+        if "task_error" in drawn:
+            raise _Failed("task", f"the task's inputs could not be drawn: {drawn['task_error']}")
+        if not drawn["ok"]:
+            raise _Failed("internal", drawn["message"])
+        if drawn["layout"] is None:   # a structured set this task's inputs do not admit
+            self.result.skipped_sets.append(f"{call.transform}: the task's inputs do not admit it")
+            return None
+        cpu_start = self.candidate.cpu_seconds()
+        self.candidate.send(cmd="call", index=call.index, seed=call.seed, transform=call.transform,
+                            save=save, null=call.kind == "null", inputs={"slot": slot, "layout": drawn["layout"]})
+        out = self._ask(self.candidate, timeout, phase)
+        cpu_end = self.candidate.cpu_seconds()
+        if not out["ok"]:
+            self._check_processes(phase)
+            raise _Failed(phase, out["message"], out.get("rule"))
+        wall_ms = (cpu_end - cpu_start) * 1e3 if cpu_start is not None and cpu_end is not None else float("nan")
+        read = None
+        if call.kind != "null":
+            try:
+                if save:
+                    path = self.job_dir / f"out_{call.index}.bin"
+                    read = {"path": str(path), "layout": write_whole(self.memory, out["output"], path)}
+                else:
+                    read = {"samples": read_samples(self.memory, out["output"], SAMPLES_PER_TENSOR)}
+            except (UnreadableOutput, OSError, ValueError, KeyError, TypeError) as exc:
+                read = exc
+        self.candidate.send(cmd="finish")
+        out = self._ask(self.candidate, timeout, phase)
+        self._check_processes(phase)
+        if not out["ok"]:
+            raise _Failed(phase, out["message"], out.get("rule"))
+        if isinstance(read, Exception):
+            raise _Failed(phase, f"the output could not be read from the solution's memory ({read}): return "
+                                 "plain CPU tensors or Python numbers", rule="uncomparable-output")
+        if call.kind == "null":
+            self.null_walls.append(wall_ms)
+            return None
+        out.update(read, wall_ms=wall_ms, read_outside=True)
         return out
 
     def _judge_request(self, call: Call, out: dict) -> dict:
@@ -606,9 +682,11 @@ class _Evaluation:
         save = call.kind == "verify"
         timed = call.kind in ("warmup", "timed")
         whole = {"path": str(self.box / f"out_{call.index}.bin"), "layout": out.get("layout")}
-        if out.get("staged"):   # in the staging file's slot of the call (transfer.Staging), not in the file
+        if out.get("read_outside") and save:   # read by the harness into a file of its own
+            whole = {"path": out["path"], "layout": out["layout"]}
+        elif out.get("staged"):   # in the staging file's slot of the call (transfer.Staging), not in the file
             whole["slot"] = call.index % 2
-        return dict(seed=call.seed, transform=call.transform, time=timed,
+        return dict(index=call.index, seed=call.seed, transform=call.transform, time=timed,
                     compile=timed and self.compile_mode == "paired",
                     compare=whole if save else {"samples": out["samples"]},
                     dependence=save and self.strict and not call.transform)
@@ -619,6 +697,7 @@ class _Evaluation:
             raise _Failed("task", f"the task's reference failed on an input set: {verdict['task_error']}")
         if call.kind == "verify":
             (self.box / f"out_{call.index}.bin").unlink(missing_ok=True)
+            (self.job_dir / f"out_{call.index}.bin").unlink(missing_ok=True)
         if verdict.get("skipped"):
             self.result.skipped_sets.append(f"{call.transform}: {verdict['skipped']}")
             return None
@@ -627,7 +706,8 @@ class _Evaluation:
         if call.kind == "timed":
             # each side's device time and its host's time to queue the forward (None: timed unheld);
             # round_times weighs the two
-            self.rounds.append({"kernel": out["ms"], "kernel_host": out.get("host_ms"), "wall": out["wall_ms"],
+            kernel = out["wall_ms"] if out.get("read_outside") else out["ms"]
+            self.rounds.append({"kernel": kernel, "kernel_host": out.get("host_ms"), "wall": out["wall_ms"],
                                 "eager": verdict.get("eager_ms"), "eager_host": verdict.get("eager_host_ms"),
                                 "compile": verdict.get("compile_ms"), "compile_host": verdict.get("compile_host_ms"),
                                 "sent": out.get("sent")})
@@ -679,6 +759,7 @@ class _Evaluation:
             self.say(f"verifying: input set {n} of {len(calls)}")
             pipe.run(call, self.config.timeout_verify)
         pipe.drain()
+        self._inputs_kept("verify")
         if self.strict:
             self.judge.channel.send(cmd="dependence")
             message = self._ask(self.judge, self.config.timeout_verify, "verify").get("message")
@@ -700,7 +781,8 @@ class _Evaluation:
         rng = random.Random(secrets.randbits(64))
         iters = self.config.timed_iters(self.backend)
         deadline = time.monotonic() + self.config.timeout_profile
-        calls = timing_calls(self.config.warmup, iters, self.strict, NULL_CALLS if self.config.clock_check else 0, rng)
+        nulls = NULL_CALLS if self.config.clock_check or self.outside else 0   # outside: they measure the overhead
+        calls = timing_calls(self.config.warmup, iters, self.strict, nulls, rng)
         pipe = _JudgePipe(self, "profile", batch=JUDGE_BATCH)
         started, done = time.monotonic(), 0
         budget_checked = False
@@ -715,7 +797,7 @@ class _Evaluation:
                 out = pipe.run(call, min(self.config.timeout_verify, remaining))
                 done += 1
                 if call.kind == "timed" and out is not None:
-                    measured.append((out["ms"], out.get("host_ms")))
+                    measured.append((out["wall_ms"] if out.get("read_outside") else out["ms"], out.get("host_ms")))
                     if self._precise_enough(measured, pipe):   # the timed calls left are not needed
                         calls = calls[:done] + [c for c in calls[done:] if c.kind != "timed"]
                 if not budget_checked and call.kind == "warmup" and done >= 2:
@@ -726,14 +808,34 @@ class _Evaluation:
                         calls = self._shortened(calls, keep)
                     budget_checked = True
             pipe.drain()
+            self._inputs_kept("profile")
         except _Failed:
             self.result.correct = False
             raise
+        if self.outside:
+            self._less_overhead()
         kernel = Timing.from_samples(round_times(self.rounds, "kernel"))
         self.result.timings["kernel"] = kernel
         self.result.kernel_ms = kernel.median_ms
         self._check_clock()
         self._lap("profile")
+
+    def _less_overhead(self) -> None:
+        """CPU calls measured from outside include the harness's own steps in the candidate's process
+        (reading the command, viewing the inputs, answering): the median empty call's, taken off each."""
+        overhead = statistics.median(self.null_walls) if self.null_walls else 0.0
+        for entry in self.rounds:
+            entry["kernel"] = max(entry["kernel"] - overhead, MIN_CALL_MS)
+
+    def _inputs_kept(self, phase: str) -> None:
+        """The judge's word on the inputs it put into the candidate's slots (the CPU path)."""
+        if not self.outside:
+            return
+        self.judge.channel.send(cmd="inputs_kept")
+        mutated = self._ask(self.judge, self.config.timeout_reference, "task").get("mutated")
+        if mutated:
+            raise _Failed(phase, f"forward modified its inputs (input set {mutated[0]}); inputs must be left "
+                                 "unchanged", rule="input-mutation")
 
     def _precise_enough(self, measured: list[tuple], pipe: "_JudgePipe") -> bool:
         """Whether the kernel's median time (`measured`: every timed call so far, its device and host
@@ -787,8 +889,8 @@ class _Evaluation:
         (`prepare`), so the overhead is the call's own, not the draw's. Forged clocks are caught on
         kernels of several milliseconds; below that, the link and static checks stand before a
         forged timer."""
-        if not self.config.clock_check or len(self.null_walls) < 3 or not self.rounds:
-            return
+        if self.outside or not self.config.clock_check or len(self.null_walls) < 3 or not self.rounds:
+            return   # outside: the harness's measure is the time itself
         overhead = statistics.median(self.null_walls)
         noise = statistics.median(abs(w - overhead) for w in self.null_walls)
         allowance = max(CLOCK_ALLOWANCE_MS, 4 * noise)
@@ -809,8 +911,14 @@ class _Evaluation:
             import json
 
             self.result.log += "\nrounds " + json.dumps({"rounds": self.rounds, "null_walls": self.null_walls}) + "\n"
+        self._close_memory()
         self.candidate.kill()
         self.candidate = None
+
+    def _close_memory(self) -> None:
+        if self.memory is not None:
+            self.memory.close()
+            self.memory = None
 
     def _baselines(self) -> None:
         self._kill_candidate()
@@ -836,10 +944,26 @@ class _Evaluation:
         if self.result.compile_ms and self.result.speedup_vs_compile is None and self.result.speedup_vs_eager:
             # stored or re-timed: torch.compile's time relative to eager, applied to the paired speedup
             self.result.speedup_vs_compile = self.result.speedup_vs_eager * self.result.compile_ms / eager.median_ms
+        self._note_noise()
         if self.config.compile_baseline and self.result.compile_ms is None:
             error = self.compile_error or (self.stored[1].compile_error if self.stored else None)
             self.result.warnings.append(f"torch.compile baseline unavailable: {error or 'not timed'}")
         self._lap("baselines")
+
+    def _note_noise(self) -> None:
+        """A warning where a paired speedup's 95 % interval holds the reward's margin: the milestone
+        it decides could have come out the other way on another run."""
+        threshold = 1 / (1 - MARGIN)
+        for baseline, name in (("eager", "eager"), ("compile", "torch.compile")):
+            ratios = paired_ratios(self.rounds, baseline)
+            if len(ratios) < 6:
+                continue
+            speedup, half = statistics.median(ratios), median_precision(ratios)
+            low, high = speedup * (1 - half), speedup * (1 + half)
+            if low < threshold < high:
+                self.result.warnings.append(
+                    f"noise: the speedup vs {name} ({speedup:.3f}x, 95 % interval {low:.3f}-{high:.3f}x) holds the "
+                    f"{MARGIN:.0%} margin ({threshold:.3f}x): the reward was decided within the noise")
 
     # -- the baseline store ----------------------------------------------------------------------
 
@@ -946,6 +1070,8 @@ class _JudgePipe:
 
     def run(self, call: Call, timeout: float) -> dict | None:
         """The candidate's half of `call` now (its answer, None for an empty call), the judge's with its batch."""
+        if self.evaluation.outside:   # the judge draws this call's inputs first: its answers come in order
+            self._collect()
         try:
             out = self.evaluation._candidate_round(call, self.phase, timeout)
         except _Failed:

@@ -29,9 +29,6 @@ def box_of(job_dir: Path) -> Path:
     return Path(job_dir) / "box"
 
 
-# how often cpu_seconds looks for the worker's thread asleep (0.1 ms apart) before reading anyway
-_SETTLE_TRIES = 50
-
 
 @dataclass
 class Worker:
@@ -44,6 +41,7 @@ class Worker:
     main_pid: int | None = None                        # the Python worker itself (inside a sandbox: its host PID)
     # (diagnosis) seconds from spawn to its main (imports), its device set-up, and from spawn to ready
     startup: dict[str, float] = field(default_factory=dict)
+    stopped: bool = False                              # SIGSTOPped between commands (`stop`)
 
     def log_tail(self, limit: int = 2000) -> str:
         try:
@@ -78,23 +76,30 @@ class Worker:
             self.main_pid = below[0]
 
     def cpu_seconds(self) -> float | None:
-        """CPU time the worker's main thread has used, from the kernel's scheduler statistics (read
-        here, out of the worker's reach; other processes on a loaded machine do not inflate it).
+        """CPU time every thread of the worker's process has used, from the kernel's scheduler
+        statistics (read here, out of the worker's reach; other processes on a loaded machine do not
+        inflate it). Final while the worker is stopped (`stop`)."""
+        from cuda_agent.env.outside import cpu_seconds
 
-        The kernel brings the figure up to date when the thread stops running (and at its ticks), so
-        it is read once the thread sleeps: the worker has just answered and waits for the next command
-        (read while it still ran, the tail of its last step would count in the next one)."""
-        try:
-            for _ in range(_SETTLE_TRIES):
-                with open(f"/proc/{self.main_pid}/stat") as fh:
-                    state = fh.read().rsplit(")", 1)[1].split()[0]
-                if state != "R":
-                    break
-                time.sleep(0.0001)
-            with open(f"/proc/{self.main_pid}/schedstat") as fh:
-                return int(fh.read().split()[0]) / 1e9
-        except (OSError, ValueError, TypeError, IndexError):
-            return None
+        return cpu_seconds(self.main_pid) if self.main_pid else None
+
+    def stop(self, wait: bool = True) -> None:
+        """Stop the worker between commands (outside.stop): none of its threads, signal handlers or
+        timers runs until the next command is sent (`send`). `wait`: until every thread has stopped,
+        so that its CPU time is final (the CPU backend's measure); a GPU's calls are timed otherwise."""
+        from cuda_agent.env.outside import stop
+
+        if self.main_pid and not self.stopped:
+            self.stopped = stop(self.main_pid, wait)
+
+    def send(self, **message) -> None:
+        """A command to the worker, which is resumed first if it was stopped."""
+        if self.stopped:
+            from cuda_agent.env.outside import resume
+
+            resume(self.main_pid)
+            self.stopped = False
+        self.channel.send(**message)
 
     def extra_processes(self) -> list[int]:
         """Processes started below the worker since it was ready (none for an honest candidate)."""
@@ -175,6 +180,8 @@ def start_worker(role: str, job_dir: Path, backend: str, gpu: int | None,
         # torch.compile compiles in the judge itself: no pool of compile processes left running (and
         # loading the machine) while the baselines are timed
         env["TORCHINDUCTOR_COMPILE_THREADS"] = "1"
+    if backend == "cpu":   # both sides alike: one thread each (timed by CPU time), the same allocator
+        env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", MALLOC_PERTURB_="165")
     if role == "candidate":
         env["MALLOC_PERTURB_"] = "165"  # heap memory comes back as garbage, never stale results
         # OpenMP workers park at once after a parallel region (instead of spinning for a while):

@@ -81,7 +81,8 @@ def settle(seconds: float) -> None:
 
 def time_once(fn: Callable, args: list, device: torch.device, flush: "L2Flusher | None" = None,
               after: Callable[[Any], Any] | None = None, settle_s: float = 0.0,
-              hold: "DeviceHold | None" = None, stamps: list | None = None) -> tuple[float, float | None, Any, Any]:
+              hold: "DeviceHold | None" = None, stamps: list | None = None,
+              cpu_clock: Callable[[], float] | None = None) -> tuple[float, float | None, Any, Any]:
     """One timed call: (milliseconds, the host's milliseconds or None, output, after(output)).
 
     The caches are flushed and the device synchronised first; on CUDA the call is timed with events
@@ -93,15 +94,18 @@ def time_once(fn: Callable, args: list, device: torch.device, flush: "L2Flusher 
     event is recorded (and the hold let go) and before anything waits for the device: the harness
     reads samples of the output there, so work left running on another stream shows up as wrong values.
     `stamps` (diagnosis): gets (step, host clock) at each step, nothing waited for on their account.
+    `cpu_clock`: the clock of a CPU call (default the wall clock; the judge passes its thread's CPU
+    time, the measure the harness takes of the candidate from outside).
     """
     note = stamps.append if stamps is not None else (lambda _: None)
     if flush is not None:
         flush()
     device_synchronize(device)
     if device.type != "cuda":
-        t0 = _perf_counter()
+        clock = cpu_clock or _perf_counter
+        t0 = clock()
         out = fn(*args)
-        ms = (_perf_counter() - t0) * 1e3
+        ms = (clock() - t0) * 1e3
         return ms, None, out, after(out) if after else None
     note(("flushed", _perf_counter()))
     settle(settle_s)

@@ -324,10 +324,11 @@ class Staging:
             slot[offset:offset + data.numel()].copy_(data)
             offset = _aligned(offset + data.numel())
 
-    def take(self, index: int, layout: Any, device: torch.device) -> Any:
+    def take(self, index: int, layout: Any, device: torch.device, copy: bool = True) -> Any:
         """The judge's: the output in slot `index` as its layout describes (checked as `read_output`
         checks a file's): on a GPU, views of the registered slot that `to(device)` copies at full
-        speed; on the CPU, a copy (the comparison must not read memory the candidate still writes)."""
+        speed; on the CPU, a copy (the comparison must not read memory the candidate still writes).
+        `copy=False`: views on the CPU too (the candidate's inputs, which the judge put there)."""
         specs = parse_layout(layout)
         slot = self._slot(index, _staged_bytes([_nbytes(dtype, shape) for dtype, shape in specs]), device)
         offset, tensors = 0, []
@@ -335,6 +336,6 @@ class Staging:
             size = _nbytes(dtype, shape)
             raw = slot[offset:offset + size]
             offset = _aligned(offset + size)
-            raw = raw if device.type == "cuda" else raw.clone()
+            raw = raw if device.type == "cuda" or not copy else raw.clone()
             tensors.append(raw.view(dtype).view(shape) if size else torch.empty(shape, dtype=dtype))
         return build_output(layout, tensors)

@@ -19,7 +19,7 @@ strict protocol the absolute part follows the output's magnitude (its RMS):
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -120,6 +120,18 @@ def structure(value: Any) -> Any:
     if isinstance(value, dict):
         return {str(k): structure(v) for k, v in value.items()}
     return type(value).__name__
+
+
+def scalars_in(value: Any) -> list:
+    """The Python numbers of an output (bool, int, float), in the order `structure` lists them: a
+    call's samples carry them whole, so an output that is a number is compared on every call."""
+    if isinstance(value, (bool, int, float)):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [s for v in value for s in scalars_in(v)]
+    if isinstance(value, dict):
+        return [s for v in value.values() for s in scalars_in(v)]
+    return []
 
 
 def compare_outputs(ref: Any, out: Any, tol: Tolerance, where: str = "output", _seen: list | None = None) -> Comparison:
@@ -261,7 +273,7 @@ def take_samples(out: Any, count: int = SAMPLES_PER_TENSOR) -> dict:
             entry["positions"] = pack_samples(both[:positions.numel()].to(torch.int64))
             entry["values"] = pack_samples(both[positions.numel():])
         tensors.append(entry)
-    return {"structure": structure(out), "tensors": tensors}
+    return {"structure": structure(out), "tensors": tensors, "scalars": scalars_in(out)}
 
 
 def random_positions(n: int, count: int, device: torch.device) -> torch.Tensor:
@@ -397,6 +409,8 @@ class SampledReference:
     part of `compare_samples`, done while the reference's device is held; `compare_sampled` needs none."""
     structure: Any
     tensors: list[_SampledTensor]
+    scalars: list = field(default_factory=list)      # the reference's Python numbers (scalars_in)
+    tol: "Tolerance | None" = None
 
 
 def sample_reference(ref: Any, samples: dict, tol: Tolerance, count: int = SAMPLES_PER_TENSOR) -> SampledReference:
@@ -416,7 +430,7 @@ def start_sample_reference(ref: Any, samples: dict, tol: Tolerance, count: int =
         raise ForgedSamples("no sample record")
     shape = structure(ref)
     if samples.get("structure") != shape:
-        return PendingReference(shape, [], tol)
+        return PendingReference(shape, [], tol, scalars_in(ref))
     references = tensors_in(ref)
     if len(samples["tensors"]) != len(references):
         raise ForgedSamples(f"samples of {len(samples['tensors'])} output tensors, the output has {len(references)}")
@@ -434,7 +448,7 @@ def start_sample_reference(ref: Any, samples: dict, tol: Tolerance, count: int =
             if tol.relative_to_scale and (r.is_floating_point() or r.is_complex()) and r.numel():
                 norm = _to_host(_norm(r))
         parts.append((view, r, norm))
-    return PendingReference(shape, parts, tol)
+    return PendingReference(shape, parts, tol, scalars_in(ref))
 
 
 def _to_host(t: torch.Tensor) -> torch.Tensor:
@@ -456,8 +470,8 @@ def _norm(ref: torch.Tensor) -> torch.Tensor:
 class PendingReference:
     """A `start_sample_reference` on its way; `finish` gives the SampledReference."""
 
-    def __init__(self, shape: Any, parts: list, tol: Tolerance):
-        self.shape, self.parts, self.tol = shape, parts, tol
+    def __init__(self, shape: Any, parts: list, tol: Tolerance, scalars: list | None = None):
+        self.shape, self.parts, self.tol, self.scalars = shape, parts, tol, scalars or []
         device = next((r.device for _, r, _ in parts if r.is_cuda), None)
         self.done = torch.cuda.Event() if device is not None else None
         if self.done is not None:
@@ -487,7 +501,7 @@ class PendingReference:
                 view.limits = self.tol.for_scale(r.dtype, output_scale(r) if scale is None else scale, i)
             tensors.append(view)
         self.parts = []   # the reference's tensors are no longer needed here
-        return SampledReference(self.shape, tensors)
+        return SampledReference(self.shape, tensors, self.scalars, self.tol)
 
 
 def compare_sampled(reference: SampledReference, samples: dict) -> Comparison:
@@ -514,7 +528,36 @@ def compare_sampled(reference: SampledReference, samples: dict) -> Comparison:
             continue
         got = r.sample[1].to(r.expected.dtype).reshape(r.expected.shape)
         parts.append(_compare_tensors(r.expected, got, Tolerance(), where, limits=r.limits, index=i))
+    parts += _compare_scalars(reference, samples.get("scalars"))
+    if not parts and (reference.scalars or any(r.numel for r in reference.tensors)):
+        return Comparison(False, float("inf"), "nothing of the output was compared: no samples of it")
     return _all(parts)
+
+
+def _compare_scalars(reference: SampledReference, scalars: Any) -> list[Comparison]:
+    """The output's Python numbers against the reference's, every one (they travel whole)."""
+    if not reference.scalars:
+        return []
+    if not isinstance(scalars, list) or len(scalars) != len(reference.scalars):
+        return [Comparison(False, float("inf"), f"output numbers {scalars!r:.80}, expected {len(reference.scalars)}")]
+    tol = reference.tol or Tolerance()
+    parts = []
+    for i, (ref, out) in enumerate(zip(reference.scalars, scalars)):
+        where = f"number {i} of the output" if len(scalars) > 1 else "output"
+        if isinstance(ref, bool) or isinstance(ref, int) and not isinstance(out, float):
+            ok = type(out) in (bool, int) and out == ref
+            parts.append(Comparison(ok, 0.0 if ok else float("inf"), "" if ok else f"{where}: expected {ref}, got {out!r:.40}"))
+            continue
+        if not isinstance(out, (int, float)) or isinstance(out, bool):
+            parts.append(Comparison(False, float("inf"), f"{where}: expected a number, got {out!r:.40}"))
+            continue
+        err = abs(float(out) - float(ref))
+        both_special = not math.isfinite(ref) and (out == ref or math.isnan(ref) and math.isnan(out))
+        ok = both_special or math.isfinite(err) and err <= tol.atol + tol.rtol * abs(float(ref))
+        parts.append(Comparison(ok, 0.0 if both_special else err, "" if ok else f"{where}: expected {ref}, got {out}"))
+    return parts
+
+
 
 
 # -- outputs that follow their inputs (strict) --------------------------------------------------------

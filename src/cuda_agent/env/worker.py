@@ -43,6 +43,21 @@ from cuda_agent.env.protocol import ChildChannel
 from cuda_agent.env.reserve import judge_bytes, reserve
 
 
+def locate(out) -> dict:
+    """Where the output is, for the harness to read from outside this process: its layout, its
+    structure and Python numbers, and each tensor's address, dtype, shape and strides."""
+    from cuda_agent.env.verify import scalars_in, structure
+
+    tree, tensors = _output_layout(out)
+    located = []
+    for t in tensors:
+        readable = t.layout == torch.strided and not t.is_meta and t.device.type == "cpu"
+        located.append({"address": t.data_ptr() if readable and t.numel() else 0,
+                        "dtype": str(t.dtype).removeprefix("torch."), "shape": list(t.shape),
+                        "strides": list(t.stride()) if readable else [0] * t.dim()})
+    return {"tree": tree, "structure": structure(out), "scalars": scalars_in(out), "tensors": located}
+
+
 def _device(backend: str) -> torch.device:
     return torch.device("cuda", 0) if backend == "cuda" else torch.device("cpu")
 
@@ -86,6 +101,9 @@ class _Judge:
         self.lock = DeviceLock(job["lock"]) if job.get("lock") else None
         self.lock_wait_s = 0.0   # of the call in hand, for the harness's account of device time
         self.staging = Staging.from_environment()   # the candidate's verification outputs, when staged
+        self.drawn: dict[int, list] = {}            # inputs drawn for the candidate (`draw`), by call index
+        self.slots: dict[int, tuple[int, torch.Tensor]] = {}   # staging slot -> (call index, its bytes as put)
+        self.mutated: list[int] = []                # calls whose inputs the candidate changed in its slot
         hold = load_hold(job.get("hold_lib"))
         self.timers = {"eager": Timer(hold), "compile": Timer(hold)}
         self.module = load_task_module(job["task_code"], "reference_task", filename=f"<task {job['task_name']}>")
@@ -107,6 +125,51 @@ class _Judge:
         self.output_bytes = staged_bytes(tensors_in(first))
         if self.staging is not None:
             self.staging.prepare(self.output_bytes, self.device)
+
+    def draw(self, cmd: dict) -> dict:
+        """A call's inputs, drawn here and put into the staging slot the candidate reads them from
+        (the CPU backend): the candidate runs no code of the task's and sees its inputs only inside
+        its call. The judge keeps what it drew for the reference, and the bytes it put, to notice a
+        candidate that wrote into its slot (`inputs_kept`)."""
+        from cuda_agent.env.transfer import output_layout
+
+        if self.staging is None:
+            return {"ok": False, "message": "no staging file for the candidate's inputs"}
+        slot = cmd["slot"]
+        self._check_slot(slot)
+        try:
+            inputs = draw_inputs(self.module, cmd["seed"], self.device, cmd.get("transform"))
+            layout, tensors = output_layout(inputs)
+            if not self.staging.fits(tensors):
+                return {"ok": False, "message": "the inputs do not fit a staging slot"}
+            self.staging.put(slot, tensors)
+        except Exception as exc:
+            if cmd.get("transform"):   # the structured set is not defined for this task: the candidate
+                inputs, layout = None, None   # gets none, and the call is skipped (see _draw)
+            else:
+                return _task_error(exc)
+        if inputs is None:
+            return {"ok": True, "layout": None}
+        self.drawn[cmd["index"]] = inputs
+        nbytes = staged_bytes(tensors)
+        self.slots[slot] = (cmd["index"], self.staging.memory[slot * self.staging.slot_bytes:][:nbytes].clone())
+        return {"ok": True, "layout": layout}
+
+    def _check_slot(self, slot: int) -> None:
+        kept = self.slots.pop(slot, None)
+        if kept is None:
+            return
+        index, put = kept
+        now = self.staging.memory[slot * self.staging.slot_bytes:][:put.numel()]
+        if not torch.equal(now, put):
+            self.mutated.append(index)
+
+    def inputs_kept(self) -> dict:
+        """The calls whose inputs the candidate changed in their slot (every slot checked now)."""
+        for slot in list(self.slots):
+            self._check_slot(slot)
+        mutated, self.mutated = self.mutated, []
+        return {"mutated": mutated}
 
     def compile(self) -> dict:
         """torch.compile the reference and warm it up (its compilation is not timed)."""
@@ -183,7 +246,9 @@ class _Judge:
         """The call's inputs (and the reference's output when it is not timed), under the caller's hold."""
         paired = part.timed and part.cmd.get("compile") and self.compiled is not None
         try:
-            part.inputs = draw_inputs(self.module, part.cmd["seed"], self.device, part.transform)
+            drawn = self.drawn.pop(part.cmd.get("index"), None)   # what the candidate was given (`draw`)
+            part.inputs = drawn if drawn is not None else \
+                draw_inputs(self.module, part.cmd["seed"], self.device, part.transform)
             part.again = draw_inputs(self.module, part.cmd["seed"], self.device, part.transform) if paired else None
             if not part.timed:
                 part.reference = self.model(*part.inputs)
@@ -296,7 +361,8 @@ class _Judge:
         timer = self.timers[name]
         hold = timer.active_hold()
         ms, host_ms, out, _ = timing.time_once(model, inputs, self.device, self.flush,
-                                               settle_s=self.cfg.get("settle_ms", 0.0) / 1e3, hold=hold)
+                                               settle_s=self.cfg.get("settle_ms", 0.0) / 1e3, hold=hold,
+                                               cpu_clock=timing._thread_time)
         timer.note(hold)
         return ms, host_ms, out
 
@@ -417,6 +483,10 @@ def run_judge(chan: ChildChannel) -> None:
             chan.send(**_judge_answers(judge, [cmd])[0])
         elif kind == "calls":   # a batch, answered in order; it ends at the first task error
             chan.send(answers=_judge_answers(judge, cmd["items"]))
+        elif kind == "draw":
+            chan.send(**judge.draw(cmd))
+        elif kind == "inputs_kept":
+            chan.send(**judge.inputs_kept())
         elif kind == "dependence":
             try:
                 message = judge.dependence.verdict()
@@ -560,7 +630,7 @@ class _Candidate:
                 pass
         self.model = model.to(self.device).eval()
         self.threads.mark()
-        return {"ok": True, "weights": weights}
+        return {"ok": True, "weights": weights, "staging": self.staging is not None}
 
     # -- one call ------------------------------------------------------------------------------
 
@@ -591,14 +661,25 @@ class _Candidate:
                                                 "finish inside forward")
 
     def call(self, cmd: dict) -> dict:
-        """One call of the schedule, on the inputs `prepare` drew for its seed. An empty call (`null`)
-        goes through every step but the forward itself, so the harness can tell its own overhead
-        from the solution's time."""
+        """One call of the schedule. An empty call (`null`) goes through every step but the forward
+        itself, so the harness can tell its own overhead from the solution's time.
+
+        Its inputs: drawn by the judge into the staging file (`inputs` names the slot: the CPU
+        backend), seen here only now; or drawn by `prepare` from the call's seed. With judge-drawn
+        inputs the answer locates the output (`locate`) and the harness reads it from outside while
+        this process is stopped; otherwise this process samples it."""
         from cuda_agent.env.guard import COUNTER, python_threads
 
-        if self.prepared is None or self.prepared[0] != cmd["seed"]:
-            raise RuntimeError("a call without its prepare (the harness sends prepare first)")
-        _, inputs, sentinel, trace = self.prepared
+        given = cmd.get("inputs")
+        if given is not None:
+            if self.staging is None:
+                raise RuntimeError("inputs in a staging slot, but this worker has no staging file")
+            inputs, sentinel, trace = self.staging.take(given["slot"], given["layout"], self.device, copy=False), \
+                None, (_CallTrace() if _TRACE_CALLS else None)
+        else:
+            if self.prepared is None or self.prepared[0] != cmd["seed"]:
+                raise RuntimeError("a call without its prepare (the harness sends prepare first)")
+            _, inputs, sentinel, trace = self.prepared
         self.prepared = None
         self._check_threads()
         null = bool(cmd.get("null"))
@@ -608,17 +689,19 @@ class _Candidate:
         if self.guard is not None:
             self.guard.begin(inputs)
             fn = self.guard.watching(fn)
-        save = bool(cmd.get("save"))
+        save = bool(cmd.get("save")) and given is None
 
         def right_after(out):
             # On the current stream, before anything waits for the device: work a kernel left running
             # on another stream has not landed in these values yet (and fails the comparison).
+            if given is not None:   # read from outside instead
+                return None, None
             return _take_samples(out), timing.clone_args(out) if save else None
 
         # Timed calls (and the spot checks and empty calls among them) are held alike; a verification
         # call is not timed, and runs unheld: the first launch of a kernel CUDA loads lazily waits for
         # the device, and under the hold that wait lasted the hold's whole timeout, the lock held.
-        hold = None if save else self.timer.active_hold()
+        hold = None if cmd.get("save") else self.timer.active_hold()
         stamps = [("begin", timing._perf_counter())] if trace else None
         try:
             with torch.no_grad():
@@ -631,13 +714,19 @@ class _Candidate:
         self.timer.note(hold)
         trace and trace.lap("timed", self.device)
         timing.device_synchronize(self.device)   # nothing of this call may run while the judge times
-        if cmd.get("release"):   # the harness shares the rest of its hold of the device, then says go on
-            self.chan.send(ok=True, timed=True)
-        try:
+        if given is not None:   # the output fixed, located for the harness, which reads it while we are stopped
+            self.chan.send(ok=True, timed=True, output=locate(out))
+            if self.chan.receive().get("cmd") != "finish":
+                raise RuntimeError("the harness did not say go on after reading the output")
             calls, problem = self._inspect(out, inputs, calls_before, threads_before, sentinel)
-        finally:   # its go-on read first, so whatever this call answers next answers that command
-            if cmd.get("release") and self.chan.receive().get("cmd") != "finish":
-                raise RuntimeError("the harness did not say go on after the timed part of a call")
+        else:
+            if cmd.get("release"):   # the harness shares the rest of its hold of the device, then says go on
+                self.chan.send(ok=True, timed=True)
+            try:
+                calls, problem = self._inspect(out, inputs, calls_before, threads_before, sentinel)
+            finally:   # its go-on read first, so whatever this call answers next answers that command
+                if cmd.get("release") and self.chan.receive().get("cmd") != "finish":
+                    raise RuntimeError("the harness did not say go on after the timed part of a call")
         self.threads.mark()
         if trace:
             trace.lap("inspect", self.device)
@@ -711,7 +800,7 @@ class _Candidate:
                                        "forward returned a tensor that none of the solution's kernels produced or "
                                        "wrote (computed in Python or by a library?); outputs must come from your "
                                        "kernels")
-            if sentinel.changed():
+            if sentinel is not None and sentinel.changed():
                 raise Rejected("input-mutation", "forward modified one of its input tensors; inputs must be "
                                                  "left unchanged")
         except Rejected as problem:
@@ -820,6 +909,8 @@ def main() -> None:
     role = sys.argv[1]
     chan = ChildChannel()
     started = time.monotonic()
+    if os.environ.get("CUDA_AGENT_WORKER_BACKEND") == "cpu":
+        torch.set_num_threads(1)   # eager and the candidate alike, each timed by its CPU time
     if os.environ.get("CUDA_AGENT_WORKER_BACKEND") == "cuda" and torch.cuda.is_available():
         torch.empty(1, device="cuda")  # create the context now, while no job waits for us
         warm_harness_kernels(torch.device("cuda"))

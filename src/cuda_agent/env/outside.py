@@ -1,0 +1,290 @@
+"""The harness's view of the candidate's process from outside it: stopping it between commands,
+its CPU time, and its output read from its memory.
+
+Nothing here runs in the candidate's process, so nothing the candidate does can change what it
+reports. The candidate is stopped (SIGSTOP) whenever it is not answering a command: no thread of
+its own, no signal handler and no timer of its process runs between calls. On the CPU backend a
+call's time is the CPU time all of the process's threads used while it answered (the kernel's
+scheduler statistics), and its output is read through `/proc/PID/mem` while it is stopped, at
+positions drawn here after it answered.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import secrets
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy
+
+STOP_TIMEOUT_S = 2.0         # a stopped process's threads all report it within this
+MAX_SPAN_FACTOR = 8          # a strided output may span at most this many times its own bytes
+_CLOCK_TICK = os.sysconf("SC_CLK_TCK")
+
+
+class UnreadableOutput(ValueError):
+    """An output location that does not describe readable memory of the candidate's."""
+
+
+# -- stopping and resuming -----------------------------------------------------------------------
+
+
+def _threads(pid: int) -> list[str]:
+    try:
+        return os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
+
+
+def _state(pid: int, tid: str) -> str:
+    try:
+        with open(f"/proc/{pid}/task/{tid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return "X"   # gone
+
+
+def stop(pid: int, wait: bool = True) -> bool:
+    """SIGSTOP the process and (`wait`) wait until every thread of it is stopped (its CPU statistics
+    are then final); False when it is gone or did not stop in time."""
+    try:
+        os.kill(pid, signal.SIGSTOP)
+    except ProcessLookupError:
+        return False
+    if not wait:
+        return True
+    deadline = time.monotonic() + STOP_TIMEOUT_S
+    while time.monotonic() < deadline:
+        states = [_state(pid, tid) for tid in _threads(pid)]
+        if states and all(s in "tTXZ" for s in states):
+            return True
+        if not states:
+            return False
+        time.sleep(0.00005)
+    return False
+
+
+def resume(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGCONT)
+    except ProcessLookupError:
+        pass
+
+
+# -- CPU time -----------------------------------------------------------------------------------
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """CPU time every thread of the process has used: the threads' scheduler statistics (nanoseconds)
+    summed, or the process's own total (clock ticks, which include threads that have exited) where
+    that is larger. Read while the process is stopped, both are final."""
+    total_ns, seen = 0, False
+    for tid in _threads(pid):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as fh:
+                total_ns += int(fh.read().split()[0])
+                seen = True
+        except (OSError, ValueError, IndexError):
+            continue
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+        ticks = (int(fields[11]) + int(fields[12])) / _CLOCK_TICK   # utime + stime, exited threads too
+    except (OSError, ValueError, IndexError):
+        ticks = None
+    if not seen and ticks is None:
+        return None
+    threads = total_ns / 1e9
+    # the ticks lag the nanoseconds by up to a tick per thread: only a larger gap means time the
+    # live threads do not account for (a thread that did work and exited)
+    if ticks is not None and ticks > threads + 2.0 / _CLOCK_TICK:
+        return ticks
+    return threads
+
+
+# -- the output, read from the candidate's memory -------------------------------------------------
+
+
+_DTYPES = {
+    "float64": "<f8", "float32": "<f4", "float16": "<f2", "bfloat16": "<u2", "int64": "<i8", "int32": "<i4",
+    "int16": "<i2", "int8": "i1", "uint8": "u1", "bool": "?", "complex64": "<c8", "complex128": "<c16",
+}
+
+
+@dataclass
+class Located:
+    """One output tensor as the candidate's answer locates it: the address of element 0, its dtype,
+    shape and strides (in elements)."""
+    address: int
+    dtype: str
+    shape: list[int]
+    strides: list[int]
+
+    @classmethod
+    def parse(cls, entry: Any) -> "Located":
+        if not isinstance(entry, dict):
+            raise UnreadableOutput("not an output location")
+        address, dtype = entry.get("address"), entry.get("dtype")
+        shape, strides = entry.get("shape"), entry.get("strides")
+        if not isinstance(address, int) or address < 0 or dtype not in _DTYPES:
+            raise UnreadableOutput(f"output location with address {address!r} and dtype {dtype!r}")
+        if not (isinstance(shape, list) and isinstance(strides, list) and len(shape) == len(strides) and
+                all(isinstance(n, int) and n >= 0 for n in shape) and
+                all(isinstance(s, int) and s >= 0 for s in strides) and len(shape) <= 64):
+            raise UnreadableOutput(f"output shape {shape!r} with strides {strides!r}")
+        return cls(address, dtype, shape, strides)
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def itemsize(self) -> int:
+        return numpy.dtype(_DTYPES[self.dtype]).itemsize
+
+    def span(self) -> int:
+        """Bytes from element 0 to the end of the last element."""
+        if self.numel == 0:
+            return 0
+        return (sum((n - 1) * s for n, s in zip(self.shape, self.strides)) + 1) * self.itemsize
+
+    def offsets(self, positions: numpy.ndarray) -> numpy.ndarray:
+        """Byte offsets from element 0 of the row-major `positions`."""
+        offsets = numpy.zeros(positions.shape, dtype=numpy.int64)
+        rest = positions.astype(numpy.int64)
+        for n, s in zip(reversed(self.shape), reversed(self.strides)):
+            offsets += (rest % n) * s
+            rest //= n
+        return offsets * self.itemsize
+
+
+class Memory:
+    """The candidate's memory, through `/proc/PID/mem` (readable by the harness: the candidate is its
+    descendant and runs as the same user, or in a user namespace the harness owns)."""
+
+    def __init__(self, pid: int):
+        self.fd = os.open(f"/proc/{pid}/mem", os.O_RDONLY)
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+    def read(self, address: int, nbytes: int) -> bytes:
+        try:
+            data = os.pread(self.fd, nbytes, address) if nbytes else b""
+        except OSError:   # not mapped there (EIO), or beyond the address space
+            data = b""
+        if len(data) != nbytes:
+            raise UnreadableOutput(f"{nbytes} bytes at {address:#x} are not the candidate's memory")
+        return data
+
+    def read_tensor(self, where: Located) -> numpy.ndarray:
+        """The whole tensor, in row-major order."""
+        dtype = numpy.dtype(_DTYPES[where.dtype])
+        span = where.span()
+        if span > MAX_SPAN_FACTOR * max(where.numel, 1) * dtype.itemsize + (1 << 20):
+            raise UnreadableOutput(f"an output of {where.numel} elements spread over {span} bytes")
+        raw = numpy.frombuffer(self.read(where.address, span), dtype=numpy.uint8)
+        if where.numel == 0:
+            return numpy.empty(where.shape, dtype=dtype)
+        flat = raw.view(dtype) if span % dtype.itemsize == 0 else raw[:span - span % dtype.itemsize].view(dtype)
+        return numpy.lib.stride_tricks.as_strided(flat, shape=where.shape,
+                                                  strides=[s * dtype.itemsize for s in where.strides]).copy()
+
+    def read_at(self, where: Located, positions: numpy.ndarray) -> numpy.ndarray:
+        """Elements at row-major `positions`: gathered from one read when the tensor is small enough to
+        read whole (cheaper than many reads), else one read per element."""
+        dtype = numpy.dtype(_DTYPES[where.dtype])
+        offsets = where.offsets(positions)
+        span = where.span()
+        if span <= (4 << 20) or span <= 8 * len(positions) * dtype.itemsize:
+            raw = numpy.frombuffer(self.read(where.address, span), dtype=numpy.uint8)
+            picked = raw[offsets[:, None] + numpy.arange(dtype.itemsize)]
+        else:
+            picked = numpy.frombuffer(b"".join(self.read(where.address + int(o), dtype.itemsize) for o in offsets),
+                                      dtype=numpy.uint8).reshape(len(offsets), dtype.itemsize)
+        return numpy.ascontiguousarray(picked).view(dtype).reshape(-1)
+
+
+def random_positions(n: int, count: int) -> numpy.ndarray:
+    """Every position of `n` elements when there are at most `count`, else `count` drawn now from a
+    secret seed: nothing the candidate ran can know them."""
+    if n <= count:
+        return numpy.arange(n, dtype=numpy.int64)
+    rng = numpy.random.default_rng(secrets.randbits(64))
+    return rng.integers(0, n, size=count, dtype=numpy.int64)
+
+
+def read_samples(memory: Memory, output: dict, count: int) -> dict:
+    """The candidate's located output (`output`: its structure, located tensors and Python numbers) as
+    a sample record the judge compares (verify.compare_sampled's format), its positions drawn here:
+    every element of a tensor of at most `count` elements, else `count` of them."""
+    import torch
+
+    from cuda_agent.env.verify import pack_samples
+
+    tensors = []
+    for entry in output.get("tensors") or []:
+        where = Located.parse(entry)
+        record = {"shape": where.shape, "dtype": where.dtype, "strides": where.strides,
+                  "dense": _dense(where)}
+        if where.numel:
+            positions = random_positions(where.numel, count)
+            values = torch.from_numpy(memory.read_at(where, positions))
+            if where.dtype == "bfloat16":
+                values = values.view(torch.bfloat16)
+            if values.is_complex():
+                values = torch.view_as_real(values)
+            kind = torch.float64 if values.is_floating_point() else torch.int64
+            record["positions"] = pack_samples(torch.from_numpy(positions))
+            record["values"] = pack_samples(values.to(kind).reshape(-1))
+        tensors.append(record)
+    return {"structure": output.get("structure"), "tensors": tensors, "scalars": output.get("scalars") or []}
+
+
+def _dense(where: Located) -> bool:
+    """No element shares memory with another (no stride 0 over a dimension of more than one)."""
+    return all(s > 0 or n <= 1 for n, s in zip(where.shape, where.strides))
+
+
+def layout_of(tree: Any, located: list[Located]) -> dict:
+    """The output's layout (transfer.output_layout's tree) with each tensor's dtype and shape taken
+    from its location, in order; UnreadableOutput when the two do not describe the same tensors."""
+    remaining = list(located)
+
+    def walk(node: Any, depth: int) -> Any:
+        if depth > 64 or not isinstance(node, dict) or not node:
+            raise UnreadableOutput("an output layout the harness does not write")
+        kind = "tensor" if "tensor" in node else next(iter(node))
+        value = node[kind]
+        if kind == "tensor":
+            if not remaining:
+                raise UnreadableOutput("more tensors in the output's layout than located")
+            where = remaining.pop(0)
+            return {"tensor": where.dtype, "shape": where.shape}
+        if kind == "list" and isinstance(value, list):
+            return {"list": [walk(v, depth + 1) for v in value]}
+        if kind == "dict" and isinstance(value, list):
+            return {"dict": [[k, walk(v, depth + 1)] for k, v in value]}
+        return node
+
+    layout = walk(tree, 0)
+    if remaining:
+        raise UnreadableOutput("more tensors located than in the output's layout")
+    return layout
+
+
+def write_whole(memory: Memory, output: dict, path: Path) -> dict:
+    """Every tensor of the located output read whole into `path` (transfer's raw format: each tensor's
+    row-major bytes in order, at the offsets `transfer.read_output` expects); its layout back."""
+    located = [Located.parse(entry) for entry in output.get("tensors") or []]
+    layout = layout_of(output.get("tree"), located)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "wb") as fh:
+        for where in located:
+            fh.write(numpy.ascontiguousarray(memory.read_tensor(where)).tobytes())
+    return layout
