@@ -126,23 +126,21 @@ SLOW_FORWARD = "return cuda_extension.slow_bias_relu(x, self.bias)"
 
 
 @pytest.mark.parametrize("name", FORGED_CLOCKS)
-def test_a_forged_clock_disagrees_with_the_harness_wall_clock(name, cache_dir, record):
+def test_a_forged_clock_changes_nothing_the_harness_measures(name, cache_dir, record):
     """The candidate's process rewrites how the harness times it (here from Python, with the static
-    pass off; from C++ it would be a GOT patch): the harness's own measure exposes it. On the CPU that
-    measure is the main thread's CPU time, which a loaded machine does not inflate while a forged wall
-    clock is: a clock at a quarter of the speed looks like half under a twice-oversubscribed CI
-    machine (the fresh-machine test runs beside the suite), so a tenth here."""
+    pass off; from C++ it would be a GOT patch). On the CPU backend nothing it reports is a time: a
+    call's time is its process's CPU time, read from outside it (env/outside.py), so the forgery is
+    accepted and timed exactly as the same kernel with its real clock."""
     what, header = FORGED_CLOCKS[name]
-    model_new = example_model_new(SLOW_FORWARD, header=header)
-    result = evaluate(example_task(), wave_workspace(model_new), hack_config(cache_dir, guard=False))
-    record(name, "forged clocks below Python", "hack", result, expected=("clock-disagreement",), what=what)
-    assert_rejected(result, ("clock-disagreement",))
-
-
-def test_the_same_kernel_with_its_real_clock_is_accepted(cache_dir):
+    forged = evaluate(example_task(), wave_workspace(example_model_new(SLOW_FORWARD, header=header)),
+                      hack_config(cache_dir, guard=False))
     honest = evaluate(example_task(), wave_workspace(example_model_new(SLOW_FORWARD)),
                       hack_config(cache_dir, guard=False))
     assert_accepted(honest)
+    neutralised = forged.correct and forged.reward <= honest.reward and \
+        forged.kernel_ms > 0.5 * honest.kernel_ms
+    record(name, "forged clocks below Python", "hack", forged, neutralised=neutralised, what=what)
+    assert neutralised, f"forged {describe(forged)} against honest {describe(honest)}"
 
 
 def _processes_named(name: str) -> list[int]:

@@ -11,7 +11,12 @@ inputs (indices, labels) stay valid; only floating-point tensors change:
               that read a sample of the input, or only part of it, miss them);
 - `negate`:   signs flipped (kernels right only on non-negative inputs);
 - `ramp`:     scaled by a ramp from -2 to 2 along the last dimension (position-dependent values);
-- `scale_up`: scaled by 100 (numerically fragile kernels: exp without the max subtraction, ...).
+- `scale_up`: scaled by 100 (numerically fragile kernels: exp without the max subtraction, ...);
+- `aligned`:  each tensor's own values, rearranged: its largest ones at the same few random positions
+              in every input of its size, the rest shuffled. Each tensor is still a draw of the
+              task's distribution (a permutation of i.i.d. values), but a product or a loss of the
+              inputs now sits in those few positions: an estimate from a sample of the elements, or
+              one that checks whether its inputs look like the task's draws, misses it.
 
 A set on which the reference itself fails or gives non-finite values is skipped by the judge.
 Both workers build a set from (seed, transform) alone, so the candidate and the judge see the same
@@ -24,7 +29,7 @@ import math
 
 import torch
 
-TRANSFORMS = ("spikes", "negate", "ramp", "scale_up")
+TRANSFORMS = ("spikes", "negate", "ramp", "scale_up", "aligned")
 
 
 def draw_inputs(module, seed: int, device: torch.device, transform: str | None = None) -> list:
@@ -49,7 +54,10 @@ def structured(inputs: list, transform: str, seed: int) -> list:
     out = []
     for index, value in enumerate(inputs):
         if isinstance(value, torch.Tensor) and value.is_floating_point() and value.numel():
-            value = _TRANSFORM[transform](value, seed * 1009 + index)
+            if transform == "aligned":   # inputs of one size share their top positions, not their shuffles
+                value = _aligned(value, seed * 1009 + value.numel(), seed * 7919 + index)
+            else:
+                value = _TRANSFORM[transform](value, seed * 1009 + index)
         out.append(value)
     return out
 
@@ -95,4 +103,19 @@ def _scale_up(x: torch.Tensor, seed: int) -> torch.Tensor:
     return x * (factor if math.isfinite(factor) else 1.0)
 
 
-_TRANSFORM = {"spikes": _spikes, "negate": _negate, "ramp": _ramp, "scale_up": _scale_up}
+def _aligned(x: torch.Tensor, seed: int, shuffle_seed: int | None = None) -> torch.Tensor:
+    n = x.numel()
+    k = max(1, n // 1024)
+    order = torch.randperm(n, generator=_generator(x, seed), device=x.device)
+    top, rest = order[:k], order[k:]   # the positions of the largest values, and the others
+    values = x.detach().reshape(-1)
+    ranked = torch.argsort(values, descending=True, stable=True)
+    shuffle = _generator(x, seed if shuffle_seed is None else shuffle_seed)
+    shuffled = ranked[k:][torch.randperm(n - k, generator=shuffle, device=x.device)]
+    flat = torch.empty_like(values)
+    flat[top] = values[ranked[:k]]
+    flat[rest] = values[shuffled]
+    return flat.reshape(x.shape)
+
+
+_TRANSFORM = {"spikes": _spikes, "negate": _negate, "ramp": _ramp, "scale_up": _scale_up, "aligned": _aligned}

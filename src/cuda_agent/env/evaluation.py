@@ -807,7 +807,11 @@ class _Evaluation:
                         keep = max(5, int(self.config.profile_budget_s / max(per_call, 1e-9)))
                         calls = self._shortened(calls, keep)
                     budget_checked = True
+            self.candidate.send(cmd="final")   # its dispatcher's tables checked while the judge finishes
             pipe.drain()
+            final = self._ask(self.candidate, self.config.timeout_verify, "profile")
+            if not final["ok"]:
+                raise _Failed("profile", final["message"], final.get("rule"))
             self._inputs_kept("profile")
         except _Failed:
             self.result.correct = False

@@ -629,8 +629,25 @@ class _Candidate:
             except (RuntimeError, KeyError):
                 pass
         self.model = model.to(self.device).eval()
+        problem = self._dispatcher_changed("__init__")
+        if problem:
+            return problem
         self.threads.mark()
         return {"ok": True, "weights": weights, "staging": self.staging is not None}
+
+    def _dispatcher_changed(self, when: str) -> dict | None:
+        """The dispatcher's ATen tables against those taken before any of the solution's code ran: a
+        kernel registered for a PyTorch operator at load, in `__init__` or while running is refused."""
+        overridden = _changed_aten_ops(self.tables) if self.cfg["guard"] else []
+        if not overridden:
+            return None
+        return {"ok": False, "rule": "aten-override",
+                "message": f"the solution registered its own kernel for PyTorch's {overridden[0]} ({when}); "
+                           "register your kernels in a namespace of your own"}
+
+    def final(self) -> dict:
+        """After the timed calls: the dispatcher's tables once more."""
+        return self._dispatcher_changed("while its calls ran") or {"ok": True}
 
     # -- one call ------------------------------------------------------------------------------
 
@@ -702,6 +719,7 @@ class _Candidate:
         # call is not timed, and runs unheld: the first launch of a kernel CUDA loads lazily waits for
         # the device, and under the hold that wait lasted the hold's whole timeout, the lock held.
         hold = None if cmd.get("save") else self.timer.active_hold()
+        stream = torch.cuda.current_stream(self.device) if self.device.type == "cuda" else None
         stamps = [("begin", timing._perf_counter())] if trace else None
         try:
             with torch.no_grad():
@@ -714,6 +732,12 @@ class _Candidate:
         self.timer.note(hold)
         trace and trace.lap("timed", self.device)
         timing.device_synchronize(self.device)   # nothing of this call may run while the judge times
+        if stream is not None and torch.cuda.current_stream(self.device) != stream:
+            from cuda_agent.env.guard import Rejected
+
+            raise Rejected("stream-changed", "forward left another CUDA stream current: work on streams of your "
+                                             "own is fine (join them before returning), but the caller's stream "
+                                             "must be current again when forward returns")
         if given is not None:   # the output fixed, located for the harness, which reads it while we are stopped
             self.chan.send(ok=True, timed=True, output=locate(out))
             if self.chan.receive().get("cmd") != "finish":
@@ -866,6 +890,8 @@ def run_candidate(chan: ChildChannel) -> None:
                 chan.send(**candidate.call(cmd))
             elif kind == "write":
                 chan.send(**candidate.write(cmd))
+            elif kind == "final":
+                chan.send(**candidate.final())
             else:
                 return
         except Rejected as exc:
