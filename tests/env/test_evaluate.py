@@ -19,7 +19,7 @@ def test_honest_workspace_solution_is_correct_and_timed(cache_dir):
     assert result.error is None, result.error
     assert result.compiled and result.correct and result.weights == "state_dict"
     # the task's 3 draws and the 4 structured sets of the strict protocol
-    assert len(set(result.seeds)) == 3 and result.max_abs_error == [0.0] * 7 and not result.skipped_sets
+    assert len(set(result.seeds)) == 3 and result.max_abs_error == [0.0] * 8 and not result.skipped_sets
     assert result.kernel_ms > 0 and result.eager_ms > 0 and 5 <= result.timings["kernel"].iters <= 6
     assert result.timings["eager"].iters == result.timings["kernel"].iters   # paired, call by call
     # the median of per-call ratios lies within what the two sides' extremes allow
@@ -290,27 +290,32 @@ def test_the_judge_holds_the_device_only_for_draws_timing_and_whole_outputs(cach
     assert all(h["got"] <= h["released"] for h in started)   # on the CPU next to nothing happens there
 
 
-def test_verification_outputs_travel_through_the_staging_file_or_a_file_when_too_large(cache_dir, monkeypatch):
-    """A pair's sealed staging file carries verification outputs (no file written, no `write` step);
-    an output larger than its slot goes through the box's file, with the same verdicts. (The trace
-    of the first also says how its workers started.)"""
+def test_cpu_outputs_are_read_from_outside_or_in_process_when_the_inputs_do_not_fit(cache_dir, monkeypatch):
+    """On the CPU the inputs go through the pair's sealed staging file and the outputs are read from
+    the candidate's memory (no file written by it, no `write` step); inputs larger than a slot fall
+    back to the in-process path (the candidate draws them, and its outputs go through the box's
+    file), with the same verdicts and a warning. (The trace of the first also says how its workers
+    started.)"""
     from cuda_agent.env import transfer
 
     monkeypatch.setenv("CUDA_AGENT_TRACE_CALLS", "1")   # the harness's steps in phase_seconds
     config = cpu_config(cache_dir, baselines=False)
-    staged = evaluate(example_task(), cpu_workspace(), config)
-    assert staged.correct and "trace.verify.call" in staged.phase_seconds
+    outside = evaluate(example_task(), cpu_workspace(), config)
+    assert outside.correct and "trace.verify.call" in outside.phase_seconds
+    assert not any("inside the solution's process" in w for w in outside.warnings)
     # the trace also says how each worker started: its imports and device set-up, then ready
-    phases = staged.phase_seconds
+    phases = outside.phase_seconds
     for role in ("judge", "candidate"):
         imports, setup = phases[f"trace.startup.{role}.imports"], phases[f"trace.startup.{role}.device_setup"]
         assert imports > 0 and setup >= 0
         assert phases[f"trace.startup.{role}.ready"] == pytest.approx(imports + setup, abs=0.003)
-    assert "trace.verify.write" not in staged.phase_seconds
+    assert "trace.verify.write" not in outside.phase_seconds
     monkeypatch.setattr(transfer, "STAGING_SLOT_BYTES", 64)
     filed = evaluate(example_task(), cpu_workspace(), config)
     assert filed.correct and "trace.verify.write" in filed.phase_seconds
+    assert any("inside the solution's process" in w for w in filed.warnings)
     no_relu = kernel(HONEST_BODY.replace("v > 0.f ? v : 0.f", "v"))
+    monkeypatch.setattr(transfer, "STAGING_SLOT_BYTES", 1 << 30)
     wrong = evaluate(example_task(), cpu_workspace(no_relu), config)
     assert wrong.error.rule == "correctness" and "input set 1" in wrong.error.message
 

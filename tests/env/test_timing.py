@@ -25,7 +25,7 @@ def test_time_once_on_the_cpu_times_the_call_and_returns_its_output():
 
 def test_baselines_timed_with_a_settle_are_stored_apart_from_those_without():
     plain, settled = EvalConfig(), EvalConfig(settle_ms=2.0)
-    assert timing_settings(plain, "cpu") == {"backend": "cpu", "flush_l2": True}   # keys stored before stay
+    assert timing_settings(plain, "cuda") == {"backend": "cuda", "flush_l2": True, "timer": "held-floor"}
     assert timing_settings(settled, "cuda")["settle_ms"] == 2.0
     assert entry_key("t", "H100", "2.11", timing_settings(plain, "cuda")) != \
         entry_key("t", "H100", "2.11", timing_settings(settled, "cuda"))
@@ -49,7 +49,9 @@ import torch.nn as nn
 
 class Model(nn.Module):
     def forward(self, x):
-        time.sleep(0.06)
+        start = time.perf_counter()
+        while time.perf_counter() - start < 0.06:   # busy: a CPU baseline is its thread's CPU time
+            pass
         return x + 1
 
 def get_inputs():
@@ -74,10 +76,12 @@ def test_a_slow_baseline_takes_fewer_calls_within_the_budget(tmp_path, monkeypat
     assert 3 <= run.entry.eager["iters"] <= 5 and run.entry.eager_ms >= 60.0
 
 
-def test_held_and_unheld_baselines_are_stored_apart_and_the_cpu_key_is_unchanged():
+def test_held_unheld_and_cpu_time_baselines_are_stored_apart():
     held, unheld = EvalConfig(), EvalConfig(hold=False)
     assert timing_settings(held, "cuda")["timer"] == "held-floor"   # "held": per-call host times, before
-    assert "timer" not in timing_settings(unheld, "cuda") and "timer" not in timing_settings(held, "cpu")
+    assert "timer" not in timing_settings(unheld, "cuda")
+    # one thread's CPU time, not the wall clock of the baselines stored before
+    assert timing_settings(held, "cpu")["timer"] == "cpu-time-1-thread"
     assert entry_key("t", "H100", "2.11", timing_settings(held, "cuda")) != \
         entry_key("t", "H100", "2.11", timing_settings(unheld, "cuda"))
 

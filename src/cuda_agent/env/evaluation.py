@@ -501,6 +501,8 @@ class _Evaluation:
             raise _Failed("task", f"the task's reference failed: {reference['message']}")
         self.result.device = reference["device"]
         self.output_bytes = reference.get("output_bytes")
+        # a call's inputs can go through the pair's staging file (the CPU backend's calls from outside)
+        self.inputs_fit = 0 <= (reference.get("input_bytes") or 0) <= (reference.get("slot_bytes") or -1)
 
     def _start_judge(self) -> None:
         """The judge's answer to the job `_send_judge_job` sent, and the compile baseline's mode."""
@@ -528,12 +530,14 @@ class _Evaluation:
             raise _Failed("verify", init["message"], init.get("rule"))
         self.result.weights = init["weights"]
         if self.backend == "cpu":   # inputs from the judge, outputs and times read from outside
-            self.outside = self._open_memory() if init.get("staging") else False
+            self.outside = self.inputs_fit and bool(init.get("staging")) and self._open_memory()
             if not self.outside:
                 self.result.warnings.append("verdicts and times decided inside the solution's process: no staging "
-                                            "file or no access to its memory here (see docs/verification.md)")
+                                            "file, inputs larger than its slots, or no access to the solution's "
+                                            "memory here (see docs/verification.md)")
 
     outside = False   # the CPU backend's calls are decided from outside the candidate (_outside_round)
+    inputs_fit = False
     memory = None     # the candidate's memory (outside.Memory), for those
 
     def _open_memory(self) -> bool:
@@ -634,8 +638,12 @@ class _Evaluation:
         from cuda_agent.env.verify import SAMPLES_PER_TENSOR
 
         save, slot = call.kind == "verify", call.index % 2
-        self.judge.channel.send(cmd="draw", index=call.index, seed=call.seed, transform=call.transform, slot=slot)
-        drawn = self._ask(self.judge, self.config.timeout_reference, "task")
+        asked = time.perf_counter()
+        with self.lock.held(shared=True, label=f"harness.{phase}.prepare"):
+            asked = self._traced(f"{phase}.lock_shared", asked)
+            self.judge.channel.send(cmd="draw", index=call.index, seed=call.seed, transform=call.transform, slot=slot)
+            drawn = self._ask(self.judge, self.config.timeout_reference, "task")
+        asked = self._traced(f"{phase}.prepare", asked)
         if "task_error" in drawn:
             raise _Failed("task", f"the task's inputs could not be drawn: {drawn['task_error']}")
         if not drawn["ok"]:
@@ -643,37 +651,42 @@ class _Evaluation:
         if drawn["layout"] is None:   # a structured set this task's inputs do not admit
             self.result.skipped_sets.append(f"{call.transform}: the task's inputs do not admit it")
             return None
-        cpu_start = self.candidate.cpu_seconds()
-        self.candidate.send(cmd="call", index=call.index, seed=call.seed, transform=call.transform,
-                            save=save, null=call.kind == "null", inputs={"slot": slot, "layout": drawn["layout"]})
-        out = self._ask(self.candidate, timeout, phase)
-        cpu_end = self.candidate.cpu_seconds()
-        if not out["ok"]:
-            self._check_processes(phase)
-            raise _Failed(phase, out["message"], out.get("rule"))
-        wall_ms = (cpu_end - cpu_start) * 1e3 if cpu_start is not None and cpu_end is not None else float("nan")
         read = None
-        if call.kind != "null":
-            try:
-                if save:
-                    path = self.job_dir / f"out_{call.index}.bin"
-                    read = {"path": str(path), "layout": write_whole(self.memory, out["output"], path)}
-                else:
-                    read = {"samples": read_samples(self.memory, out["output"], SAMPLES_PER_TENSOR)}
-            except (UnreadableOutput, OSError, ValueError, KeyError, TypeError) as exc:
-                read = exc
-        self.candidate.send(cmd="finish")
-        out = self._ask(self.candidate, timeout, phase)
+        with self.lock.held(shared=save, label=f"harness.{phase}.{call.kind}") as hold:
+            asked = self._traced(f"{phase}.lock_call", asked)
+            cpu_start = self.candidate.cpu_seconds()
+            sent = time.monotonic()   # on the lock log's clock (diagnosis: CUDA_AGENT_LOG_ROUNDS)
+            self.candidate.send(cmd="call", index=call.index, seed=call.seed, transform=call.transform, save=save,
+                                null=call.kind == "null", inputs={"slot": slot, "layout": drawn["layout"]})
+            out = self._ask(self.candidate, timeout, phase)
+            cpu_end = self.candidate.cpu_seconds()
+            if not save:   # the measured part is over: reading and checking go beside others' work
+                hold.share()
+            if out["ok"] and call.kind != "null":
+                try:
+                    if save:
+                        path = self.job_dir / f"out_{call.index}.bin"
+                        read = {"path": str(path), "layout": write_whole(self.memory, out["output"], path)}
+                    else:
+                        read = {"samples": read_samples(self.memory, out["output"], SAMPLES_PER_TENSOR)}
+                except (UnreadableOutput, OSError, ValueError, KeyError, TypeError) as exc:
+                    read = exc
+            if out["ok"]:
+                self.candidate.send(cmd="finish")
+                out = self._ask(self.candidate, timeout, phase)
+        asked = self._traced(f"{phase}.call", asked)
         self._check_processes(phase)
+        self._traced(f"{phase}.check_processes", asked)
         if not out["ok"]:
             raise _Failed(phase, out["message"], out.get("rule"))
         if isinstance(read, Exception):
             raise _Failed(phase, f"the output could not be read from the solution's memory ({read}): return "
                                  "plain CPU tensors or Python numbers", rule="uncomparable-output")
+        wall_ms = (cpu_end - cpu_start) * 1e3 if cpu_start is not None and cpu_end is not None else float("nan")
         if call.kind == "null":
             self.null_walls.append(wall_ms)
             return None
-        out.update(read, wall_ms=wall_ms, read_outside=True)
+        out.update(read, wall_ms=wall_ms, read_outside=True, sent=sent)
         return out
 
     def _judge_request(self, call: Call, out: dict) -> dict:

@@ -119,7 +119,10 @@ class _Judge:
         with torch.no_grad(), self._device(shared=True, label="setup"):   # the task runs at all (and is warm)
             # the memory of a batch of timed calls, asked for here and not inside the first one (reserve.py)
             reserve(self.device, judge_bytes(job.get("footprint"), int(job.get("batch") or 1), GROUP_BYTES))
-            first = self.model(*draw_inputs(self.module, self.cfg["seed"], self.device))
+            inputs = draw_inputs(self.module, self.cfg["seed"], self.device)
+            self.input_bytes = staged_bytes(tensors_in(inputs))   # what a call's inputs take in a slot
+            first = self.model(*inputs)
+            del inputs
             self.flush = timing.L2Flusher(self.device, self.cfg["flush_l2"])   # its buffer, likewise
         # what a verification output takes in the staging file: its slots are made ready now, off the lock
         self.output_bytes = staged_bytes(tensors_in(first))
@@ -473,7 +476,8 @@ def run_judge(chan: ChildChannel) -> None:
         chan.send(ok=False, message=f"{type(exc).__name__}: {exc}\n{_short_traceback(exc)}")
         return
     name = torch.cuda.get_device_name(judge.device) if judge.device.type == "cuda" else "cpu"
-    chan.send(ok=True, device=name, output_bytes=judge.output_bytes)
+    chan.send(ok=True, device=name, output_bytes=judge.output_bytes, input_bytes=judge.input_bytes,
+              slot_bytes=judge.staging.slot_bytes if judge.staging is not None else 0)
     while True:
         cmd = chan.receive()
         kind = cmd.get("cmd")
