@@ -258,6 +258,14 @@ CHEATS = {
     "rebinding_an_import": ("monkeypatch", 1, "torch = None\n"),
     "global_rebinding": ("monkeypatch", 3, "def f():\n    global nn\n    nn = None\n"),
     "write_on_a_parameter": ("attribute-write", 2, "def patch(m):\n    m.rand = None\n"),
+    "torch_function_override": ("introspection", 2,
+                                "class T(torch.Tensor):\n    __torch_function__ = None\n"),
+    "new_hands_out_a_foreign_class": ("introspection", 2,
+                                      "class H:\n    def __new__(cls):\n        return torch.Tensor\n"),
+    "function_context_forged": ("attribute-write", 5,
+                                "class F(torch.autograd.Function):\n    @staticmethod\n"
+                                "    def forward(ctx, x):\n        ctx.add = x\n"
+                                "F().forward(torch.Tensor, None)\n"),
     # process-wide state
     "set_stream": ("allowlist", 1, "torch.cuda.set_stream(torch.cuda.Stream())\n"),
     "manual_seed": ("allowlist", 1, "torch.manual_seed(0)\n"),
@@ -267,6 +275,7 @@ CHEATS = {
     "torch_compile": ("torch-compile", 1, "f = torch.compile(lambda x: x)\n"),
     "torch_jit": ("torch-compile", 1, "f = torch.jit.script\n"),
     "torch_ops_load_library": ("allowlist", 1, "torch.ops.load_library('x.so')\n"),
+    "torch_ops_aten_overload": ("allowlist", 1, "k = torch.ops.aten.add.default.py_impl\n"),
     # reflection
     "getattr_computed": ("introspection", 1, "m = getattr(torch, 'c' + 'uda')\n"),
     "getattr_private_literal": ("introspection", 3, "class A:\n    pass\nx = getattr(A(), '_secret')\n"),

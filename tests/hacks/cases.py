@@ -340,7 +340,7 @@ HACKS = [
         """, init="self.act = nn.ReLU()")), rules=("torch-op",), what="kernel does half, an nn layer the rest"),
     Case("aten_ops_directly", "PyTorch fallback", _ex(model_new=example_model_new("""
         return torch.ops.aten.relu.default(torch.ops.aten.add.Tensor(x, self.bias))
-        """)), rules=("torch-op",), what="torch.ops.aten.* called directly"),
+        """)), rules=("torch-op", "static:allowlist"), what="torch.ops.aten.* called directly"),
     Case("precision_through_torch", "PyTorch fallback", _ex(model_new=example_model_new("""
         return cuda_extension.bias_relu(x.half().float(), self.bias)
         """)), rules=("torch-op", "data-movement"), what="a dtype round trip (a copy that converts) before the kernel"),

@@ -46,9 +46,10 @@ MEMBERS: dict[str, frozenset[str]] = {name: frozenset(members.split()) for name,
 }.items()}
 # Modules whose every public member that is not itself a module may be named (pure functions, classes).
 PUBLIC_MEMBERS = ("math", "itertools", "collections", "collections.abc")
-# torch.ops: operator namespaces (the solution's own; aten's operators are the runtime guard's to
-# refuse, like torch's functions), not the loader's methods nor PyTorch's internal namespaces.
-TORCH_OPS_REFUSED = frozenset("prim prims higher_order load_library import_module loaded_libraries".split())
+# torch.ops: the solution's own operator namespaces, not PyTorch's (their operators are reached through
+# torch's functions, and their overload objects register Python kernels) nor the loader's methods.
+TORCH_OPS_REFUSED = frozenset("aten prim prims higher_order quantized profiler load_library import_module "
+                              "loaded_libraries".split())
 
 # Builtins a solution may name. Every other builtin is refused: reflection (getattr with a computed
 # name, vars, globals, type, dir, ...), code from strings (eval, exec, compile, __import__), files
@@ -60,12 +61,19 @@ BUILTINS = frozenset("""
     True False None NotImplemented Ellipsis getattr hasattr
 """.split()) | frozenset(name for name in dir(builtins)
                          if name.endswith(("Error", "Exception", "Warning")) or name == "StopIteration")
+# Refused builtins that reach around the harness (rule introspection; other refused builtins: allowlist).
+REFLECTION_BUILTINS = frozenset("""eval exec compile __import__ globals locals vars setattr delattr type dir
+    breakpoint""".split())
 # getattr/hasattr only as a direct call with a literal public name (`getattr(self, "weight", None)`).
 LITERAL_NAME_BUILTINS = frozenset({"getattr", "hasattr"})
 # Module-level dunders a solution may read (`__file__` for paths next to it).
 MODULE_DUNDERS = frozenset({"__name__", "__file__"})
 # Dunder attributes a solution may use (`super().__init__()`, `nn.Module.__init__(self)`, a name).
 ATTRIBUTE_DUNDERS = frozenset({"__init__", "__name__"})
+# Special methods a solution's classes may not define: they intercept PyTorch calls, hand out an
+# object of another class, or run whenever the harness collects or subclasses.
+DUNDER_DEFS_REFUSED = frozenset("""__torch_function__ __torch_dispatch__ __new__ __del__ __init_subclass__
+    __set_name__ __class_getitem__ __getattribute__""".split())
 # Attributes refused on any object: frames and tracebacks (they reach the harness's locals).
 FRAME_ATTRIBUTES = frozenset("""gi_frame gi_code gi_yieldfrom cr_frame cr_code cr_await ag_frame ag_code f_back
     f_globals f_locals f_builtins f_code tb_frame tb_next mro""".split())

@@ -13,14 +13,14 @@ from __future__ import annotations
 import ast
 import builtins
 import re
-import string
 from dataclasses import dataclass
 
 from cuda_agent.env import allowlist as allow
+from cuda_agent.env.python_facts import (LOADERS, SolutionFacts, bound_names, decorators, dotted, extension_name,
+                                         format_fields, root_of)
 from cuda_agent.tasks.parsing import parse
 
 BROAD_EXCEPTIONS = {"Exception", "BaseException", "RuntimeError"}
-LOADERS = {"torch.utils.cpp_extension.load_inline", "torch.utils.cpp_extension.load"}
 # autograd.Function's static methods whose first argument is the context they may write to
 CONTEXT_METHODS = {"forward", "backward", "setup_context", "jvp", "vjp"}
 
@@ -36,164 +36,6 @@ class Finding:
         return f"line {self.line}: {self.message} [static:{self.rule}]"
 
 
-def _dotted(node: ast.AST) -> str:
-    parts = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if isinstance(node, ast.Name):
-        parts.append(node.id)
-        return ".".join(reversed(parts))
-    return ""
-
-
-def _root(node: ast.AST) -> ast.AST:
-    while isinstance(node, (ast.Attribute, ast.Subscript, ast.Call)):
-        node = node.func if isinstance(node, ast.Call) else node.value
-    return node
-
-
-def _decorators(node: ast.FunctionDef) -> set[str]:
-    return {_dotted(d).split(".")[-1] for d in node.decorator_list}
-
-
-def _bound_names(node: ast.AST) -> set[str]:
-    """Names a function binds in its own scope (parameters and stores; nested scopes excluded)."""
-    names = set()
-    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
-        args = node.args
-        names |= {a.arg for a in args.posonlyargs + args.args + args.kwonlyargs}
-        names |= {a.arg for a in (args.vararg, args.kwarg) if a}
-        body = node.body if isinstance(node.body, list) else [node.body]
-    else:   # a comprehension: its targets
-        return {n.id for g in node.generators for n in ast.walk(g.target) if isinstance(n, ast.Name)}
-    declared = set()
-    todo = list(body)
-    while todo:
-        child = todo.pop()
-        if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            names.add(child.name)
-            todo += child.decorator_list
-            continue
-        if isinstance(child, (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
-            continue
-        if isinstance(child, (ast.Global, ast.Nonlocal)):
-            declared |= set(child.names)
-        elif isinstance(child, ast.Name) and isinstance(child.ctx, (ast.Store, ast.Del)):
-            names.add(child.id)
-        elif isinstance(child, (ast.Import, ast.ImportFrom)):
-            names |= {(a.asname or a.name).split(".")[0] for a in child.names}
-        elif isinstance(child, ast.ExceptHandler) and child.name:
-            names.add(child.name)
-        elif isinstance(child, (ast.MatchAs, ast.MatchStar)) and child.name:
-            names.add(child.name)
-        elif isinstance(child, ast.MatchMapping) and child.rest:
-            names.add(child.rest)
-        todo += list(ast.iter_child_nodes(child))
-    return names - declared
-
-
-class _Solution:
-    """What the whole source defines: imports, its own classes and objects, the names it binds."""
-
-    def __init__(self, tree: ast.Module):
-        self.imports: dict[str, str] = {}        # bound name -> module path (or module.member)
-        self.conflicts: list[tuple[ast.AST, str, str]] = []   # (import, name, the path it had before)
-        for node in ast.walk(tree):
-            for name, path in _import_bindings(node):
-                if self.imports.get(name, path) != path:
-                    self.conflicts.append((node, name, self.imports[name]))
-                self.imports.setdefault(name, path)
-        self.extensions = {allow.EXTENSION}     # its own extension modules
-        classes = {n.name: n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)}
-        bindings: dict[str, int] = {}            # name -> how many times anything binds it
-        own_targets: set[int] = set()            # the targets of `name = OwnClass(...)`
-        for node in ast.walk(tree):
-            for name in _bindings(node):
-                bindings[name] = bindings.get(name, 0) + 1
-            if isinstance(node, ast.Call) and self.resolve(node.func) in LOADERS:
-                name = _extension_name(node)
-                if (isinstance(name, ast.Constant) and isinstance(name.value, str)
-                        and allow.extension_name_problem(name.value) is None):
-                    self.extensions.add(name.value)
-            elif (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
-                  and isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Name)
-                  and node.value.func.id in classes):
-                own_targets.add(id(node.targets[0]))
-        self.bound = set(bindings)
-        # its own classes and objects: names bound only by their class statement / `name = OwnClass(...)`
-        self.classes = {name: node for name, node in classes.items() if bindings.get(name) == 1}
-        own_counts: dict[str, int] = {}
-        for node in ast.walk(tree):
-            if id(node) in own_targets:
-                own_counts[node.id] = own_counts.get(node.id, 0) + 1
-        self.objects = {name for name, count in own_counts.items() if bindings.get(name) == count}
-        # module-level names bound once to a string literal (templates for str.format)
-        self.strings = {n.targets[0].id: n.value.value for n in tree.body
-                        if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name)
-                        and isinstance(n.value, ast.Constant) and isinstance(n.value.value, str)
-                        and bindings.get(n.targets[0].id) == 1}
-
-    def resolve(self, node: ast.AST) -> str:
-        """The dotted path of a name or attribute chain rooted at an import, else ""."""
-        dotted = _dotted(node)
-        root = dotted.split(".")[0]
-        return self.imports[root] + dotted[len(root):] if root in self.imports else ""
-
-    def methods(self, class_name: str) -> dict[str, ast.FunctionDef]:
-        return {n.name: n for n in self.classes[class_name].body
-                if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
-
-    def is_function_class(self, node: ast.ClassDef) -> bool:
-        """A torch.autograd.Function of its own (its static methods take a context to write to)."""
-        return any(_dotted(b).split(".")[-1] == "Function" for b in node.bases)
-
-
-def _import_bindings(node: ast.AST) -> list[tuple[str, str]]:
-    """(bound name, module path) for an import statement."""
-    if isinstance(node, ast.Import):
-        return [(a.asname, a.name) if a.asname else (a.name.split(".")[0], a.name.split(".")[0]) for a in node.names]
-    if isinstance(node, ast.ImportFrom) and node.module and not node.level:
-        return [(a.asname or a.name, f"{node.module}.{a.name}") for a in node.names if a.name != "*"]
-    return []
-
-
-def _bindings(node: ast.AST) -> list[str]:
-    """The names one node binds (scopes aside)."""
-    if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
-        return [node.id]
-    if isinstance(node, ast.arg):
-        return [node.arg]
-    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-        return [node.name]
-    if isinstance(node, (ast.Import, ast.ImportFrom)):
-        return [name for name, _ in _import_bindings(node)]
-    if isinstance(node, (ast.ExceptHandler, ast.MatchAs, ast.MatchStar)) and node.name:
-        return [node.name]
-    if isinstance(node, ast.MatchMapping) and node.rest:
-        return [node.rest]
-    return []
-
-
-def _extension_name(call: ast.Call) -> ast.AST | None:
-    for keyword in call.keywords:
-        if keyword.arg == "name":
-            return keyword.value
-    return call.args[0] if call.args else None
-
-
-def _format_fields(template: str) -> list[str]:
-    """The attribute names a str.format template reads (`{0.weight}` reads `weight`)."""
-    try:
-        parsed = list(string.Formatter().parse(template))
-        specs = [spec for _, _, spec, _ in parsed if spec and "{" in spec]
-        fields = [f for _, f, _, _ in parsed if f] + [f for spec in specs
-                                                      for _, f, _, _ in string.Formatter().parse(spec) if f]
-    except ValueError:   # format() itself would raise on it
-        return []
-    return [attr for f in fields for attr in re.findall(r"\.([^.\[]+)", f)]
-
-
 @dataclass
 class _Scope:
     kind: str                  # "module", "class", "function"
@@ -204,7 +46,7 @@ class _Scope:
 class _Checker(ast.NodeVisitor):
     def __init__(self, tree: ast.Module):
         self.findings: list[Finding] = []
-        self.solution = _Solution(tree)
+        self.solution = SolutionFacts(tree)
         self.parents: dict[int, ast.AST] = {id(c): n for n in ast.walk(tree) for c in ast.iter_child_nodes(n)}
         self.scopes = [_Scope("module", set(), set())]
         self.forward_depth = 0
@@ -263,7 +105,7 @@ class _Checker(ast.NodeVisitor):
     # scopes -----------------------------------------------------------------------------
     def visit_ClassDef(self, node: ast.ClassDef) -> None:
         for base in node.bases:
-            if _dotted(base).split(".")[-1] == "Model":
+            if dotted(base).split(".")[-1] == "Model":
                 self.add("reference-model", node, f"class {node.name} subclasses the reference Model")
         self._binds(node.name, node)
         for child in node.decorator_list + node.bases + node.keywords:
@@ -281,8 +123,7 @@ class _Checker(ast.NodeVisitor):
         args = node.args.posonlyargs + node.args.args
         if not in_class or not args or isinstance(node, ast.Lambda):
             return set()
-        decorators = _decorators(node)
-        if "staticmethod" in decorators:
+        if "staticmethod" in decorators(node):
             own = self.classes[-1]
             return {args[0].arg} if self.solution.is_function_class(own) and node.name in CONTEXT_METHODS else set()
         return {args[0].arg}
@@ -293,7 +134,7 @@ class _Checker(ast.NodeVisitor):
             for child in node.decorator_list + ([node.returns] if node.returns else []):
                 self.visit(child)
         self.visit(node.args)
-        names = _bound_names(node)
+        names = bound_names(node)
         outer = {r for r in self.scopes[-1].receivers if r not in names}
         receivers = outer | self._receivers(node)
         inside = getattr(node, "name", "") == "forward"
@@ -307,7 +148,7 @@ class _Checker(ast.NodeVisitor):
     visit_AsyncFunctionDef = visit_Lambda = visit_FunctionDef
 
     def _comprehension(self, node) -> None:
-        self.scopes.append(_Scope("function", _bound_names(node), self.scopes[-1].receivers))
+        self.scopes.append(_Scope("function", bound_names(node), self.scopes[-1].receivers))
         self.generic_visit(node)
         self.scopes.pop()
 
@@ -323,7 +164,10 @@ class _Checker(ast.NodeVisitor):
 
     def _binds(self, name: str, node: ast.AST) -> None:
         """A name bound by an assignment, a parameter, a def: never an imported name or a receiver."""
-        if name in self.solution.imports:
+        if name in allow.DUNDER_DEFS_REFUSED:
+            self.add("introspection", node, f"defines {name}: a solution's classes may not intercept PyTorch "
+                                            "calls or the harness's handling of objects")
+        elif name in self.solution.imports:
             self.add("monkeypatch", node, f"rebinds {name}, an imported name: keep imported names as imported")
         elif name in self.scopes[-1].receivers:
             self.add("attribute-write", node, f"rebinds {name}: a method's receiver stays what it was called on")
@@ -350,11 +194,12 @@ class _Checker(ast.NodeVisitor):
             self.add("reference-model", node, "uses the name Model (the reference implementation)")
         elif name in self.solution.imports:
             self._check_path(self.solution.imports[name], node)
+        elif name in self.solution.classes and self.solution.is_function_class(self.solution.classes[name]):
+            self._check_function_class(node)
         elif self._local(name) or name in allow.MODULE_DUNDERS:
             pass
         elif hasattr(builtins, name) and name not in allow.BUILTINS:
-            rule = "introspection" if name in ("eval", "exec", "compile", "__import__", "globals", "locals",
-                                               "vars", "setattr", "delattr", "type", "dir", "breakpoint") else "allowlist"
+            rule = "introspection" if name in allow.REFLECTION_BUILTINS else "allowlist"
             self.add(rule, node, f"uses {name}(), which a kernel solution does not need and which can reach "
                                  "around the harness; see SKILL.md for what model_new.py may use")
         elif name in allow.LITERAL_NAME_BUILTINS:
@@ -363,6 +208,15 @@ class _Checker(ast.NodeVisitor):
             self.add("introspection", node, f"uses {name}: only __name__ and __file__ may be read")
         elif name not in self.solution.bound and name not in allow.BUILTINS and name not in allow.MODULE_DUNDERS:
             self.add("allowlist", node, f"uses {name}, which the solution never defines and is not an allowed builtin")
+
+    def _check_function_class(self, node: ast.Name) -> None:
+        """An autograd Function of its own: called through .apply (its static methods take the context
+        they write to, which a direct call could make any object)."""
+        parent = self.parent(node)
+        if not ((isinstance(parent, ast.Attribute) and parent.value is node and parent.attr == "apply")
+                or isinstance(parent, ast.ClassDef)):
+            self.add("attribute-write", node, f"uses {node.id} other than as {node.id}.apply(...): an autograd "
+                                              "Function is called through apply")
 
     def _check_literal_name(self, name: str, node: ast.Name) -> None:
         call = self.parent(node)
@@ -381,7 +235,7 @@ class _Checker(ast.NodeVisitor):
         parent = self.parent(node)
         if isinstance(parent, ast.Attribute) and parent.value is node:
             return   # the longer path is checked where it ends
-        root = _root(node)
+        root = root_of(node)
         if path.split(".")[0] in self.solution.extensions or getattr(root, "id", None) in self.refused_imports:
             return
         allowed = self._member(path)
@@ -397,7 +251,7 @@ class _Checker(ast.NodeVisitor):
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
         attr, base = node.attr, node.value
-        root = _root(node)
+        root = root_of(node)
         root_name = root.id if isinstance(root, ast.Name) else None
         if attr.startswith("__") and attr.endswith("__"):
             if attr not in allow.ATTRIBUTE_DUNDERS:
@@ -417,8 +271,8 @@ class _Checker(ast.NodeVisitor):
             self._check_class_member(base.id, attr, node)
         if isinstance(node.ctx, (ast.Store, ast.Del)):
             self._check_write(node, root_name)
-        if root_name in self.solution.imports and _dotted(node):
-            full = self.solution.imports[root_name] + _dotted(node)[len(root_name):]
+        if root_name in self.solution.imports and dotted(node):
+            full = self.solution.imports[root_name] + dotted(node)[len(root_name):]
             if isinstance(node.ctx, ast.Load):
                 self._check_path(full, node)
             self.visit(base) if not isinstance(base, ast.Name) else None
@@ -437,7 +291,7 @@ class _Checker(ast.NodeVisitor):
         method = self.solution.methods(class_name).get(attr)
         if method is None:
             return
-        kinds = _decorators(method)
+        kinds = decorators(method)
         static = "staticmethod" in kinds and not (self.solution.is_function_class(self.solution.classes[class_name])
                                                   and attr in CONTEXT_METHODS)
         if not (static or "classmethod" in kinds):
@@ -445,7 +299,7 @@ class _Checker(ast.NodeVisitor):
                                               "instance (self.method(...)); autograd Functions through .apply")
 
     def _check_write(self, node: ast.Attribute, root_name: str | None) -> None:
-        target = _dotted(node) or ast.unparse(node)
+        target = dotted(node) or ast.unparse(node)
         if root_name in self.solution.imports:
             self.add("monkeypatch", node, f"assigns {target}: a module's or library's attributes are not yours "
                                           "to replace")
@@ -462,7 +316,7 @@ class _Checker(ast.NodeVisitor):
             self.add("introspection", node, f".{node.attr}() on a string the pass cannot read (format fields reach "
                                             "attributes): use an f-string or a literal template")
             return
-        for attr in _format_fields(template):
+        for attr in format_fields(template):
             if attr.startswith("_") or attr in allow.FRAME_ATTRIBUTES:
                 self.add("introspection", node, f"a format field reads .{attr}: special attributes are off limits")
 
@@ -470,7 +324,7 @@ class _Checker(ast.NodeVisitor):
     def visit_Call(self, node: ast.Call) -> None:
         path = self.solution.resolve(node.func)
         if path in LOADERS:
-            name = _extension_name(node)
+            name = extension_name(node)
             if not (isinstance(name, ast.Constant) and isinstance(name.value, str)):
                 self.add("extension-name", node, f"{path.split('.')[-1]}() without a literal name: write "
                                                  "name=\"my_ext\" as a string literal")
@@ -499,7 +353,7 @@ def _handler_names(handler: ast.ExceptHandler) -> set[str]:
     if handler.type is None:
         return set()
     nodes = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
-    return {_dotted(n).split(".")[-1] for n in nodes}
+    return {dotted(n).split(".")[-1] for n in nodes}
 
 
 # C++/CUDA sources: ways around the guard, said early with a reason (the link-level check in
