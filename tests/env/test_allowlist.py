@@ -358,3 +358,29 @@ def test_the_harness_refuses_to_build_a_modules_name(tmp_path):
 
     with pytest.raises(BuildError, match="name of a module"):
         build_extension("random", {"main.cpp": "int x;"}, "cpu", tmp_path)
+
+
+def test_the_agents_starter_keeps_only_the_tasks_imports_a_solution_may_use():
+    from cuda_agent.agent.workspace import starter_model_new
+
+    task = ("import torch\nimport torch.nn as nn\nimport numpy as np\nimport math\nfrom einops import rearrange\n\n"
+            "class Model(nn.Module):\n    def __init__(self, n):\n        super().__init__()\n        self.n = n\n\n"
+            "    def forward(self, x):\n        return x * math.sqrt(self.n)\n")
+    starter = starter_model_new(task)
+    assert "\nimport math\n" in starter and "# import numpy as np" in starter and "# from einops" in starter
+    assert not rejections(starter), "\n".join(f.describe() for f in rejections(starter))
+
+
+def test_the_docs_list_what_the_code_allows():
+    from cuda_agent.env import allowlist
+
+    docs = (ROOT / "docs/verification.md").read_text()
+    section = docs[docs.index("## The solution's Python: an allowlist"):docs.index("## What remains open")]
+    words = set(section.replace("`", " ").replace("/", " ").replace(",", " ").replace(".", " ").split())
+    for module in allowlist.IMPORTS:
+        assert f"`{module}`" in section, module
+    for module, members in allowlist.MEMBERS.items():
+        assert members <= words, (module, members - words)
+    builtins_listed = {b for b in allowlist.BUILTINS if not b.endswith(("Error", "Exception", "Warning"))}
+    assert builtins_listed - {"True", "False", "None", "NotImplemented", "Ellipsis", "StopIteration"} <= words
+    assert allowlist.DUNDER_DEFS_REFUSED | allowlist.REFLECTION_BUILTINS <= words
