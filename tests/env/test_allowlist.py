@@ -256,6 +256,7 @@ CHEATS = {
                                    "class A:\n    def set(self, v):\n        self.add = v\n"
                                    "A.set(torch.Tensor, None)\n"),
     "rebinding_an_import": ("monkeypatch", 1, "torch = None\n"),
+    "fake_classmethod": ("allowlist", 1, "def classmethod(f):\n    return f\n"),
     "global_rebinding": ("monkeypatch", 3, "def f():\n    global nn\n    nn = None\n"),
     "write_on_a_parameter": ("attribute-write", 2, "def patch(m):\n    m.rand = None\n"),
     "torch_function_override": ("introspection", 2,
@@ -268,6 +269,9 @@ CHEATS = {
                                 "F().forward(torch.Tensor, None)\n"),
     # process-wide state
     "set_stream": ("allowlist", 1, "torch.cuda.set_stream(torch.cuda.Stream())\n"),
+    "stream_left_set_by_a_generator": ("allowlist", 3,
+                                       "def hold(s):\n    with torch.cuda.stream(s):\n        yield\n"),
+    "from_file": ("allowlist", 1, "t = torch.from_file('/proc/self/maps', size=10)\n"),
     "manual_seed": ("allowlist", 1, "torch.manual_seed(0)\n"),
     "tf32_flag": ("monkeypatch", 1, "torch.backends.cuda.matmul.allow_tf32 = True\n"),
     "torch_c": ("introspection", 1, "g = torch._C._get_tracing_state\n"),

@@ -26,9 +26,15 @@ EXTENSION = "cuda_extension"
 # Members of the listed modules, by module. Torch's operators are added from torch itself
 # (`module_members`): calling them is the runtime guard's business, naming them is harmless.
 MEMBERS: dict[str, frozenset[str]] = {name: frozenset(members.split()) for name, members in {
-    "torch": """Tensor Size device dtype Generator no_grad inference_mode enable_grad is_tensor is_floating_point
+    "torch": """empty empty_like empty_strided zeros zeros_like ones ones_like full full_like tensor as_tensor
+        arange randn randn_like rand rand_like randint float32 float16 bfloat16 float64 half float double int8
+        int16 int32 int64 long int uint8 bool contiguous_format channels_last strided
+        Tensor Size device dtype Generator no_grad inference_mode enable_grad is_tensor is_floating_point
         is_complex numel finfo iinfo get_default_dtype is_grad_enabled is_inference_mode_enabled
         are_deterministic_algorithms_enabled cuda nn autograd utils ops linalg fft special""",
+    "torch.nn": """Module Parameter Buffer ModuleList ModuleDict ParameterList ParameterDict Sequential Identity
+        Linear Conv1d Conv2d Conv3d ConvTranspose1d ConvTranspose2d ConvTranspose3d BatchNorm1d BatchNorm2d
+        BatchNorm3d LayerNorm GroupNorm InstanceNorm2d Embedding Dropout ReLU GELU init functional""",
     "torch.cuda": """Stream Event stream current_stream default_stream synchronize is_available device_count
         current_device get_device_capability get_device_properties get_device_name CUDAGraph graph
         graph_pool_handle""",
@@ -44,6 +50,8 @@ MEMBERS: dict[str, frozenset[str]] = {name: frozenset(members.split()) for name,
     "pathlib": "Path PurePath",
     "__future__": "annotations",
 }.items()}
+# torch operators that are file IO rather than compute
+TORCH_REFUSED = frozenset({"from_file"})
 # Modules whose every public member that is not itself a module may be named (pure functions, classes).
 PUBLIC_MEMBERS = ("math", "itertools", "collections", "collections.abc")
 # torch.ops: the solution's own operator namespaces, not PyTorch's (their operators are reached through
@@ -159,7 +167,7 @@ def module_members(module: str) -> frozenset[str]:
         ops = {n for n in dir(torch._C._VariableFunctions) if not n.startswith("_") and hasattr(torch, n)}
         kinds = (torch.dtype, torch.memory_format, torch.layout)
         constants = {n for n in dir(torch) if not n.startswith("_") and isinstance(getattr(torch, n, None), kinds)}
-        return listed | ops | set(torch.functional.__all__) | constants
+        return (listed | ops | set(torch.functional.__all__) | constants) - TORCH_REFUSED
     if module in ("torch.linalg", "torch.fft", "torch.special"):
         return _public_non_modules(importlib.import_module(module))
     if module == "torch.nn":
@@ -201,8 +209,8 @@ def member_allowed(path: str) -> bool | None:
         return len(parts) > 3 and parts[2] not in TORCH_OPS_REFUSED
     for end in range(len(parts) - 1, 0, -1):   # the longest namespace that holds this path
         namespace = ".".join(parts[:end])
-        if namespace in NAMESPACES:
-            return parts[end] in module_members(namespace)
+        if namespace in NAMESPACES:   # (the listed names first: most solutions never need torch imported)
+            return parts[end] in MEMBERS.get(namespace, ()) or parts[end] in module_members(namespace)
     return False
 
 

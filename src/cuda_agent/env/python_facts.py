@@ -31,7 +31,8 @@ def root_of(node: ast.AST) -> ast.AST:
 
 
 def decorators(node: ast.FunctionDef) -> set[str]:
-    return {dotted(d).split(".")[-1] for d in node.decorator_list}
+    """Its decorators' dotted names (`staticmethod`, `torch.no_grad` is "" as a call)."""
+    return {dotted(d) for d in node.decorator_list}
 
 
 def bound_names(node: ast.AST) -> set[str]:

@@ -41,6 +41,7 @@ class _Scope:
     kind: str                  # "module", "class", "function"
     names: set[str]            # names bound in this scope
     receivers: set[str]        # names its writes may go through (self, cls, an autograd context)
+    withs: int = 0             # `with` blocks open at this point of the scope
 
 
 class _Checker(ast.NodeVisitor):
@@ -164,7 +165,9 @@ class _Checker(ast.NodeVisitor):
 
     def _binds(self, name: str, node: ast.AST) -> None:
         """A name bound by an assignment, a parameter, a def: never an imported name or a receiver."""
-        if name in allow.DUNDER_DEFS_REFUSED:
+        if name in ("staticmethod", "classmethod"):   # what a method's receiver is depends on them
+            self.add("allowlist", node, f"rebinds {name}: the builtin decides what a method receives")
+        elif name in allow.DUNDER_DEFS_REFUSED:
             self.add("introspection", node, f"defines {name}: a solution's classes may not intercept PyTorch "
                                             "calls or the harness's handling of objects")
         elif name in self.solution.imports:
@@ -333,6 +336,26 @@ class _Checker(ast.NodeVisitor):
                 if problem:
                     self.add("extension-name", node, problem)
         self.generic_visit(node)
+
+    # context managers -------------------------------------------------------------------
+    def visit_With(self, node) -> None:
+        for item in node.items:
+            self.visit(item)
+        self.scopes[-1].withs += 1
+        for child in node.body:
+            self.visit(child)
+        self.scopes[-1].withs -= 1
+
+    visit_AsyncWith = visit_With
+
+    def visit_Yield(self, node) -> None:
+        if self.scopes[-1].withs:
+            self.add("allowlist", node, "suspends a generator inside a `with` block: its context (a stream, "
+                                        "no_grad, a graph capture) would stay in place for the whole process; "
+                                        "leave the block before yielding")
+        self.generic_visit(node)
+
+    visit_YieldFrom = visit_Await = visit_Yield
 
     # exceptions -------------------------------------------------------------------------
     def visit_Try(self, node: ast.Try) -> None:
