@@ -325,6 +325,10 @@ def test_a_refusal_says_what_to_do_instead():
     assert finding.rule == "allowlist" and "may import only torch" in finding.message and "SKILL.md" in finding.message
     (finding, *_) = rejections(HEADER + "torch.cuda.set_stream(torch.cuda.Stream())\n")
     assert "with torch.cuda.stream(s):" in finding.message
+    (finding, *_) = rejections(HEADER + "torch.backends.cuda.matmul.allow_tf32 = True\n")
+    assert finding.rule == "monkeypatch" and "cublasSetMathMode" in finding.message
+    (finding, *_) = rejections(HEADER + "import os\nos.environ['TORCH_CUDA_ARCH_LIST'] = '9.0'\n")
+    assert finding.rule == "allowlist" and "extra_cuda_cflags" in finding.message
 
 
 def test_names_of_its_own_shadow_refused_builtins_only_inside_functions():

@@ -102,6 +102,10 @@ REFUSED: dict[str, tuple[str, str]] = {
     "os.system": ("threading", "a kernel solution starts no processes"),
     "os.fork": ("threading", "a kernel solution starts no processes"),
     "os.popen": ("threading", "a kernel solution starts no processes"),
+    "os.environ": ("allowlist", "the harness builds your extension and owns the process's environment; "
+                                "pass compiler flags as extra_cflags / extra_cuda_cflags"),
+    "torch.backends": ("allowlist", "its switches change what PyTorch does in the harness's process too; set "
+                                    "the math mode of your own handles (cublasSetMathMode) in C++"),
     "sys": ("introspection", "it reaches the harness's modules and frames"),
     "inspect": ("introspection", "it reaches the harness's frames"),
     "traceback": ("introspection", "it reaches the harness's frames"),

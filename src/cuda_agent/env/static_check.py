@@ -304,8 +304,9 @@ class _Checker(ast.NodeVisitor):
     def _check_write(self, node: ast.Attribute, root_name: str | None) -> None:
         target = dotted(node) or ast.unparse(node)
         if root_name in self.solution.imports:
+            why = allow.refusal(self.solution.resolve(node) or target)
             self.add("monkeypatch", node, f"assigns {target}: a module's or library's attributes are not yours "
-                                          "to replace")
+                                          f"to replace{'; ' + why[1] if why else ''}")
         elif not (isinstance(node.value, ast.Name) and self._own(node.value)):
             self.add("attribute-write", node, f"assigns {target}: a solution assigns only self.<name> (or cls, an "
                                               "autograd context, an object of its own classes); call a method "
