@@ -283,6 +283,7 @@ CHEATS = {
     # reflection
     "getattr_computed": ("introspection", 1, "m = getattr(torch, 'c' + 'uda')\n"),
     "getattr_private_literal": ("introspection", 3, "class A:\n    pass\nx = getattr(A(), '_secret')\n"),
+    "getattr_io_literal": ("introspection", 2, "from pathlib import Path\nw = getattr(Path('x'), 'write_text')\n"),
     "globals_call": ("introspection", 1, "g = globals()\n"),
     "vars_call": ("introspection", 1, "v = vars(torch)\n"),
     "dunder_dict": ("introspection", 1, "d = torch.__dict__\n"),

@@ -228,9 +228,10 @@ class _Checker(ast.NodeVisitor):
         if not literal:
             self.add("introspection", node, f"{name}() with a computed name: write the attribute out "
                                             f"(obj.name), or call {name}(obj, \"name\") with a literal")
-        elif call.args[1].value.startswith("_") or call.args[1].value in allow.FRAME_ATTRIBUTES:
-            self.add("introspection", node, f"{name}() of {call.args[1].value!r}: private and special "
-                                            "attributes are off limits")
+        elif (call.args[1].value.startswith("_") or call.args[1].value in allow.FRAME_ATTRIBUTES | allow.IO_METHODS
+              or call.args[1].value in ("format", "format_map")):
+            self.add("introspection", node, f"{name}() of {call.args[1].value!r}: an attribute a solution may not "
+                                            f"name directly is not reached through {name}() either")
 
     # attributes -------------------------------------------------------------------------
     def _check_path(self, path: str, node: ast.AST) -> None:
