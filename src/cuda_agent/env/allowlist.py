@@ -88,8 +88,6 @@ FRAME_ATTRIBUTES = frozenset("""gi_frame gi_code gi_yieldfrom cr_frame cr_code c
 # Methods refused on any object: files and processes (paths are for building, not for IO).
 IO_METHODS = frozenset("""write_text write_bytes open unlink symlink_to hardlink_to link_to readlink chmod
     touch mkdir rmdir rename iterdir glob rglob fileno""".split())
-# Attribute writes one level below a name only; `self.weight.requires_grad = x` is a method call
-# away (`requires_grad_`), and a deeper write could reach an object the solution did not create.
 
 # Why a refused module or member is refused, said in the refusal (longest matching prefix wins).
 REFUSED: dict[str, tuple[str, str]] = {

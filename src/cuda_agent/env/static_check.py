@@ -45,6 +45,9 @@ class _Scope:
 
 
 class _Checker(ast.NodeVisitor):
+    """One walk over the source: imports, names, attributes, writes, calls and blocks, each checked
+    against the lists of allowlist.py where it occurs (scopes tracked for locals and receivers)."""
+
     def __init__(self, tree: ast.Module):
         self.findings: list[Finding] = []
         self.solution = SolutionFacts(tree)
@@ -279,7 +282,8 @@ class _Checker(ast.NodeVisitor):
             full = self.solution.imports[root_name] + dotted(node)[len(root_name):]
             if isinstance(node.ctx, ast.Load):
                 self._check_path(full, node)
-            self.visit(base) if not isinstance(base, ast.Name) else None
+            if not isinstance(base, ast.Name):   # the root name itself is no value here: not visited
+                self.visit(base)
             return
         self.generic_visit(node)
 
@@ -303,6 +307,8 @@ class _Checker(ast.NodeVisitor):
                                               "instance (self.method(...)); autograd Functions through .apply")
 
     def _check_write(self, node: ast.Attribute, root_name: str | None) -> None:
+        """One level below the solution's own objects only: `self.weight.requires_grad = x` is a
+        method away (`requires_grad_`), and a deeper target may be an object it did not create."""
         target = dotted(node) or ast.unparse(node)
         if root_name in self.solution.imports:
             why = allow.refusal(self.solution.resolve(node) or target)
