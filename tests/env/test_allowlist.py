@@ -256,6 +256,7 @@ CHEATS = {
                                    "class A:\n    def set(self, v):\n        self.add = v\n"
                                    "A.set(torch.Tensor, None)\n"),
     "rebinding_an_import": ("monkeypatch", 1, "torch = None\n"),
+    "match_capture_rebinding": ("monkeypatch", 2, "match 1:\n    case torch:\n        pass\n"),
     "fake_classmethod": ("allowlist", 1, "def classmethod(f):\n    return f\n"),
     "global_rebinding": ("monkeypatch", 3, "def f():\n    global nn\n    nn = None\n"),
     "write_on_a_parameter": ("attribute-write", 2, "def patch(m):\n    m.rand = None\n"),

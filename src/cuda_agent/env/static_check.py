@@ -65,7 +65,7 @@ class _Checker(ast.NodeVisitor):
     def refuse(self, path: str, node: ast.AST, what: str, instead: str) -> None:
         """A refusal for something off the list, with its own reason where it has one."""
         rule, why = allow.refusal(path) or ("allowlist", "")
-        self.add(rule, node, f"{what}{': ' + why if why else ''}; {instead}")
+        self.add(rule, node, "; ".join(part for part in (f"{what}{': ' + why if why else ''}", instead) if part))
 
     def parent(self, node: ast.AST) -> ast.AST | None:
         return self.parents.get(id(node))
@@ -162,11 +162,11 @@ class _Checker(ast.NodeVisitor):
         for default in node.defaults + [d for d in node.kw_defaults if d]:
             self.visit(default)
         for arg in node.posonlyargs + node.args + node.kwonlyargs + [a for a in (node.vararg, node.kwarg) if a]:
-            self._binds(arg.arg, arg)
+            self._binds(arg.arg, arg, receiver=False)   # a parameter binds in the new scope, not this one
             if arg.annotation:
                 self.visit(arg.annotation)
 
-    def _binds(self, name: str, node: ast.AST) -> None:
+    def _binds(self, name: str, node: ast.AST, receiver: bool = True) -> None:
         """A name bound by an assignment, a parameter, a def: never an imported name or a receiver."""
         if name in ("staticmethod", "classmethod"):   # what a method's receiver is depends on them
             self.add("allowlist", node, f"rebinds {name}: the builtin decides what a method receives")
@@ -175,12 +175,19 @@ class _Checker(ast.NodeVisitor):
                                             "calls or the harness's handling of objects")
         elif name in self.solution.imports:
             self.add("monkeypatch", node, f"rebinds {name}, an imported name: keep imported names as imported")
-        elif name in self.scopes[-1].receivers:
+        elif receiver and name in self.scopes[-1].receivers:
             self.add("attribute-write", node, f"rebinds {name}: a method's receiver stays what it was called on")
 
-    def visit_ExceptHandler(self, node: ast.ExceptHandler) -> None:
+    def visit_ExceptHandler(self, node) -> None:
         if node.name:
             self._binds(node.name, node)
+        self.generic_visit(node)
+
+    visit_MatchAs = visit_MatchStar = visit_ExceptHandler
+
+    def visit_MatchMapping(self, node: ast.MatchMapping) -> None:
+        if node.rest:
+            self._binds(node.rest, node)
         self.generic_visit(node)
 
     # names ------------------------------------------------------------------------------
@@ -252,9 +259,9 @@ class _Checker(ast.NodeVisitor):
         elif allowed is None:
             self.add("allowlist", node, f"uses the module {path} as a value: name its members where you use them "
                                         f"({path}.member)")
-        elif allowed is False:
-            self.refuse(path, node, f"uses {path}", "that member is not on the list a solution may use "
-                                                     "(see SKILL.md); do the work in your kernels")
+        elif allowed is False:   # (a refusal with a reason of its own says what to do instead)
+            self.refuse(path, node, f"uses {path}", "" if allow.refusal(path) else
+                        "that member is not on the list a solution may use (see SKILL.md); do the work in your kernels")
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
         attr, base = node.attr, node.value
