@@ -40,6 +40,10 @@ def _repo_solutions():
         for name, text in case.build()[1].files.items():
             if name.endswith(".py"):
                 yield f"{case.id}/{name}", text
+    from tests.gpu.hacks.test_gpu_wave import PUBLISHED   # the GPU suites' honest controls
+
+    for name, build in PUBLISHED.items():
+        yield f"{name}/model_new.py", build()[1].entry_code
     from tests.agent.conftest import RELU_MODEL_NEW
     yield "tests/agent/conftest.py", RELU_MODEL_NEW
 
