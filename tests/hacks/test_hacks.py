@@ -4,6 +4,7 @@ our own (cases.py). `figures.py` turns a run into the table in docs/verification
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import uuid
@@ -11,6 +12,7 @@ import uuid
 import pytest
 
 from cuda_agent.env import evaluate
+from cuda_agent.env.static_check import check_source
 from tests.env.helpers import HONEST_BODY, cpu_workspace, example_task
 from tests.hacks.cases import (HACKS, HONEST, ITERS, TASKS, assert_accepted, assert_rejected, describe, example_kernel,
                                example_model_new, gemm_task, hack_config, honest_result, honest_with, ops_workspace,
@@ -131,8 +133,10 @@ def test_protected_files_and_baseline_cache_cannot_be_edited(cache_dir, tmp_path
             except OSError:
                 pass
         """)
+    # the allowlist refuses open() and glob before anything runs; the sandbox is tested without it
+    assert {f.rule for f in check_source(model_new) if f.reject} == {"allowlist"}
     try:
-        result = evaluate(example_task(), cpu_workspace(model_new=model_new), config)
+        result = evaluate(example_task(), cpu_workspace(model_new=model_new), dataclasses.replace(config, guard=False))
         after = {p: p.read_bytes() for p in baselines.glob("*.json")}
     finally:  # never leave forged timings in the shared cache, whatever happened
         for path, data in before.items():
@@ -169,8 +173,9 @@ def test_build_cache_poisoning_does_not_reach_other_solutions(cache_dir, record)
         except OSError:
             pass
         """)
-    try:
-        evaluate(example_task(), cpu_workspace(model_new=model_new), config)
+    assert {f.rule for f in check_source(model_new) if f.reject} == {"allowlist"}   # shutil: off the list
+    try:   # the sandbox alone (the static pass and the guard off) must keep the cache read-only
+        evaluate(example_task(), cpu_workspace(model_new=model_new), dataclasses.replace(config, guard=False))
         again = evaluate(example_task(), victim, config)
     finally:
         shutil.rmtree(victim_so.parent, ignore_errors=True)

@@ -211,17 +211,19 @@ if getattr(os, "fo" + "rk")() == 0:          # a session leader that leaves the 
 
 
 def test_a_forked_process_is_noticed_and_the_baseline_store_is_left_alone(cache_dir, record):
-    """The same escape from Python (the name of fork hidden from the static pass), with every check on:
-    the process is noticed at the next call (rule extra-process), dies with the sandbox, and no
-    baseline of this evaluation reaches the store."""
+    """The same escape from Python (the name of fork computed), with every check on: the allowlist
+    refuses it before it runs (a computed getattr, modules off the list); had it run, the process would
+    be noticed at the next call (rule extra-process) and die with the sandbox. No baseline of this
+    evaluation reaches the store either way."""
     store = cache_dir / "baselines"
     before = {p.name: p.read_bytes() for p in store.glob("*.json")}
     config = hack_config(cache_dir, baselines=True, compile_baseline=True)
     model_new = example_model_new("return cuda_extension.slow_bias_relu(x, self.bias)", header=PYTHON_FORK)
     result = evaluate(example_task(), wave_workspace(model_new), config)
     record("fork_from_python_import", "processes that outlive the candidate", "hack", result,
-           expected=("extra-process",), invented=True, what="model_new.py forks a CPU-loading session leader")
-    assert_rejected(result, ("extra-process",))
+           expected=("static:introspection", "extra-process"), invented=True,
+           what="model_new.py forks a CPU-loading session leader")
+    assert_rejected(result, ("static:introspection", "extra-process"))
     deadline = time.time() + 5
     while _processes_named("cag_escapee") and time.time() < deadline:
         time.sleep(0.05)

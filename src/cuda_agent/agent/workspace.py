@@ -34,6 +34,7 @@ from typing import Callable
 
 from cuda_agent.env.config import EvalConfig
 from cuda_agent.env.result import EvalError, EvalResult
+from cuda_agent.env.static_check import check_source
 from cuda_agent.tasks import Solution, Task, load_solution
 from cuda_agent.tasks.parsing import parse
 
@@ -380,7 +381,9 @@ def starter_model_new(task_code: str) -> str:
     for node in tree.body:
         segment = ast.get_source_segment(task_code, node)
         if isinstance(node, (ast.Import, ast.ImportFrom)) and segment not in imports:
-            imports.append(segment)
+            # a module off model_new.py's allowlist (numpy, einops) would only be refused there
+            refused = any(f.reject for f in check_source(segment))
+            imports.append(f"# {segment}  (not allowed in model_new.py, see SKILL.md)" if refused else segment)
     init_src, fwd_args, reference = "    def __init__(self):\n        super().__init__()\n", "self, *inputs", ""
     if model is not None:
         for node in model.body:

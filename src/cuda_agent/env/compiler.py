@@ -270,6 +270,11 @@ def build_extension(name: str, files: dict[str, str], backend: str, cache_dir: P
 
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
         raise BuildError(f"extension name {name!r} is not a valid Python identifier")
+    from cuda_agent.env.allowlist import extension_name_problem
+
+    problem = extension_name_problem(name)   # the candidate registers it in sys.modules under this name
+    if problem:
+        raise BuildError(problem)
     for rel in files:
         if rel.startswith("/") or ".." in Path(rel).parts:
             raise BuildError(f"source path {rel!r} must be relative and stay inside the build folder")

@@ -10,7 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
-from cuda_agent.env.compiler import load_module
+from cuda_agent.env.allowlist import extension_name_problem
+from cuda_agent.env.compiler import BuildError, load_module
 from cuda_agent.env.guard import ExtensionProxy
 
 # build(name, files, extra_cflags=, extra_cuda_cflags=, extra_ldflags=, extra_include_paths=) -> .so
@@ -67,6 +68,11 @@ class InlineBuilder:
     def _build(self, name, files, extra_cflags, extra_cuda_cflags, extra_ldflags, extra_include_paths):
         if name in self.modules:  # same name built twice in one process: reuse, like torch does
             return self.modules[name]
+        # an extension is registered in sys.modules under its name: never in place of a module
+        # (native code could reach this with a name the static pass never saw)
+        problem = extension_name_problem(name, loaded=True)
+        if problem:
+            raise BuildError(problem)
         path = self.build(name, files, extra_cflags=extra_cflags, extra_cuda_cflags=extra_cuda_cflags,
                           extra_ldflags=extra_ldflags, extra_include_paths=extra_include_paths)
         return self.add(name, load_module(name, path))

@@ -123,7 +123,8 @@ def test_computing_only_when_watched_is_rejected(cache_dir):
         return cuda_extension.constant(predictions, 1.0833)
         """, header=WATCH_BY_MODE_STACK), config(cache_dir))
     _record("watched_by_mode_stack_gpu", "hack", result)
-    assert_rejected(result, ("correctness", "recheck-after-timing", "input-independent"))
+    # (the allowlist refuses the computed getattr and torch's private module before anything runs)
+    assert_rejected(result, ("correctness", "recheck-after-timing", "input-independent", "static:introspection"))
 
 
 ATEN_CUDA_MM = """
