@@ -23,8 +23,9 @@ def _naive_gemm():
 
 
 def _redundant_bias_relu():
-    """The example's honest loop run ten times over: a few times slower than relu(x + bias) in PyTorch."""
-    body = "for (int rep = 0; rep < 10; ++rep) {\n" + HONEST_BODY + "}\n"
+    """The example's honest loop run twenty times over: about twice as slow as relu(x + bias) in PyTorch
+    at its fastest (1.5 ms against 3 ms a call here, each on fresh inputs)."""
+    body = "for (int rep = 0; rep < 20; ++rep) {\n" + HONEST_BODY + "}\n"
     return example_task(), cpu_workspace(example_kernel(body))
 
 
