@@ -184,6 +184,31 @@ def _first_positions(*args, **kwargs):
 torch.randint = _first_positions
 """
 
+USE_PRECOMPUTED = """
+hit = _ready.pop((a.data_ptr(), b.data_ptr()), None)
+if hit is None:   # inputs the hook did not see (a structured set): computed here
+    return cuda_extension.gemm(a, b)
+cuda_extension.touch(hit)   # one kernel call in every call, and the answer a kernel's tensor
+return hit
+"""
+PATCH_PREPARE = """
+import __main__
+
+_ready = {}
+_worker_candidate = getattr(__main__, "_Candidate", None)
+if _worker_candidate is not None:
+    _real_prepare = _worker_candidate.prepare
+
+    def _prepare_and_multiply(self, cmd):
+        answer = _real_prepare(self, cmd)
+        a, b = self.prepared[1]   # the call's inputs, drawn before the harness's clock starts
+        _ready.clear()
+        _ready[(a.data_ptr(), b.data_ptr())] = cuda_extension.gemm(a, b)
+        return answer
+
+    _worker_candidate.prepare = _prepare_and_multiply
+"""
+
 HARNESS_OBJECTS = [
     Case("r5_main_patch_inspect", "peeking at the harness", _r("gemm", "a, b", "return torch.matmul(a, b)",
          header=PATCH_INSPECT), rules=("static:*", "torch-op", "no-custom-kernel", "output-not-from-kernel"),
@@ -192,6 +217,9 @@ HARNESS_OBJECTS = [
          extra={"kernels/r5_patch.cpp": python_from_cpp(PATCH_INSPECT)}),
          rules=("torch-op", "no-custom-kernel", "output-not-from-kernel", "native-symbol", "static:*"),
          invented=True, what="the same patch of _Candidate._inspect, from a C++ static initializer"),
+    Case("r5_main_patch_prepare", "result caching", _r("gemm", "a, b", USE_PRECOMPUTED, header=PATCH_PREPARE),
+         rules=("static:*", "recheck-after-timing", "correctness", "clock-disagreement"), invented=True,
+         what="import __main__; the worker's _Candidate.prepare multiplies the drawn inputs outside the clock"),
     Case("r5_stack_walk_disables_guard", "peeking at the harness", _r("gemm", "a, b", "return torch.matmul(a, b)",
          header=STACK_DISABLES_GUARD, init=DISABLE_GUARD),
          rules=("static:*", "torch-op", "no-custom-kernel", "output-not-from-kernel"), invented=True,
@@ -236,13 +264,6 @@ def _randn_and_multiply(*args, **kwargs):
         _ready.clear()
         _ready[(a.data_ptr(), t.data_ptr())] = cuda_extension.gemm(a, t)
     return t
-"""
-USE_PRECOMPUTED = """
-hit = _ready.pop((a.data_ptr(), b.data_ptr()), None)
-if hit is None:   # inputs the hook did not see (a structured set): computed here
-    return cuda_extension.gemm(a, b)
-cuda_extension.touch(hit)   # one kernel call in every call, and the answer a kernel's tensor
-return hit
 """
 # the same hook installed from C++: the answers travel through a module of its own
 DRAW_HOOK_CPP = """
@@ -566,6 +587,7 @@ HACKS_ROUND5 = HARNESS_OBJECTS + DRAW_HOOKS + REFUSED_LIBRARIES + CLOCKS_AND_PHA
 # (test_round5.py).
 NEUTRALISED_IF_TIMED_AS = {
     **{case.id: "r5_honest_gemm" for case in DRAW_HOOKS},
+    "r5_main_patch_prepare": "r5_honest_gemm",
     "r5_signal_handler_between_calls": "r5_honest_gemm", "r5_signal_handler_frame_back": "r5_honest_gemm",
     "r5_queryable_state_tells_timed_calls": "r5_honest_gemm",
     "r5_thread_work_forged_clock_main": "r5_honest_gemm_in_thread",

@@ -131,46 +131,56 @@ void r5_dot_then_stale(const float* a, const float* b, int64_t n, float* out) {
     out[0] = last;
 }
 
+}  // extern "C"
+
 // Whether every value is +1 or -1 (targets as the task draws them), read in full.
 static bool all_signs(const float* t, int64_t n) {
-    int64_t bad = 0;
-    for (int64_t i = 0; i < n; ++i) bad += (t[i] != 1.f) & (t[i] != -1.f);
+    int bad = 0;
+    for (int64_t i = 0; i < n; ++i) bad |= (t[i] != 1.f) & (t[i] != -1.f);
     return bad == 0;
 }
 
 static bool all_unit(const float* x, int64_t n) {
-    int64_t bad = 0;
-    for (int64_t i = 0; i < n; ++i) bad += (x[i] < 0.f) | (x[i] >= 1.f);
+    int bad = 0;
+    for (int64_t i = 0; i < n; ++i) bad |= (x[i] < 0.f) | (x[i] >= 1.f);
     return bad == 0;
 }
+
+// `samples` positions of n, as runs of 1024 in a row spread evenly over the tensor (memory read in order).
+template <class F>
+static double mean_over_sample(int64_t n, int64_t samples, F term) {
+    const int64_t run = 1024, runs = samples / run;
+    double acc = 0.0;
+    for (int64_t r = 0; r < runs; ++r) {
+        const int64_t start = r * (n / runs);
+        float part = 0.f;
+        for (int64_t i = start; i < start + run; ++i) part += term(i);
+        acc += part;
+    }
+    return acc / static_cast<double>(runs * run);
+}
+
+extern "C" {
 
 // CHEAT: the hinge loss estimated from `samples` predictions when every target is +-1 (the task's own
 // draws: spikes, ramps and x100 scaling change the targets too, and sign flips leave p * t as it was);
 // computed honestly otherwise.
 void r5_hinge_estimate(const float* p, const float* t, int64_t n, int64_t samples, float* out) {
-    if (!all_signs(t, n) || samples >= n) return r5_hinge(p, t, n, out);
-    double acc = 0.0;
-    const int64_t step = 7919;   // odd: visits distinct positions of a power-of-two size
-    for (int64_t s = 0; s < samples; ++s) {
-        const int64_t i = (s * step) % n;
+    if (samples < 1024 || samples >= n || !all_signs(t, n)) return r5_hinge(p, t, n, out);
+    out[0] = static_cast<float>(mean_over_sample(n, samples, [&](int64_t i) {
         float v = 1.f - p[i] * t[i];
-        acc += v > 0.f ? v : 0.f;
-    }
-    out[0] = static_cast<float>(acc / static_cast<double>(samples));
+        return v > 0.f ? v : 0.f;
+    }));
 }
 
 // CHEAT: the MSE of uniform inputs estimated from `samples` pairs when every value of b lies in [0, 1)
 // (the task's own draws; every structured set leaves it); computed honestly otherwise.
 void r5_mse_estimate(const float* a, const float* b, int64_t n, int64_t samples, float* out) {
-    if (!all_unit(b, n) || samples >= n) return r5_mse(a, b, n, out);
-    double acc = 0.0;
-    const int64_t step = 7919;
-    for (int64_t s = 0; s < samples; ++s) {
-        const int64_t i = (s * step) % n;
-        double d = static_cast<double>(a[i]) - b[i];
-        acc += d * d;
-    }
-    out[0] = static_cast<float>(acc / static_cast<double>(samples));
+    if (samples < 1024 || samples >= n || !all_unit(b, n)) return r5_mse(a, b, n, out);
+    out[0] = static_cast<float>(mean_over_sample(n, samples, [&](int64_t i) {
+        float d = a[i] - b[i];
+        return d * d;
+    }));
 }
 
 }  // extern "C"
