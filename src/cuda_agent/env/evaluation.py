@@ -702,7 +702,8 @@ class _Evaluation:
         return dict(index=call.index, seed=call.seed, transform=call.transform, time=timed,
                     compile=timed and self.compile_mode == "paired",
                     compare=whole if save else {"samples": out["samples"]},
-                    dependence=save and self.strict and not call.transform)
+                    # verification's own draws set the spread; later calls' whole comparisons are held to it
+                    dependence=self.strict and not call.transform and call.kind != "null")
 
     def _judged(self, call: Call, phase: str, out: dict, verdict: dict) -> dict | None:
         """The judge's verdict on one call: a rejection raises; a timed call's measures are kept."""
@@ -826,6 +827,11 @@ class _Evaluation:
             if not final["ok"]:
                 raise _Failed("profile", final["message"], final.get("rule"))
             self._inputs_kept("profile")
+            if self.strict:
+                self.judge.channel.send(cmd="dependence", later=True)
+                message = self._ask(self.judge, self.config.timeout_verify, "profile").get("message")
+                if message:
+                    raise _Failed("profile", message, rule="input-independent")
         except _Failed:
             self.result.correct = False
             raise

@@ -504,6 +504,11 @@ class PendingReference:
         return SampledReference(self.shape, tensors, self.scalars, self.tol)
 
 
+def compared_whole(reference: SampledReference, count: int = SAMPLES_PER_TENSOR) -> bool:
+    """Whether a sampled comparison read every element of the output (small outputs, numbers)."""
+    return all(t.numel <= count for t in reference.tensors) and bool(reference.tensors or reference.scalars)
+
+
 def compare_sampled(reference: SampledReference, samples: dict) -> Comparison:
     """`compare_samples`' verdict from a `sample_reference` of the same samples, on the CPU."""
     if samples.get("structure") != reference.structure:
@@ -563,6 +568,15 @@ def _compare_scalars(reference: SampledReference, scalars: Any) -> list[Comparis
 # -- outputs that follow their inputs (strict) --------------------------------------------------------
 
 
+def _as_tensors(value: Any) -> list[torch.Tensor]:
+    """The output's tensors, or its Python numbers as one tensor when it has no tensor."""
+    tensors = tensors_in(value)
+    if tensors:
+        return tensors
+    numbers = [float(v) for v in scalars_in(value)]
+    return [torch.tensor(numbers, dtype=torch.float64)] if numbers else []
+
+
 class Dependence:
     """Collects, per verification input set, the reference's and the candidate's values at fixed
     positions, and judges whether the candidate's outputs move with the inputs like the reference's.
@@ -578,9 +592,10 @@ class Dependence:
         self.positions: torch.Tensor | None = None
         self.refs: list[torch.Tensor] = []
         self.cands: list[torch.Tensor] = []
+        self.later: list[float] = []
 
     def add(self, ref: Any, cand: Any) -> None:
-        r, c = tensors_in(ref), tensors_in(cand)
+        r, c = _as_tensors(ref), _as_tensors(cand)
         if not r or not c or r[0].shape != c[0].shape or not r[0].is_floating_point() or r[0].numel() == 0:
             return
         flat_r, flat_c = r[0].detach().reshape(-1), c[0].detach().to(r[0].device).reshape(-1)
@@ -591,6 +606,34 @@ class Dependence:
         pos = self.positions.to(flat_r.device)
         self.refs.append(flat_r[pos].to(torch.float64).cpu())
         self.cands.append(flat_c[pos].to(torch.float64).cpu())
+
+    def add_later(self, error: float) -> None:
+        """The largest error of a later call (timed, warm-up or spot) whose output was compared whole:
+        judged against the same spread as verification's (`later_verdict`)."""
+        self.later.append(error)
+
+    def later_verdict(self) -> str | None:
+        """Whether the later calls' errors stay small against the reference's spread across the
+        verification sets: an estimate that is honest for verification and approximate afterwards (an
+        error within tolerance, but as large as the output's own variation) is rejected."""
+        spreads = self._spreads()
+        if not spreads or not self.later:
+            return None
+        spread = sorted(spreads)[len(spreads) // 2]
+        shares = sorted(error / spread for error in self.later)
+        median = shares[len(shares) // 2]
+        if median > self.MAX_ERROR_SHARE:
+            return (f"after verification the output's error is {median:.0%} of how much the reference's output "
+                    "changes between input sets: an estimate, not the result (compute it exactly on every call)")
+        return None
+
+    def _spreads(self) -> list[float]:
+        n = len(self.refs)
+        if n < 2:
+            return []
+        spreads = [max(float((self.refs[i] - self.refs[j]).abs().nan_to_num(0).max()) for j in range(n) if j != i)
+                   for i in range(n)]
+        return [s for s in spreads if s > 0]
 
     def verdict(self) -> str | None:
         """None when the candidate follows its inputs, else the message for the agent."""

@@ -382,7 +382,7 @@ class _Judge:
     def _compare(self, part: "_JudgeCall") -> dict:
         """The candidate's output (read from its file by `_load`, or its samples, against the reference
         read by `_sample`) against the reference: the verdict's fields."""
-        from cuda_agent.env.verify import ForgedSamples, compare_outputs, compare_sampled
+        from cuda_agent.env.verify import ForgedSamples, compare_outputs, compare_sampled, compared_whole
 
         cmd, reference, trace = part.cmd, part.reference, part.trace
         transform = cmd.get("transform")
@@ -413,6 +413,8 @@ class _Judge:
                 if isinstance(part.sampled, Exception):
                     raise part.sampled
                 verdict = compare_sampled(part.sampled, compare["samples"])
+                if verdict.ok and cmd.get("dependence") and compared_whole(part.sampled):
+                    self.dependence.add_later(verdict.max_abs_error)
             else:
                 return {"ok": True}
         except ForgedSamples as exc:
@@ -493,7 +495,7 @@ def run_judge(chan: ChildChannel) -> None:
             chan.send(**judge.inputs_kept())
         elif kind == "dependence":
             try:
-                message = judge.dependence.verdict()
+                message = judge.dependence.later_verdict() if cmd.get("later") else judge.dependence.verdict()
             except Exception as exc:   # built from the candidate's outputs: its failure, not the task's
                 message = f"the solution's outputs could not be judged ({type(exc).__name__}: {str(exc)[:300]})"
             chan.send(message=message)
