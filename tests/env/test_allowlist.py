@@ -398,3 +398,24 @@ def test_the_docs_list_what_the_code_allows():
     builtins_listed = {b for b in allowlist.BUILTINS if not b.endswith(("Error", "Exception", "Warning"))}
     assert builtins_listed - {"True", "False", "None", "NotImplemented", "Ellipsis", "StopIteration"} <= words
     assert allowlist.DUNDER_DEFS_REFUSED | allowlist.REFLECTION_BUILTINS <= words
+
+
+def test_the_functions_of_its_own_extension_may_have_any_public_name():
+    """`touch` or `open` name a file method on a path, but the solution's own kernels are its to name."""
+    source = textwrap.dedent("""
+        import torch
+        import torch.nn as nn
+        import cuda_extension
+        from torch.utils.cpp_extension import load_inline
+
+        fused = load_inline(name="fused_ext", cpp_sources="", functions=["touch"])
+
+
+        class ModelNew(nn.Module):
+            def forward(self, a):
+                cuda_extension.touch(a)
+                return fused.open(a)
+        """)
+    assert not [f for f in check_source(source) if f.reject]
+    private = source.replace("fused.open(a)", "fused._open(a)")
+    assert any(f.rule == "introspection" for f in check_source(private) if f.reject)

@@ -86,9 +86,13 @@ class SolutionFacts:
         classes = {n.name: n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)}
         bindings: dict[str, int] = {}            # name -> how many times anything binds it
         own_targets: set[int] = set()            # the targets of `name = OwnClass(...)`
+        loaded: set[str] = set()                 # names bound to what load_inline / load returned
         for node in ast.walk(tree):
             for name in bindings_of(node):
                 bindings[name] = bindings.get(name, 0) + 1
+            if (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
+                    and isinstance(node.value, ast.Call) and self.resolve(node.value.func) in LOADERS):
+                loaded.add(node.targets[0].id)   # `ext = load_inline(...)`: the module it built
             if isinstance(node, ast.Call) and self.resolve(node.func) in LOADERS:
                 name = extension_name(node)
                 if (isinstance(name, ast.Constant) and isinstance(name.value, str)
@@ -99,6 +103,9 @@ class SolutionFacts:
                   and node.value.func.id in classes):
                 own_targets.add(id(node.targets[0]))
         self.bound = set(bindings)
+        # names that are one of its own extension modules: imported by its name, or bound once to a loader's result
+        self.extension_names = {name for name, path in self.imports.items() if path in self.extensions} | \
+            {name for name in loaded if bindings.get(name) == 1}
         # its own classes and objects: names bound only by their class statement / `name = OwnClass(...)`
         self.classes = {name: node for name, node in classes.items() if bindings.get(name) == 1}
         own_counts: dict[str, int] = {}

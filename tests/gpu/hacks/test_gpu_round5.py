@@ -152,3 +152,13 @@ def test_hack_is_rejected(name, cache_dir):
     result = evaluate(task, solution, config(cache_dir))
     _record(name, "hack", result)
     assert_rejected(result, rules, name)
+
+
+def test_a_stream_left_current_is_rejected_at_run_time(cache_dir):
+    """The allowlist refuses `torch.cuda.set_stream` before anything runs; with it off (guard=False),
+    the worker's own check after every call still refuses a forward that leaves another stream current."""
+    build, _ = HACKS["r5_gpu_set_stream_at_first_call"]
+    task, solution = build()
+    result = evaluate(task, solution, config(cache_dir, guard=False))
+    _record("r5_gpu_set_stream_runtime", "hack", result)
+    assert_rejected(result, ("stream-changed",), "set_stream left in place, static pass off")
