@@ -15,7 +15,7 @@ from tests.env.helpers import example_task
 from tests.hacks.cases import (assert_accepted, assert_rejected, describe, example_model_new, hack_config,
                                honest_result, run_case)
 from tests.hacks.cases_wave import (FORGED_TIME_ONCE, HACKS_WAVE, HONEST_WAVE, LINK_CHEATS, LINK_SYMBOLS,
-                                    link_file, task, wave_workspace)
+                                    NATIVE_REACH, link_file, task, wave_workspace)
 
 
 @pytest.mark.parametrize("case", HONEST_WAVE, ids=lambda c: c.id)
@@ -42,6 +42,22 @@ def test_library_compute_past_the_dispatcher_is_refused_at_link_time(cache_dir, 
     assert_rejected(result, ("native-symbol",))
     assert result.error.phase == "compile"
     for name, symbol in LINK_SYMBOLS.items():
+        assert symbol in result.error.message, f"{name}: {symbol} not named in {result.error.message}"
+
+
+def test_native_code_reaching_python_or_running_outside_calls_is_refused_at_link_time(cache_dir, record):
+    """From C++ a solution could run Python (pybind11's exec, PyRun_*), import the harness's modules,
+    reach the calling frames, or set a timer whose handler runs during the harness's timing: each is
+    refused by the symbol it imports."""
+    solution = wave_workspace(example_model_new("return cuda_extension.slow_bias_relu(x, self.bias)"),
+                              link_file(*NATIVE_REACH))
+    result = evaluate(example_task(), solution, hack_config(cache_dir))
+    for name in NATIVE_REACH:
+        record(f"link_{name.removesuffix('.cpp')}", "peeking at the harness", "hack", result,
+               expected=("native-symbol",), invented=True, what=f"kernels/link/{name} linked into the solution")
+    assert_rejected(result, ("native-symbol",))
+    assert result.error.phase == "compile"
+    for name, symbol in NATIVE_REACH.items():
         assert symbol in result.error.message, f"{name}: {symbol} not named in {result.error.message}"
 
 

@@ -293,23 +293,28 @@ class _Evaluation:
                           rule="crash") from None
 
     def _build(self, name: str, files: dict, **flags) -> Path:
-        """Build for the solution (harness side) and check what the library links against."""
+        """Build for the solution (harness side), checking what the library links against before it is
+        published (a refused one is deleted); returns the copy handed to the candidate (handed.py)."""
         from cuda_agent.env.compiler import BuildError, build_extension
+        from cuda_agent.env.handed import hand
         from cuda_agent.env.symbols import ToolMissing, check_library, toolchain_imports
 
         build_cache = Path(self.config.cache_dir) / "build"
-        report = build_extension(name, files, self.backend, build_cache,
-                                 max_jobs=self.config.max_jobs, timeout=self.config.timeout_compile, **flags)
-        so = report.path
-        if self.config.guard:
+        exempt = toolchain_imports(self.backend, str(build_cache)) if self.config.guard else None
+
+        def check(so: Path, objects) -> None:
             try:
-                findings = check_library(so, report.objects, toolchain_imports(self.backend, str(build_cache)))
+                findings = check_library(so, objects, exempt)
             except ToolMissing as exc:
                 raise BuildError(str(exc)) from None
             if findings:
                 raise _LinkRefused("the built library imports what a solution may not use:\n" +
                                    "\n".join(f.describe() for f in findings[:12]))
-        return so
+
+        report = build_extension(name, files, self.backend, build_cache, max_jobs=self.config.max_jobs,
+                                 timeout=self.config.timeout_compile, check=check if self.config.guard else None,
+                                 **flags)
+        return hand(report.path, self.box)
 
     def _serve_build(self, request: dict) -> dict:
         """Compile for the candidate (its load_inline / load calls): the shared build cache is
@@ -377,6 +382,8 @@ class _Evaluation:
         if too_big:
             raise _Failed("task", too_big, rule="too-large")
         solution_dir = self.solution.write(self.box / "solution")
+        from cuda_agent.env.handed import hand
+
         guard_lib, kernels = self._start_builds()
         need_judge = self.stop_after != "compile"
         begun = time.perf_counter()
@@ -389,7 +396,7 @@ class _Evaluation:
         begun = self._traced("compile.judge_job", begun)
         prebuilt = {}
         try:
-            guard_path = str(guard_lib.result())
+            guard_path = str(hand(guard_lib.result(), self.box))   # the harness's libraries too: handed
             if kernels is not None:
                 prebuilt["cuda_extension"] = str(kernels.result())
         except _LinkRefused as refused:
@@ -408,7 +415,8 @@ class _Evaluation:
         self.link_refusal = None
         self.candidate.channel.send(task_inputs_code=inputs_code, solution_dir=str(solution_dir),
                                     backend=self.backend, config=self.cfg, box=str(self.box),
-                                    prebuilt=prebuilt, guard_lib=guard_path, hold_lib=self._hold_path())
+                                    prebuilt=prebuilt, guard_lib=guard_path,
+                                    hold_lib=(hold := self._hold_path()) and str(hand(Path(hold), self.box)))
         if need_judge:
             self._start_judge()
             begun = self._traced("compile.judge_setup", begun)
