@@ -246,3 +246,19 @@ def test_a_forked_process_is_noticed_and_the_baseline_store_is_left_alone(cache_
     assert not _processes_named("cag_escapee")
     after = {p.name: p.read_bytes() for p in store.glob("*.json")}
     assert {k: v for k, v in after.items() if k in before} == before
+
+
+def test_an_output_over_an_inputs_memory_is_refused_whatever_its_tensor():
+    """An output made over an input's bytes at another address (its own tensor and storage object,
+    as torch::from_blob makes one) is still the input's memory: judged by byte ranges."""
+    import torch
+
+    from cuda_agent.env.guard import Rejected, check_output
+
+    x = torch.randn(64)
+    alias = torch.from_numpy(x.numpy()[4:])          # x's memory, 16 bytes in
+    assert alias.untyped_storage().data_ptr() != x.untyped_storage().data_ptr()
+    with pytest.raises(Rejected) as refused:
+        check_output(alias, [x], torch.device("cpu"))
+    assert refused.value.rule == "output-type"
+    check_output(alias.clone(), [x], torch.device("cpu"))   # a copy of it is a new tensor
