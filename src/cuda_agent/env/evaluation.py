@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Callable
 
 from cuda_agent.env.config import EvalConfig
+from cuda_agent.env.handed import hand
 from cuda_agent.env.hold import call_times, floor_precise
 from cuda_agent.env.isolation import Worker, box_of, start_worker
 from cuda_agent.env.protocol import ChildDied, ChildTimeout, ForgedMessage
@@ -296,7 +297,6 @@ class _Evaluation:
         """Build for the solution (harness side), checking what the library links against before it is
         published (a refused one is deleted); returns the copy handed to the candidate (handed.py)."""
         from cuda_agent.env.compiler import BuildError, build_extension
-        from cuda_agent.env.handed import hand
         from cuda_agent.env.symbols import ToolMissing, check_library, toolchain_imports
 
         build_cache = Path(self.config.cache_dir) / "build"
@@ -382,8 +382,6 @@ class _Evaluation:
         if too_big:
             raise _Failed("task", too_big, rule="too-large")
         solution_dir = self.solution.write(self.box / "solution")
-        from cuda_agent.env.handed import hand
-
         guard_lib, kernels = self._start_builds()
         need_judge = self.stop_after != "compile"
         begun = time.perf_counter()

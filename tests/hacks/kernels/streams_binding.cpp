@@ -45,7 +45,8 @@ torch::Tensor graphed(torch::Tensor x) {
 }
 torch::Tensor threaded(torch::Tensor x) {
   auto out = torch::empty_like(x);
-  std::thread t([&] { launch_scale(x.data_ptr<float>(), out.data_ptr<float>(), x.numel(), c10::cuda::getCurrentCUDAStream().stream()); });
+  auto stream = c10::cuda::getCurrentCUDAStream().stream();
+  std::thread t([&] { launch_scale(x.data_ptr<float>(), out.data_ptr<float>(), x.numel(), stream); });
   t.join();
   return out;
 }
