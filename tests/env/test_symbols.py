@@ -86,3 +86,16 @@ def test_honest_cuda_stream_graph_and_thread_binding_passes(cache_dir, monkeypat
     files = {"kernels/streams_binding.cpp": (KERNELS / "streams_binding.cpp").read_text(),
              "kernels/streams.cu": (KERNELS / "streams.cu").read_text()}
     assert _refused(files, "cuda", cache_dir / "build") == []
+
+
+def test_the_python_api_the_toolchain_brings_is_exempt_in_the_solutions_objects_too(cache_dir):
+    """pybind11 is compiled into the solution's own objects, so the Python C-API the minimal extension
+    imports (what pybind11 itself uses, whatever the Python version) is exempt there as well; nothing
+    else the toolchain brings is (an object importing `mprotect` answers for it)."""
+    files = {"kernels/cheat.cpp": "\n".join((KERNELS / "link" / name).read_text()
+                                            for name in ("py_run_string.cpp", "got_clock.cpp"))}
+    report = build_extension("py_run_only", files, "cpu", cache_dir / "build")
+    assert {"PyRun_SimpleStringFlags", "mprotect"} <= {f.symbol for f in check_library(report.path, report.objects)}
+    brought = frozenset({"PyRun_SimpleStringFlags", "mprotect"})   # as if the minimal extension imported them
+    refused = {f.symbol for f in check_library(report.path, report.objects, brought)}
+    assert "PyRun_SimpleStringFlags" not in refused and "mprotect" in refused
