@@ -14,15 +14,23 @@ built for a solution (`nm -D`) and refuses, naming the symbol:
 - Processes, loaders and memory protection: `fork`, `exec*`, `dlopen`/`dlsym`,
   `dl_iterate_phdr`, `mprotect`, `ptrace`, `process_vm_*`, raw `syscall` (and the `syscall`
   instruction itself, found by disassembling the library's code).
+- Signals and timers (`signal`, `sigaction`, `raise`, `setitimer`, `timer_create`, ...): their
+  handlers run the solution's code outside its calls.
+- The Python C-API that runs code, imports modules or reaches the interpreter's state (`PyRun_*`,
+  `PyImport_*`, `PySys_*`, frames, tracing hooks, ...): what `pybind11::exec` and
+  `py::module_::import` compile to. What pybind11 itself imports in every binding stays allowed
+  (`_DENIED_PYTHON` says which and why).
 
 What the toolchain links in by itself is not the solution's: a compiler wrapper that links
 libstdc++ statically (seen on a GPU machine) makes every library import `syscall` (libstdc++'s
 futex waits). So the library's imports are checked less those of a minimal extension built with the
 same toolchain (`toolchain_imports`), and the objects compiled from the solution's own sources are
-checked in full, so its own code is held to every rule whatever the toolchain brings.
+checked in full, so its own code is held to every rule whatever the toolchain brings (but the
+Python C-API the minimal extension imports: pybind11 is compiled into the solution's objects).
 
-Allocation, tensor metadata, streams, `TORCH_CHECK`, custom operators (`torch::Library`), pybind11,
-cuBLAS, cuDNN and the CUDA runtime stay allowed, as do ATen's handle getters for them.
+Allocation, tensor metadata, streams (a stream guard imports `setCurrentCUDAStream`), threads,
+`TORCH_CHECK`, custom operators (`torch::Library`), pybind11, cuBLAS, cuDNN and the CUDA runtime
+stay allowed, as do ATen's handle getters for them.
 """
 
 from __future__ import annotations
