@@ -135,3 +135,35 @@ def test_the_same_unit_built_twice_at_once_in_one_process(tmp_path, monkeypatch)
         reports = list(pool.map(lambda _: build_extension("probe", files, "cpu", tmp_path / "build"), range(2)))
     assert reports[0].path == reports[1].path and reports[0].path.exists()
     assert not list((tmp_path / "build" / "obj").glob("*.tmp*"))   # no temporary object left behind
+
+
+def test_a_library_the_check_refuses_is_never_published(tmp_path):
+    """The check runs on the freshly linked library in a private folder: a refused one is deleted and
+    never appears in `lib/` (the build cache); an accepted one is published there. A cached library
+    that today's check refuses is deleted as well."""
+    import uuid
+
+    build = tmp_path / "build"
+    files = {"probe.cpp": f'extern "C" int probe_{uuid.uuid4().hex}() {{ return 7; }}\n'}
+    checked = []
+
+    class Refused(Exception):
+        pass
+
+    def refuse(library, objects):
+        checked.append((library, library.exists(), objects))
+        raise Refused
+
+    with pytest.raises(Refused):
+        build_extension("probe", files, "cpu", build, check=refuse)
+    (library, existed, objects), = checked
+    assert existed and library.parent.parent == build / "staging"      # checked where it was linked
+    assert objects and all(o.exists() for o in objects)
+    assert not library.exists() and not list((build / "staging").iterdir())
+    assert not (build / "lib").exists() or not list((build / "lib").rglob("*.so"))
+
+    published = build_extension("probe", files, "cpu", build, check=lambda library, objects: None)
+    assert published.path.exists() and published.path.parent.parent == build / "lib"
+    with pytest.raises(Refused):
+        build_extension("probe", files, "cpu", build, check=refuse)
+    assert not published.path.exists() and not published.path.parent.exists()

@@ -93,8 +93,9 @@ def test_wrong_output_fails_verification(cache_dir):
 
 
 def test_segfault_is_a_structured_failure(cache_dir):
-    # (a write through a null pointer does not fault in every container, so raise the signal itself)
-    crash = "std::raise(SIGSEGV);\n" + HONEST_BODY
+    # (a write through a null pointer does not fault in every container, and `raise` is refused at link
+    # level: a write into a string literal, which lives in read-only pages)
+    crash = '*(volatile char*)const_cast<char*>("read-only") = 0;\n' + HONEST_BODY
     result = evaluate(example_task(), cpu_workspace(kernel(crash)), cpu_config(cache_dir))
     assert result.error.phase == "verify" and result.error.rule == "crash"
     assert "SIGSEGV" in result.error.message and result.reward == -1

@@ -21,6 +21,10 @@ LINK_CHEATS = ("cpu_mm.cpp", "fn_pointer_clamp.cpp", "redispatch.cpp", "dispatch
 LINK_SYMBOLS = {"cpu_mm.cpp": "at::cpu::mm", "fn_pointer_clamp.cpp": "at::cpu::clamp_min",
                 "redispatch.cpp": "add_Tensor::redispatch", "dispatch_tls.cpp": "TorchDispatchModeTLS",
                 "pool_launch.cpp": "at::launch", "got_clock.cpp": "mprotect"}
+# Native code reaching Python or running outside its calls (link level too), and what must be named
+NATIVE_REACH = {"py_exec.cpp": "PyRun_StringFlags", "py_import_main.cpp": "PyImport_ImportModule",
+                "py_run_string.cpp": "PyRun_SimpleStringFlags", "py_frame.cpp": "PyEval_GetFrame",
+                "signal_timer.cpp": "setitimer"}
 
 
 # A forged clock (the clock-disagreement tests, CPU and GPU): the harness's timing function in the
@@ -256,6 +260,15 @@ HACKS_WAVE = [
         return cuda_extension.copy(moved)
         """, init="self.groups = groups", init_args="groups"), rules=("data-movement",), invented=True,
          what="permute + reshape (which copies a non-contiguous view) do the shuffle"),
+    Case("channel_shuffle_through_alias", "the task done by allowed ops", _w("channel_shuffle", "x",
+         "return cuda_extension.channel_shuffle_alias(x, self.groups, 16, False)", init="self.groups = groups",
+         init_args="groups"), rules=("data-movement",),
+         what="C++: view/transpose/.contiguous() on a tensor made over the input's memory (from_blob), from "
+              "16 floats before it: neither the input's tensor nor its storage"),
+    Case("channel_shuffle_alias_clone", "the task done by allowed ops", _w("channel_shuffle", "x",
+         "return cuda_extension.channel_shuffle_alias(x, self.groups, 0, True)", init="self.groups = groups",
+         init_args="groups"), rules=("data-movement",), invented=True,
+         what="C++: .clone() of a shuffled view made over the input's memory with from_blob"),
     Case("softmax_without_max", "inputs that hide a bug", _w("softmax_wide", "x",
          "return cuda_extension.softmax(x, False)"), rules=("numerically-fragile",),
          what="softmax without the max subtraction: fine on N(0, 1) rows, inf/NaN above ~88"),

@@ -3,8 +3,9 @@ process (found in the third session of 2026-11-23, not in any list of known chea
 
 Every call after verification is checked only at positions the harness's sampler in the candidate's
 process reads right after the call. A C++ static initializer runs Python when the library is loaded
-(`pybind11::exec`: nothing in it is a forbidden import, its Python is a string literal, the symbols
-are the binding's own), and replaced the sampler by one that reports no samples: the judge then
+(found with `pybind11::exec`, now refused at link level; here through the builtins' `exec`, reached
+from the builtins dict pybind11 itself imports, which the link check cannot refuse), and replaced
+the sampler by one that reports no samples: the judge then
 compared nothing, and a kernel honest only for its first calls (verification), a constant afterwards,
 was accepted. The sampler is now bound before candidate code runs, and the judge refuses samples the
 harness's sampler cannot have taken (rule `forged-samples`). A failure while comparing the
@@ -65,10 +66,13 @@ CASES = {   # id: (target, mode, rules that may reject it)
 
 
 def forging_library(target: str) -> str:
-    """A C++ file whose static initializer replaces the harness's sampler when the library loads."""
+    """A C++ file whose static initializer replaces the harness's sampler when the library loads: the
+    builtins' `exec` called on the Python (no symbol the link check refuses)."""
     python = "import sys\n" + TARGETS[target] + "\n" + FORGER
-    return ('#include <torch/extension.h>\n#include <pybind11/eval.h>\n\nnamespace {\n'
-            'int forge() {\n    pybind11::exec(R"PY(\n' + python + ')PY");\n    return 0;\n}\n'
+    return ('#include <torch/extension.h>\n\nnamespace {\n'
+            'int forge() {\n    pybind11::gil_scoped_acquire gil;\n'
+            '    auto builtins = pybind11::reinterpret_borrow<pybind11::dict>(PyEval_GetBuiltins());\n'
+            '    builtins["exec"](R"PY(\n' + python + ')PY", pybind11::dict());\n    return 0;\n}\n'
             'const int forged = forge();\n}  // namespace\n')
 
 

@@ -106,6 +106,22 @@ def network():
     return socket.create_connection(("127.0.0.1", PORT), timeout=2)
 
 
+def read_build_cache():
+    # every solution's libraries (refused ones included, had any been published), objects and sources
+    found = [name for sub in ("lib", "obj", "src", "staging") for name in os.listdir(BUILD + "/" + sub)]
+    if found:
+        return found
+    raise PermissionError("the build cache is empty here")
+
+
+def replace_handed():
+    # the libraries handed to the candidate live beside its folder, read-only
+    handed = glob.glob(os.path.join(os.path.dirname(os.getcwd()), "libs", "*", "*.so"))
+    if not handed:
+        raise PermissionError("no handed library found")
+    return write(handed[0], "not a library")
+
+
 attempt("proc-list", only_own_processes)
 attempt("proc-root", lambda: through_proc("root"))
 attempt("proc-cwd", lambda: through_proc("cwd"))
@@ -119,6 +135,8 @@ attempt("write-outside", lambda: write(SENTINEL))
 attempt("write-store", lambda: write(STORE + "/baselines/forged.json"))
 attempt("write-build-cache", lambda: write(BUILD + "/forged.so"))
 attempt("network", network)
+attempt("read-build-cache", read_build_cache)
+attempt("replace-handed-library", replace_handed)
 '''
 
 
@@ -140,10 +158,13 @@ def test_no_way_out_of_the_sandbox(cache_dir, tmp_path, record):
     lines = [line for line in result.log.splitlines() if line.startswith("ESCAPE ")]
     opened = [line for line in lines if ": OPEN" in line]
     record("proc_and_ptrace_escape", "leaving the sandbox through /proc", "hack", result, expected=("sandbox",),
-           neutralised=not opened and len(lines) == 13,
-           what="/proc/*/root, cwd, fd, mem, ptrace, process_vm_readv, signals, writes outside, network")
-    assert len(lines) == 13, f"not every attempt ran: {result.log[-1500:]}"
+           neutralised=not opened and len(lines) == 15,
+           what="/proc/*/root, cwd, fd, mem, ptrace, process_vm_readv, signals, writes outside, network, "
+                "the build cache, the handed libraries")
+    assert len(lines) == 15, f"not every attempt ran: {result.log[-1500:]}"
     assert not opened, "\n".join(opened)
+    # found, and refused by the read-only mount (not merely missing)
+    assert "ESCAPE replace-handed-library: blocked (OSError)" in lines, lines
     assert sentinel.read_text() == "original"
     after = sorted(p.name for p in (cache_dir / "baselines").glob("*")) if (cache_dir / "baselines").exists() else []
     assert "forged.json" not in after and set(after) >= set(store_before)

@@ -15,7 +15,7 @@ from tests.env.helpers import example_task
 from tests.hacks.cases import (assert_accepted, assert_rejected, describe, example_model_new, hack_config,
                                honest_result, run_case)
 from tests.hacks.cases_wave import (FORGED_TIME_ONCE, HACKS_WAVE, HONEST_WAVE, LINK_CHEATS, LINK_SYMBOLS,
-                                    link_file, task, wave_workspace)
+                                    NATIVE_REACH, link_file, task, wave_workspace)
 
 
 @pytest.mark.parametrize("case", HONEST_WAVE, ids=lambda c: c.id)
@@ -42,6 +42,22 @@ def test_library_compute_past_the_dispatcher_is_refused_at_link_time(cache_dir, 
     assert_rejected(result, ("native-symbol",))
     assert result.error.phase == "compile"
     for name, symbol in LINK_SYMBOLS.items():
+        assert symbol in result.error.message, f"{name}: {symbol} not named in {result.error.message}"
+
+
+def test_native_code_reaching_python_or_running_outside_calls_is_refused_at_link_time(cache_dir, record):
+    """From C++ a solution could run Python (pybind11's exec, PyRun_*), import the harness's modules,
+    reach the calling frames, or set a timer whose handler runs during the harness's timing: each is
+    refused by the symbol it imports."""
+    solution = wave_workspace(example_model_new("return cuda_extension.slow_bias_relu(x, self.bias)"),
+                              link_file(*NATIVE_REACH))
+    result = evaluate(example_task(), solution, hack_config(cache_dir))
+    for name in NATIVE_REACH:
+        record(f"link_{name.removesuffix('.cpp')}", "peeking at the harness", "hack", result,
+               expected=("native-symbol",), invented=True, what=f"kernels/link/{name} linked into the solution")
+    assert_rejected(result, ("native-symbol",))
+    assert result.error.phase == "compile"
+    for name, symbol in NATIVE_REACH.items():
         assert symbol in result.error.message, f"{name}: {symbol} not named in {result.error.message}"
 
 
@@ -230,3 +246,19 @@ def test_a_forked_process_is_noticed_and_the_baseline_store_is_left_alone(cache_
     assert not _processes_named("cag_escapee")
     after = {p.name: p.read_bytes() for p in store.glob("*.json")}
     assert {k: v for k, v in after.items() if k in before} == before
+
+
+def test_an_output_over_an_inputs_memory_is_refused_whatever_its_tensor():
+    """An output made over an input's bytes at another address (its own tensor and storage object,
+    as torch::from_blob makes one) is still the input's memory: judged by byte ranges."""
+    import torch
+
+    from cuda_agent.env.guard import Rejected, check_output
+
+    x = torch.randn(64)
+    alias = torch.from_numpy(x.numpy()[4:])          # x's memory, 16 bytes in
+    assert alias.untyped_storage().data_ptr() != x.untyped_storage().data_ptr()
+    with pytest.raises(Rejected) as refused:
+        check_output(alias, [x], torch.device("cpu"))
+    assert refused.value.rule == "output-type"
+    check_output(alias.clone(), [x], torch.device("cpu"))   # a copy of it is a new tensor

@@ -6,8 +6,9 @@ Agents recompile dozens of times per task, so a kernel-only edit must rebuild on
   (`cache/obj/<hash>.o`, keyed by its source, the headers beside it, flags and toolchain), so an
   unchanged binding is never recompiled, across evaluations and processes;
 - C++ files that include `torch/extension.h` use a precompiled header built once per toolchain;
-- changed units compile in parallel; linking is a single quick `g++ -shared` into
-  `cache/lib/<hash>/NAME.so`;
+- changed units compile in parallel; linking is a single quick `g++ -shared` into a private
+  folder (`cache/staging/`), and the library is published into `cache/lib/<hash>/NAME.so` only once
+  the caller's `check` accepts it (a refused library is deleted, never published);
 - writes are atomic (temp file + rename), so concurrent workers can share one cache.
 
 Compiler output is reduced to the first few errors with file:line for an LLM to read.
@@ -31,6 +32,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Callable
 
 TRANSLATION_UNITS = (".cu", ".cpp", ".cc", ".cxx")
 HEADERS = (".h", ".hpp", ".cuh", ".inl")
@@ -260,12 +262,15 @@ class BuildReport:
 def build_extension(name: str, files: dict[str, str], backend: str, cache_dir: Path, *,
                     extra_cflags: list[str] | None = None, extra_cuda_cflags: list[str] | None = None,
                     extra_ldflags: list[str] | None = None, extra_include_paths: list[str] | None = None,
-                    max_jobs: int | None = None, timeout: float | None = None) -> BuildReport:
+                    max_jobs: int | None = None, timeout: float | None = None,
+                    check: Callable[[Path, tuple[Path, ...]], None] | None = None) -> BuildReport:
     """Compile `files` (relative path -> source) into the Python extension module `name`.
 
     Extra flags are checked against an allowlist (build_flags.py): builds run in the harness's
     process, so no flag may make a compiler run or write what the solution chooses. `timeout`
-    bounds each compiler call."""
+    bounds each compiler call. `check(library, objects)` raises to refuse the library: it runs on
+    the freshly linked library before it is published (a refused one is deleted) and on a cached
+    one before it is returned (a cached one refused by today's rules is deleted too)."""
     from cuda_agent.env.build_flags import UnsafeFlag, check_flags, check_include_paths
 
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
@@ -370,14 +375,35 @@ def build_extension(name: str, files: dict[str, str], backend: str, cache_dir: P
     link_flags = [*tc.ldflags, *extra_ldflags]
     lib_dir = cache_dir / "lib" / _sha(tc.key, name, *(Path(o).name for o in objs), *link_flags)   # by content
     so = lib_dir / f"{name}.so"
-    if not so.exists():
-        tmp_dir = Path(tempfile.mkdtemp(dir=_mkdir(cache_dir / "lib"), prefix="tmp-"))
-        _run([tc.cxx, "-shared", *objs, "-o", str(tmp_dir / f"{name}.so"), *link_flags], src_dir, "linking", timeout)
+    objects = tuple(Path(o) for o in objs)
+    if so.exists():
+        _checked(check, so, objects, lib_dir)
+    else:
+        # linked and checked away from lib/: a library the check refuses is never published
+        tmp_dir = Path(tempfile.mkdtemp(dir=_mkdir(cache_dir / "staging"), prefix="tmp-"))
         try:
-            tmp_dir.rename(lib_dir)
-        except OSError:
+            _run([tc.cxx, "-shared", *objs, "-o", str(tmp_dir / f"{name}.so"), *link_flags], src_dir, "linking",
+                 timeout)
+        except BaseException:
             shutil.rmtree(tmp_dir, ignore_errors=True)
-    return BuildReport(so, compiled, cached, tuple(Path(o) for o in objs))
+            raise
+        _checked(check, tmp_dir / f"{name}.so", objects, tmp_dir)
+        try:
+            tmp_dir.rename(_mkdir(lib_dir.parent) / lib_dir.name)
+        except OSError:   # another process published the same library meanwhile
+            shutil.rmtree(tmp_dir, ignore_errors=True)
+    return BuildReport(so, compiled, cached, objects)
+
+
+def _checked(check, library: Path, objects: tuple[Path, ...], folder: Path) -> None:
+    """Runs `check` on `library`; when it refuses, `folder` (the library's own) is deleted first."""
+    if check is None:
+        return
+    try:
+        check(library, objects)
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
 
 
 def build_native_library(name: str, source: str, cache_dir: Path, timeout: float | None = 600,

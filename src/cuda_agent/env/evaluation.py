@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Callable
 
 from cuda_agent.env.config import EvalConfig
+from cuda_agent.env.handed import hand
 from cuda_agent.env.hold import call_times, floor_precise
 from cuda_agent.env.isolation import Worker, box_of, start_worker
 from cuda_agent.env.protocol import ChildDied, ChildTimeout, ForgedMessage
@@ -297,23 +298,27 @@ class _Evaluation:
                           rule="crash") from None
 
     def _build(self, name: str, files: dict, **flags) -> Path:
-        """Build for the solution (harness side) and check what the library links against."""
+        """Build for the solution (harness side), checking what the library links against before it is
+        published (a refused one is deleted); returns the copy handed to the candidate (handed.py)."""
         from cuda_agent.env.compiler import BuildError, build_extension
         from cuda_agent.env.symbols import ToolMissing, check_library, toolchain_imports
 
         build_cache = Path(self.config.cache_dir) / "build"
-        report = build_extension(name, files, self.backend, build_cache,
-                                 max_jobs=self.config.max_jobs, timeout=self.config.timeout_compile, **flags)
-        so = report.path
-        if self.config.guard:
+        exempt = toolchain_imports(self.backend, str(build_cache)) if self.config.guard else None
+
+        def check(so: Path, objects) -> None:
             try:
-                findings = check_library(so, report.objects, toolchain_imports(self.backend, str(build_cache)))
+                findings = check_library(so, objects, exempt)
             except ToolMissing as exc:
                 raise BuildError(str(exc)) from None
             if findings:
                 raise _LinkRefused("the built library imports what a solution may not use:\n" +
                                    "\n".join(f.describe() for f in findings[:12]))
-        return so
+
+        report = build_extension(name, files, self.backend, build_cache, max_jobs=self.config.max_jobs,
+                                 timeout=self.config.timeout_compile, check=check if self.config.guard else None,
+                                 **flags)
+        return hand(report.path, self.box)
 
     def _serve_build(self, request: dict) -> dict:
         """Compile for the candidate (its load_inline / load calls): the shared build cache is
@@ -394,7 +399,7 @@ class _Evaluation:
         begun = self._traced("compile.judge_job", begun)
         prebuilt = {}
         try:
-            guard_path = str(guard_lib.result())
+            guard_path = str(hand(guard_lib.result(), self.box))   # the harness's libraries too: handed
             if kernels is not None:
                 prebuilt["cuda_extension"] = str(kernels.result())
         except _LinkRefused as refused:
@@ -413,7 +418,8 @@ class _Evaluation:
         self.link_refusal = None
         self.candidate.send(task_inputs_code=inputs_code, solution_dir=str(solution_dir),
                                     backend=self.backend, config=self.cfg, box=str(self.box),
-                                    prebuilt=prebuilt, guard_lib=guard_path, hold_lib=self._hold_path())
+                                    prebuilt=prebuilt, guard_lib=guard_path,
+                                    hold_lib=(hold := self._hold_path()) and str(hand(Path(hold), self.box)))
         if need_judge:
             self._start_judge()
             begun = self._traced("compile.judge_setup", begun)

@@ -83,10 +83,10 @@ class NativeGuard:
         self.active = False
 
     def begin(self, inputs: list) -> None:
-        """Before a call: the inputs it gets (copying them is data movement), a clean record."""
-        storages = [_storage(t) for t in tensors_in(inputs)]
-        array = (ctypes.c_int64 * len(storages))(*storages)
-        self.lib.cag_begin(array, len(storages))
+        """Before a call: the inputs it gets (copying their memory is data movement), a clean record."""
+        ranges = [bound for t in tensors_in(inputs) for bound in _storage_range(t)]
+        array = (ctypes.c_int64 * len(ranges))(*ranges)
+        self.lib.cag_begin(array, len(ranges) // 2)
         self.extension_calls.clear()
         self.active = True
 
@@ -134,6 +134,16 @@ def _storage(t: torch.Tensor) -> int:
         return int(t.untyped_storage().data_ptr())
     except (RuntimeError, NotImplementedError):  # meta or sparse: no storage to track
         return 0
+
+
+def _storage_range(t: torch.Tensor) -> tuple[int, int]:
+    """The bytes of `t`'s storage, [first, one past the last); (0, 0) when it has none."""
+    try:
+        storage = t.untyped_storage()
+        start = int(storage.data_ptr())
+        return (start, start + int(storage.nbytes())) if start else (0, 0)
+    except (RuntimeError, NotImplementedError):  # meta or sparse: no storage to track
+        return 0, 0
 
 
 def violation_message(rule: str, op: str) -> str:
@@ -323,7 +333,8 @@ def check_output(out: Any, args: list, device: torch.device) -> None:
     tensors = tensors_in(out)
     if not tensors and not isinstance(out, (int, float, bool)):
         raise Rejected("output-type", f"forward returned {type(out).__name__}, not a tensor")
-    input_storages = {t.untyped_storage().data_ptr() for t in tensors_in(args) if t.numel()}
+    # by memory, not by storage object: a tensor made over an input's bytes (torch::from_blob) is that input
+    input_ranges = [_storage_range(t) for t in tensors_in(args) if t.numel()]
     for t in tensors:
         if type(t) is not torch.Tensor:
             raise Rejected("output-type", f"forward returned a {type(t).__name__}, not a plain torch.Tensor")
@@ -331,7 +342,8 @@ def check_output(out: Any, args: list, device: torch.device) -> None:
             raise Rejected("output-type", "forward returned a tensor without real storage")
         if t.device.type != device.type:
             raise Rejected("output-type", f"forward returned a tensor on {t.device}, expected {device.type}")
-        if t.numel() and t.untyped_storage().data_ptr() in input_storages:
+        lo, hi = _storage_range(t)
+        if t.numel() and any(lo < end and start < hi for start, end in input_ranges):
             raise Rejected("output-type", "forward returned (a view of) one of its inputs instead of a new tensor")
 
 

@@ -3,7 +3,8 @@ incremental builder. Installed into the candidate's process before its module is
 KernelBench-style single-file solutions build fast without any change to their source.
 
 The candidate does not compile: `build` hands the sources to the harness (worker.remote_build),
-which builds them into the shared cache that the candidate can only read."""
+which builds and checks them, and answers with the path of the library it handed the candidate
+(handed.py); the candidate never sees the build cache itself."""
 
 from __future__ import annotations
 

@@ -9,9 +9,10 @@
   change the sandbox itself: ptrace, process_vm_readv/writev, perf_event_open, bpf, keyctl, mount,
   unshare, setns and the like (EPERM).
 - Writable: its own folder (the job's `box`) alone. The file system is read-only; `/tmp`, `/dev`
-  (with `/dev/shm`, where other jobs live) and the cache folder are private and empty, except the
-  build cache, which is bound read-only so the harness's builds load (the candidate never writes
-  it). GPU device files are bound on CUDA hosts.
+  (with `/dev/shm`, where other jobs live) and the cache folder (the build cache included) are
+  private and empty. The libraries it loads are those the harness hands it (handed.py): the job's
+  `libs` folder is bound read-only, and the harness places each one there. GPU device files are
+  bound on CUDA hosts.
 
 `EvalConfig.sandbox`: "auto" (default) and "bwrap" require bubblewrap and fail clearly without it;
 "none" runs unsandboxed, which the user must ask for.
@@ -74,9 +75,11 @@ def sandbox_prefix(config, box: Path) -> list[str] | None:
     path, userns, why = _bwrap_status()
     if path is None:
         raise SandboxUnavailable(f"cannot sandbox the candidate: {why}; {INSTALL_HINT}")
+    from cuda_agent.env.handed import handed_dir
+
     cache = Path(config.cache_dir).resolve()
-    build_cache = cache / "build"
-    build_cache.mkdir(parents=True, exist_ok=True)
+    libs = handed_dir(box)
+    libs.mkdir(parents=True, exist_ok=True)
     args = [path, *_BASE, *(_USER if userns else [])]
     for device in sorted(glob.glob("/dev/nvidia*")) + sorted(glob.glob("/dev/dri/*")):
         args += ["--dev-bind", device, device]
@@ -92,7 +95,7 @@ def sandbox_prefix(config, box: Path) -> list[str] | None:
     for p in python:
         if _inside(p, Path("/tmp")) or _inside(p, cache):
             args += ["--ro-bind", p, p]
-    args += ["--ro-bind", str(build_cache), str(build_cache), "--bind", str(box), str(box), "--chdir", str(box)]
+    args += ["--ro-bind", str(libs), str(libs), "--bind", str(box), str(box), "--chdir", str(box)]
     return args
 
 

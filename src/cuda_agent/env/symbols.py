@@ -14,15 +14,23 @@ built for a solution (`nm -D`) and refuses, naming the symbol:
 - Processes, loaders and memory protection: `fork`, `exec*`, `dlopen`/`dlsym`,
   `dl_iterate_phdr`, `mprotect`, `ptrace`, `process_vm_*`, raw `syscall` (and the `syscall`
   instruction itself, found by disassembling the library's code).
+- Signals and timers (`signal`, `sigaction`, `raise`, `setitimer`, `timer_create`, ...): their
+  handlers run the solution's code outside its calls.
+- The Python C-API that runs code, imports modules or reaches the interpreter's state (`PyRun_*`,
+  `PyImport_*`, `PySys_*`, frames, tracing hooks, ...): what `pybind11::exec` and
+  `py::module_::import` compile to. What pybind11 itself imports in every binding stays allowed
+  (`_DENIED_PYTHON` says which and why).
 
 What the toolchain links in by itself is not the solution's: a compiler wrapper that links
 libstdc++ statically (seen on a GPU machine) makes every library import `syscall` (libstdc++'s
 futex waits). So the library's imports are checked less those of a minimal extension built with the
 same toolchain (`toolchain_imports`), and the objects compiled from the solution's own sources are
-checked in full, so its own code is held to every rule whatever the toolchain brings.
+checked in full, so its own code is held to every rule whatever the toolchain brings (but the
+Python C-API the minimal extension imports: pybind11 is compiled into the solution's objects).
 
-Allocation, tensor metadata, streams, `TORCH_CHECK`, custom operators (`torch::Library`), pybind11,
-cuBLAS, cuDNN and the CUDA runtime stay allowed, as do ATen's handle getters for them.
+Allocation, tensor metadata, streams (a stream guard imports `setCurrentCUDAStream`), threads,
+`TORCH_CHECK`, custom operators (`torch::Library`), pybind11, cuBLAS, cuDNN and the CUDA runtime
+stay allowed, as do ATen's handle getters for them.
 """
 
 from __future__ import annotations
@@ -64,6 +72,37 @@ _DENIED_C = {
     "process_vm_readv", "process_vm_writev", "dlopen", "dlmopen", "dlsym", "dlvsym", "dl_iterate_phdr",
     "mprotect", "pkey_mprotect", "syscall", "unshare", "setns", "prctl", "kill", "tgkill", "getrandom",
 }
+# Signals and timers: a handler or a timer runs the solution's code outside its calls, in whatever
+# the process is doing then (the harness's timing included); a signal raised at itself lands there too.
+_DENIED_SIGNALS = {
+    "signal", "sigaction", "sigset", "sigvec", "bsd_signal", "sysv_signal", "__sysv_signal", "siginterrupt",
+    "signalfd", "raise", "sigqueue", "tkill", "pthread_kill", "pthread_sigqueue", "setitimer", "alarm", "ualarm",
+    "timer_create", "timer_settime", "timerfd_create", "timerfd_settime", "clock_settime", "settimeofday",
+    "adjtime", "adjtimex", "clock_adjtime", "PyOS_setsig", "PyErr_SetInterrupt", "PyErr_SetInterruptEx",
+}
+# The Python C-API that runs code, imports modules or reaches the interpreter's state (frames, sys,
+# other threads, tracing, watchers, pending calls). No honest binding imports any of it: measured on
+# the examples' bindings (CPU and CUDA, workspace and load_inline), the hack suite's honest bindings,
+# KernelBench solutions and a CUDA stream / graph / std::thread binding, built with torch's pybind11.
+# Allowed on that evidence, each imported by pybind11 itself in every binding: PyEval_GetBuiltins
+# (where its internals live, get_internals), PyInterpreterState_GetDict (likewise, newer internals),
+# PyFrame_GetBack / GetCode / GetLineNumber (the traceback text of a Python error raised through a
+# binding), PyGILState_* / PyThreadState_New / PyEval_SaveThread / AcquireThread (gil_scoped_*), and
+# PyObject_CallFunctionObjArgs, PyObject_GetAttrString (calls and attributes: what every binding does).
+_DENIED_PYTHON = [
+    (re.compile(r"^_?Py(Run|Compile|AST|Parser|Marshal)_\w+$|^_?Py_Compile\w*$|^Py_CompileString\w*$|"
+                r"^PyEval_(EvalCode|EvalFrame)\w*$|^_PyEval_\w+$|^Py(Function|Code|Unstable_Code)_New\w*$|"
+                r"^Py_(Main|BytesMain|RunMain)$"), "runs Python code from native code"),
+    (re.compile(r"^_?PyImport_\w+$|^PyCapsule_Import$"), "imports Python modules from native code"),
+    (re.compile(r"^_?PySys_\w+$|^PyEval_Get(Frame\w*|Globals|Locals)$|"
+                r"^_?PyFrame_(?!(GetBack|GetCode|GetLineNumber)$)\w+$|"
+                r"^PyThreadState_(GetFrame|GetDict|SetAsyncExc|Swap|Next)$|"
+                r"^PyInterpreterState_(New|Clear|Delete|Head|Next|ThreadHead)$|"
+                r"^Py_(NewInterpreter|EndInterpreter|Initialize\w*|Finalize\w*|Exit|AddPendingCall|AtExit)$|"
+                r"^PyEval_Set(Trace|Profile)\w*$|^Py\w+_AddWatcher$|^PyRefTracer_\w+$"),
+     "reaches the Python interpreter's state (frames, sys, other threads, tracing)"),
+]
+_PYTHON_NAME = re.compile(r"^_?Py")
 
 
 class ToolMissing(RuntimeError):
@@ -122,6 +161,12 @@ def check_symbol(symbol: str) -> str | None:
             return why
     if symbol in _DENIED_C:
         return "a process, loader or memory-protection call a kernel has no use for"
+    if symbol in _DENIED_SIGNALS:
+        return "a signal or timer call: it runs code outside the solution's calls"
+    if _PYTHON_NAME.match(symbol):
+        for pattern, why in _DENIED_PYTHON:
+            if pattern.search(symbol):
+                return why
     return None
 
 
@@ -135,20 +180,23 @@ def has_syscall_instruction(library: Path) -> bool:
     return bool(re.search(r"\t(syscall|sysenter|int\s+\$0x80)\b", out.stdout))
 
 
-@lru_cache(maxsize=4096)
-def _check_cached(path: str, size: int, mtime_ns: int, dynamic: bool,
-                  exempt: frozenset[str]) -> tuple[Finding, ...]:
-    library = Path(path)
-    findings = [Finding(s, why) for s in undefined_symbols(library, dynamic) if s not in exempt
-                and (why := check_symbol(s))]
-    if has_syscall_instruction(library):
-        findings.append(Finding("syscall", "the library's code issues system calls itself"))
-    return tuple(findings)
+# Findings per file, keyed by the file itself (device, inode, size, mtime) rather than its path: a
+# library checked where it was linked keeps its findings once published into the cache (a rename).
+_CHECKED: dict[tuple, tuple[Finding, ...]] = {}
 
 
 def _check_file(path: Path, dynamic: bool, exempt: frozenset[str] = frozenset()) -> list[Finding]:
     stat = Path(path).stat()
-    return list(_check_cached(str(path), stat.st_size, stat.st_mtime_ns, dynamic, exempt))
+    key = (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns, dynamic, exempt)
+    if key not in _CHECKED:
+        findings = [Finding(s, why) for s in undefined_symbols(Path(path), dynamic) if s not in exempt
+                    and (why := check_symbol(s))]
+        if has_syscall_instruction(Path(path)):
+            findings.append(Finding("syscall", "the library's code issues system calls itself"))
+        if len(_CHECKED) > 4096:
+            _CHECKED.clear()
+        _CHECKED[key] = tuple(findings)
+    return list(_CHECKED[key])
 
 
 _MINIMAL_SOURCES = {
@@ -177,8 +225,11 @@ def check_library(library: Path, objects=(), exempt: frozenset[str] = frozenset(
     `exempt` (what the toolchain brings, `toolchain_imports`), and every import of `objects`."""
     findings = _check_file(Path(library), True, frozenset(exempt))
     seen = {f.symbol for f in findings}
+    # pybind11 is compiled into the solution's own objects: the Python C-API it brings (whatever the
+    # Python version) is the toolchain's, as the minimal extension shows
+    pybind = frozenset(s for s in exempt if _PYTHON_NAME.match(s))
     for obj in objects:
-        for finding in _check_file(Path(obj), False):
+        for finding in _check_file(Path(obj), False, pybind):
             if finding.symbol not in seen:   # each refused symbol named once
                 seen.add(finding.symbol)
                 findings.append(finding)

@@ -147,6 +147,17 @@ torch::Tensor slow_bias_relu(torch::Tensor x, torch::Tensor bias) {
     return out;
 }
 
+// CHEATING: PyTorch does the shuffle, on a tensor made over the input's memory (torch::from_blob)
+// that starts `before` floats ahead of it (the view skips them): neither the input's tensor nor its
+// storage. `clone`: .clone() instead of .contiguous().
+torch::Tensor channel_shuffle_alias(torch::Tensor x, int64_t groups, int64_t before, bool clone) {
+    check(x, "x");
+    const int64_t n = x.size(0), c = x.size(1), h = x.size(2), w = x.size(3);
+    auto alias = torch::from_blob(x.data_ptr<float>() - before, {x.numel() + before}, x.options())
+                     .narrow(0, before, x.numel()).view({n, groups, c / groups, h, w}).transpose(1, 2);
+    return (clone ? alias.clone(at::MemoryFormat::Contiguous) : alias.contiguous()).view({n, c, h, w});
+}
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.def("hinge", &hinge);
     m.def("mse", &mse);
@@ -168,5 +179,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.def("transpose", &transpose);
     m.def("linear_t", &linear_t);
     m.def("copy", &copy);
+    m.def("channel_shuffle_alias", &channel_shuffle_alias);
     m.def("slow_bias_relu", &slow_bias_relu);
 }

@@ -6,8 +6,11 @@
 // present during every call, checked or timed alike, so no call can tell whether it is watched. While a forward runs ("recording"), it notes:
 //   - builtin (aten/prims) operators outside the allowlist: rule torch-op (composite operators pass;
 //     the operators they decompose into are judged instead);
-//   - copies whose source is one of the forward's inputs (PyTorch moving the input's data is the
-//     task done by allowed ops): rule data-movement; copies that convert dtype or device: torch-op;
+//   - copies that read the memory of one of the forward's inputs (PyTorch moving the input's data
+//     is the task done by allowed ops): rule data-movement. Judged by memory, not by tensor or
+//     storage: a copy whose source's bytes overlap an input storage's bytes, so a tensor made over
+//     the input's memory at another address (torch::from_blob) counts as the input. Copies that
+//     convert dtype or device: torch-op;
 //   - calls of operators registered by the solution (custom ops): counted, and the storages they
 //     take and return are "kernel storages", as are those of calls into the compiled modules (noted
 //     from Python). The forward's outputs must live in kernel storages.
@@ -23,6 +26,7 @@
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -34,7 +38,7 @@ struct State {
   std::unordered_set<std::string> allowed;
   std::unordered_set<std::string> copies;
   std::unordered_set<std::string> builtin_namespaces;
-  std::unordered_set<intptr_t> inputs;    // storages of this call's inputs
+  std::vector<std::pair<uintptr_t, uintptr_t>> inputs;  // byte ranges [lo, hi) of this call's inputs' storages
   std::unordered_set<intptr_t> kernel;    // storages a kernel took or returned
   std::string violation;                  // "rule|message" of the first one, empty if none
   int64_t custom_calls = 0;
@@ -63,6 +67,34 @@ struct Ctx : at::ObserverContext {
 intptr_t storage_of(const at::Tensor& t) {
   if (!t.defined() || !t.has_storage()) return 0;
   return reinterpret_cast<intptr_t>(t.storage().data());
+}
+
+// The bytes a tensor's elements occupy, [lo, hi); false when it has none (empty, no storage).
+bool extent_of(const at::Tensor& t, uintptr_t& lo, uintptr_t& hi) {
+  try {
+    if (!t.defined() || !t.has_storage() || t.numel() == 0 || t.storage().data() == nullptr) return false;
+    const int64_t item = static_cast<int64_t>(t.element_size());
+    int64_t low = t.storage_offset(), high = t.storage_offset();
+    for (int64_t d = 0; d < t.dim(); ++d) {
+      int64_t reach = (t.size(d) - 1) * t.stride(d);
+      (reach < 0 ? low : high) += reach;
+    }
+    auto base = reinterpret_cast<uintptr_t>(t.storage().data());
+    lo = base + static_cast<uintptr_t>(low * item);
+    hi = base + static_cast<uintptr_t>((high + 1) * item);
+    return true;
+  } catch (...) {   // symbolic or nested shapes: nothing to compare
+    return false;
+  }
+}
+
+bool overlaps_input(const State& s, const at::Tensor& t) {
+  uintptr_t lo, hi;
+  if (!extent_of(t, lo, hi)) return false;
+  for (const auto& r : s.inputs) {
+    if (lo < r.second && r.first < hi) return true;
+  }
+  return false;
 }
 
 template <class F>
@@ -145,11 +177,11 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
       return nullptr;
     }
   }
-  intptr_t p = storage_of(src);
-  if (p && s.inputs.count(p)) {
+  if (overlaps_input(s, src)) {
     note_violation(s, "data-movement", name);
     return nullptr;
   }
+  intptr_t p = storage_of(src);
   auto ctx = std::make_unique<Ctx>(kind);
   ctx->from_kernel = p && s.kernel.count(p);
   ctx->src_dtype = src.scalar_type();
@@ -212,7 +244,8 @@ int cag_install(const char* allowed, const char* copies, const char* builtin_nam
   return 1;
 }
 
-void cag_begin(const int64_t* input_storages, int n) {
+// `input_ranges`: n pairs (first byte, one past the last) of the inputs' storages.
+void cag_begin(const int64_t* input_ranges, int n) {
   State& s = state();
   {
     std::lock_guard<std::mutex> lock(s.mu);
@@ -220,7 +253,10 @@ void cag_begin(const int64_t* input_storages, int n) {
     s.kernel.clear();
     s.violation.clear();
     s.custom_calls = 0;
-    for (int i = 0; i < n; ++i) s.inputs.insert(static_cast<intptr_t>(input_storages[i]));
+    for (int i = 0; i < n; ++i) {
+      auto lo = static_cast<uintptr_t>(input_ranges[2 * i]), hi = static_cast<uintptr_t>(input_ranges[2 * i + 1]);
+      if (lo < hi) s.inputs.emplace_back(lo, hi);
+    }
   }
   ops_seen.store(0);
   // The callback exists only around a call (harness code elsewhere pays nothing); every call, timed
