@@ -33,6 +33,8 @@ class EpisodeSettings:
     workspace_root: str | None = None                # per-trajectory workspaces go here (default: temp dir)
     keep_workspaces: bool = False
     trajectories: str | None = None                  # append finished trajectories (JSONL), for RFT
+    episodes: str | None = None                      # append one summary line per episode (JSONL): stage metrics
+    finish_seconds: float = 900.0                    # the final clean evaluation's own wall clock
     session: str = SESSION                           # "module:Class" with the KernelSession surface
 
     @classmethod
@@ -93,7 +95,12 @@ def limits(session_spec: str, fields: dict):
     """The session's limits object (`SessionLimits`, from where the session is imported), built by
     field name from the settings: no field is guessed here."""
     module = session_spec.partition(":")[0] if ":" in session_spec else session_spec.rpartition(".")[0]
-    return load_object(f"{module}:SessionLimits")(**fields) if fields else None
+    if not fields:
+        return None
+    fields = dict(fields)
+    if isinstance(fields.get("tools"), dict):   # nested ToolLimits, by field name too
+        fields["tools"] = load_object(f"{module}:ToolLimits")(**fields["tools"])
+    return load_object(f"{module}:SessionLimits")(**fields)
 
 
 def task_from_info(info: dict) -> Task:
@@ -129,3 +136,29 @@ def record(outcome, settings: EpisodeSettings) -> None:
         from cuda_agent.agent.trajectory import append_jsonl
 
         append_jsonl(settings.trajectories, outcome.trajectory)
+
+
+def note_episode(settings: EpisodeSettings, *, stop: str, reward: float | None, turns: int, seconds: float,
+                 infra_error: str | None) -> None:
+    """One summary line per episode (one write: safe across workers): what the stage's metrics count."""
+    if not settings.episodes:
+        return
+    line = json.dumps({"stop_reason": stop, "reward": reward, "dropped": reward is None, "turns": turns,
+                       "seconds": seconds, "infra_error": (infra_error or None) and infra_error[-500:]})
+    path = Path(settings.episodes)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write(line + "\n")
+
+
+def episode_stats(path: str | os.PathLike) -> dict:
+    """Counts over a stage's episode lines: episodes, dropped (reward None: our failure, not the
+    policy's), stop reasons, mean reward of the scored ones."""
+    path = Path(path)
+    lines = [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.is_file() else []
+    scored = [x["reward"] for x in lines if x["reward"] is not None]
+    stops: dict[str, int] = {}
+    for x in lines:
+        stops[x["stop_reason"]] = stops.get(x["stop_reason"], 0) + 1
+    return {"episodes": len(lines), "dropped": len(lines) - len(scored), "stop_reasons": stops,
+            "mean_reward": round(sum(scored) / len(scored), 4) if scored else None}
