@@ -34,10 +34,13 @@ def call(name, **arguments):
 
 class ScriptServer:
     """verl's LLMServerClient.generate surface. Every request id (one trajectory) plays the script
-    from its start; `fail` names the trajectories (by order of first request) whose first call raises."""
+    from its start (`scripts`: one script per trajectory, by order of first request); `fail` names
+    the trajectories whose first call raises."""
 
-    def __init__(self, tokenizer, script, fail=(), delay: float = 0.0):
+    def __init__(self, tokenizer, script=(), fail=(), delay: float = 0.0, scripts=None):
         self.tokenizer, self.script, self.fail, self.delay = tokenizer, list(script), set(fail), delay
+        self.scripts = [list(x) for x in scripts] if scripts else None
+        self.order: dict[str, int] = {}
         self.progress: dict[str, int] = {}
         self.calls = 0
 
@@ -45,16 +48,17 @@ class ScriptServer:
         from verl.workers.rollout.replica import TokenOutput
 
         if request_id not in self.progress:
-            order = len(self.progress)
+            self.order[request_id] = len(self.progress)
             self.progress[request_id] = 0
-            if order in self.fail:
+            if self.order[request_id] in self.fail:
                 raise RuntimeError("the rollout server is down")
         turn = self.progress[request_id]
         self.progress[request_id] += 1
         self.calls += 1
         if self.delay:
             await asyncio.sleep(self.delay)
-        text = self.script[min(turn, len(self.script) - 1)]
+        script = self.scripts[self.order[request_id] % len(self.scripts)] if self.scripts else self.script
+        text = script[min(turn, len(script) - 1)]
         ids = self.tokenizer.encode(text, add_special_tokens=False) + [self.tokenizer.eos_token_id]
         ids = ids[: sampling_params.get("max_tokens", len(ids))]
         return TokenOutput(token_ids=ids, log_probs=[LOGPROB] * len(ids))

@@ -191,6 +191,9 @@ def sft_overrides(run: Run) -> dict:
         "data.val_files": "null",
         "data.messages_key": "messages",
         "data.tools_key": "tools",
+        # the exact records: arguments as JSON objects, no null keys, tool runs as the template renders them
+        "data.custom_cls.path": "pkg://cuda_agent.rl.sft_data",
+        "data.custom_cls.name": "RFTDataset",
         "data.max_length": str(prompt + response),
         "data.max_token_len_per_gpu": str(prompt + response),
         "data.truncation": "right",
