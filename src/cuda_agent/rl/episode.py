@@ -27,7 +27,9 @@ SESSION = "cuda_agent.agent:KernelSession"
 class EpisodeSettings:
     eval: dict = field(default_factory=dict)         # EvalConfig fields for compile/verify/profile
     final_eval: dict | None = None                   # ... for the final clean evaluation (default: eval)
-    evaluator: str | None = None                     # "module:factory" -> the evaluation service; None: in-process
+    evaluator: str | None = None                     # "module:factory" -> the evaluation service; None: see service
+    service: dict | None = None                      # placement of the Ray evaluation service (rl.evaluation);
+                                                     # None and no evaluator: evaluate in the rollout's process
     limits: dict = field(default_factory=dict)       # SessionLimits fields
     tools: list[str] | None = None                   # tool names; None: those of `cuda-agent solve`
     workspace_root: str | None = None                # per-trajectory workspaces go here (default: temp dir)
@@ -48,6 +50,10 @@ class EpisodeSettings:
     def load(cls, path: str | os.PathLike) -> "EpisodeSettings":
         return cls.from_dict(json.loads(Path(path).read_text()))
 
+    def service_key(self) -> str | None:
+        """`service` as a hashable key (one client per process and placement)."""
+        return json.dumps({"placement": self.service, "eval": self.eval}, sort_keys=True) if self.service else None
+
     def dump(self, path: str | os.PathLike) -> Path:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -62,10 +68,17 @@ def load_object(spec: str) -> Any:
 
 
 @lru_cache(maxsize=None)
-def evaluator(spec: str | None):
+def evaluator(spec: str | None, service: str | None = None):
     """One evaluator per process (a pool or Ray-actor client is expensive to build): the factory
-    named by `spec` is called once, with no arguments."""
-    return load_object(spec)() if spec else None
+    named by `spec` is called once, with no arguments; else the Ray evaluation service placed as
+    `service` says (`EpisodeSettings.service_key()`); else None (evaluate in this process)."""
+    if spec:
+        return load_object(spec)()
+    if service:
+        from cuda_agent.rl.evaluation import service_client
+
+        return service_client(service)
+    return None
 
 
 def eval_config(fields: dict | None):
@@ -112,7 +125,7 @@ def open_session(task: Task, workspace_dir: str | os.PathLike, settings: Episode
     cls = load_object(settings.session)
     kwargs: dict[str, Any] = {"eval_config": eval_config(settings.eval),
                               "final_eval_config": eval_config(settings.final_eval),
-                              "evaluator": evaluator(settings.evaluator), "tools": tools(settings.tools)}
+                              "evaluator": evaluator(settings.evaluator, settings.service_key()), "tools": tools(settings.tools)}
     made = limits(settings.session, settings.limits)
     if made is not None:
         kwargs["limits"] = made
