@@ -6,6 +6,7 @@ import pytest
 
 pytest.importorskip("verl")
 
+from cuda_agent.env.result import EvalResult  # noqa: E402
 from cuda_agent.rl.episode import EpisodeSettings  # noqa: E402
 
 from .conftest import SESSION  # noqa: E402
@@ -92,3 +93,35 @@ def test_idle_episode_is_recorded_as_idle_not_finished(tmp_path, tiny_model, mon
     [rec] = records(s)
     assert rec["stop_reason"] == "no_tool_calls" and len(rec["turns"]) == 2
     assert out.non_tensor_batch["stop_reason"][0] == "no_tool_calls"
+
+
+def slow(task, solution, config):
+    import time
+
+    time.sleep(3.0)
+    return EvalResult(task=task.name, backend="cpu", compiled=True, correct=True, reward=3)
+
+
+def slow_factory():
+    return slow
+
+
+def test_an_episode_past_its_wall_clock_is_dropped_not_scored(tmp_path, tiny_model, monkeypatch):
+    """A slow evaluator inside `verify`: the episode stops at limits.max_seconds, reward None, zero
+    mask, counted as dropped in the stage's episode lines."""
+    import time
+
+    from cuda_agent.rl.episode import episode_stats
+
+    fresh_worker_process(monkeypatch)
+    script = [call("write", path="model_new.py", content="FAST"), call("verify"), call("finish")]
+    s = setup(tmp_path, tiny_model, settings(tmp_path, evaluator="tests.rl.test_worker_scale:slow_factory",
+                                             limits={"max_seconds": 1.0}, episodes=str(tmp_path / "ep.jsonl")), n=2)
+    start = time.monotonic()
+    out, _ = run_v0(s, ScriptServer(s.tokenizer, script), n=2)
+    assert time.monotonic() - start < 2.9   # did not wait for the evaluator
+    assert list(out.non_tensor_batch["skipped"]) == [True, True]
+    assert list(out.non_tensor_batch["stop_reason"]) == ["time_limit", "time_limit"]
+    assert int(out.batch["response_mask"].sum()) == 0 and float(out.batch["rm_scores"].abs().sum()) == 0.0
+    assert episode_stats(tmp_path / "ep.jsonl") == {"episodes": 2, "dropped": 2, "stop_reasons": {"time_limit": 2},
+                                                   "mean_reward": None}

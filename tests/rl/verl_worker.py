@@ -19,13 +19,13 @@ from pathlib import Path
 
 from cuda_agent.rl.data import build
 from cuda_agent.rl.episode import EpisodeSettings
-from cuda_agent.rl.stages import compose
+from cuda_agent.rl.stages import LOOPS, compose
 from cuda_agent.tasks import Task
 
 from .test_data import CODE
 
 LOGPROB = -0.25
-LOOP_MODULE = "cuda_agent.rl.agent_loop"
+LOOP_MODULES = ("cuda_agent.rl.agent_loop", "cuda_agent.rl.warmup_loop")
 
 
 def call(name, **arguments):
@@ -81,15 +81,16 @@ def setup(tmp_path: Path, model, settings: EpisodeSettings, *, tasks: int = 1, n
 
     build([Task(name=f"t{k}", code=CODE.format(k=k + 2)) for k in range(tasks)], tmp_path / "data", val_fraction=0)
     episode = settings.dump(tmp_path / "episode.json")
-    (tmp_path / "loops.yaml").write_text(f"- name: cuda_agent\n  _target_: {LOOP_MODULE}.KernelAgentLoop\n"
-                                         f"  settings: {json.dumps(str(episode))}\n")
+    (tmp_path / "loops.yaml").write_text("".join(f"- name: {name}\n  _target_: {target}\n  settings: "
+                                                 f"{json.dumps(str(episode))}\n" for name, target in LOOPS.items()))
     config = compose("ppo_trainer", [
         f"actor_rollout_ref.model.path={model}", "actor_rollout_ref.rollout.name=vllm",
         "data.max_prompt_length=4096", f"data.max_response_length={response_length}",
         f"actor_rollout_ref.rollout.agent.agent_loop_config_path={tmp_path / 'loops.yaml'}",
-        "actor_rollout_ref.rollout.agent.default_agent_loop=cuda_agent",
         "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=6",
         f"actor_rollout_ref.rollout.n={n}", *overrides])
+    if not any(o.startswith("actor_rollout_ref.rollout.agent.default_agent_loop=") for o in overrides):
+        config.actor_rollout_ref.rollout.agent.default_agent_loop = "cuda_agent"
     tokenizer = AutoTokenizer.from_pretrained(model)
     dataset = RLHFDataset(data_files=[str(tmp_path / "data" / "train.parquet")], tokenizer=tokenizer,
                           config=config.data)
@@ -100,8 +101,10 @@ def fresh_worker_process(monkeypatch) -> None:
     """As in a new Ray worker: the loop's module is imported by verl, not by us."""
     import cuda_agent.rl
 
-    monkeypatch.delitem(sys.modules, LOOP_MODULE, raising=False)
-    monkeypatch.delattr(cuda_agent.rl, "agent_loop", raising=False)   # hydra looks here before importing
+    for module in LOOP_MODULES:
+        monkeypatch.delitem(sys.modules, module, raising=False)
+        # hydra looks for the attribute on the package before it imports
+        monkeypatch.delattr(cuda_agent.rl, module.rpartition(".")[2], raising=False)
 
 
 def rows(s: Setup, n: int) -> dict:
