@@ -84,6 +84,8 @@ def test_a_trajectory_whose_server_failed_does_not_fail_its_group(tmp_path, tiny
     s0 = setup(tmp_path / "v0", tiny_model, settings(tmp_path / "v0"), n=4)
     out, _ = run_v0(s0, ScriptServer(s0.tokenizer, SCRIPT, fail={2}), n=4)
     assert list(out.non_tensor_batch["skipped"]).count(True) == 1
+    assert sorted(out.non_tensor_batch["dropped"]) == [0.0, 0.0, 0.0, 1.0]   # verl's reward extra info
+    assert "dropped" in out.meta_info["reward_extra_keys"]
 
 
 def test_idle_episode_is_recorded_as_idle_not_finished(tmp_path, tiny_model, monkeypatch):

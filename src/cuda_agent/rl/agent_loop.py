@@ -204,7 +204,9 @@ class _State:
             prompt_ids=prompt or list(self.prompt_ids), response_ids=response, response_mask=mask,
             response_logprobs=logprobs, reward_score=0.0 if skipped else float(reward),
             num_turns=1 + self.turns + self.tool_turns,
-            metrics=metrics, extra_fields={"stop_reason": stop, "skipped": skipped})
+            metrics=metrics, extra_fields={"stop_reason": stop, "skipped": skipped,
+                                           # verl reports these per data source (validation: the RFT rollout)
+                                           "reward_extra_info": {"dropped": float(skipped)}})
 
 
 _CALL = re.compile(r"<tool_call>(.*?)(?:</tool_call>|$)", re.S)

@@ -53,7 +53,8 @@ class WarmupAgentLoop(SingleTurnAgentLoop):
             except asyncio.TimeoutError:
                 stop = "time_limit"
         _drop_if_unscored(out, value, self.tokenizer)
-        out.extra_fields.update({"stop_reason": stop, "skipped": value is None})
+        out.extra_fields.update({"stop_reason": stop, "skipped": value is None,
+                                 "reward_extra_info": {"dropped": float(value is None)}})
         note_episode(self.settings, stop=stop, reward=value, turns=1, seconds=round(time.monotonic() - start, 3),
                      infra_error=None if value is not None else f"not scored ({stop})")
         return out
