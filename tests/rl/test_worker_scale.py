@@ -54,16 +54,23 @@ def test_v1_worker_runs_a_group_of_eight_with_the_stage_settings(tmp_path, tiny_
     assert_stage_settings(s, 8)
 
 
-def test_64_concurrent_trajectories_in_one_worker(tmp_path, tiny_model, monkeypatch):
+@pytest.mark.parametrize("worker", ["v0", "v1"])
+def test_64_concurrent_trajectories_in_one_worker(tmp_path, tiny_model, monkeypatch, worker):
     fresh_worker_process(monkeypatch)
     script = [call("write", path="model_new.py", content="FAST"), call("bash", command="ls"),
               call("finish", summary="done")]
     s = setup(tmp_path, tiny_model, settings(tmp_path, keep_workspaces=False), tasks=8, n=8)
     server = ScriptServer(s.tokenizer, script, delay=0.01)
-    out, seconds = run_v0(s, server, n=8)
+    if worker == "v0":
+        out, _ = run_v0(s, server, n=8)
+        scores = [float(x) for x in out.batch["rm_scores"].sum(dim=1)]
+    else:
+        store, uids, _ = run_v1(s, server, monkeypatch)
+        assert sorted(store.status.values()) == ["finished"] * 8
+        scores = [float(v["fields"]["rm_scores"].sum()) for v in store.samples.values()]
     recs = records(s)
-    assert len(out) == 64 and len(recs) == 64 and server.calls == 64 * 3
-    assert {r["id"] for r in recs} == {r["id"] for r in recs} and len({r["id"] for r in recs}) == 64
+    assert scores == [3.0] * 64 and len(recs) == 64 and server.calls == 64 * 3
+    assert len({r["id"] for r in recs}) == 64
     assert sorted(r["task"]["name"] for r in recs) == sorted(f"t{k}" for k in range(8) for _ in range(8))
     assert all(r["reward"] == 3 and r["stop_reason"] == "finish" for r in recs)
     assert not any((tmp_path / "ws").iterdir())   # every workspace removed

@@ -135,8 +135,8 @@ def register(app: typer.Typer) -> None:
             from cuda_agent.rl import stages
 
             _verl_available()
-            if not dry_run:
-                _preflight(backend, evaluator)
+            if not dry_run:   # evaluation nodes elsewhere: this machine need not be able to evaluate
+                _preflight(backend, evaluator or eval_resource)
             run = stages.Run(out=out, data=data, model=model, gpus=gpus, nodes=nodes, rollout=rollout,
                              eval={"backend": backend}, evaluator=evaluator, rft_samples=rft_samples,
                              rft_prompts=rft_prompts, eval_gpus=eval_gpus, eval_resource=eval_resource)
