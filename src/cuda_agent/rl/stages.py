@@ -330,7 +330,8 @@ def run_stage(stage: str, run: Run, user: list[str] = (), echo=print) -> Path:
             _filter(folder, echo)
             continue
         if job.name == "rft-rollout":
-            (folder / "trajectories.jsonl").unlink(missing_ok=True)   # a crashed rollout starts over
+            for name in ("trajectories.jsonl", "episodes.jsonl"):   # a crashed rollout starts over
+                (folder / name).unlink(missing_ok=True)
         echo(f"[{stage}] {' '.join(job.argv)}")
         subprocess.run(job.argv, check=True)
         if job.name == "rft-rollout":
