@@ -53,7 +53,7 @@ def main() -> None:
                                session=SESSION, workspace_root=str(work / "ws"),
                                trajectories=str(work / "trajectories.jsonl"))
     s = setup(work, model, settings, tasks=args.tasks, n=args.samples, response_length=8192,
-              overrides=[f"actor_rollout_ref.rollout.multi_turn.max_assistant_turns={args.turns + 1}"])
+              max_turns=args.turns + 1)
     server = ScriptServer(s.tokenizer, script)
     out, seconds = run_v0(s, server, n=args.samples)
     recs = records(s)

@@ -41,6 +41,7 @@ class ScriptServer:
         self.tokenizer, self.script, self.fail, self.delay = tokenizer, list(script), set(fail), delay
         self.scripts = [list(x) for x in scripts] if scripts else None
         self.order: dict[str, int] = {}
+        self.prompts: list[tuple[list[int], dict]] = []   # every call's prompt ids and sampling params
         self.progress: dict[str, int] = {}
         self.calls = 0
 
@@ -52,6 +53,7 @@ class ScriptServer:
             self.progress[request_id] = 0
             if self.order[request_id] in self.fail:
                 raise RuntimeError("the rollout server is down")
+        self.prompts.append((list(prompt_ids), dict(sampling_params)))
         turn = self.progress[request_id]
         self.progress[request_id] += 1
         self.calls += 1
@@ -75,7 +77,7 @@ class Setup:
 
 
 def setup(tmp_path: Path, model, settings: EpisodeSettings, *, tasks: int = 1, n: int = 8,
-          response_length: int = 2048, overrides=()) -> Setup:
+          response_length: int = 2048, max_turns: int = 6, overrides=()) -> Setup:
     from transformers import AutoTokenizer
     from verl.utils.dataset.rl_dataset import RLHFDataset
 
@@ -87,7 +89,7 @@ def setup(tmp_path: Path, model, settings: EpisodeSettings, *, tasks: int = 1, n
         f"actor_rollout_ref.model.path={model}", "actor_rollout_ref.rollout.name=vllm",
         "data.max_prompt_length=4096", f"data.max_response_length={response_length}",
         f"actor_rollout_ref.rollout.agent.agent_loop_config_path={tmp_path / 'loops.yaml'}",
-        "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=6",
+        f"actor_rollout_ref.rollout.multi_turn.max_assistant_turns={max_turns}",
         f"actor_rollout_ref.rollout.n={n}", *overrides])
     if not any(o.startswith("actor_rollout_ref.rollout.agent.default_agent_loop=") for o in overrides):
         config.actor_rollout_ref.rollout.agent.default_agent_loop = "cuda_agent"
