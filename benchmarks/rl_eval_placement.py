@@ -41,7 +41,9 @@ def main() -> int:
         ray.init(address=args.address)
     else:
         resources = {args.resource: args.ray_resource} if args.resource and args.ray_resource else None
-        ray.init(num_gpus=args.ray_gpus, resources=resources, include_dashboard=False, log_to_driver=False)
+        cpus = max(os.cpu_count() or 1, 2 * (args.train_gpus + args.eval_gpus + args.ray_resource + 1))
+        ray.init(num_cpus=cpus, num_gpus=args.ray_gpus, resources=resources, include_dashboard=False,
+                 log_to_driver=False)
 
     @ray.remote(num_gpus=1)
     def trainer_gpu():
