@@ -1,11 +1,11 @@
-"""The `cuda_agent` verl agent loop, run by verl's own AgentLoopWorker (no Ray) on a scripted token server.
+"""The `cuda_agent` verl agent loop, run by verl's own AgentLoopWorker (no Ray) on a scripted token
+server (`verl_worker.py`).
 
 What is checked is what PPO consumes: the token stream (what the server saw each turn), the loss
 mask (model tokens 1, tool output 0), rollout logprobs (0.0 on tool tokens), the outcome reward on
 the last response token (a model token), the trajectory record and the per-trajectory workspace.
 """
 
-import asyncio
 import json
 
 import pytest
@@ -13,19 +13,10 @@ import pytest
 pytest.importorskip("verl")
 
 from cuda_agent.env.result import EvalError, EvalResult  # noqa: E402
-from cuda_agent.rl.data import build  # noqa: E402
 from cuda_agent.rl.episode import EpisodeSettings  # noqa: E402
-from cuda_agent.rl.stages import compose  # noqa: E402
-from cuda_agent.tasks import Task  # noqa: E402
 
 from .conftest import SESSION  # noqa: E402
-from .test_data import CODE  # noqa: E402
-
-LOGPROB = -0.25
-
-
-def call(name, **arguments):
-    return "<tool_call>\n" + json.dumps({"name": name, "arguments": arguments}) + "\n</tool_call>"
+from .verl_worker import LOGPROB, ScriptServer, call, run_v0, setup  # noqa: E402
 
 
 def judge(task, solution, config):
@@ -47,47 +38,14 @@ def broken_factory():
     return broken
 
 
-class ScriptedServer:
-    """verl's LLMServerClient.generate surface: token ids in, the next scripted reply's tokens out."""
-
-    def __init__(self, tokenizer, replies):
-        self.tokenizer, self.replies, self.prompts = tokenizer, list(replies), []
-
-    async def generate(self, request_id, *, prompt_ids, sampling_params, **kwargs):
-        from verl.workers.rollout.replica import TokenOutput
-
-        self.prompts.append((list(prompt_ids), dict(sampling_params)))
-        ids = self.tokenizer.encode(self.replies.pop(0), add_special_tokens=False) + [self.tokenizer.eos_token_id]
-        ids = ids[: sampling_params.get("max_tokens", len(ids))]
-        return TokenOutput(token_ids=ids, log_probs=[LOGPROB] * len(ids))
-
-
 def episode(tmp_path, tiny_model, replies, evaluator="tests.rl.test_agent_loop:judge_factory", response_length=2048):
-    from transformers import AutoTokenizer
-    from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
-    from verl.protocol import DataProto
-    from verl.utils.dataset.rl_dataset import RLHFDataset, collate_fn
-
-    build([Task(name="t0", code=CODE.format(k=2))], tmp_path / "data", val_fraction=0)
+    """One trajectory through verl's v0 worker, with the stage's settings file."""
     settings = EpisodeSettings(eval={"backend": "cpu"}, evaluator=evaluator, session=SESSION,
                                workspace_root=str(tmp_path / "ws"), trajectories=str(tmp_path / "traj.jsonl"))
-    settings.dump(tmp_path / "episode.json")
-    (tmp_path / "loops.yaml").write_text("- name: cuda_agent\n  _target_: cuda_agent.rl.agent_loop.KernelAgentLoop\n"
-                                         f"  settings: {tmp_path / 'episode.json'}\n")
-    config = compose("ppo_trainer", [
-        f"actor_rollout_ref.model.path={tiny_model}", "actor_rollout_ref.rollout.name=vllm",
-        "data.max_prompt_length=4096", f"data.max_response_length={response_length}",
-        f"actor_rollout_ref.rollout.agent.agent_loop_config_path={tmp_path / 'loops.yaml'}",
-        "actor_rollout_ref.rollout.agent.default_agent_loop=cuda_agent",
-        "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=5"])
-    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
-    server = ScriptedServer(tokenizer, replies)
-    worker = AgentLoopWorker(config, server)
-    dataset = RLHFDataset(data_files=[str(tmp_path / "data" / "train.parquet")], tokenizer=tokenizer,
-                          config=config.data)
-    batch = DataProto.from_single_dict(collate_fn([dataset[0]]))
-    out = asyncio.run(worker.generate_sequences(batch))
-    return out, server, tokenizer
+    s = setup(tmp_path, tiny_model, settings, n=1, response_length=response_length, max_turns=5)
+    server = ScriptServer(s.tokenizer, replies)
+    out, _ = run_v0(s, server, n=1)
+    return out, server, s.tokenizer
 
 
 def response(out):

@@ -81,7 +81,7 @@ def test_stages_compose_validate_and_chain(tmp_path, tiny_model, monkeypatch):
     assert a.trainer.total_training_steps == 150 and a.trainer.critic_warmup == 0
     w = configs["warmup"]
     assert w.actor_rollout_ref.rollout.prompt_length + w.actor_rollout_ref.rollout.response_length == 32768
-    assert w.actor_rollout_ref.rollout.agent.default_agent_loop == "single_turn_agent"
+    assert w.actor_rollout_ref.rollout.agent.default_agent_loop == "cuda_agent_single_turn"
     assert w.reward.custom_reward_function.reward_kwargs.settings.endswith("warmup/episode.json")
     v = configs["value"]
     assert v.trainer.critic_warmup == v.trainer.total_training_steps   # the actor never updates
@@ -164,3 +164,66 @@ def test_dry_run_prints_resolved_configs(tmp_path):
     assert "# rft-rollout: " in text and "verl.trainer.main_ppo" in text and "# rft-sft: " in text
     assert "val_only: true" in text and "messages_key: messages" in text
     assert not (tmp_path / "run").exists()   # a dry run writes nothing
+
+
+def test_rollouts_are_sized_for_a_cluster(tmp_path):
+    """RFT rollout batches of 128 tasks (verl's default: the whole split at once); evaluation on
+    GPUs of its own, never the rollout's; every episode with a wall clock."""
+    run = run_for(tmp_path, "m")
+    rollout = stages.compose("ppo_trainer", stages.jobs("rft", run)[0].overrides)
+    assert rollout.data.val_batch_size == 128 and rollout.actor_rollout_ref.rollout.val_kwargs.n == 8
+    assert rollout.trainer.n_gpus_per_node == 6   # 2 of the node's 8 GPUs evaluate
+    settings = stages.episode_settings("agentic", run)
+    assert settings.service == {"actors": 2, "name": "cuda-agent-eval-run"}
+    assert settings.limits["max_seconds"] == 3600
+    # separate evaluation nodes: training keeps every GPU of its nodes
+    apart = stages.Run(out=tmp_path / "run", data=tmp_path / "data", model="m", gpus=8, nodes=2,
+                       eval_resource="cuda_agent_eval_gpu")
+    assert stages.episode_settings("rft", apart).service == {"gpu_resource": "cuda_agent_eval_gpu",
+                                                              "name": "cuda-agent-eval-run"}
+    assert "trainer.n_gpus_per_node=8" in stages.jobs("agentic", apart)[0].overrides
+    with pytest.raises(ValueError, match="leaves no GPU"):
+        stages.Run(out=tmp_path, data=tmp_path, model="m", gpus=2, eval_gpus=2).service()
+    # the CPU backend and a named evaluator evaluate where they are told
+    assert stages.Run(out=tmp_path, data=tmp_path, model="m", eval={"backend": "cpu"}).service() is None
+
+
+def test_the_critic_saved_by_value_is_what_agentic_loads(tmp_path, tiny_model, monkeypatch):
+    """verl's FSDP checkpoint manager writes the Hugging Face model to <step>/<role>/huggingface."""
+    import torch
+    from transformers import AutoConfig, AutoModelForTokenClassification
+    from verl.trainer.ppo.utils import Role
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    run = run_for(tmp_path, tiny_model)
+    for stage in ("warmup", "rft"):
+        finish(stage, run, tiny_model)
+    step = run.stage_dir("value") / "checkpoints" / "global_step_20"
+    saved = step / str(Role.Critic) / "huggingface"
+    critic = AutoModelForTokenClassification.from_config(AutoConfig.from_pretrained(tiny_model, num_labels=1))
+    torch.nn.init.constant_(critic.score.weight, 0.5)
+    with pytest.raises(RuntimeError, match="hf_model"):   # a checkpoint without the HF model is no hand-over
+        (step / str(Role.Critic)).mkdir(parents=True)
+        (run.stage_dir("value") / "checkpoints" / stages.LATEST).write_text("20")
+        stages.mark_done("value", run)
+    critic.save_pretrained(saved)
+    stages.mark_done("value", run)
+    [job] = stages.jobs("agentic", run)
+    config = stages.compose("ppo_trainer", job.overrides)
+    stages.validate(config)
+    assert config.critic.model.path == str(saved)
+    loaded = AutoModelForTokenClassification.from_pretrained(config.critic.model.path, num_labels=1)
+    assert torch.equal(loaded.score.weight, critic.score.weight)   # the value head stage 3 trained
+
+
+def test_dry_run_says_why_validation_failed(tmp_path):
+    from typer.testing import CliRunner
+
+    from cuda_agent.cli import app
+
+    out = CliRunner().invoke(app, ["train", "warmup", "--dry-run", "--out", str(tmp_path / "run"),
+                                   "--model", str(tmp_path / "no-such-model")], env={"HF_HUB_OFFLINE": "1"})
+    assert out.exit_code == 0, (out.output[-2000:], out.exception)
+    [line] = [x for x in out.stdout.splitlines() if "validate_config did not pass" in x]
+    assert not line.rstrip().endswith(":")
+    assert "no-such-model" in out.stdout.split("validate_config did not pass", 1)[1]

@@ -1,14 +1,17 @@
 """Trajectories -> multi-turn SFT data (parquet with `messages` and `tools`), as verl's SFT trainer
-reads it (`data.multiturn.enable=true data.multiturn.messages_key=messages data.multiturn.tools_key=tools`).
+reads it (`data.messages_key=messages data.tools_key=tools`).
 
 The default filter is the published rejection fine-tuning one: keep trajectories with reward > 0,
 drop those with invalid tool calls or redundant loops (the same call repeated turn after turn).
 Episodes that failed on our side (`infra_error`: endpoint down, evaluator crash) are always dropped.
 
 Parquet stores nested data with one schema per column, so keys missing from some messages or tools
-read back as nulls (e.g. another tool's parameters appear with value None). Tool-call arguments
-are therefore kept as JSON strings (the OpenAI format), and `messages_json`/`tools_json` hold the
-exact records for loaders that want them.
+read back as nulls (e.g. another tool's parameters appear with value None), and tool-call arguments
+can only be stored there as JSON strings (the OpenAI wire format). `messages_json`/`tools_json`
+hold the exact records in the form chat templates take: no null keys, and tool-call arguments as
+JSON objects (arguments that are not a JSON object, as a malformed call sent them, stay strings).
+`cuda_agent.rl.sft_data.RFTDataset` (the dataset `cuda-agent train rft` configures for verl's SFT
+trainer) reads those.
 """
 
 from __future__ import annotations
@@ -71,12 +74,31 @@ def _message(m: dict) -> dict:
     return out
 
 
+def _arguments(value):
+    """Tool-call arguments as chat templates render them: a JSON object where the text is one."""
+    if isinstance(value, str):
+        try:
+            parsed = json.loads(value)
+        except ValueError:
+            return value
+        return parsed if isinstance(parsed, dict) else value
+    return value if value is not None else {}
+
+
+def _exact(m: dict) -> dict:
+    out = {k: v for k, v in m.items() if v is not None}
+    if m.get("tool_calls"):
+        out["tool_calls"] = [{**c, "function": {**c["function"], "arguments": _arguments(c["function"]["arguments"])}}
+                             for c in m["tool_calls"]]
+    return out
+
+
 def to_sft_row(traj: Trajectory) -> dict:
     messages = [_message(m) for m in traj.messages]
     # A transcript that ends on the model's side is what we want to teach; drop a dangling user nudge.
     while messages and messages[-1]["role"] == "user" and len(messages) > 2:
         messages.pop()
-    compact = [{k: v for k, v in m.items() if v is not None} for m in messages]
+    compact = [_exact(m) for m in messages]
     return {"messages": messages, "tools": traj.tools, "messages_json": json.dumps(compact),
             "tools_json": json.dumps(traj.tools), "id": traj.id, "task": traj.task.get("name", ""),
             "reward": float(traj.reward) if traj.reward is not None else None,

@@ -9,6 +9,14 @@ evaluations in flight, prewarmed worker pairs); the client sends each evaluation
 the fewest in flight. RL rollout workers and `cuda-agent bench --ray ADDRESS` share this client.
 On the CPU backend, `actors` CPU actors stand in for the GPUs (tests, CPU-sized tasks).
 
+Placement, for sharing a cluster with a trainer (RL rollouts must not time kernels on the rollout's
+GPUs): by default each actor asks Ray for one GPU. With `gpu_resource`, actors run only on the nodes
+that advertise that custom resource (`ray start ... --resources='{"cuda_agent_eval_gpu": 2}'`),
+one per unit, each on one of the node's physical `devices` (default 0, 1, ...), which the actor
+makes its only visible GPU: such GPUs need not be Ray GPUs at all (`--num-gpus` leaves them out),
+so no trainer placement group can take them. `name` makes the actors named and shared: every
+client with the same name (every rollout worker of a run) uses the same actors.
+
 Every node needs cuda-agent installed (same version) and, for the candidate sandbox, bubblewrap.
 Builds and baselines are cached on each node in its own cache folder (`cache_dir`, the same path on
 every node; default: each node's `CUDA_AGENT_CACHE` or ~/.cache/cuda-agent), not the client's.
@@ -35,10 +43,14 @@ def _ray():
 class DeviceEvaluator:
     """The actor: one GPU (Ray sets CUDA_VISIBLE_DEVICES to it) or one CPU slot, one pipelined pool."""
 
-    def __init__(self, config: dict, per_device: int | None, cache_dir: str | None):
+    def __init__(self, config: dict, per_device: int | None, cache_dir: str | None, device: int | None = None):
+        import os
+
         from cuda_agent.env.config import default_cache_dir
         from cuda_agent.env.pool import EvalPool
 
+        if device is not None:   # placed by a custom resource: Ray assigned no GPU, this is ours
+            os.environ["CUDA_VISIBLE_DEVICES"] = str(device)
         self.cache_dir = cache_dir or str(default_cache_dir())   # this node's, not the client's
         base = self._local(config)
         backend = base.resolved_backend()
@@ -62,9 +74,11 @@ class DeviceEvaluator:
 class EvalService:
     def __init__(self, address: str | None = "auto", config: EvalConfig | None = None, *,
                  per_device: int | None = None, actors: int | None = None, cache_dir: str | None = None,
-                 init_options: dict | None = None):
+                 init_options: dict | None = None, gpu_resource: str | None = None,
+                 devices: list[int] | None = None, name: str | None = None):
         """`address`: a Ray cluster ("auto", "ray://host:10001") or "local" for a fresh local one.
-        `actors`: how many (default: one per GPU of the cluster; 1 on the CPU backend)."""
+        `actors`: how many (default: one per GPU of the cluster, or per unit of `gpu_resource`; 1
+        on the CPU backend). `gpu_resource`, `devices`, `name`: placement (see the module)."""
         ray = _ray()
         self.config = config or EvalConfig()
         self.backend = self.config.resolved_backend() if self.config.backend else "cuda"
@@ -72,18 +86,37 @@ class EvalService:
         if not ray.is_initialized():
             ray.init(address=None if address in (None, "local") else address, **(init_options or {}))
             self._started_ray = True
-        if actors is None:
-            actors = int(ray.cluster_resources().get("GPU", 0)) if self.backend == "cuda" else 1
-        if actors < 1:
-            raise RuntimeError("the Ray cluster has no GPU for the evaluation service (use the cpu backend, or "
-                               "start the nodes with GPUs)")
-        resources = {"num_gpus": 1} if self.backend == "cuda" else {"num_cpus": 1}
         slots = max(1, per_device or (3 if self.backend == "cuda" else 1))
-        remote = ray.remote(**resources)(DeviceEvaluator).options(max_concurrency=slots + 2)
         settings = replace(self.config, backend=self.backend).to_dict()
-        self.actors = [remote.remote(settings, slots, cache_dir) for _ in range(actors)]
+        if gpu_resource:
+            places = _resource_places(ray, gpu_resource, devices)
+            places = places[:actors] if actors else places
+        else:
+            if actors is None:
+                actors = int(ray.cluster_resources().get("GPU", 0)) if self.backend == "cuda" else 1
+            places = [None] * actors
+        if not places:
+            raise RuntimeError("the Ray cluster has no GPU for the evaluation service (use the cpu backend, or "
+                               "start the nodes with GPUs" + (f" and the resource {gpu_resource}" if gpu_resource
+                                                              else "") + ")")
+        self.actors = [self._actor(ray, i, place, settings, slots, cache_dir, gpu_resource, name)
+                       for i, place in enumerate(places)]
         self.in_flight = [0] * len(self.actors)
         self.capacity = slots * len(self.actors)
+
+    def _actor(self, ray, index, place, settings, slots, cache_dir, gpu_resource, name):
+        options: dict = {"max_concurrency": slots + 2}
+        if name:
+            options.update(name=f"{name}-{index}", namespace="cuda-agent", get_if_exists=True)
+        if place is None:
+            options.update({"num_gpus": 1} if self.backend == "cuda" else {"num_cpus": 1})
+            return ray.remote(DeviceEvaluator).options(**options).remote(settings, slots, cache_dir)
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        node, device = place
+        options.update(num_gpus=0, num_cpus=1, resources={gpu_resource: 1},
+                       scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node, soft=False))
+        return ray.remote(DeviceEvaluator).options(**options).remote(settings, slots, cache_dir, device)
 
     def describe(self) -> list[dict]:
         return _ray().get([a.describe.remote() for a in self.actors])
@@ -108,3 +141,13 @@ class EvalService:
         self.actors = []
         if self._started_ray:
             ray.shutdown()
+
+
+def _resource_places(ray, resource: str, devices: list[int] | None) -> list[tuple[str, int]]:
+    """(node id, physical GPU) for every unit of `resource` on the live nodes, node by node."""
+    places = []
+    for node in ray.nodes():
+        units = int(node.get("Resources", {}).get(resource, 0)) if node.get("Alive") else 0
+        chosen = list(devices)[:units] if devices is not None else list(range(units))
+        places += [(node["NodeID"], d) for d in chosen]
+    return places

@@ -123,18 +123,27 @@ def register(app: typer.Typer) -> None:
             backend: str = typer.Option("cuda", help="Evaluation backend."),
             evaluator: Optional[str] = typer.Option(None, help="module:factory of the evaluation service."),
             rft_samples: int = typer.Option(8, help="Rollouts per task for rejection fine-tuning."),
+            rft_prompts: int = typer.Option(128, help="Tasks per RFT rollout batch (times --rft-samples)."),
+            eval_gpus: int = typer.Option(
+                2, help="GPUs of each node for the evaluation service (cuda backend); training gets the rest. "
+                        "0: evaluate inside the rollout workers, on GPUs vLLM uses."),
+            eval_resource: Optional[str] = typer.Option(
+                None, help="Evaluate on separate nodes that advertise this Ray resource (one unit per GPU; "
+                           "training keeps all --gpus)."),
             dry_run: bool = typer.Option(False, "--dry-run", help="Print the resolved verl configs and commands."),
         ):
             from cuda_agent.rl import stages
 
             _verl_available()
-            if not dry_run:
-                _preflight(backend, evaluator)
+            if not dry_run:   # evaluation nodes elsewhere: this machine need not be able to evaluate
+                _preflight(backend, evaluator or eval_resource)
             run = stages.Run(out=out, data=data, model=model, gpus=gpus, nodes=nodes, rollout=rollout,
-                             eval={"backend": backend}, evaluator=evaluator, rft_samples=rft_samples)
+                             eval={"backend": backend}, evaluator=evaluator, rft_samples=rft_samples,
+                             rft_prompts=rft_prompts, eval_gpus=eval_gpus, eval_resource=eval_resource)
             names = stages.STAGES if stage == "all" else (stage,)
             user = list(overrides or [])
             try:
+                run.service()   # a placement that leaves no GPU for training fails here
                 if dry_run:
                     for name in names:
                         _print_stage(name, run, user)
@@ -180,5 +189,18 @@ def _print_stage(stage: str, run, user: list[str]) -> None:
                 stages.validate(config)
                 typer.echo(f"# {job.name}: verl's validate_config passed\n")
             except Exception as exc:  # typically a model folder that does not exist yet
-                typer.echo(f"# {job.name}: verl's validate_config did not pass here: "
-                           f"{str(exc).splitlines()[0][:300]}\n")
+                typer.echo(f"# {job.name}: verl's validate_config did not pass here: {causes(exc)}\n")
+
+
+def causes(exc: BaseException) -> str:
+    """The exception and every cause under it, one line each (Hydra's instantiate errors put the
+    reason in the cause and end their own message with a colon)."""
+    lines, seen = [], set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        text = " ".join(str(exc).split()) or type(exc).__name__
+        line = f"{type(exc).__name__}: {text[:500]}"
+        if line not in lines:
+            lines.append(line)
+        exc = exc.__cause__ or exc.__context__
+    return "\n#   caused by ".join(lines)

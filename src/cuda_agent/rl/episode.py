@@ -27,12 +27,16 @@ SESSION = "cuda_agent.agent:KernelSession"
 class EpisodeSettings:
     eval: dict = field(default_factory=dict)         # EvalConfig fields for compile/verify/profile
     final_eval: dict | None = None                   # ... for the final clean evaluation (default: eval)
-    evaluator: str | None = None                     # "module:factory" -> the evaluation service; None: in-process
+    evaluator: str | None = None                     # "module:factory" -> the evaluation service; None: see service
+    service: dict | None = None                      # placement of the Ray evaluation service (rl.evaluation);
+                                                     # None and no evaluator: evaluate in the rollout's process
     limits: dict = field(default_factory=dict)       # SessionLimits fields
     tools: list[str] | None = None                   # tool names; None: those of `cuda-agent solve`
     workspace_root: str | None = None                # per-trajectory workspaces go here (default: temp dir)
     keep_workspaces: bool = False
     trajectories: str | None = None                  # append finished trajectories (JSONL), for RFT
+    episodes: str | None = None                      # append one summary line per episode (JSONL): stage metrics
+    finish_seconds: float = 900.0                    # the final clean evaluation's own wall clock
     session: str = SESSION                           # "module:Class" with the KernelSession surface
 
     @classmethod
@@ -45,6 +49,10 @@ class EpisodeSettings:
     @classmethod
     def load(cls, path: str | os.PathLike) -> "EpisodeSettings":
         return cls.from_dict(json.loads(Path(path).read_text()))
+
+    def service_key(self) -> str | None:
+        """`service` as a hashable key (one client per process and placement)."""
+        return json.dumps({"placement": self.service, "eval": self.eval}, sort_keys=True) if self.service else None
 
     def dump(self, path: str | os.PathLike) -> Path:
         path = Path(path)
@@ -60,10 +68,17 @@ def load_object(spec: str) -> Any:
 
 
 @lru_cache(maxsize=None)
-def evaluator(spec: str | None):
+def evaluator(spec: str | None, service: str | None = None):
     """One evaluator per process (a pool or Ray-actor client is expensive to build): the factory
-    named by `spec` is called once, with no arguments."""
-    return load_object(spec)() if spec else None
+    named by `spec` is called once, with no arguments; else the Ray evaluation service placed as
+    `service` says (`EpisodeSettings.service_key()`); else None (evaluate in this process)."""
+    if spec:
+        return load_object(spec)()
+    if service:
+        from cuda_agent.rl.evaluation import service_client
+
+        return service_client(service)
+    return None
 
 
 def eval_config(fields: dict | None):
@@ -93,7 +108,12 @@ def limits(session_spec: str, fields: dict):
     """The session's limits object (`SessionLimits`, from where the session is imported), built by
     field name from the settings: no field is guessed here."""
     module = session_spec.partition(":")[0] if ":" in session_spec else session_spec.rpartition(".")[0]
-    return load_object(f"{module}:SessionLimits")(**fields) if fields else None
+    if not fields:
+        return None
+    fields = dict(fields)
+    if isinstance(fields.get("tools"), dict):   # nested ToolLimits, by field name too
+        fields["tools"] = load_object(f"{module}:ToolLimits")(**fields["tools"])
+    return load_object(f"{module}:SessionLimits")(**fields)
 
 
 def task_from_info(info: dict) -> Task:
@@ -105,7 +125,7 @@ def open_session(task: Task, workspace_dir: str | os.PathLike, settings: Episode
     cls = load_object(settings.session)
     kwargs: dict[str, Any] = {"eval_config": eval_config(settings.eval),
                               "final_eval_config": eval_config(settings.final_eval),
-                              "evaluator": evaluator(settings.evaluator), "tools": tools(settings.tools)}
+                              "evaluator": evaluator(settings.evaluator, settings.service_key()), "tools": tools(settings.tools)}
     made = limits(settings.session, settings.limits)
     if made is not None:
         kwargs["limits"] = made
@@ -129,3 +149,29 @@ def record(outcome, settings: EpisodeSettings) -> None:
         from cuda_agent.agent.trajectory import append_jsonl
 
         append_jsonl(settings.trajectories, outcome.trajectory)
+
+
+def note_episode(settings: EpisodeSettings, *, stop: str, reward: float | None, turns: int, seconds: float,
+                 infra_error: str | None) -> None:
+    """One summary line per episode (one write: safe across workers): what the stage's metrics count."""
+    if not settings.episodes:
+        return
+    line = json.dumps({"stop_reason": stop, "reward": reward, "dropped": reward is None, "turns": turns,
+                       "seconds": seconds, "infra_error": (infra_error or None) and infra_error[-500:]})
+    path = Path(settings.episodes)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write(line + "\n")
+
+
+def episode_stats(path: str | os.PathLike) -> dict:
+    """Counts over a stage's episode lines: episodes, dropped (reward None: our failure, not the
+    policy's), stop reasons, mean reward of the scored ones."""
+    path = Path(path)
+    lines = [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.is_file() else []
+    scored = [x["reward"] for x in lines if x["reward"] is not None]
+    stops: dict[str, int] = {}
+    for x in lines:
+        stops[x["stop_reason"]] = stops.get(x["stop_reason"], 0) + 1
+    return {"episodes": len(lines), "dropped": len(lines) - len(scored), "stop_reasons": stops,
+            "mean_reward": round(sum(scored) / len(scored), 4) if scored else None}

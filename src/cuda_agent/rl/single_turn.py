@@ -1,18 +1,25 @@
 """Stage 1 (warm-up) is single-turn: one reply holds the whole solution, scored by the environment.
 
 The prompt asks for KernelBench's single-file form (`ModelNew` building its kernels with
-`load_inline`); `compute_score` is the verl reward function (`reward.custom_reward_function`,
-`path=pkg://cuda_agent.rl.single_turn`, `name=compute_score`): it takes the last Python code block,
-evaluates it against the task carried in `extra_info` and returns the milestone reward.
+`load_inline`). `score` takes the last Python code block, evaluates it against the task carried in
+`extra_info` and returns the milestone reward, or None when the evaluation failed on our side
+(the evaluator raised, or reported an internal error, or the task itself is broken): that is no
+verdict on the reply and must never become a reward. The warm-up stage scores inside its agent loop
+(`cuda_agent.rl.warmup_loop`, which drops such a trajectory from the batch); `compute_score` is the
+same as a verl reward function (`reward.custom_reward_function`, `path=pkg://cuda_agent.rl.single_turn`,
+`name=compute_score`), which cannot drop a sample: it returns score 0 and `dropped` = 1 there.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 
 from cuda_agent.rl.episode import EpisodeSettings, eval_config, evaluator, task_from_info
 from cuda_agent.tasks import Solution, Task
+
+logger = logging.getLogger(__name__)
 
 SYSTEM = """\
 You are an expert GPU performance engineer. Rewrite the given PyTorch program with custom CUDA kernels \
@@ -45,25 +52,32 @@ def extract_solution(text: str) -> Solution | None:
     return None
 
 
-def score(task: Task, text: str, settings: EpisodeSettings) -> float:
+def score(task: Task, text: str, settings: EpisodeSettings) -> float | None:
     solution = extract_solution(text)
     if solution is None:
         return -1.0
     config = eval_config(settings.final_eval or settings.eval)
-    service = evaluator(settings.evaluator)
-    if service is None:
-        from cuda_agent.env import EvalConfig, evaluate
+    try:
+        service = evaluator(settings.evaluator, settings.service_key())
+        if service is None:
+            from cuda_agent.env import EvalConfig, evaluate
 
-        result = evaluate(task, solution, config or EvalConfig())
-    elif hasattr(service, "evaluate"):
-        result = asyncio.run(service.evaluate(task, solution, config))
-    else:
-        result = service(task, solution, config)
+            result = evaluate(task, solution, config or EvalConfig())
+        elif hasattr(service, "evaluate"):
+            result = asyncio.run(service.evaluate(task, solution, config))
+        else:
+            result = service(task, solution, config)
+    except Exception:   # the service is down: no verdict
+        logger.exception("warm-up evaluation failed")
+        return None
+    if result.error is not None and result.error.phase in ("internal", "task"):
+        return None
     return float(result.reward) if result.correct and result.reward is not None else -1.0
 
 
 def compute_score(data_source=None, solution_str: str = "", ground_truth=None, extra_info=None,
-                  settings: str | None = None, **kwargs) -> float:
+                  settings: str | None = None, **kwargs) -> dict:
     """verl's reward-function signature; `settings` comes from `reward_kwargs` (the stage's episode.json)."""
     loaded = EpisodeSettings.load(settings) if settings else EpisodeSettings()
-    return score(task_from_info(extra_info or {}), solution_str, loaded)
+    value = score(task_from_info(extra_info or {}), solution_str, loaded)
+    return {"score": 0.0 if value is None else value, "dropped": float(value is None)}

@@ -23,7 +23,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cuda_agent.rl.episode import EpisodeSettings
+from cuda_agent.rl.episode import EpisodeSettings, episode_stats
+from cuda_agent.rl.evaluation import placement
 
 STAGES = ("warmup", "rft", "value", "agentic")
 SAVE = "[model,optimizer,extra,hf_model]"     # hf_model: the next stage loads a Hugging Face folder
@@ -45,6 +46,9 @@ PPO = {
 }
 CONTEXT = {"warmup": (4096, 28672), "agentic": (8192, 122880)}   # prompt, response: 32k and 128k
 STEPS = {"warmup": 100, "value": 20, "agentic": 150}             # warm-up and value: not published
+EPISODE_SECONDS = {"warmup": 1800, "rft": 3600, "value": 3600, "agentic": 3600}   # wall clock; our choice
+LOOPS = {"cuda_agent": "cuda_agent.rl.agent_loop.KernelAgentLoop",
+         "cuda_agent_single_turn": "cuda_agent.rl.warmup_loop.WarmupAgentLoop"}
 
 
 @dataclass
@@ -58,9 +62,24 @@ class Run:
     eval: dict = field(default_factory=lambda: {"backend": "cuda"})
     evaluator: str | None = None      # "module:factory" of the evaluation service
     rft_samples: int = 8              # rollouts per training task for rejection fine-tuning
+    rft_prompts: int = 128            # tasks per RFT rollout batch (x rft_samples trajectories)
+    eval_gpus: int = 2                # per node, kept from training for the evaluation service
+    eval_resource: str | None = None  # evaluation on separate nodes advertising this Ray resource
 
     def stage_dir(self, stage: str) -> Path:
         return Path(self.out) / stage
+
+    def service(self) -> dict | None:
+        """Where the evaluation service runs (`rl.evaluation`); None: in the rollout's process
+        (a named --evaluator, the CPU backend, or --eval-gpus 0)."""
+        if self.evaluator or self.eval.get("backend", "cuda") != "cuda":
+            return None
+        return placement(self.gpus, self.eval_gpus, self.nodes, self.eval_resource, f"cuda-agent-eval-{Path(self.out).name}")
+
+    def training_gpus(self) -> int:
+        """GPUs per node for verl's PPO workers: those the evaluation service does not hold."""
+        service = self.service()
+        return self.gpus - self.eval_gpus if service and "actors" in service else self.gpus
 
 
 # -- checkpoints ------------------------------------------------------------------------------------
@@ -84,13 +103,16 @@ def product(stage: str, run: Run) -> str:
     return str(run.stage_dir(stage) / "checkpoints" / "global_step_LATEST" / PRODUCT[stage])
 
 
-def mark_done(stage: str, run: Run) -> Path:
+def mark_done(stage: str, run: Run, episodes: dict | None = None) -> Path:
     step = latest_step(run.stage_dir(stage) / "checkpoints")
     if step is None:
         raise RuntimeError(f"{stage}: the trainer exited without a checkpoint in {run.stage_dir(stage)}/checkpoints")
     out = step / PRODUCT[stage]
+    if not out.is_dir():   # the next stage would load nothing: say so here, not there
+        raise RuntimeError(f"{stage}: {out} is missing (the checkpoint has no Hugging Face model; "
+                           f"checkpoint.save_contents must include hf_model)")
     done = run.stage_dir(stage) / "done.json"
-    done.write_text(json.dumps({"stage": stage, "output": str(out)}, indent=2) + "\n")
+    done.write_text(json.dumps({"stage": stage, "output": str(out), "episodes": episodes}, indent=2) + "\n")
     return done
 
 
@@ -116,7 +138,7 @@ def _common(stage: str, run: Run, actor: str, critic: str | None) -> dict:
         "actor_rollout_ref.actor.checkpoint.save_contents": SAVE,
         "critic.ppo_max_token_len_per_gpu": tokens,
         "critic.checkpoint.save_contents": SAVE,
-        "trainer.n_gpus_per_node": str(run.gpus),
+        "trainer.n_gpus_per_node": str(run.training_gpus()),
         "trainer.nnodes": str(run.nodes),
         "trainer.project_name": "cuda-agent",
         "trainer.experiment_name": stage,
@@ -144,8 +166,14 @@ def _agentic(stage: str, run: Run, episode: Path) -> dict:
 
 
 def episode_settings(stage: str, run: Run) -> EpisodeSettings:
+    """What every trajectory of the stage runs under. Paths are under OUT, which every node of a
+    multi-node run must see at the same path (a shared file system): the trajectories of all
+    rollout workers land in one file that the next step reads."""
     folder = run.stage_dir(stage)
-    return EpisodeSettings(eval=dict(run.eval), evaluator=run.evaluator, workspace_root=str(folder / "workspaces"),
+    return EpisodeSettings(eval=dict(run.eval), evaluator=run.evaluator, service=run.service(),
+                           workspace_root=str(folder / "workspaces"),
+                           limits={"max_seconds": EPISODE_SECONDS[stage]},
+                           episodes=str(folder / "episodes.jsonl"),
                            trajectories=str(folder / "trajectories.jsonl") if stage == "rft" else None)
 
 
@@ -153,7 +181,10 @@ def ppo_overrides(stage: str, run: Run) -> dict:
     episode = run.stage_dir(stage) / "episode.json"
     if stage == "warmup":
         o = _common(stage, run, run.model, run.model)
-        o.update({"reward.custom_reward_function.path": "pkg://cuda_agent.rl.single_turn",
+        o.update({"actor_rollout_ref.rollout.agent.default_agent_loop": "cuda_agent_single_turn",
+                  "actor_rollout_ref.rollout.agent.agent_loop_config_path": str(episode.parent / "agent_loops.yaml"),
+                  # the loop scores; verl's reward function is the same score where a loop does not set one
+                  "reward.custom_reward_function.path": "pkg://cuda_agent.rl.single_turn",
                   "reward.custom_reward_function.name": "compute_score",
                   # verl passes reward_kwargs to the function; the key is not in its yaml, hence `+`
                   "+reward.custom_reward_function.reward_kwargs.settings": str(episode)})
@@ -162,6 +193,8 @@ def ppo_overrides(stage: str, run: Run) -> dict:
         o = _common(stage, run, product("warmup", run), None)
         o.update(_agentic(stage, run, episode))
         o.update({"data.val_files": str(Path(run.data) / "train.parquet"),
+                  # verl's default is the whole split in one batch (x samples): rollouts sized for a cluster
+                  "data.val_batch_size": str(run.rft_prompts),
                   "critic.enable": "false",
                   "trainer.val_only": "true",
                   "trainer.val_before_train": "true",
@@ -191,6 +224,9 @@ def sft_overrides(run: Run) -> dict:
         "data.val_files": "null",
         "data.messages_key": "messages",
         "data.tools_key": "tools",
+        # the exact records: arguments as JSON objects, no null keys, tool runs as the template renders them
+        "data.custom_cls.path": "pkg://cuda_agent.rl.sft_data",
+        "data.custom_cls.name": "RFTDataset",
         "data.max_length": str(prompt + response),
         "data.max_token_len_per_gpu": str(prompt + response),
         "data.truncation": "right",
@@ -278,9 +314,9 @@ def write_inputs(stage: str, run: Run) -> None:
     folder = run.stage_dir(stage)
     folder.mkdir(parents=True, exist_ok=True)
     episode = episode_settings(stage, run).dump(folder / "episode.json")
-    (folder / "agent_loops.yaml").write_text(
-        "- name: cuda_agent\n  _target_: cuda_agent.rl.agent_loop.KernelAgentLoop\n"
-        f"  settings: {json.dumps(str(episode))}\n")
+    (folder / "agent_loops.yaml").write_text("".join(
+        f"- name: {name}\n  _target_: {target}\n  settings: {json.dumps(str(episode))}\n"
+        for name, target in LOOPS.items()))
 
 
 def run_stage(stage: str, run: Run, user: list[str] = (), echo=print) -> Path:
@@ -294,12 +330,16 @@ def run_stage(stage: str, run: Run, user: list[str] = (), echo=print) -> Path:
             _filter(folder, echo)
             continue
         if job.name == "rft-rollout":
-            (folder / "trajectories.jsonl").unlink(missing_ok=True)   # a crashed rollout starts over
+            for name in ("trajectories.jsonl", "episodes.jsonl"):   # a crashed rollout starts over
+                (folder / name).unlink(missing_ok=True)
         echo(f"[{stage}] {' '.join(job.argv)}")
         subprocess.run(job.argv, check=True)
         if job.name == "rft-rollout":
             (folder / "rollout.done").write_text("ok\n")
-    return mark_done(stage, run)
+    stats = episode_stats(folder / "episodes.jsonl")
+    echo(f"[{stage}] episodes: {stats['episodes']}, dropped (our failures, not scored): {stats['dropped']}, "
+         f"stop reasons: {stats['stop_reasons']}")
+    return mark_done(stage, run, stats)
 
 
 def _filter(folder: Path, echo) -> None:

@@ -1,0 +1,47 @@
+"""The evaluation service an RL stage scores with: `cuda_agent.env.service.EvalService`'s Ray actors
+on GPUs of their own, never the rollout's (Ray hides no GPU from an actor that asks for none, so an
+evaluation inside a rollout worker would time kernels on GPUs that vLLM is using).
+
+Placement (`EpisodeSettings.service`, written by `cuda-agent train` from `--eval-gpus` /
+`--eval-resource`):
+
+- `{"actors": K, "name": ...}`: K actors of one Ray GPU each, on GPUs the trainer left out of its
+  placement groups (`trainer.n_gpus_per_node` = GPUs per node minus the evaluation's);
+- `{"gpu_resource": R, "devices": [...], "name": ...}`: actors on the nodes that advertise the custom
+  resource R, one per unit, each on one physical GPU of its node (evaluation nodes started with
+  `--num-gpus=0 --resources='{"R": 8}'`, so no trainer placement group can land there).
+
+`name` makes the actors shared: every rollout worker of a run (verl starts several, each with its own
+client) sends to the same actors.
+"""
+
+from __future__ import annotations
+
+import json
+
+
+def service_client(key: str):
+    """The Ray service client for `EpisodeSettings.service_key()` (called once per process)."""
+    from cuda_agent.env.service import EvalService
+    from cuda_agent.rl.episode import eval_config
+
+    spec = json.loads(key)
+    placement = dict(spec["placement"])
+    known = {"actors", "per_device", "gpu_resource", "devices", "name", "address", "cache_dir"}
+    unknown = set(placement) - known
+    if unknown:
+        raise ValueError(f"unknown evaluation service placement: {', '.join(sorted(unknown))}")
+    address = placement.pop("address", "auto")
+    return EvalService(address, eval_config(spec["eval"]), **placement)
+
+
+def placement(run_gpus: int, eval_gpus: int, nodes: int, resource: str | None, name: str) -> dict | None:
+    """The stage's placement: separate evaluation nodes (`resource`), or `eval_gpus` of each of the
+    `nodes` training nodes; None (evaluate in the rollout worker) only when asked for with 0 GPUs."""
+    if resource:
+        return {"gpu_resource": resource, "name": name}
+    if eval_gpus <= 0:
+        return None
+    if eval_gpus >= run_gpus:
+        raise ValueError(f"--eval-gpus {eval_gpus} leaves no GPU of the {run_gpus} per node for training")
+    return {"actors": eval_gpus * nodes, "name": name}
