@@ -49,26 +49,35 @@ def write_report(run_dir: Path, compare: list[Path] = (), out: Path | None = Non
     return md, page
 
 
+NO_FIGURES = ("This report is written without figures: matplotlib cannot be imported here ({why}). Install it "
+              "(`pip install matplotlib`, or the `bench` extra) and run `cuda-agent report RUN` again for them.")
+
+
 def build_document(runs: list[RunView], out: Path, reference: dict | None = None) -> Document:
     main = runs[0]
     title = f"cuda-agent {main.kind}: {main.name}" + (f" compared with {', '.join(r.name for r in runs[1:])}"
                                                       if len(runs) > 1 else "")
     doc = Document(title)
+    no_figures = plots.missing()
+    figures = no_figures is None
+    if no_figures:
+        doc.add(Paragraph(NO_FIGURES.format(why=no_figures)))
     doc.add(Heading("Runs"), _runs_table(runs))
     scored = [r for r in runs if r.kind == "bench"]
     if scored:
         doc.add(Heading("Results"), Paragraph(_metrics_note(scored[0])), _metrics_table(scored))
         doc.add(Heading("Beside the published figures"), _published_table(scored), Paragraph(PUBLISHED_NOTE))
-        if any(s.correct for r in scored for s in r.scores):
+        if figures and any(s.correct for r in scored for s in r.scores):
             doc.add(Figure("speedup_distribution", plots.speedup_distribution(scored),
                            "Speedup of the correct tasks per group (log scale; the dotted line is 1x)"))
-        doc.add(Figure("fast_p", plots.fast_p_curves(scored),
-                       "fast_p: share of tasks correct and faster than p times the baseline (solid: eager, "
-                       "dashed: torch.compile)"))
+        if figures:
+            doc.add(Figure("fast_p", plots.fast_p_curves(scored),
+                           "fast_p: share of tasks correct and faster than p times the baseline (solid: eager, "
+                           "dashed: torch.compile)"))
         doc.add(Heading("Verdicts"), _verdict_table(scored))
     for run in runs:
         if run.baselines:
-            doc.add(*_baseline_section(run, reference))
+            doc.add(*_baseline_section(run, reference, figures))
     if scored:
         doc.add(Heading("Per task"), _task_table(scored, out))
     return doc
@@ -176,7 +185,7 @@ def _summed_steps(baselines) -> dict:
     return {"tasks": len(recorded), **{k: sum(r.get(k, 0.0) for r in recorded) for k in STEP_NAMES}}
 
 
-def _baseline_section(run: RunView, reference: dict | None) -> list:
+def _baseline_section(run: RunView, reference: dict | None, figures: bool = True) -> list:
     records = {b.task_key: b for b in run.baselines}
     group_of = {t["key"]: t["grp"] for t in run.tasks}
     groups = list(dict.fromkeys(t["grp"] for t in run.tasks))
@@ -214,7 +223,7 @@ def _baseline_section(run: RunView, reference: dict | None) -> list:
         blocks.append(Paragraph(
             f"Where the measurement time went, summed over {steps.pop('tasks')} tasks: "
             + ", ".join(f"{STEP_NAMES[k]} {v / 60:.1f} min" for k, v in steps.items()) + "."))
-    if any(b.eager_ms and b.compile_ms for b in run.baselines):
+    if figures and any(b.eager_ms and b.compile_ms for b in run.baselines):
         blocks.append(Figure(f"compile_over_eager_{run.name}", plots.compile_over_eager(run, reference),
                              "torch.compile time over eager time per task (above 1: torch.compile is slower)"))
     rows = []
