@@ -95,21 +95,22 @@ def _runs_table(runs: list[RunView]) -> Table:
 
 
 def _metrics_note(run: RunView) -> str:
-    return ("Metrics over each group's scored tasks (broken tasks, whose reference fails, and tasks not yet "
-            "scored are left out of every denominator and counted apart). Faster means more than 5 % faster, "
+    return ("Metrics over each group's scored tasks (broken tasks, whose reference fails, tasks not yet "
+            "scored, and failed ones, whose every attempt ended because the model endpoint or our evaluator "
+            "failed, are left out of every denominator and counted apart). Faster means more than 5 % faster, "
             "the reward's margin; GM is the geometric-mean speedup over correct tasks; fast_p is the share of "
             "tasks correct with a speedup over eager above p (KernelBench's metric). Overall pools every task "
             "(weighted by task count).")
 
 
 def _metric_cells(m: Metrics) -> list:
-    return ([str(m.tasks), str(m.broken), str(m.pending), pct(m.pass_rate), pct(m.faster_eager), pct(m.faster_compile),
+    return ([str(m.tasks), str(m.broken), str(m.pending), str(m.failed), pct(m.pass_rate), pct(m.faster_eager), pct(m.faster_compile),
              times(m.gm_vs_eager), times(m.gm_vs_compile)] + [pct(m.fast_p.get(p_label(p))) for p in FAST_P]
             + [None if m.mean_reward is None else f"{m.mean_reward:.2f}"])
 
 
 def _metrics_table(runs: list[RunView]) -> Table:
-    headers = ["group", "tasks", "broken", "pending", "pass", "> eager", "> compile", "GM vs eager", "GM vs compile"]
+    headers = ["group", "tasks", "broken", "pending", "failed", "pass", "> eager", "> compile", "GM vs eager", "GM vs compile"]
     headers += [f"fast_{p_label(p)}" for p in FAST_P] + ["mean reward"]
     several = len(runs) > 1
     rows = []
