@@ -1,11 +1,14 @@
 """Agent mode: episodes against the scripted chat server, three tasks at once sharing one evaluator;
-an endpoint that errors or is down ends its episode as `episode_failed`, never the run."""
+an endpoint that errors or is down ends its episode as `episode_failed`, never the run; such episodes
+are not scored, and the command exits 3 as `solve` does. Nonsense numbers are refused at once."""
 
 import json
 import os
 import socket
 import subprocess
 import sys
+
+import pytest
 
 from cuda_agent.agent.client import OpenAIClient
 from cuda_agent.agent.loop import AgentConfig
@@ -57,7 +60,9 @@ def test_three_episodes_at_once_with_a_failing_endpoint(tmp_path):
     relu = best["level1/2"]
     assert relu.reward == 3 and relu.speedup_vs_eager == 4.0 and relu.turns == 3 and relu.stop_reason == "finish"
     assert "503" in best["level2/1"].error_message
-    assert run.metrics[-1].pass_rate == 1 / 3
+    overall = run.metrics[-1]
+    assert (overall.tasks, overall.failed, overall.pass_rate) == (2, 1, 1 / 2)   # the failed episode: not scored
+    assert best["level2/1"].reward is None
 
     # trajectories for RFT, one file per task; the best solution beside them
     [traj] = list(read_jsonl(relu.trajectory_path))
@@ -83,7 +88,8 @@ def test_three_episodes_at_once_with_a_failing_endpoint(tmp_path):
 
 def test_cli_agent_mode_with_the_endpoint_down(tmp_path, cache_dir):
     """The whole command with the real environment: nothing answers at the URL; the episode is recorded
-    as failed, the run finishes with a report. Bad option combinations are refused."""
+    as failed and left out of the metrics, the run writes its report and exits 3 saying the endpoint
+    failed (as `solve` does). Bad option combinations are refused."""
     kb = make_kernelbench(tmp_path / "kb")
     base = [sys.executable, "-m", "cuda_agent.cli", "bench", "--kernelbench", str(kb), "--backend", "cpu",
             "--cache-dir", str(cache_dir), "--quiet"]
@@ -94,9 +100,13 @@ def test_cli_agent_mode_with_the_endpoint_down(tmp_path, cache_dir):
     both = subprocess.Popen(base + ["--model", "m", "--solutions", str(tmp_path)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     proc = subprocess.run(args, capture_output=True, text=True, timeout=600, env=dict(os.environ, OPENAI_API_KEY="x"))
-    assert proc.returncode == 0, proc.stderr
-    [attempt] = [s.best for s in load_run(tmp_path / "run").scores]
+    assert proc.returncode == 3, proc.stderr
+    assert "endpoint" in proc.stderr and "--resume --retry-failed" in proc.stderr and "Traceback" not in proc.stderr
+    run = load_run(tmp_path / "run")
+    [attempt] = [s.best for s in run.scores]
     assert attempt.verdict == "episode_failed" and "Connection" in attempt.error_message
+    overall = run.metrics[-1]
+    assert (overall.tasks, overall.failed, overall.pass_rate, overall.mean_reward) == (0, 1, None, None)
     assert "overall" in proc.stdout and (tmp_path / "run" / "report.html").is_file()
     traj = json.loads((tmp_path / "run" / "trajectories" / "level1" / "2.jsonl").read_text())
     assert traj["stop_reason"] == "client_error"
@@ -130,3 +140,20 @@ def test_episodes_evaluations_wait_for_gpu_memory(tmp_path):
 
     results = asyncio.run(main())
     assert len(results) == 4 and inner.most == 2
+
+
+@pytest.mark.parametrize("option, value", [("--turns", "-1"), ("--concurrency", "0"), ("--retries", "-1"),
+                                           ("--context-tokens", "0"), ("--per-device", "0"),
+                                           ("--max-tokens", "0"), ("--timeout", "-5")])
+def test_bench_refuses_nonsense_numbers(tmp_path, option, value):
+    """Refused while the options are read, before anything else is looked at (here: not even the
+    KernelBench folder, which does not exist)."""
+    from typer.testing import CliRunner
+
+    from cuda_agent.cli import app
+
+    result = CliRunner().invoke(app, ["bench", "--model", "m", "--base-url", closed_port_url(), "--backend", "cpu",
+                                      "--kernelbench", str(tmp_path / "nowhere"), "--tasks", "level1/2", "--out", str(tmp_path / "run"),
+                                      option, value])
+    assert result.exit_code == 2 and option in result.output, result.output
+    assert not (tmp_path / "run").exists()

@@ -63,3 +63,18 @@ def test_metrics_by_hand():
 def test_empty_group_has_no_rates():
     [group, overall] = summarize(task_scores([{"key": "level3/1", "grp": "level3"}], []))
     assert group.tasks == 0 and group.pending == 1 and group.pass_rate is None and overall.gm_vs_eager is None
+
+
+def test_infrastructure_failures_are_not_scored():
+    """An episode the endpoint failed, an evaluation our side failed: out of every denominator and counted
+    apart; a task with a real attempt beside one is scored on that attempt."""
+    tasks = [{"key": k, "grp": "level1"} for k in ("level1/1", "level1/2", "level1/3")]
+    attempts = [Attempt("level1/1", 0, "episode_failed", error_message="client_error: Connection refused"),
+                Attempt("level1/2", 0, "internal_error", error_message="the evaluator crashed"),
+                failed("level1/3", "internal_error"), failed("level1/3", "incorrect", attempt=1)]
+    scores = task_scores(tasks, attempts)
+    assert [s.state for s in scores] == ["failed", "failed", "scored"]
+    assert scores[2].verdict == "incorrect"
+    _, overall = summarize(scores)
+    assert (overall.tasks, overall.failed, overall.broken, overall.pending) == (1, 2, 0, 0)
+    assert overall.pass_rate == 0.0 and overall.mean_reward == -1.0

@@ -2,6 +2,7 @@
 the published figures labelled as such, and runs compared side by side."""
 
 import base64
+import re
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -81,3 +82,78 @@ def test_report_of_a_run_in_progress(tmp_path):
     stopped = run_folder(spec(tmp_path, max_minutes=1e-9), folder, FakeEvaluator()).run_dir
     md, page = write_report(stopped)
     assert "pending" in md.read_text() and Path(page).stat().st_size > 0
+
+
+def test_report_without_matplotlib_is_written_and_says_so(tmp_path, monkeypatch):
+    """The README's install has no matplotlib: the report is still written, without figures, and says why."""
+    import sys
+
+    folder = make_folder(tmp_path / "solutions")
+    run_dir = run_folder(spec(tmp_path), folder, FakeEvaluator()).run_dir
+    for name in [m for m in sys.modules if m == "matplotlib" or m.startswith("matplotlib.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)   # `import matplotlib` now fails as if not installed
+    md, page = write_report(run_dir)
+    markdown = md.read_text()
+    assert "![" not in markdown and "<img" not in page.read_text()
+    assert "matplotlib" in markdown and "without figures" in markdown and "| overall |" in markdown
+    assert "matplotlib" in page.read_text()
+
+
+def figures_drawn(monkeypatch) -> list:
+    """The figures the plots module makes from now on, drawn (tick labels resolved), instead of PNG bytes."""
+    from cuda_agent.bench import plots
+
+    drawn = []
+
+    def keep(plt, fig):
+        fig.canvas.draw()
+        drawn.append(fig)
+        return b""
+
+    monkeypatch.setattr(plots, "_png", keep)
+    return drawn
+
+
+def tick_texts(ax) -> list[str]:
+    return [t.get_text() for t in ax.get_yticklabels(minor=False) + ax.get_yticklabels(minor=True) if t.get_text()]
+
+
+def test_speedup_ticks_read_as_plain_multiples(tmp_path, monkeypatch):
+    """Speedups from 0.99x to 1.06x: the log axis reads 1.06x, 0.99x, never 1.06x10^0 or 9.9x10^-1."""
+    from cuda_agent.bench import plots
+    from cuda_agent.bench.runview import load_run
+
+    folder = tmp_path / "solutions"
+    for key, kernel_ms in (("level1/1", 2.0 / 1.06), ("level1/2", 2.0 / 0.99), ("level1/3", 2.0 / 1.02)):
+        write_solution(folder, key, fake_solution(kernel_ms))
+    run = load_run(run_folder(spec(tmp_path), folder, FakeEvaluator()).run_dir)
+    drawn = figures_drawn(monkeypatch)
+    plots.speedup_distribution([run])
+    [fig] = drawn
+    for ax in fig.axes:
+        labels = tick_texts(ax)
+        assert labels, "the speedup axis has no tick labels"
+        assert all(re.fullmatch(r"\d+(\.\d+)?x", label) for label in labels), labels   # no 10^k, no TeX
+        assert ax.get_xlabel() and ax.get_ylabel() and ax.get_title()
+    assert {"0.99x", "1.06x"} <= set(tick_texts(fig.axes[0])), tick_texts(fig.axes[0])   # vs eager
+
+
+def test_baseline_figure_has_axis_labels_and_a_title(tmp_path, monkeypatch):
+    from cuda_agent.bench import plots
+    from cuda_agent.bench.runview import RunView
+    from cuda_agent.bench.store import BaselineRecord
+
+    tasks = [{"key": "level1/1", "grp": "level1"}, {"key": "level1/2", "grp": "level1"},
+             {"key": "level2/1", "grp": "level2"}]
+    records = [BaselineRecord("level1/1", "measured", eager_ms=2.0, compile_ms=2.12),
+               BaselineRecord("level1/2", "measured", eager_ms=2.0, compile_ms=1.98),
+               BaselineRecord("level2/1", "measured", eager_ms=2.0, compile_ms=1.5)]
+    run = RunView(tmp_path / "base", "baseline", {}, [], tasks, [], [], records)
+    drawn = figures_drawn(monkeypatch)
+    plots.compile_over_eager(run, {"level1/1": (1.0, 1.1)})
+    [fig] = drawn
+    [ax] = fig.axes
+    assert ax.get_xlabel() and ax.get_ylabel() and ax.get_title()
+    labels = tick_texts(ax)
+    assert labels and all(re.fullmatch(r"\d+(\.\d+)?x", label) for label in labels), labels

@@ -9,7 +9,8 @@ protocol: the best correct solution of the trajectory). For each task the run ke
     RUN/solutions/GROUP/ID/             the best solution, workspace form (absent when none verified)
 
 An endpoint that fails after the client's retries (with backoff) ends that episode as
-`episode_failed`; the run goes on.
+`episode_failed` (what counts as such is `solve`'s rule, `infrastructure_failure`); the run goes on,
+the episode is not scored, and `--resume --retry-failed` runs it again.
 """
 
 from __future__ import annotations
@@ -98,9 +99,10 @@ async def run_agents(store: RunStore, session_id: int, tasks: list[BenchTask], m
             store.record_attempt(failed_attempt(t.key, 0, "episode_failed", message, **common))
             progress.finished(t.key, "episode_failed", f"{type(exc).__name__}: {exc}")
             return
-        store.record_attempt(_episode_attempt(t, result, run_dir, session_id, time.monotonic() - start))
+        attempt = _episode_attempt(t, result, run_dir, session_id, time.monotonic() - start)
+        store.record_attempt(attempt)
         traj = result.trajectory
-        progress.finished(t.key, f"reward {traj.reward}" if traj.infra_error is None else "episode_failed",
+        progress.finished(t.key, "episode_failed" if attempt.verdict == "episode_failed" else f"reward {traj.reward}",
                           f"{traj.num_turns} turns, {traj.stop_reason}")
 
     try:
@@ -110,6 +112,8 @@ async def run_agents(store: RunStore, session_id: int, tasks: list[BenchTask], m
 
 
 def _episode_attempt(t: BenchTask, episode, run_dir: Path, session_id: int, seconds: float):
+    from cuda_agent.agent.run_folder import infrastructure_failure
+
     traj = episode.trajectory
     traj_path = task_path(run_dir / "trajectories", t.key, ".jsonl")
     write_trajectory(traj_path, traj)
@@ -122,8 +126,9 @@ def _episode_attempt(t: BenchTask, episode, run_dir: Path, session_id: int, seco
                   solution_path=str(solution_dir) if episode.solution is not None else None,
                   solution_digest=episode.solution.digest if episode.solution is not None else None)
     result = episode.result
-    if traj.infra_error is not None and not (result is not None and result.correct):
-        return failed_attempt(t.key, 0, "episode_failed", traj.infra_error, **common)
+    why = infrastructure_failure(traj)
+    if why is not None and not (result is not None and result.correct):
+        return failed_attempt(t.key, 0, "episode_failed", why, **common)
     if result is None:
         return failed_attempt(t.key, 0, "incorrect", f"no candidate was evaluated ({traj.stop_reason})", **common)
     return attempt_from_result(t.key, 0, result, **common)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from cuda_agent.bench.metrics import INFRASTRUCTURE
 from cuda_agent.bench.schedule import is_out_of_memory
 from cuda_agent.bench.store import Attempt
 from cuda_agent.env.result import EvalResult
@@ -43,6 +44,8 @@ def attempt_from_result(task_key: str, attempt: int, result: EvalResult, *, verd
 
 
 def failed_attempt(task_key: str, attempt: int, verdict: str, message: str, **extra) -> Attempt:
-    """An attempt that never reached an evaluation (no solution, a malformed one, a failed episode)."""
+    """An attempt that never reached an evaluation (no solution, a malformed one, a failed episode).
+    Its reward is -1 where the solution is to blame, None where the task or our side is."""
+    unscored = verdict in ("task_error", "out_of_memory", *INFRASTRUCTURE)
     return Attempt(task_key=task_key, attempt=attempt, verdict=verdict, error_message=message[:MESSAGE_CHARS],
-                   reward=None if verdict in ("task_error", "out_of_memory") else -1, **extra)
+                   reward=None if unscored else -1, **extra)

@@ -12,7 +12,7 @@ import typer
 
 from cuda_agent.env.cli_args import (backend_option, cache_dir_option, iters_option, no_compile_baseline_option,
                                      no_sandbox_option, precision_option, trials_option)
-from cuda_agent.env.console import fail
+from cuda_agent.env.console import MACHINE_ERROR, fail
 
 LEVELS_HELP = "KernelBench levels, e.g. 1,2,3 (default 1,2,3 unless --tasks or --dataset say otherwise)."
 TASKS_HELP = "Tasks: level1/1-20,level2/5 (a bare level3 is the whole level; dataset rows as NAME/ROW)."
@@ -118,21 +118,36 @@ def _finish(outcome, what: str) -> None:
     typer.echo(f"wrote {outcome.run_dir / 'bench.sqlite'}, {md}, {page}")
 
 
-def _print_metrics(run_dir: Path) -> None:
+def _print_metrics(run) -> None:
     from rich.console import Console
     from rich.table import Table
 
     from cuda_agent.bench.report import pct, times
-    from cuda_agent.bench.runview import load_run
 
-    run = load_run(run_dir)
-    table = Table("group", "tasks", "broken", "pass", "> eager", "> compile", "GM vs eager", "GM vs compile",
-                  "fast_1", "mean reward")
+    table = Table("group", "tasks", "broken", "failed", "pass", "> eager", "> compile", "GM vs eager",
+                  "GM vs compile", "fast_1", "mean reward")
     for m in run.metrics:
-        table.add_row(m.group, str(m.tasks), str(m.broken), pct(m.pass_rate) or "-", pct(m.faster_eager) or "-",
+        table.add_row(m.group, str(m.tasks), str(m.broken), str(m.failed), pct(m.pass_rate) or "-",
+                      pct(m.faster_eager) or "-",
                       pct(m.faster_compile) or "-", times(m.gm_vs_eager) or "-", times(m.gm_vs_compile) or "-",
                       pct(m.fast_p.get("1")) or "-", "-" if m.mean_reward is None else f"{m.mean_reward:.2f}")
     Console(file=sys.stdout, width=None if sys.stdout.isatty() else 160).print(table)   # logs: no squeezed columns
+
+
+def _infrastructure_failures(run, agent: bool) -> str | None:
+    """Why the command must exit 3, as `solve` does: tasks left unscored because the model endpoint or our
+    evaluator failed (None when every task was scored or is still to run)."""
+    failed = [s for s in run.scores if s.state == "failed"]
+    if not failed:
+        return None
+    first = (failed[0].best.error_message or "no detail").strip().splitlines()[0][:300].rstrip(".")
+    endpoint = any(s.best.stop_reason == "client_error" for s in failed)   # solve's name for the endpoint failing
+    what = ("tasks were not scored: our evaluator failed" if not agent else
+            "episodes ended because the model endpoint failed" if endpoint else
+            "episodes ended on an infrastructure failure (the model endpoint or our evaluator failed)")
+    return (f"{len(failed)} of {len(run.scores)} {what}; first, {failed[0].key}: {first}. They are left out of "
+            f"the metrics. Fix the cause{' (is the endpoint up? --base-url)' if agent else ''}, then run them "
+            f"again: cuda-agent bench --resume --retry-failed --out {run.run_dir}")
 
 
 def register(app: typer.Typer) -> None:
@@ -146,14 +161,14 @@ def register(app: typer.Typer) -> None:
         backend: Optional[str] = backend_option(),
         resume: bool = typer.Option(False, "--resume",
                                     help="Continue the run in --out; recorded tasks are not measured again."),
-        concurrency: Optional[int] = typer.Option(None, help="Tasks measured at once per GPU (default: 3/4 of "
-                                                             "the cores, at most 12)."),
+        concurrency: Optional[int] = typer.Option(None, min=1, help="Tasks measured at once per GPU (default: 3/4 "
+                                                                    "of the cores, at most 12)."),
         gpus: Optional[str] = typer.Option(None, help="GPU indices to use, e.g. 0,1 (default: all visible)."),
         iters: Optional[int] = iters_option(),
         no_compile_baseline: bool = typer.Option(False, "--no-compile-baseline", help="Time eager only."),
         force: bool = typer.Option(False, "--force", help="Measure again tasks the baseline store already holds."),
-        max_minutes: Optional[float] = typer.Option(None, help="Start no task after this many minutes "
-                                                               "(then --resume)."),
+        max_minutes: Optional[float] = typer.Option(None, min=0, help="Start no task after this many minutes "
+                                                                      "(then --resume)."),
         cache_dir: Optional[Path] = cache_dir_option(),
         reference_times: Optional[Path] = typer.Option(None, help="KernelBench's timings folder for the report "
                                                                   "(default: its baseline_times_H100)."),
@@ -182,13 +197,13 @@ def register(app: typer.Typer) -> None:
         model: Optional[str] = typer.Option(None, help="Run the agent with this model on every task instead."),
         base_url: Optional[str] = typer.Option(None, help="OpenAI-compatible endpoint (e.g. a local vLLM server's /v1)."),
         api_key_env: str = typer.Option("OPENAI_API_KEY", help="Environment variable holding the API key."),
-        turns: int = typer.Option(200, help="Model calls per episode (the published evaluation allows 200)."),
-        concurrency: int = typer.Option(16, help="Episodes at once (agent mode)."),
-        max_tokens: Optional[int] = typer.Option(None, help="Output tokens per model call."),
-        temperature: Optional[float] = typer.Option(None),
-        context_tokens: int = typer.Option(120_000, help="Prompt budget per episode."),
-        timeout: float = typer.Option(600.0, help="Seconds per model request."),
-        retries: int = typer.Option(4, help="Retries per model request, with backoff."),
+        turns: int = typer.Option(200, min=1, help="Model calls per episode (the published evaluation allows 200)."),
+        concurrency: int = typer.Option(16, min=1, help="Episodes at once (agent mode)."),
+        max_tokens: Optional[int] = typer.Option(None, min=1, help="Output tokens per model call."),
+        temperature: Optional[float] = typer.Option(None, min=0),
+        context_tokens: int = typer.Option(120_000, min=1000, help="Prompt budget per episode."),
+        timeout: float = typer.Option(600.0, min=1, help="Seconds per model request."),
+        retries: int = typer.Option(4, min=0, help="Retries per model request, with backoff."),
         levels: Optional[str] = typer.Option(None, help=LEVELS_HELP),
         tasks: Optional[str] = typer.Option(None, help=TASKS_HELP),
         dataset: Optional[Path] = typer.Option(None, help="A JSONL/parquet dataset with a `code` column."),
@@ -206,19 +221,24 @@ def register(app: typer.Typer) -> None:
         iters: Optional[int] = iters_option(),
         precision: float = precision_option(),
         no_compile_baseline: bool = no_compile_baseline_option(),
-        per_device: Optional[int] = typer.Option(None, help="Evaluations in flight per GPU (default 3; CPU 1)."),
+        per_device: Optional[int] = typer.Option(None, min=1, help="Evaluations in flight per GPU (default 3; CPU 1)."),
         gpus: Optional[str] = typer.Option(None, help="GPU indices to use, e.g. 0,1 (default: all visible)."),
         ray: Optional[str] = typer.Option(None, "--ray", help="Evaluate on a Ray cluster: ADDRESS (auto, "
                                                               "ray://host:10001) or local."),
-        max_minutes: Optional[float] = typer.Option(None, help="Start no work after this many minutes (then --resume)."),
+        max_minutes: Optional[float] = typer.Option(None, min=0, help="Start no work after this many minutes "
+                                                                      "(then --resume)."),
         no_sandbox: bool = no_sandbox_option(),
         cache_dir: Optional[Path] = cache_dir_option(),
         quiet: bool = typer.Option(False, "--quiet", help="No progress output."),
     ):
         """Score a folder of solutions, or one agent episode per task, on KernelBench or a dataset.
 
-        Results in RUN/bench.sqlite and a report (RUN/report.md, RUN/report.html)."""
+        Results in RUN/bench.sqlite and a report (RUN/report.md, RUN/report.html).
+
+        Exit status: 0 every task scored (or left for --resume), 2 bad arguments, 3 some not scored because
+        the model endpoint or our evaluator failed (recorded as such; --resume --retry-failed runs them again)."""
         from cuda_agent.bench.runner import RunSpec, run_agent, run_folder
+        from cuda_agent.bench.runview import load_run
 
         if (solutions is None) == (model is None):
             fail("give either --solutions DIR or --model NAME (with --base-url)")
@@ -245,8 +265,12 @@ def register(app: typer.Typer) -> None:
         finally:
             if hasattr(evaluator, "shutdown"):
                 evaluator.shutdown()
-        _print_metrics(outcome.run_dir)
+        run = load_run(outcome.run_dir)
+        _print_metrics(run)
         _finish(outcome, "attempts")
+        why = _infrastructure_failures(run, agent=model is not None)
+        if why:
+            fail(why, MACHINE_ERROR)
 
     @app.command("report", epilog=REPORT_EXAMPLES)
     def report_command(

@@ -13,7 +13,9 @@ weighted by task count):
 - mean reward: milestone reward averaged over tasks, -1 for a task without a correct solution
 
 Broken tasks (the reference itself fails) are excluded from every denominator and counted apart;
-tasks not yet scored (a run in progress) likewise.
+tasks not yet scored (a run in progress) likewise, and failed ones: every attempt ended on an
+infrastructure failure (the model endpoint or our evaluator failed, `INFRASTRUCTURE`), which says
+nothing about the solution or the policy.
 """
 
 from __future__ import annotations
@@ -25,13 +27,14 @@ from cuda_agent.bench.store import Attempt
 from cuda_agent.env.reward import is_faster
 
 FAST_P = (0.0, 1.0, 1.5, 2.0)
+INFRASTRUCTURE = ("internal_error", "episode_failed")   # our side or the endpoint's: never scored
 
 
 @dataclass
 class TaskScore:
     key: str
     group: str
-    state: str                       # "scored" | "broken" | "pending"
+    state: str                       # "scored" | "broken" | "pending" | "failed" (infrastructure only)
     best: Attempt | None = None
     attempts: int = 0
 
@@ -75,9 +78,13 @@ def task_scores(tasks: list[dict], attempts: list[Attempt]) -> list[TaskScore]:
         by_task.setdefault(a.task_key, []).append(a)
     scores = []
     for t in tasks:
-        mine = by_task.get(t["key"], [])
-        if not mine:
+        recorded = by_task.get(t["key"], [])
+        if not recorded:
             scores.append(TaskScore(t["key"], t["grp"], "pending"))
+            continue
+        mine = [a for a in recorded if a.verdict not in INFRASTRUCTURE]
+        if not mine:
+            scores.append(TaskScore(t["key"], t["grp"], "failed", recorded[-1], len(recorded)))
             continue
         if all(a.verdict == "out_of_memory" for a in mine):   # not scored yet: the next resume runs it
             scores.append(TaskScore(t["key"], t["grp"], "pending", mine[-1], len(mine)))
@@ -97,6 +104,7 @@ class Metrics:
     tasks: int = 0                   # scored tasks: the denominator
     broken: int = 0
     pending: int = 0
+    failed: int = 0                  # every attempt an infrastructure failure: not scored
     correct: int = 0
     pass_rate: float | None = None
     faster_eager: float | None = None
@@ -127,6 +135,7 @@ def metrics(group: str, scores: list[TaskScore]) -> Metrics:
     m = Metrics(group)
     m.broken = sum(s.state == "broken" for s in scores)
     m.pending = sum(s.state == "pending" for s in scores)
+    m.failed = sum(s.state == "failed" for s in scores)
     scored = [s for s in scores if s.state == "scored"]
     m.tasks = len(scored)
     if not scored:

@@ -1,4 +1,5 @@
-"""The report's figures (matplotlib, no display): each returns PNG bytes."""
+"""The report's figures (matplotlib, no display): each returns PNG bytes. matplotlib is optional
+(`missing()` says why it cannot be used; the report is then written without figures)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,34 @@ import io
 from cuda_agent.bench.runview import RunView
 
 BASELINES = (("eager", "eager PyTorch"), ("compile", "torch.compile"))
+
+
+def missing() -> str | None:
+    """Why the figures cannot be drawn here (matplotlib not importable), else None."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+def times_label(value: float) -> str:
+    """A ratio as the report writes it: 1.06x, 0.99x, 10x (three significant digits, no exponent)."""
+    import numpy as np
+
+    return np.format_float_positional(value, precision=3, unique=True, fractional=False, trim="-") + "x"
+
+
+def _times_axis(ax) -> None:
+    """Plain ratio labels on a log y axis, at the ticks matplotlib would label (its own read 1.06x10^0)."""
+    from matplotlib.ticker import LogFormatter
+
+    class Times(LogFormatter):
+        def _num_to_string(self, x, vmin, vmax):   # LogFormatter picks which ticks get a label, this writes it
+            return times_label(x)
+
+    ax.yaxis.set_major_formatter(Times())
+    ax.yaxis.set_minor_formatter(Times(labelOnlyBase=False))
 
 
 def _figure(width: float, height: float, columns: int = 1):
@@ -59,9 +88,11 @@ def speedup_distribution(runs: list[RunView]) -> bytes:
                 ax.plot([], [], color=color, linewidth=6, alpha=0.45, label=run.name)
         ax.axhline(1.0, color="grey", linewidth=0.8, linestyle=":")
         ax.set_yscale("log")
+        _times_axis(ax)
         ax.set_xticks(range(len(groups)), groups)
         ax.set_title(f"speedup vs {label} (correct tasks)")
-        ax.set_ylabel("speedup (x)")
+        ax.set_xlabel("group")
+        ax.set_ylabel(f"speedup over {label} (log scale)")
         if len(runs) > 1:
             ax.legend(fontsize=8)
     return _png(plt, fig)
@@ -110,7 +141,10 @@ def compile_over_eager(run: RunView, reference: dict[str, tuple[float, float]] |
                        label="KernelBench's timings" if g == 0 else None)
     ax.axhline(1.0, color="grey", linewidth=0.8, linestyle=":")
     ax.set_yscale("log")
+    _times_axis(ax)
     ax.set_xticks(range(len(groups)), groups)
+    ax.set_title(f"torch.compile time over eager time per task: {run.name}")
+    ax.set_xlabel("group")
     ax.set_ylabel("torch.compile / eager (above 1: compile slower)")
     ax.legend(fontsize=8)
     return _png(plt, fig)

@@ -49,26 +49,35 @@ def write_report(run_dir: Path, compare: list[Path] = (), out: Path | None = Non
     return md, page
 
 
+NO_FIGURES = ("This report is written without figures: matplotlib cannot be imported here ({why}). Install it "
+              "(`pip install matplotlib`, or the `bench` extra) and run `cuda-agent report RUN` again for them.")
+
+
 def build_document(runs: list[RunView], out: Path, reference: dict | None = None) -> Document:
     main = runs[0]
     title = f"cuda-agent {main.kind}: {main.name}" + (f" compared with {', '.join(r.name for r in runs[1:])}"
                                                       if len(runs) > 1 else "")
     doc = Document(title)
+    no_figures = plots.missing()
+    figures = no_figures is None
+    if no_figures:
+        doc.add(Paragraph(NO_FIGURES.format(why=no_figures)))
     doc.add(Heading("Runs"), _runs_table(runs))
     scored = [r for r in runs if r.kind == "bench"]
     if scored:
         doc.add(Heading("Results"), Paragraph(_metrics_note(scored[0])), _metrics_table(scored))
         doc.add(Heading("Beside the published figures"), _published_table(scored), Paragraph(PUBLISHED_NOTE))
-        if any(s.correct for r in scored for s in r.scores):
+        if figures and any(s.correct for r in scored for s in r.scores):
             doc.add(Figure("speedup_distribution", plots.speedup_distribution(scored),
                            "Speedup of the correct tasks per group (log scale; the dotted line is 1x)"))
-        doc.add(Figure("fast_p", plots.fast_p_curves(scored),
-                       "fast_p: share of tasks correct and faster than p times the baseline (solid: eager, "
-                       "dashed: torch.compile)"))
+        if figures:
+            doc.add(Figure("fast_p", plots.fast_p_curves(scored),
+                           "fast_p: share of tasks correct and faster than p times the baseline (solid: eager, "
+                           "dashed: torch.compile)"))
         doc.add(Heading("Verdicts"), _verdict_table(scored))
     for run in runs:
         if run.baselines:
-            doc.add(*_baseline_section(run, reference))
+            doc.add(*_baseline_section(run, reference, figures))
     if scored:
         doc.add(Heading("Per task"), _task_table(scored, out))
     return doc
@@ -86,21 +95,22 @@ def _runs_table(runs: list[RunView]) -> Table:
 
 
 def _metrics_note(run: RunView) -> str:
-    return ("Metrics over each group's scored tasks (broken tasks, whose reference fails, and tasks not yet "
-            "scored are left out of every denominator and counted apart). Faster means more than 5 % faster, "
+    return ("Metrics over each group's scored tasks (broken tasks, whose reference fails, tasks not yet "
+            "scored, and failed ones, whose every attempt ended because the model endpoint or our evaluator "
+            "failed, are left out of every denominator and counted apart). Faster means more than 5 % faster, "
             "the reward's margin; GM is the geometric-mean speedup over correct tasks; fast_p is the share of "
             "tasks correct with a speedup over eager above p (KernelBench's metric). Overall pools every task "
             "(weighted by task count).")
 
 
 def _metric_cells(m: Metrics) -> list:
-    return ([str(m.tasks), str(m.broken), str(m.pending), pct(m.pass_rate), pct(m.faster_eager), pct(m.faster_compile),
+    return ([str(m.tasks), str(m.broken), str(m.pending), str(m.failed), pct(m.pass_rate), pct(m.faster_eager), pct(m.faster_compile),
              times(m.gm_vs_eager), times(m.gm_vs_compile)] + [pct(m.fast_p.get(p_label(p))) for p in FAST_P]
             + [None if m.mean_reward is None else f"{m.mean_reward:.2f}"])
 
 
 def _metrics_table(runs: list[RunView]) -> Table:
-    headers = ["group", "tasks", "broken", "pending", "pass", "> eager", "> compile", "GM vs eager", "GM vs compile"]
+    headers = ["group", "tasks", "broken", "pending", "failed", "pass", "> eager", "> compile", "GM vs eager", "GM vs compile"]
     headers += [f"fast_{p_label(p)}" for p in FAST_P] + ["mean reward"]
     several = len(runs) > 1
     rows = []
@@ -176,7 +186,7 @@ def _summed_steps(baselines) -> dict:
     return {"tasks": len(recorded), **{k: sum(r.get(k, 0.0) for r in recorded) for k in STEP_NAMES}}
 
 
-def _baseline_section(run: RunView, reference: dict | None) -> list:
+def _baseline_section(run: RunView, reference: dict | None, figures: bool = True) -> list:
     records = {b.task_key: b for b in run.baselines}
     group_of = {t["key"]: t["grp"] for t in run.tasks}
     groups = list(dict.fromkeys(t["grp"] for t in run.tasks))
@@ -214,7 +224,7 @@ def _baseline_section(run: RunView, reference: dict | None) -> list:
         blocks.append(Paragraph(
             f"Where the measurement time went, summed over {steps.pop('tasks')} tasks: "
             + ", ".join(f"{STEP_NAMES[k]} {v / 60:.1f} min" for k, v in steps.items()) + "."))
-    if any(b.eager_ms and b.compile_ms for b in run.baselines):
+    if figures and any(b.eager_ms and b.compile_ms for b in run.baselines):
         blocks.append(Figure(f"compile_over_eager_{run.name}", plots.compile_over_eager(run, reference),
                              "torch.compile time over eager time per task (above 1: torch.compile is slower)"))
     rows = []

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Awaitable, Callable
 
+from cuda_agent.bench.metrics import INFRASTRUCTURE
 from cuda_agent.bench.progress import RunProgress
 from cuda_agent.bench.schedule import Deadline
 from cuda_agent.bench.selection import BenchTask
@@ -21,7 +22,7 @@ from cuda_agent.bench.store import RunStore
 from cuda_agent.env.baselines import timing_settings
 from cuda_agent.env.config import EvalConfig
 
-RETRYABLE = ("internal_error", "episode_failed")   # our side or the endpoint's: --retry-failed runs them again
+RETRYABLE = INFRASTRUCTURE   # our side or the endpoint's: not scored; --retry-failed runs them again
 
 
 @dataclass

@@ -63,14 +63,18 @@ def synth(
     """Synthesise NUM runnable, filtered, decontaminated tasks into OUT (tasks.parquet, tasks.jsonl, datasheet.md)."""
     from rich.console import Console
 
-    from cuda_agent.env.console import on_terminal, require_machine
-    from cuda_agent.synth.pipeline import DEFAULT_MIX, SynthConfig, synthesize
+    from cuda_agent.env.console import fail, on_terminal, require_machine
+    from cuda_agent.synth.preflight import kernelbench_problem, settings_conflict
 
     if backend not in ("cpu", "cuda"):
         raise typer.BadParameter("--backend must be cpu or cuda")
     if composer not in ("rules", "llm"):
         raise typer.BadParameter("--composer must be rules or llm")
+    why = kernelbench_problem(kernelbench, not no_decontaminate)   # before the minute-long catalog crawl
+    if why:
+        fail(why)
     require_machine(backend, "none", None)   # e.g. --backend cuda without a GPU: refused now, not after minutes
+    from cuda_agent.synth.pipeline import DEFAULT_MIX, SynthConfig, synthesize
     cfg = SynthConfig(num=num, out=str(out), backend=backend, seed=seed, workers=workers,
                       mix=parse_mix(mix) if mix else dict(DEFAULT_MIX),
                       window_ms=parse_window(window) if window else None,
@@ -78,6 +82,9 @@ def synth(
                       similarity_threshold=threshold, compile=not no_compile, include_transformers=not no_transformers,
                       composer=composer, llm_model=llm_model, llm_base_url=llm_base_url, task_timeout_s=timeout,
                       ray_address=ray, progress=not no_progress and on_terminal())
+    why = settings_conflict(out, cfg.resolved().fingerprint())
+    if why:
+        fail(why)
     console = Console()
     try:
         summary = synthesize(cfg)

@@ -150,7 +150,8 @@ def crawl(limit: int | None = None) -> tuple[list[BlockSpec], dict[str, str]]:
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
-    transformers.logging.set_verbosity_error()   # every probe would warn about layer_idx, vocab, ...
+    # every probe would warn about layer_idx, vocab, ...; some configs log themselves whole at error level
+    transformers.logging.set_verbosity(transformers.logging.CRITICAL)
     blocks, excluded, seen = [], {}, set()
     types_ = sorted(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)[:limit]
     for model_type in types_:
