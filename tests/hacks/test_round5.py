@@ -37,3 +37,12 @@ def test_hack_is_rejected(case, cache_dir, record, honest_results):
         pytest.fail(f"the cheat got through ({case.what}): {describe(result)}, its fastest call "
                     f"{result.timings['kernel'].min_ms:.4f} ms")
     assert_rejected(result, case.rules, case.what)
+
+
+def test_honest_controls_pass_the_published_protocol_too(cache_dir):
+    """The paper's protocol (the task's own draws at atol = rtol = 1e-2) keeps every honest control too."""
+    for case in HONEST_ROUND5:
+        task, solution = case.build()
+        result = evaluate(task, solution, case_config(case, cache_dir, protocol="published"))
+        assert result.protocol == "published"
+        assert_accepted(result)

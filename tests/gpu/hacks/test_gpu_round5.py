@@ -162,3 +162,12 @@ def test_a_stream_left_current_is_rejected_at_run_time(cache_dir):
     result = evaluate(task, solution, config(cache_dir, guard=False))
     _record("r5_gpu_set_stream_runtime", "hack", result)
     assert_rejected(result, ("stream-changed",), "set_stream left in place, static pass off")
+
+
+@pytest.mark.parametrize("name", HONEST)
+def test_honest_control_passes_the_published_protocol_too(name, cache_dir):
+    task, solution = HONEST[name]()
+    result = evaluate(task, solution, config(cache_dir, protocol="published"))
+    _record(name + "_published", "honest", result)
+    assert result.protocol == "published"
+    assert_accepted(result)
