@@ -586,6 +586,7 @@ class _Candidate:
         self.task_module = None
         self.calls_per_forward: list[int] = []
         self.last_shape = None
+        self.null_output = None   # what an empty call returns (_empty_forward)
         self.prepared = None        # (seed, inputs, sentinel, trace) of the call about to be made
         self.unwritten = None       # the last verification call's output in host memory, until `write`
         self.unwritten_index = None
@@ -800,8 +801,12 @@ class _Candidate:
         return {"ok": True}
 
     def _empty_forward(self, *inputs):
+        """An output of the last real one's shape, made once: an empty call measures the harness's own
+        steps, not an allocation (on the CPU, MALLOC_PERTURB_ makes a fresh 4 MB output cost 2-3 ms)."""
         shape, dtype = self.last_shape or ((1,), torch.float32)
-        return torch.empty(shape, dtype=dtype, device=self.device)
+        if self.null_output is None or (tuple(self.null_output.shape), self.null_output.dtype) != (shape, dtype):
+            self.null_output = torch.empty(shape, dtype=dtype, device=self.device)
+        return self.null_output
 
     def _inspect(self, out, inputs, calls_before, threads_before, sentinel):
         """(extension calls of this forward, the first rule it broke or None)."""
