@@ -161,13 +161,13 @@ def register(app: typer.Typer) -> None:
         backend: Optional[str] = backend_option(),
         resume: bool = typer.Option(False, "--resume",
                                     help="Continue the run in --out; recorded tasks are not measured again."),
-        concurrency: Optional[int] = typer.Option(None, min=1, help="Tasks measured at once per GPU (default: 3/4 "
+        concurrency: Optional[int] = typer.Option(None, metavar="<int>", min=1, help="Tasks measured at once per GPU (default: 3/4 "
                                                                     "of the cores, at most 12)."),
         gpus: Optional[str] = typer.Option(None, help="GPU indices to use, e.g. 0,1 (default: all visible)."),
         iters: Optional[int] = iters_option(),
         no_compile_baseline: bool = typer.Option(False, "--no-compile-baseline", help="Time eager only."),
         force: bool = typer.Option(False, "--force", help="Measure again tasks the baseline store already holds."),
-        max_minutes: Optional[float] = typer.Option(None, min=0, help="Start no task after this many minutes "
+        max_minutes: Optional[float] = typer.Option(None, metavar="<float>", min=0, help="Start no task after this many minutes "
                                                                       "(then --resume)."),
         cache_dir: Optional[Path] = cache_dir_option(),
         reference_times: Optional[Path] = typer.Option(None, help="KernelBench's timings folder for the report "
@@ -197,13 +197,13 @@ def register(app: typer.Typer) -> None:
         model: Optional[str] = typer.Option(None, help="Run the agent with this model on every task instead."),
         base_url: Optional[str] = typer.Option(None, help="OpenAI-compatible endpoint (e.g. a local vLLM server's /v1)."),
         api_key_env: str = typer.Option("OPENAI_API_KEY", help="Environment variable holding the API key."),
-        turns: int = typer.Option(200, min=1, help="Model calls per episode (the published evaluation allows 200)."),
-        concurrency: int = typer.Option(16, min=1, help="Episodes at once (agent mode)."),
-        max_tokens: Optional[int] = typer.Option(None, min=1, help="Output tokens per model call."),
-        temperature: Optional[float] = typer.Option(None, min=0),
-        context_tokens: int = typer.Option(120_000, min=1000, help="Prompt budget per episode."),
-        timeout: float = typer.Option(600.0, min=1, help="Seconds per model request."),
-        retries: int = typer.Option(4, min=0, help="Retries per model request, with backoff."),
+        turns: int = typer.Option(200, metavar="<int>", min=1, help="Model calls per episode (the published evaluation allows 200)."),
+        concurrency: int = typer.Option(16, metavar="<int>", min=1, help="Episodes at once (agent mode)."),
+        max_tokens: Optional[int] = typer.Option(None, metavar="<int>", min=1, help="Output tokens per model call."),
+        temperature: Optional[float] = typer.Option(None, metavar="<float>", min=0),
+        context_tokens: int = typer.Option(120_000, metavar="<int>", min=1000, help="Prompt budget per episode."),
+        timeout: float = typer.Option(600.0, metavar="<float>", min=1, help="Seconds per model request."),
+        retries: int = typer.Option(4, metavar="<int>", min=0, help="Retries per model request, with backoff."),
         levels: Optional[str] = typer.Option(None, help=LEVELS_HELP),
         tasks: Optional[str] = typer.Option(None, help=TASKS_HELP),
         dataset: Optional[Path] = typer.Option(None, help="A JSONL/parquet dataset with a `code` column."),
@@ -221,11 +221,11 @@ def register(app: typer.Typer) -> None:
         iters: Optional[int] = iters_option(),
         precision: float = precision_option(),
         no_compile_baseline: bool = no_compile_baseline_option(),
-        per_device: Optional[int] = typer.Option(None, min=1, help="Evaluations in flight per GPU (default 3; CPU 1)."),
+        per_device: Optional[int] = typer.Option(None, metavar="<int>", min=1, help="Evaluations in flight per GPU (default 3; CPU 1)."),
         gpus: Optional[str] = typer.Option(None, help="GPU indices to use, e.g. 0,1 (default: all visible)."),
         ray: Optional[str] = typer.Option(None, "--ray", help="Evaluate on a Ray cluster: ADDRESS (auto, "
                                                               "ray://host:10001) or local."),
-        max_minutes: Optional[float] = typer.Option(None, min=0, help="Start no work after this many minutes "
+        max_minutes: Optional[float] = typer.Option(None, metavar="<float>", min=0, help="Start no work after this many minutes "
                                                                       "(then --resume)."),
         no_sandbox: bool = no_sandbox_option(),
         cache_dir: Optional[Path] = cache_dir_option(),

@@ -70,10 +70,10 @@ def synth(
         raise typer.BadParameter("--backend must be cpu or cuda")
     if composer not in ("rules", "llm"):
         raise typer.BadParameter("--composer must be rules or llm")
+    require_machine(backend, "none", None)   # e.g. --backend cuda without a GPU: refused now, not after minutes
     why = kernelbench_problem(kernelbench, not no_decontaminate)   # before the minute-long catalog crawl
     if why:
         fail(why)
-    require_machine(backend, "none", None)   # e.g. --backend cuda without a GPU: refused now, not after minutes
     from cuda_agent.synth.pipeline import DEFAULT_MIX, SynthConfig, synthesize
     cfg = SynthConfig(num=num, out=str(out), backend=backend, seed=seed, workers=workers,
                       mix=parse_mix(mix) if mix else dict(DEFAULT_MIX),
