@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from cuda_agent.env import outside
-from cuda_agent.env.verify import (SampledReference, Tolerance, compare_sampled, sample_reference,
+from cuda_agent.env.verify import (Tolerance, compare_sampled, sample_reference,
                                    scalars_in, take_samples)
 
 # A child that reports where its arrays are, then (on a line of input) starts a thread that spins
