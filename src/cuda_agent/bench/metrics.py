@@ -24,7 +24,7 @@ import math
 from dataclasses import dataclass, field
 
 from cuda_agent.bench.store import Attempt
-from cuda_agent.env.reward import is_faster
+from cuda_agent.env.reward import is_faster_speedup
 
 FAST_P = (0.0, 1.0, 1.5, 2.0)
 INFRASTRUCTURE = ("internal_error", "episode_failed")   # our side or the endpoint's: never scored
@@ -52,10 +52,8 @@ class TaskScore:
         return self.best.speedup_vs_eager if baseline == "eager" else self.best.speedup_vs_compile
 
     def faster(self, baseline: str) -> bool:
-        if not self.correct:
-            return False
-        t0 = self.best.eager_ms if baseline == "eager" else self.best.compile_ms
-        return self.best.kernel_ms is not None and is_faster(self.best.kernel_ms, t0)
+        """Beaten by the reward's margin, read from the paired speedup as the reward reads it."""
+        return is_faster_speedup(self.speedup(baseline))
 
     @property
     def reward(self) -> float:

@@ -40,7 +40,7 @@ from cuda_agent.env.hold import call_times, floor_precise
 from cuda_agent.env.isolation import Worker, box_of, start_worker
 from cuda_agent.env.protocol import ChildDied, ChildTimeout, ForgedMessage
 from cuda_agent.env.result import EvalError, EvalResult, Timing
-from cuda_agent.env.reward import MARGIN, milestone_reward, reward_from_speedups
+from cuda_agent.env.reward import MARGIN, NEEDED, milestone_reward, reward_from_speedups
 from cuda_agent.env.stats import median_precision
 from cuda_agent.env.verify import FP32_PRECISION_WARNING
 from cuda_agent.tasks.solution import Solution, missing_model_new
@@ -982,7 +982,7 @@ class _Evaluation:
     def _note_noise(self) -> None:
         """A warning where a paired speedup's 95 % interval holds the reward's margin: the milestone
         it decides could have come out the other way on another run."""
-        threshold = 1 / (1 - MARGIN)
+        threshold = NEEDED
         for baseline, name in (("eager", "eager"), ("compile", "torch.compile")):
             ratios = paired_ratios(self.rounds, baseline)
             if len(ratios) < 6:
