@@ -32,6 +32,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
+from cuda_agent.agent.skill import skill_text
 from cuda_agent.env.config import EvalConfig
 from cuda_agent.env.result import EvalError, EvalResult
 from cuda_agent.env.static_check import check_source
@@ -43,7 +44,6 @@ META_FILE = f"{META_DIR}/workspace.json"
 RESULTS_FILE = f"{META_DIR}/results.jsonl"
 COMMANDS = ("compile", "verify", "profile")
 PROTECTED = ("model.py", "SKILL.md", *COMMANDS)
-ASSETS = Path(__file__).parent / "assets"
 
 # evaluate(task, solution, config) -> EvalResult; injectable so tests can use a fake.
 Evaluator = Callable[[Task, Solution, EvalConfig], EvalResult]
@@ -101,7 +101,7 @@ class Workspace:
         (root / "kernels").mkdir(exist_ok=True)
         (root / META_DIR).mkdir(exist_ok=True)
 
-        originals = {"model.py": task.code, "SKILL.md": skill_text(backend)}
+        originals = {"model.py": task.code, "SKILL.md": skill_text(backend, config)}
         originals.update({name: _command_script(name) for name in COMMANDS})
         ws = cls(root, task, backend, config, evaluator or default_evaluator, originals)
         for name, text in originals.items():
@@ -349,13 +349,6 @@ def _first_lines(text: str, n: int) -> str:
 
 
 # -- generated files ----------------------------------------------------------------------------
-
-def skill_text(backend: str) -> str:
-    text = (ASSETS / "SKILL.md").read_text()
-    if backend == "cpu":
-        text += "\n" + (ASSETS / "SKILL_cpu.md").read_text()
-    return text
-
 
 def _command_script(command: str) -> str:
     # The interpreter that created the workspace runs the command: that is where cuda_agent lives.
