@@ -252,7 +252,7 @@ def print_result(result, compile_skipped: bool = False, file=None) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    from cuda_agent.env.explain import PAIRED_NOTE, explain_reward, medians_disagree, timing_rows
+    from cuda_agent.env.explain import PAIRED_NOTE, explain_reward, medians_disagree, timing_rows, tolerance_text
     from cuda_agent.env.reward import MARGIN
 
     console = Console(file=file or sys.stdout, highlight=False)
@@ -260,6 +260,9 @@ def print_result(result, compile_skipped: bool = False, file=None) -> None:
                "[red]task error[/red]" if result.task_error else "[red]rejected[/red]")
     console.print(f"[bold]{escape(result.task)}[/bold] on {escape(result.device or result.backend)}: {verdict}, "
                   f"reward {result.reward}")
+    tolerance = tolerance_text(result)
+    if tolerance:
+        console.print(f"verified: {escape(tolerance)}")
     if result.error:
         rule = f" \\[{escape(result.error.rule)}]" if result.error.rule else ""
         console.print(f"[red]{result.error.phase} failed{rule}:[/red]\n{escape(result.error.message)}")

@@ -50,6 +50,18 @@ def medians_disagree(result: EvalResult) -> bool:
     return bool(result.kernel_ms) and any(ms and s and abs(ms / result.kernel_ms / s - 1) > 0.01 for ms, s in pairs)
 
 
+def tolerance_text(result: EvalResult) -> str | None:
+    """How close a pass came to the tolerance: the verified element that used the largest share of its
+    allowance (atol + rtol * |reference|), or None when not known."""
+    if not result.correct or not result.tolerance_used:
+        return None
+    from cuda_agent.env.verify import share
+
+    error, allowed = result.tolerance_used
+    used = 100 * share(result.tolerance_used)
+    return f"worst error {error:.3g} of {allowed:.3g} allowed ({used:.3g} % of the tolerance)"
+
+
 def explain_reward(result: EvalResult, compile_skipped: bool = False) -> str:
     """One sentence: the reward and the reason for it."""
     if result.task_error:
