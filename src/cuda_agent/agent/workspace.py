@@ -289,11 +289,8 @@ def format_result(command: str, r: EvalResult, max_chars: int = 4000) -> str:
         if r.log.strip():
             lines.append("candidate output (tail):\n" + r.log.strip()[-1500:])
     elif command == "verify":
-        from cuda_agent.env.explain import tolerance_text
-
         worst = f"; max abs error {max(r.max_abs_error):.3g}" if r.max_abs_error else ""
-        nearest = f"; {tolerance_text(r)}" if tolerance_text(r) else ""
-        lines.append(f"verify: PASSED ({len(r.max_abs_error) or 'all'} input sets{worst}{nearest})")
+        lines.append(f"verify: PASSED ({len(r.max_abs_error) or 'all'} input sets{worst})")
     else:
         lines.extend(_profile_lines(r))
     for w in r.warnings:
