@@ -5,8 +5,9 @@ eager: the order the agent ranks candidates by). Per group and overall (pooled o
 weighted by task count):
 
 - pass rate: correct tasks / tasks
-- faster than eager, faster than torch.compile: correct and more than 5 % faster, the reward's
-  margin ((t0 - t) / t0 > 0.05); a task whose torch.compile baseline failed is not counted faster
+- faster than eager, faster than torch.compile: correct and more than 5 % less time, the reward's
+  margin ((t0 - t) / t0 > MARGIN), read from the paired speedup as the reward reads it
+  (`reward.is_faster_speedup`); a task whose torch.compile baseline failed is not counted faster
 - geometric-mean speedup vs eager and vs torch.compile, over the correct tasks that have it
 - fast_p (KernelBench): share of tasks correct with speedup over eager above p, for p = 0, 1, 1.5, 2
   (fast_0 is the pass rate); the same against torch.compile
