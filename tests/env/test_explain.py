@@ -101,3 +101,8 @@ def test_as_fast_is_not_called_slower():
     text = format_result("profile", paired(299.2, 390.9, 400.0, 0.998, 1.001))
     assert "1.00x slower" not in text and "1.00x faster" not in text and "you are as fast (0.998x)" in text
     assert "medians of per-call ratios" in text   # why 299 vs 391 ms is not a 1.31x speedup
+    out = io.StringIO()
+    print_result(paired(299.2, 390.9, 400.0, 0.998, 1.001), file=out)
+    table = out.getvalue()
+    assert "1.00x" in table and "1.31x" not in table and "no (needs above 1.05x)" in table
+    assert "medians of per-call ratios" in " ".join(table.split())
