@@ -37,6 +37,38 @@ def test_layout_and_protection(tmp_path, relu_task, fake_evaluator):
     assert meta["backend"] == "cpu" and meta["task"]["digest"] == relu_task.digest
 
 
+@pytest.mark.parametrize("protocol", ["strict", "published"])
+def test_skill_states_the_numbers_of_the_configuration_in_force(tmp_path, relu_task, fake_evaluator, protocol):
+    from cuda_agent.env.draws import TRANSFORMS
+    from cuda_agent.env.reward import MARGIN, NEEDED
+
+    config = EvalConfig(backend="cpu", cache_dir=tmp_path / "c", protocol=protocol, num_correct_trials=3,
+                        atol=2e-3, rtol=4e-3)
+    ws = Workspace.create(relu_task, tmp_path / "ws", eval_config=config, evaluator=fake_evaluator)
+    skill = (ws.root / "SKILL.md").read_text()
+    rule = " ".join(skill.split("\n5. ", 1)[1].split("\n6. ", 1)[0].split())   # wrapped lines joined
+    assert "1e-2" not in rule and "5 fresh" not in rule and "{{" not in skill
+    assert "atol = 0.002" in rule and "rtol = 0.004" in rule
+    if protocol == "strict":
+        assert f"{3 + len(TRANSFORMS)} input sets: 3 fresh random draws" in rule
+        assert all(name in rule for name in TRANSFORMS) and "RMS" in rule
+    else:
+        assert "3 fresh random input sets" in rule and "spikes" not in rule and "RMS" not in rule
+    flat = " ".join(skill.split())
+    assert f"more than {MARGIN:.0%} less time" in flat and f"above {NEEDED:.3f}x" in flat
+    assert Workspace.open(ws.root).originals["SKILL.md"] == skill   # the pristine copy is the generated one
+
+
+def test_the_system_prompt_leaves_the_numbers_to_skill_md():
+    """The prompt is one text for every configuration: it names no tolerance or count of input sets
+    (the workspace's SKILL.md states them), and its margin is the reward's."""
+    from cuda_agent.agent.prompts import SYSTEM_PROMPT
+    from cuda_agent.env.reward import MARGIN
+
+    assert "1e-2" not in SYSTEM_PROMPT and "atol" not in SYSTEM_PROMPT and "random inputs" not in SYSTEM_PROMPT
+    assert f"more than {MARGIN:.0%} less time than torch.compile" in SYSTEM_PROMPT
+
+
 def test_starting_point_keeps_init_and_shows_reference(relu_task, kernelbench):
     code = starter_model_new(load_task("level2/17", kernelbench).code)
     tree = ast.parse(code)

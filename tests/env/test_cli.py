@@ -74,6 +74,20 @@ def test_empty_or_classless_solution_is_refused_with_the_fix(tmp_path):
     assert "defines no ModelNew" in run("eval", EXAMPLES / "model.py", empty, "--backend", "cpu").output
 
 
+def test_a_syntax_error_is_refused_before_any_build_with_file_and_line(tmp_path):
+    broken = tmp_path / "model_new.py"
+    broken.write_text("import torch\n\nclass ModelNew(:\n    pass\n")
+    result = run("eval", EXAMPLES / "model.py", broken, "--backend", "cpu")
+    assert result.exit_code == 2, result.output
+    assert f"{broken}: SyntaxError in model_new.py line 3: " in result.output and "class ModelNew(:" in result.output
+
+
+def test_a_bad_verify_protocol_names_the_flag():
+    result = run("eval", EXAMPLES / "model.py", EXAMPLES / "solution_cpu", "--verify", "bogus", "--backend", "cpu")
+    assert result.exit_code == 2 and "--verify must be 'strict' or 'published', not 'bogus'" in result.output
+    assert "EvalConfig" not in result.output
+
+
 def test_malformed_task_and_missing_paths_name_the_fix(tmp_path):
     not_a_task = tmp_path / "task.py"
     not_a_task.write_text("x = 1\n")

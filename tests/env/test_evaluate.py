@@ -1,6 +1,7 @@
 """End-to-end evaluations on the CPU backend: verdicts, failures by phase, isolation."""
 
 import asyncio
+import io
 import json
 import statistics
 import subprocess
@@ -9,6 +10,7 @@ import sys
 import pytest
 
 from cuda_agent.env import EvalPool, evaluate
+from cuda_agent.env.cli import print_result
 from cuda_agent.env.reward import reward_from_speedups
 from cuda_agent.tasks import Solution, Task, load_solution
 from tests.env.helpers import EXAMPLES, HONEST_BODY, cpu_config, cpu_workspace, example_task, kernel
@@ -28,6 +30,12 @@ def test_honest_workspace_solution_is_correct_and_timed(cache_dir):
     assert result.reward == reward_from_speedups(True, result.speedup_vs_eager, result.speedup_vs_compile)
     assert result.reward in (1, 2)  # faster than eager or not: CPU timing is noisy
     assert set(result.phase_seconds) >= {"compile", "verify", "profile", "baselines"}
+    # the tolerance margin of the pass: the verified element nearest its limit (exact here: 0 of atol)
+    error, allowed = result.tolerance_used
+    assert error == 0.0 and 0 < allowed <= cpu_config(cache_dir).atol + cpu_config(cache_dir).rtol * 10
+    out = io.StringIO()
+    print_result(result, file=out)
+    assert f"worst error 0 of {allowed:.3g} allowed" in out.getvalue()
 
 
 def test_a_relative_cache_folder_works(cache_dir, monkeypatch):
@@ -177,7 +185,7 @@ def test_cli_json_and_exit_codes(cache_dir, tmp_path):
     cmd = [sys.executable, "-m", "cuda_agent.cli", "eval", str(EXAMPLES / "model.py"),
            str(EXAMPLES / "solution_cpu"), "--json", *env_args]
     bad = tmp_path / "bad.py"
-    bad.write_text("class ModelNew(:\n")
+    bad.write_text("class ModelNew:\n    pass\n\nraise RuntimeError('fails on import')\n")   # evaluated, rejected
 
     def start(args):
         return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

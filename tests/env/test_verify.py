@@ -243,3 +243,19 @@ def test_the_reference_read_at_the_samples_needs_no_device_to_compare():
     finished = pending.finish()
     assert finished.tensors[0].limits == strict.for_tensor(spiked, 0)   # the finite values' scale
     assert compare_sampled(finished, samples).ok
+
+
+def test_a_pass_reports_the_element_nearest_its_tolerance():
+    """Not the largest error but the largest share of its own allowance (atol + rtol * |ref|), in
+    the all-finite path and the general one (a reference with an Inf), and across a container."""
+    ref = torch.tensor([100.0, 1.0, 0.0, 2.0])
+    out = ref + torch.tensor([0.5, 0.015, 0.001, 0.0])     # 0.5 of 1.01 allowed; 0.015 of 0.02: nearer
+    tol = Tolerance(atol=0.01, rtol=0.01)
+    finite = compare_outputs(ref, out, tol)
+    assert finite.ok and finite.worst == pytest.approx((0.015, 0.02))
+    with_inf = compare_outputs(torch.cat([ref, torch.tensor([math.inf])]), torch.cat([out, torch.tensor([math.inf])]),
+                               tol)
+    assert with_inf.ok and with_inf.worst == pytest.approx((0.015, 0.02))
+    pair = compare_outputs((ref, torch.tensor([0.0])), (out, torch.tensor([0.0099])), tol)
+    assert pair.ok and pair.worst == pytest.approx((0.0099, 0.01))
+    assert compare_outputs(ref, out + 1, tol).worst == ()    # a failure has its own message instead

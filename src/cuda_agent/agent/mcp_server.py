@@ -88,7 +88,8 @@ def build_server(workspace: Workspace, limits: ToolLimits | None = None, *, traj
         if str(params.uri) != SKILL_URI:
             raise ValueError(f"no resource {params.uri}; the resource is {SKILL_URI}")
         return types.ReadResourceResult(contents=[types.TextResourceContents(
-            uri=SKILL_URI, mime_type="text/markdown", text=skill_text(workspace.backend))])
+            uri=SKILL_URI, mime_type="text/markdown",
+            text=workspace.originals.get("SKILL.md") or skill_text(workspace.backend, workspace.eval_config))])
 
     from cuda_agent import __version__
 

@@ -1,6 +1,8 @@
 """What the environment says to the model: the system prompt, the task, and the nudges after a reply
 without a tool call. Every driver sends these same words."""
 
+from cuda_agent.env.reward import MARGIN
+
 SYSTEM_PROMPT = """\
 You are an expert GPU performance engineer. You write custom kernels that replace the PyTorch \
 operations of a program and make it faster, working in a workspace through tools.
@@ -9,12 +11,12 @@ Rules (the environment enforces them):
 - ModelNew in model_new.py has the same constructor arguments and parameters as Model in model.py.
 - Its forward pass may not compute with torch: only allocate tensors and call your own kernels \
 from kernels/, built into the module `cuda_extension`. C++ may call cuBLAS/cuDNN, not torch ops.
-- Correct means equal to the reference within atol=rtol=1e-2 on fresh random inputs.
-- Goal: correct and at least 5% faster than torch.compile.
+- Correct means equal to the reference on fresh inputs, within the tolerance SKILL.md states (rule 5).
+- Goal: correct and taking more than {margin:.0%} less time than torch.compile (SKILL.md, rule 6).
 - model.py, SKILL.md and the compile/verify/profile commands are protected.
 
 Read SKILL.md first (rules, layout, workflow, optimisation playbook). Work in small steps: write, \
-compile, verify, profile, improve. Call `finish` when you are done."""
+compile, verify, profile, improve. Call `finish` when you are done.""".format(margin=MARGIN)
 
 TASK_PROMPT = """\
 Task `{name}` ({backend} backend). The workspace is the current directory of `bash`:

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
+from cuda_agent.agent.skill import skill_text
 from cuda_agent.env.config import EvalConfig
 from cuda_agent.env.result import EvalError, EvalResult
 from cuda_agent.env.static_check import check_source
@@ -43,7 +44,6 @@ META_FILE = f"{META_DIR}/workspace.json"
 RESULTS_FILE = f"{META_DIR}/results.jsonl"
 COMMANDS = ("compile", "verify", "profile")
 PROTECTED = ("model.py", "SKILL.md", *COMMANDS)
-ASSETS = Path(__file__).parent / "assets"
 
 # evaluate(task, solution, config) -> EvalResult; injectable so tests can use a fake.
 Evaluator = Callable[[Task, Solution, EvalConfig], EvalResult]
@@ -101,7 +101,7 @@ class Workspace:
         (root / "kernels").mkdir(exist_ok=True)
         (root / META_DIR).mkdir(exist_ok=True)
 
-        originals = {"model.py": task.code, "SKILL.md": skill_text(backend)}
+        originals = {"model.py": task.code, "SKILL.md": skill_text(backend, config)}
         originals.update({name: _command_script(name) for name in COMMANDS})
         ws = cls(root, task, backend, config, evaluator or default_evaluator, originals)
         for name, text in originals.items():
@@ -292,15 +292,7 @@ def format_result(command: str, r: EvalResult, max_chars: int = 4000) -> str:
         worst = f"; max abs error {max(r.max_abs_error):.3g}" if r.max_abs_error else ""
         lines.append(f"verify: PASSED ({len(r.max_abs_error) or 'all'} input sets{worst})")
     else:
-        lines.append("profile: correct")
-        lines.append(f"  your kernel    {_ms(r.kernel_ms)}")
-        lines.append(f"  eager PyTorch  {_ms(r.eager_ms)}" + _speedup(r.speedup_vs_eager))
-        lines.append(f"  torch.compile  {_ms(r.compile_ms)}" + _speedup(r.speedup_vs_compile))
-        lines.append(f"  reward {r.reward:g} (3 = faster than eager and torch.compile by >5%)"
-                     if r.reward is not None else "  reward n/a")
-        hint = _reward_hint(r)
-        if hint:
-            lines.append(hint)
+        lines.extend(_profile_lines(r))
     for w in r.warnings:
         lines.append(f"warning: {w}")
     text = "\n".join(lines)
@@ -309,25 +301,47 @@ def format_result(command: str, r: EvalResult, max_chars: int = 4000) -> str:
     return text
 
 
-def _reward_hint(r) -> str | None:
-    """Which baseline still blocks reward 3, and by how much (the reward counts time saved:
-    (t0 - t) / t0 > 5 %, i.e. a speedup above 1.053x, not 1.05x)."""
-    from cuda_agent.env.reward import is_faster
+def _profile_lines(r: EvalResult) -> list[str]:
+    """The profile's summary. Whether a baseline is beaten, and the time saved, come from the paired
+    speedups and the reward's margin (`env/reward.py`), as the reward does."""
+    from cuda_agent.env.explain import PAIRED_NOTE, medians_disagree
+    from cuda_agent.env.reward import MARGIN
+
+    lines = ["profile: correct",
+             f"  your kernel    {_ms(r.kernel_ms)}",
+             f"  eager PyTorch  {_ms(r.eager_ms)}" + _speedup(r.speedup_vs_eager),
+             f"  torch.compile  {_ms(r.compile_ms)}" + _speedup(r.speedup_vs_compile)]
+    if medians_disagree(r):
+        lines.append(f"  ({PAIRED_NOTE})")
+    lines.append(f"  reward {r.reward:g} (3 = faster than eager and torch.compile by >{MARGIN:.0%})"
+                 if r.reward is not None else "  reward n/a")
+    hint = _reward_hint(r)
+    if hint:
+        lines.append(hint)
+    return lines
+
+
+def _reward_hint(r: EvalResult) -> str | None:
+    """Which baseline still blocks reward 3, and by how much: the time saved, (t0 - t) / t0 = 1 - 1 /
+    speedup, must exceed the margin (a speedup above 1.053x, not 1.05x)."""
+    from cuda_agent.env.reward import MARGIN, is_faster_speedup, time_saved
 
     if r.kernel_ms is None:
         return None
-    baselines = [(name, t0) for name, t0 in (("eager PyTorch", r.eager_ms), ("torch.compile", r.compile_ms)) if t0]
-    blocking = [name for name, t0 in baselines if not is_faster(r.kernel_ms, t0)]
+    baselines = [(name, s) for name, s in (("eager PyTorch", r.speedup_vs_eager),
+                                           ("torch.compile", r.speedup_vs_compile)) if s]
+    blocking = [name for name, s in baselines if not is_faster_speedup(s)]
     if not blocking:
         return None
-    saved = ", ".join(f"{name} {(t0 - r.kernel_ms) / t0:+.1%}" for name, t0 in baselines)
-    return (f"  target not met yet: not >5% faster than {' and '.join(blocking)} "
-            f"(time saved vs {saved}; reward 3 needs >5% vs both)")
+    saved = ", ".join(f"{name} {time_saved(s):+.1%}" for name, s in baselines)
+    return (f"  target not met yet: not >{MARGIN:.0%} faster than {' and '.join(blocking)} "
+            f"(time saved vs {saved}; reward 3 needs >{MARGIN:.0%} vs both)")
 
 
 def _speedup(value: float | None) -> str:
-    return "" if value is None else f"   (you are {value:.2f}x faster)" if value >= 1 else \
-        f"   (you are {1 / value:.2f}x slower)"
+    from cuda_agent.env.reward import speedup_words
+
+    return "" if value is None else f"   (you are {speedup_words(value)})"
 
 
 def _first_lines(text: str, n: int) -> str:
@@ -335,13 +349,6 @@ def _first_lines(text: str, n: int) -> str:
 
 
 # -- generated files ----------------------------------------------------------------------------
-
-def skill_text(backend: str) -> str:
-    text = (ASSETS / "SKILL.md").read_text()
-    if backend == "cpu":
-        text += "\n" + (ASSETS / "SKILL_cpu.md").read_text()
-    return text
-
 
 def _command_script(command: str) -> str:
     # The interpreter that created the workspace runs the command: that is where cuda_agent lives.

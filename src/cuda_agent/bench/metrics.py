@@ -5,8 +5,9 @@ eager: the order the agent ranks candidates by). Per group and overall (pooled o
 weighted by task count):
 
 - pass rate: correct tasks / tasks
-- faster than eager, faster than torch.compile: correct and more than 5 % faster, the reward's
-  margin ((t0 - t) / t0 > 0.05); a task whose torch.compile baseline failed is not counted faster
+- faster than eager, faster than torch.compile: correct and more than 5 % less time, the reward's
+  margin ((t0 - t) / t0 > MARGIN), read from the paired speedup as the reward reads it
+  (`reward.is_faster_speedup`); a task whose torch.compile baseline failed is not counted faster
 - geometric-mean speedup vs eager and vs torch.compile, over the correct tasks that have it
 - fast_p (KernelBench): share of tasks correct with speedup over eager above p, for p = 0, 1, 1.5, 2
   (fast_0 is the pass rate); the same against torch.compile
@@ -24,7 +25,7 @@ import math
 from dataclasses import dataclass, field
 
 from cuda_agent.bench.store import Attempt
-from cuda_agent.env.reward import is_faster
+from cuda_agent.env.reward import is_faster_speedup
 
 FAST_P = (0.0, 1.0, 1.5, 2.0)
 INFRASTRUCTURE = ("internal_error", "episode_failed")   # our side or the endpoint's: never scored
@@ -52,10 +53,8 @@ class TaskScore:
         return self.best.speedup_vs_eager if baseline == "eager" else self.best.speedup_vs_compile
 
     def faster(self, baseline: str) -> bool:
-        if not self.correct:
-            return False
-        t0 = self.best.eager_ms if baseline == "eager" else self.best.compile_ms
-        return self.best.kernel_ms is not None and is_faster(self.best.kernel_ms, t0)
+        """Beaten by the reward's margin, read from the paired speedup as the reward reads it."""
+        return is_faster_speedup(self.speedup(baseline))
 
     @property
     def reward(self) -> float:

@@ -252,21 +252,27 @@ def print_result(result, compile_skipped: bool = False, file=None) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    from cuda_agent.env.explain import explain_reward, timing_rows
+    from cuda_agent.env.explain import PAIRED_NOTE, explain_reward, medians_disagree, timing_rows, tolerance_text
+    from cuda_agent.env.reward import MARGIN
 
     console = Console(file=file or sys.stdout, highlight=False)
     verdict = ("[green]correct[/green]" if result.correct else
                "[red]task error[/red]" if result.task_error else "[red]rejected[/red]")
     console.print(f"[bold]{escape(result.task)}[/bold] on {escape(result.device or result.backend)}: {verdict}, "
                   f"reward {result.reward}")
+    tolerance = tolerance_text(result)
+    if tolerance:
+        console.print(f"verified: {escape(tolerance)}")
     if result.error:
         rule = f" \\[{escape(result.error.rule)}]" if result.error.rule else ""
         console.print(f"[red]{result.error.phase} failed{rule}:[/red]\n{escape(result.error.message)}")
     if result.kernel_ms is not None:
-        table = Table("", "median ms", "speedup", "beaten by > 5%?")
+        table = Table("", "median ms", "speedup", f"beaten by > {MARGIN:.0%}?")
         for row in timing_rows(result, compile_skipped):
             table.add_row(row.label, f"{row.ms:.4f}" if row.ms is not None else "-", row.speedup, row.verdict)
         console.print(table)
+        if medians_disagree(result):
+            console.print(f"[dim]{PAIRED_NOTE}[/dim]")
     console.print(f"[bold]{escape(explain_reward(result, compile_skipped))}[/bold]")
     for warning in result.warnings:
         console.print(f"[yellow]warning:[/yellow] {escape(warning)}")

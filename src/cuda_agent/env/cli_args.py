@@ -3,6 +3,7 @@ one error line that names the fix (never a traceback)."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import typer
@@ -124,8 +125,13 @@ def load_solution_arg(path: Path):
     return solution
 
 
+# The command-line flag of each EvalConfig setting the commands take, to name in a refusal.
+FLAGS = {"protocol": "--verify", "num_correct_trials": "--trials", "iters": "--iters", "precision": "--precision",
+         "atol": "--atol", "rtol": "--rtol"}
+
+
 def make_config(backend: str, *, cache_dir: Path | None, no_sandbox: bool, **settings):
-    """EvalConfig from command-line settings; a value it refuses is a usage error."""
+    """EvalConfig from command-line settings; a value it refuses is a usage error naming the flag."""
     from cuda_agent.env.config import EvalConfig
 
     if cache_dir:
@@ -133,7 +139,7 @@ def make_config(backend: str, *, cache_dir: Path | None, no_sandbox: bool, **set
     try:
         return EvalConfig(backend=backend, sandbox="none" if no_sandbox else "auto", **settings)
     except ValueError as exc:
-        fail(str(exc))
+        fail(re.sub(r"EvalConfig\.(\w+)", lambda m: FLAGS.get(m.group(1), m.group(0)), str(exc)))
 
 
 def refuse_if_too_large(task, config) -> None:

@@ -40,9 +40,9 @@ from cuda_agent.env.hold import call_times, floor_precise
 from cuda_agent.env.isolation import Worker, box_of, start_worker
 from cuda_agent.env.protocol import ChildDied, ChildTimeout, ForgedMessage
 from cuda_agent.env.result import EvalError, EvalResult, Timing
-from cuda_agent.env.reward import MARGIN, milestone_reward, reward_from_speedups
+from cuda_agent.env.reward import MARGIN, NEEDED, milestone_reward, reward_from_speedups
 from cuda_agent.env.stats import median_precision
-from cuda_agent.env.verify import FP32_PRECISION_WARNING
+from cuda_agent.env.verify import FP32_PRECISION_WARNING, share
 from cuda_agent.tasks.solution import Solution, missing_model_new
 from cuda_agent.tasks.task import Task, TaskError, strip_reference_model
 
@@ -790,6 +790,9 @@ class _Evaluation:
 
     def _note_accuracy(self, call: Call, verdict: dict) -> None:
         self.result.max_abs_error.append(verdict["max_abs_error"])
+        worst = verdict.get("worst")
+        if worst and (not self.result.tolerance_used or share(worst) > share(self.result.tolerance_used)):
+            self.result.tolerance_used = [float(worst[0]), float(worst[1])]
         relative = verdict.get("fp32_relative_error", 0.0)
         if relative > FP32_PRECISION_WARNING and not any("precision" in w for w in self.result.warnings):
             self.result.warnings.append(
@@ -982,7 +985,7 @@ class _Evaluation:
     def _note_noise(self) -> None:
         """A warning where a paired speedup's 95 % interval holds the reward's margin: the milestone
         it decides could have come out the other way on another run."""
-        threshold = 1 / (1 - MARGIN)
+        threshold = NEEDED
         for baseline, name in (("eager", "eager"), ("compile", "torch.compile")):
             ratios = paired_ratios(self.rounds, baseline)
             if len(ratios) < 6:

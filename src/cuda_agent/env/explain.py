@@ -1,42 +1,65 @@
-"""Why a result earned its reward, in words: what the table under `cuda-agent eval` says."""
+"""Why a result earned its reward, in words: what the table under `cuda-agent eval` says.
+
+Every verdict reads the paired speedups and `reward.is_faster_speedup`, as the reward does; the
+medians are shown as times only (their ratio can differ from the paired speedup)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from cuda_agent.env.result import EvalResult
-from cuda_agent.env.reward import MARGIN, is_faster
+from cuda_agent.env.reward import MARGIN, NEEDED, is_faster_speedup
 
-NEEDED = 1 / (1 - MARGIN)     # the speedup that counts as faster: more than 5 % less time
+PAIRED_NOTE = ("times are each side's median; speedups are medians of per-call ratios (each call against "
+               "the baseline on the same inputs), and they decide the reward")
 
 
 @dataclass(frozen=True)
 class Row:
     label: str
     ms: float | None
-    speedup: str              # "3.33x" of the solution over this baseline, or ""
+    speedup: str              # "3.33x" of the solution over this baseline (paired), or ""
     verdict: str              # whether the solution beats it by the margin, and what that earns
 
 
 def timing_rows(result: EvalResult, compile_skipped: bool = False) -> list[Row]:
     """The solution and each baseline, with whether the solution beats it by the margin."""
     rows = [Row("solution", result.kernel_ms, "", "")]
-    for label, ms, reward in (("eager", result.eager_ms, 2), ("torch.compile", result.compile_ms, 3)):
+    for label, ms, speedup, reward in (("eager", result.eager_ms, result.speedup_vs_eager, 2),
+                                       ("torch.compile", result.compile_ms, result.speedup_vs_compile, 3)):
         if ms is None:
             if label == "torch.compile" and result.eager_ms is not None:
                 why = "skipped" if compile_skipped else "unavailable"
                 rows.append(Row(label, None, "", f"{why} (reward 3 out of reach)"))
             continue
-        speedup = ms / result.kernel_ms if result.kernel_ms else None
         text = f"{speedup:.2f}x" if speedup else ""
         if not result.correct or result.kernel_ms is None:
             verdict = ""
-        elif is_faster(result.kernel_ms, ms):
+        elif is_faster_speedup(speedup):
             verdict = f"yes (reward {reward})"
         else:
             verdict = f"no (needs above {NEEDED:.2f}x)"
         rows.append(Row(label, ms, text, verdict))
     return rows
+
+
+def medians_disagree(result: EvalResult) -> bool:
+    """Whether a ratio of the medians differs from its paired speedup by more than 1 %: then the
+    times beside the speedups need `PAIRED_NOTE`."""
+    pairs = ((result.eager_ms, result.speedup_vs_eager), (result.compile_ms, result.speedup_vs_compile))
+    return bool(result.kernel_ms) and any(ms and s and abs(ms / result.kernel_ms / s - 1) > 0.01 for ms, s in pairs)
+
+
+def tolerance_text(result: EvalResult) -> str | None:
+    """How close a pass came to the tolerance: the verified element that used the largest share of its
+    allowance (atol + rtol * |reference|), or None when not known."""
+    if not result.correct or not result.tolerance_used:
+        return None
+    from cuda_agent.env.verify import share
+
+    error, allowed = result.tolerance_used
+    used = 100 * share(result.tolerance_used)
+    return f"worst error {error:.3g} of {allowed:.3g} allowed ({used:.3g} % of the tolerance)"
 
 
 def explain_reward(result: EvalResult, compile_skipped: bool = False) -> str:
@@ -50,8 +73,8 @@ def explain_reward(result: EvalResult, compile_skipped: bool = False) -> str:
     if not result.correct:
         phase = result.error.phase if result.error else "verify"
         return f"reward -1 (of -1, 1, 2, 3): it built, but the {phase} phase rejected it"
-    eager = _ratio(result.eager_ms, result.kernel_ms)
-    compiled = _ratio(result.compile_ms, result.kernel_ms)
+    eager = _ratio(result.speedup_vs_eager)
+    compiled = _ratio(result.speedup_vs_compile)
     if result.reward == 3:
         return (f"reward 3 (the most): correct, and more than {MARGIN:.0%} faster than eager ({eager}) "
                 f"and than torch.compile ({compiled})")
@@ -68,5 +91,5 @@ def explain_reward(result: EvalResult, compile_skipped: bool = False) -> str:
             f"above {NEEDED:.2f}x)")
 
 
-def _ratio(baseline_ms: float | None, ms: float | None) -> str:
-    return f"{baseline_ms / ms:.2f}x" if baseline_ms and ms else "untimed"
+def _ratio(speedup: float | None) -> str:
+    return f"{speedup:.2f}x" if speedup else "untimed"

@@ -54,6 +54,8 @@ class EvalResult:
     reward_continuous: float | None = None  # t_compile / t (ablations)
     timings: dict[str, Timing] = field(default_factory=dict)   # "kernel", "eager", "compile"
     max_abs_error: list[float] = field(default_factory=list)   # per verification input set
+    tolerance_used: list[float] = field(default_factory=list)  # [error, allowed] at the verified element
+                                                               # nearest its tolerance (a pass)
     seeds: list[int] = field(default_factory=list)
     weights: str | None = None             # "state_dict" | "seed": how weights were matched
     warnings: list[str] = field(default_factory=list)

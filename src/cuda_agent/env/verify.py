@@ -86,6 +86,8 @@ class Comparison:
     fp32_relative_error: float = 0.0  # of float32 outputs, relative to the output's largest value
     nonfinite: bool = False           # the candidate gave NaN/Inf where the reference is finite
     rule: str | None = None           # a failure with a rule of its own (e.g. output-layout)
+    worst: tuple = ()                 # a pass of floating outputs: (error, allowed) at the element
+                                      # that used the largest share of its allowance
 
 
 def tensors_in(value: Any) -> list[torch.Tensor]:
@@ -170,8 +172,23 @@ def _all(parts) -> Comparison:
     worst = max((p.max_abs_error for p in parts), default=0.0)
     failed = [p for p in parts if not p.ok]
     relative = max((p.fp32_relative_error for p in parts), default=0.0)
+    nearest = max((p.worst for p in parts if p.worst), key=share, default=()) if not failed else ()
     return Comparison(not failed, worst, failed[0].message if failed else "", relative,
-                      any(p.nonfinite for p in failed), failed[0].rule if failed else None)
+                      any(p.nonfinite for p in failed), failed[0].rule if failed else None, nearest)
+
+
+def share(worst: tuple) -> float:
+    """The share of its allowance an (error, allowed) pair used."""
+    error, allowed = worst
+    return error / allowed if allowed > 0 else (0.0 if error == 0 else math.inf)
+
+
+def _nearest(diff: torch.Tensor, limit: torch.Tensor) -> tuple:
+    """(error, allowed) where diff / limit is largest; () without a positive limit everywhere."""
+    if float(limit.min()) <= 0:
+        return ()
+    at = int((diff / limit).argmax())
+    return float(diff.reshape(-1)[at]), float(limit.reshape(-1)[at])
 
 
 def _compare_tensors(ref: torch.Tensor, out: torch.Tensor, tol: Tolerance, where: str,
@@ -216,7 +233,7 @@ def _compare_tensors(ref: torch.Tensor, out: torch.Tensor, tol: Tolerance, where
     if ref.dtype == torch.float32:
         scale = float(r.abs().masked_fill(special, 0.0).max())
         relative = max_err / scale if scale > 0 else 0.0
-    return Comparison(True, max_err, "", relative)
+    return Comparison(True, max_err, "", relative, worst=_nearest(diff, limit))
 
 
 def _outside(where, over, n_over, o, r, atol, rtol, max_err) -> Comparison:
@@ -240,11 +257,12 @@ def _compare_finite(r: torch.Tensor, o: torch.Tensor, atol: float, rtol: float, 
     scale = float(magnitude.max()) if fp32 else 0.0   # float32 outputs: the relative error's scale
     if not math.isfinite(scale):
         return None
-    over = diff > magnitude.mul_(rtol).add_(atol)        # |o - r| > atol + rtol * |r|
+    limit = magnitude.mul_(rtol).add_(atol)
+    over = diff > limit                                  # |o - r| > atol + rtol * |r|
     n_over = int(over.sum())
     if n_over:
         return _outside(where, over, n_over, o, r, atol, rtol, max_err)
-    return Comparison(True, max_err, "", max_err / scale if scale > 0 else 0.0)
+    return Comparison(True, max_err, "", max_err / scale if scale > 0 else 0.0, worst=_nearest(diff, limit))
 
 
 # -- samples of an output (every call) ---------------------------------------------------------------

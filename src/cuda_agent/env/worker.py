@@ -431,7 +431,7 @@ class _Judge:
             print(f"judge trace {kind} {transform or ''} {trace}", file=sys.stderr, flush=True)
         return {"ok": verdict.ok, "max_abs_error": verdict.max_abs_error, "message": verdict.message,
                 "rule": verdict.rule, "nonfinite": verdict.nonfinite,
-                "fp32_relative_error": verdict.fp32_relative_error}
+                "fp32_relative_error": verdict.fp32_relative_error, "worst": list(verdict.worst)}
 
 
 GROUP_BYTES = 1 << 30   # the judge's drawn inputs held at once before their reference runs are timed

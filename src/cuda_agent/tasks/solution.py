@@ -14,6 +14,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cuda_agent.tasks.parsing import parse
+
 KERNEL_SUFFIXES = (".cu", ".cpp", ".cc", ".cuh", ".h", ".hpp")
 ENTRY = "model_new.py"
 
@@ -81,11 +83,17 @@ def load_solution(path: str | os.PathLike) -> Solution:
 
 
 def missing_model_new(solution: Solution) -> str | None:
-    """Why the solution cannot be a candidate at all (an empty file, no `ModelNew`), else None.
-    Syntax errors are not caught here: they are the solution's compile failure to report."""
+    """Why the solution cannot be a candidate at all (an empty file, a syntax error in it, no
+    `ModelNew`), else None: found before anything is built, in the words the candidate's import uses."""
     code = solution.entry_code
     if not code.strip():
         return f"{ENTRY} is empty: define `class ModelNew(nn.Module)` taking the same arguments as the task's Model"
+    try:
+        parse(code, filename=ENTRY)
+    except SyntaxError as exc:
+        return f"SyntaxError in {ENTRY} line {exc.lineno}: {exc.msg}\n    {(exc.text or '').strip()}"
+    except ValueError as exc:   # null bytes (a SyntaxError from Python 3.12 on)
+        return f"{ENTRY} cannot be parsed: {exc}"
     if "ModelNew" not in code:
         return f"{ENTRY} defines no ModelNew: the class the evaluation builds must be called ModelNew"
     return None
