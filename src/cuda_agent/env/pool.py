@@ -72,10 +72,8 @@ class EvalPool:
     def _sized(self, config: EvalConfig) -> EvalConfig:
         """Spare worker pairs (when asked for): SPARES_PER_SLOT times what a device has in flight. Each
         evaluation takes a pair and starts the next, so a pair's head start is the spares' count over
-        the rate: at 3 in flight on an H100 a pair took 6.2 s from spawn to ready (the sandboxed
-        candidate's imports 4.5 s, its CUDA set-up 1.6 s; `trace.startup.*`) while the device finished
-        an evaluation about every second. Twice (6 s of head start) was not always enough (a compile
-        phase's median wait 0.29 s for a candidate still starting, 12th session)."""
+        the rate, and it must outlast a pair's start (sandboxed imports and the CUDA set-up, a few
+        seconds under load; `trace.startup.*`, figures in docs/benchmarks.md)."""
         wanted = SPARES_PER_SLOT * self.per_device
         if config.prewarm and int(config.prewarm) < wanted:
             return replace(config, prewarm=wanted)

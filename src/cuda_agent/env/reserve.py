@@ -2,10 +2,8 @@
 
 PyTorch's caching allocator asks CUDA for memory (cudaMalloc) the first time it has no free block of a
 size, and cudaMalloc waits for the device: inside a held timed call it waited for the hold itself
-(hold.py), until the hold's timeout. On an H100 at 3 evaluations in flight, each judge's first batch of
-timed eager runs held the device's lock alone for 0.3-0.6 s (8 runs of a 0.2 ms forward, each output
-new to the allocator): three quarters of all the time the lock was held alone (docs/benchmarks.md,
-thirteenth session).
+(hold.py), until the hold's timeout: a judge's first batch of timed runs, each output new to the
+allocator, then held the device's lock alone far longer than its forwards take (docs/benchmarks.md).
 
 So the judge asks for what a batch holds at once, in one block, in its set-up's shared hold of the
 lock: the allocator keeps the block when it is let go and splits it for the tensors that follow. Never
