@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from cuda_agent.env import outside
-from cuda_agent.env.verify import (Tolerance, compare_sampled, sample_reference,
+from cuda_agent.env.verify import (Tolerance, compare_sampled, random_positions, sample_reference,
                                    scalars_in, take_samples)
 
 # A child that reports where its arrays are, then (on a line of input) starts a thread that spins
@@ -101,7 +101,7 @@ def test_outputs_are_read_from_the_process_memory(child):
     transposed = outside.Located.parse(where["transposed"])   # strided: read as the strides say
     assert numpy.array_equal(memory.read_tensor(transposed), numpy.arange(12, dtype=numpy.float32).reshape(3, 4).T)
     big = outside.Located.parse(where["big"])
-    positions = outside.random_positions(big.numel, 2048)
+    positions = random_positions(big.numel, 2048, torch.device("cpu")).numpy()
     assert len(set(positions.tolist())) > 1900   # drawn here, spread over the whole tensor
     assert numpy.array_equal(memory.read_at(big, positions), positions.astype(numpy.float64))
     outside.resume(proc.pid)

@@ -985,17 +985,16 @@ class _Evaluation:
     def _note_noise(self) -> None:
         """A warning where a paired speedup's 95 % interval holds the reward's margin: the milestone
         it decides could have come out the other way on another run."""
-        threshold = NEEDED
         for baseline, name in (("eager", "eager"), ("compile", "torch.compile")):
             ratios = paired_ratios(self.rounds, baseline)
             if len(ratios) < 6:
                 continue
             speedup, half = statistics.median(ratios), median_precision(ratios)
             low, high = speedup * (1 - half), speedup * (1 + half)
-            if low < threshold < high:
+            if low < NEEDED < high:
                 self.result.warnings.append(
                     f"noise: the speedup vs {name} ({speedup:.3f}x, 95 % interval {low:.3f}-{high:.3f}x) holds the "
-                    f"{MARGIN:.0%} margin ({threshold:.3f}x): the reward was decided within the noise")
+                    f"{MARGIN:.0%} margin ({NEEDED:.3f}x): the reward was decided within the noise")
 
     # -- the baseline store ----------------------------------------------------------------------
 

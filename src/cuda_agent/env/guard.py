@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 
+from cuda_agent.env.outside import thread_cpu_seconds
 from cuda_agent.env.verify import random_positions, tensors_in
 
 ALLOWED_OPS = frozenset({
@@ -216,7 +217,7 @@ class ThreadWatch:
         usage = {}
         for tid in _thread_ids():
             if tid not in self.harness:
-                seconds = _cpu_seconds(tid)
+                seconds = thread_cpu_seconds(tid)
                 if seconds is not None:
                     usage[tid] = seconds
         return usage
@@ -236,21 +237,6 @@ def _thread_ids() -> list[str]:
         return os.listdir("/proc/self/task")
     except OSError:
         return []
-
-
-def _cpu_seconds(tid: str) -> float | None:
-    """A thread's CPU time: schedstat's nanoseconds where the kernel has them, else stat's ticks."""
-    try:
-        with open(f"/proc/self/task/{tid}/schedstat") as fh:
-            return int(fh.read().split()[0]) / 1e9
-    except (OSError, IndexError, ValueError):
-        pass
-    try:
-        with open(f"/proc/self/task/{tid}/stat") as fh:
-            fields = fh.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")   # utime + stime
-    except (OSError, IndexError, ValueError):
-        return None
 
 
 def warm_harness_threads(device: torch.device) -> None:

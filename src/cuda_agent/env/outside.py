@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import math
 import os
-import secrets
 import signal
 import time
 from dataclasses import dataclass
@@ -79,31 +78,40 @@ def resume(pid: int) -> None:
 # -- CPU time -----------------------------------------------------------------------------------
 
 
-def cpu_seconds(pid: int) -> float | None:
-    """CPU time every thread of the process has used: the threads' scheduler statistics (nanoseconds)
-    summed, or the process's own total (clock ticks, which include threads that have exited) where
-    that is larger. Read while the process is stopped, both are final."""
-    total_ns, seen = 0, False
-    for tid in _threads(pid):
-        try:
-            with open(f"/proc/{pid}/task/{tid}/schedstat") as fh:
-                total_ns += int(fh.read().split()[0])
-                seen = True
-        except (OSError, ValueError, IndexError):
-            continue
+def thread_cpu_seconds(tid: str, pid: int | str = "self") -> float | None:
+    """A thread's CPU time: schedstat's nanoseconds where the kernel has them, else stat's ticks."""
     try:
-        with open(f"/proc/{pid}/stat") as fh:
+        with open(f"/proc/{pid}/task/{tid}/schedstat") as fh:
+            return int(fh.read().split()[0]) / 1e9
+    except (OSError, IndexError, ValueError):
+        pass
+    ticks = _stat_ticks(f"/proc/{pid}/task/{tid}/stat")
+    return None if ticks is None else ticks / _CLOCK_TICK
+
+
+def _stat_ticks(path: str) -> int | None:
+    """utime + stime of a stat file, in clock ticks."""
+    try:
+        with open(path) as fh:
             fields = fh.read().rsplit(")", 1)[1].split()
-        ticks = (int(fields[11]) + int(fields[12])) / _CLOCK_TICK   # utime + stime, exited threads too
-    except (OSError, ValueError, IndexError):
-        ticks = None
-    if not seen and ticks is None:
+        return int(fields[11]) + int(fields[12])
+    except (OSError, IndexError, ValueError):
         return None
-    threads = total_ns / 1e9
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """CPU time every thread of the process has used: its threads' times summed, or the process's own
+    total (clock ticks, which include threads that have exited) where that is larger. Read while the
+    process is stopped, both are final."""
+    times = [t for t in (thread_cpu_seconds(tid, pid) for tid in _threads(pid)) if t is not None]
+    ticks = _stat_ticks(f"/proc/{pid}/stat")
+    if not times and ticks is None:
+        return None
+    threads = sum(times)
     # the ticks lag the nanoseconds by up to a tick per thread: only a larger gap means time the
     # live threads do not account for (a thread that did work and exited)
-    if ticks is not None and ticks > threads + 2.0 / _CLOCK_TICK:
-        return ticks
+    if ticks is not None and ticks / _CLOCK_TICK > threads + 2.0 / _CLOCK_TICK:
+        return ticks / _CLOCK_TICK
     return threads
 
 
@@ -210,30 +218,21 @@ class Memory:
         return numpy.ascontiguousarray(picked).view(dtype).reshape(-1)
 
 
-def random_positions(n: int, count: int) -> numpy.ndarray:
-    """Every position of `n` elements when there are at most `count`, else `count` drawn now from a
-    secret seed: nothing the candidate ran can know them."""
-    if n <= count:
-        return numpy.arange(n, dtype=numpy.int64)
-    rng = numpy.random.default_rng(secrets.randbits(64))
-    return rng.integers(0, n, size=count, dtype=numpy.int64)
-
-
 def read_samples(memory: Memory, output: dict, count: int) -> dict:
     """The candidate's located output (`output`: its structure, located tensors and Python numbers) as
     a sample record the judge compares (verify.compare_sampled's format), its positions drawn here:
     every element of a tensor of at most `count` elements, else `count` of them."""
     import torch
 
-    from cuda_agent.env.verify import pack_samples
+    from cuda_agent.env.verify import pack_samples, random_positions
 
     tensors = []
     for entry in output.get("tensors") or []:
         where = Located.parse(entry)
         record = {"shape": where.shape, "dtype": where.dtype, "strides": where.strides,
                   "dense": _dense(where)}
-        if where.numel:
-            positions = random_positions(where.numel, count)
+        if where.numel:   # drawn now, after the output was fixed (the harness's own sampler)
+            positions = random_positions(where.numel, count, torch.device("cpu")).numpy()
             values = torch.from_numpy(memory.read_at(where, positions))
             if where.dtype == "bfloat16":
                 values = values.view(torch.bfloat16)

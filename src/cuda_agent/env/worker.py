@@ -154,17 +154,18 @@ class _Judge:
         if inputs is None:
             return {"ok": True, "layout": None}
         self.drawn[cmd["index"]] = inputs
-        nbytes = staged_bytes(tensors)
-        self.slots[slot] = (cmd["index"], self.staging.memory[slot * self.staging.slot_bytes:][:nbytes].clone())
+        self.slots[slot] = (cmd["index"], self._slot_bytes(slot, staged_bytes(tensors)).clone())
         return {"ok": True, "layout": layout}
+
+    def _slot_bytes(self, slot: int, nbytes: int) -> torch.Tensor:
+        return self.staging.memory[slot * self.staging.slot_bytes:][:nbytes]
 
     def _check_slot(self, slot: int) -> None:
         kept = self.slots.pop(slot, None)
         if kept is None:
             return
         index, put = kept
-        now = self.staging.memory[slot * self.staging.slot_bytes:][:put.numel()]
-        if not torch.equal(now, put):
+        if not torch.equal(self._slot_bytes(slot, put.numel()), put):
             self.mutated.append(index)
 
     def inputs_kept(self) -> dict:
@@ -608,11 +609,9 @@ class _Candidate:
                                f"{exc.msg}\n    {(exc.text or '').strip()}"}
         except Exception as exc:
             return {"ok": False, "phase": "compile", "message": _short_traceback(exc)}
-        overridden = _changed_aten_ops(self.tables) if self.cfg["guard"] else []
-        if overridden:
-            return {"ok": False, "phase": "compile", "rule": "aten-override",
-                    "message": f"the solution registered its own kernel for PyTorch's {overridden[0]} "
-                               "(TORCH_LIBRARY_IMPL(aten, ...)); register your kernels in a namespace of your own"}
+        problem = self._dispatcher_changed("TORCH_LIBRARY_IMPL(aten, ...)")
+        if problem:
+            return {**problem, "phase": "compile"}
         return {"ok": True, "phase": "compile", "extensions": builder.built}
 
     def init_model(self, output_bytes: int | None = None):
