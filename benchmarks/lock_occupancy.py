@@ -16,7 +16,7 @@ import argparse
 import json
 from pathlib import Path
 
-from cuda_agent.env.lock_log import by_label, occupancy, read_log
+from cuda_agent.env.infra.lock_log import by_label, occupancy, read_log
 
 
 def main() -> None:

@@ -42,8 +42,8 @@ from pathlib import Path
 
 import cuda_agent
 from cuda_agent.env import EvalConfig, EvalPool
-from cuda_agent.env.pool import visible_gpus
-from cuda_agent.env.stats import spread
+from cuda_agent.env.infra.pool import visible_gpus
+from cuda_agent.env.measure.stats import spread
 from cuda_agent.tasks import load_solution, load_task
 
 HERE = Path(__file__).resolve().parent
@@ -102,7 +102,7 @@ def measure(name: str, mode: str, pool: EvalPool, jobs: list, concurrent: bool, 
     row["phase_median_s"] = {k: round(statistics.median(r.phase_seconds.get(k, 0.0) for r in results), 3)
                              for k in phases}
     if lock_log and lock_log.exists():   # the holds of this mode's window (lock_occupancy.py)
-        from cuda_agent.env.lock_log import by_label, occupancy, read_log
+        from cuda_agent.env.infra.lock_log import by_label, occupancy, read_log
 
         holds = [h for h in read_log(lock_log) if began <= h["got"] and h["released"] <= ended]
         split = occupancy(holds)

@@ -35,7 +35,7 @@ def main() -> int:
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
     from cuda_agent.env.config import EvalConfig
-    from cuda_agent.env.service import EvalService
+    from cuda_agent.env.infra.service import EvalService
 
     if args.address:
         ray.init(address=args.address)

@@ -21,10 +21,10 @@ import json
 import statistics
 from pathlib import Path
 
-from cuda_agent.env.evaluation import round_times, side_measures
-from cuda_agent.env.hold import call_times, floor_precise
-from cuda_agent.env.lock_log import read_log
-from cuda_agent.env.stats import median_precision, spread
+from cuda_agent.env.run.evaluation import round_times, side_measures
+from cuda_agent.env.measure.hold import call_times, floor_precise
+from cuda_agent.env.infra.lock_log import read_log
+from cuda_agent.env.measure.stats import median_precision, spread
 
 SLOW = 1.05
 

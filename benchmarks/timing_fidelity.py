@@ -5,7 +5,7 @@
 
 Evaluates each honest kernel `--runs` times (a fresh judge and candidate each time, builds cached, after
 one evaluation not counted; under each `--hold` setting (EvalConfig.hold: timed calls queued behind the
-device hold, env/hold.py, or not: the same-run baseline), each `--precision` (EvalConfig.precision in
+device hold, env/measure/hold.py, or not: the same-run baseline), each `--precision` (EvalConfig.precision in
 percent: timing stops once the medians are that precise; 0 times all 100 calls) and `--settle` value of
 EvalConfig.settle_ms in turn; with `--in-flight N`, the `--runs` evaluations of each setting go
 through one pool N at a time instead, the load an RL run or a bench run puts on the GPU) and
@@ -30,7 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from cuda_agent.env.stats import spread  # noqa: E402  (after the path: tests.* is imported from ROOT too)
+from cuda_agent.env.measure.stats import spread  # noqa: E402  (after the path: tests.* is imported from ROOT too)
 
 FIDELITY = Path(__file__).resolve().parent / "fidelity"
 
@@ -59,8 +59,8 @@ def second_timers(task, solution, cache_dir: Path, calls: int = 50) -> dict:
     """The same kernel in this process: device time from the profiler, and KernelBench's event timing."""
     import torch
 
-    from cuda_agent.env.compiler import build_extension, load_module
-    from cuda_agent.env.draws import draw_inputs
+    from cuda_agent.env.builds.compiler import build_extension, load_module
+    from cuda_agent.env.workers.draws import draw_inputs
     from cuda_agent.tasks.task import load_task_module
 
     so = build_extension("cuda_extension", solution.kernel_files, "cuda", cache_dir / "build").path

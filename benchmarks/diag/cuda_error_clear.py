@@ -4,7 +4,7 @@ import os
 
 import torch
 
-from cuda_agent.env.transfer import _clear_cuda_error
+from cuda_agent.env.workers.transfer import _clear_cuda_error
 
 x = torch.ones(4, device="cuda")
 cudart = torch.cuda.cudart()

@@ -31,9 +31,9 @@ import torch
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from cuda_agent.env import timing  # noqa: E402
-from cuda_agent.env.draws import draw_inputs  # noqa: E402
-from cuda_agent.env.guard import poison_allocator  # noqa: E402
+from cuda_agent.env.measure import timing  # noqa: E402
+from cuda_agent.env.workers.draws import draw_inputs  # noqa: E402
+from cuda_agent.env.rules.guard import poison_allocator  # noqa: E402
 from cuda_agent.tasks import load_task  # noqa: E402
 from cuda_agent.tasks.task import load_task_module  # noqa: E402
 

@@ -39,9 +39,9 @@ def cpu_torch_stand_ins(folder: Path) -> None:
 
 
 def check_one(folder: Path, cache: Path) -> tuple[bool, str]:
-    from cuda_agent.env.compiler import BuildError, build_extension
-    from cuda_agent.env.static_check import check_native_source, check_source
-    from cuda_agent.env.symbols import check_library
+    from cuda_agent.env.builds.compiler import BuildError, build_extension
+    from cuda_agent.env.rules.static_check import check_native_source, check_source
+    from cuda_agent.env.rules.symbols import check_library
     from cuda_agent.tasks import load_solution
 
     solution = load_solution(folder)

@@ -25,7 +25,7 @@ def main(version: Optional[bool] = typer.Option(None, "--version", callback=_pri
     """Agents that write fast, verified CUDA kernels for PyTorch programs."""
 
 
-from cuda_agent.env.cli import register as _register_env  # noqa: E402
+from cuda_agent.env.cli.commands import register as _register_env  # noqa: E402
 
 _register_env(app)
 

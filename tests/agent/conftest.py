@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from cuda_agent.env.draws import TRANSFORMS
+from cuda_agent.env.workers.draws import TRANSFORMS
 
 from cuda_agent.agent.client import Completion
 from cuda_agent.env.config import EvalConfig
@@ -129,7 +129,7 @@ def steady_bash_clock(monkeypatch):
 @pytest.fixture(scope="session")
 def real_eval_config(cache_dir) -> EvalConfig:
     """Small, fast settings for real evaluations on the CPU backend, sharing the suite's build cache."""
-    from cuda_agent.env.sandbox import sandbox_available
+    from cuda_agent.env.infra.sandbox import sandbox_available
 
     ok, _ = sandbox_available()
     return EvalConfig(backend="cpu", compile_baseline=False, iters=3, num_correct_trials=2,

@@ -39,7 +39,7 @@ def test_layout_and_protection(tmp_path, relu_task, fake_evaluator):
 
 @pytest.mark.parametrize("protocol", ["strict", "published"])
 def test_skill_states_the_numbers_of_the_configuration_in_force(tmp_path, relu_task, fake_evaluator, protocol):
-    from cuda_agent.env.draws import TRANSFORMS
+    from cuda_agent.env.workers.draws import TRANSFORMS
     from cuda_agent.env.reward import MARGIN, NEEDED
 
     config = EvalConfig(backend="cpu", cache_dir=tmp_path / "c", protocol=protocol, num_correct_trials=3,

@@ -189,7 +189,7 @@ def test_killed_run_resumes_to_identical_results(tmp_path):
 def test_cli_scores_a_folder_for_real_on_cpu(tmp_path, cache_dir):
     """The command with the real environment: one honest workspace solution (the example's C++ kernel),
     one task without a solution, one malformed solution folder."""
-    from cuda_agent.env.sandbox import sandbox_available
+    from cuda_agent.env.infra.sandbox import sandbox_available
 
     kb = make_kernelbench(tmp_path / "kb")
     folder = tmp_path / "solutions"

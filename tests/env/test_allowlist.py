@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from cuda_agent.env.allowlist import extension_name_problem
-from cuda_agent.env.inline import InlineBuilder
-from cuda_agent.env.compiler import BuildError
-from cuda_agent.env.static_check import check_source
+from cuda_agent.env.rules.allowlist import extension_name_problem
+from cuda_agent.env.builds.inline import InlineBuilder
+from cuda_agent.env.builds.compiler import BuildError
+from cuda_agent.env.rules.static_check import check_source
 
 ROOT = Path(__file__).resolve().parents[2]
 HEADER = "import torch\nimport torch.nn as nn\nimport cuda_extension\n\n"
@@ -225,7 +225,7 @@ CHEATS = {
     # the worker module and the harness's classes
     "import_main": ("introspection", 1, "import __main__\n__main__.Worker.call = lambda *a: None\n"),
     "from_main_import": ("introspection", 1, "from __main__ import Worker\n"),
-    "import_harness": ("introspection", 1, "import cuda_agent.env.worker as w\n"),
+    "import_harness": ("introspection", 1, "import cuda_agent.env.workers.worker as w\n"),
     "import_builtins": ("introspection", 1, "import builtins\n"),
     # frames and stacks
     "traceback_walk_stack": ("introspection", 1, "import traceback\nframes = list(traceback.walk_stack(None))\n"),
@@ -368,7 +368,7 @@ def test_the_inline_builder_refuses_a_modules_name_before_building():
 
 
 def test_the_harness_refuses_to_build_a_modules_name(tmp_path):
-    from cuda_agent.env.compiler import build_extension
+    from cuda_agent.env.builds.compiler import build_extension
 
     with pytest.raises(BuildError, match="name of a module"):
         build_extension("random", {"main.cpp": "int x;"}, "cpu", tmp_path)
@@ -386,7 +386,7 @@ def test_the_agents_starter_keeps_only_the_tasks_imports_a_solution_may_use():
 
 
 def test_the_docs_list_what_the_code_allows():
-    from cuda_agent.env import allowlist
+    from cuda_agent.env.rules import allowlist
 
     docs = (ROOT / "docs/verification.md").read_text()
     section = docs[docs.index("## The solution's Python: an allowlist"):docs.index("## What remains open")]

@@ -161,7 +161,7 @@ def test_cache_info_breaks_the_total_down(tmp_path):
 def test_step_progress_names_each_step_and_its_duration():
     from rich.console import Console
 
-    from cuda_agent.env.console import StepProgress
+    from cuda_agent.env.cli.console import StepProgress
 
     out = io.StringIO()
     with StepProgress(Console(file=out, force_terminal=True, width=80), first="starting") as progress:
@@ -193,7 +193,7 @@ def test_eval_json_progress_stays_out_of_scripted_output(cache_dir):
 
 
 def test_a_relative_cache_dir_from_the_command_line_is_made_absolute(tmp_path, monkeypatch):
-    from cuda_agent.env.cli_args import make_config
+    from cuda_agent.env.cli.args import make_config
 
     monkeypatch.chdir(tmp_path)
     config = make_config("cpu", cache_dir=Path("rel-cache"), no_sandbox=True)
@@ -222,7 +222,7 @@ def test_rl_data_and_replay_errors_name_the_fix_not_a_traceback(tmp_path):
 
 
 def test_precision_is_given_in_percent_and_zero_times_every_call():
-    from cuda_agent.env.cli_args import precision_setting
+    from cuda_agent.env.cli.args import precision_setting
 
     assert precision_setting(0.75) == pytest.approx(EvalConfig().precision)   # the default, both ways
     assert precision_setting(2) == pytest.approx(0.02) and precision_setting(0) is None

@@ -4,7 +4,7 @@ import textwrap
 
 import pytest
 
-from cuda_agent.env.compiler import BuildError, build_extension, load_module, summarize_compiler_output
+from cuda_agent.env.builds.compiler import BuildError, build_extension, load_module, summarize_compiler_output
 from tests.env.helpers import HONEST_BODY, cpu_workspace, kernel
 
 
@@ -37,7 +37,7 @@ def test_built_module_runs(cache_dir, tmp_path):
     # Load in a fresh interpreter: one process holds one module of a given name.
     code = textwrap.dedent(f"""
         import torch
-        from cuda_agent.env.compiler import load_module
+        from cuda_agent.env.builds.compiler import load_module
         ext = load_module("cuda_extension", {str(report.path)!r})
         x = torch.tensor([[-1.0, 2.0]]); b = torch.tensor([0.5, -3.0])
         print(ext.bias_relu(x, b).tolist())
@@ -61,7 +61,7 @@ def test_missing_symbol_is_reported_when_loading(cache_dir):
 
     files = _kernel_files("extern void missing_symbol(); missing_symbol();\n" + HONEST_BODY)
     report = build_extension("cuda_extension", files, "cpu", cache_dir / "build")
-    code = (f"from cuda_agent.env.compiler import load_module, BuildError\n"
+    code = (f"from cuda_agent.env.builds.compiler import load_module, BuildError\n"
             f"try:\n    load_module('cuda_extension', {str(report.path)!r})\n"
             f"except BuildError as e:\n    print(e.summary)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
@@ -91,7 +91,7 @@ def test_summarize_keeps_first_errors_only():
     (["-lcublas", "-lcublasLt", "-L/usr/local/cuda/lib64"], "ldflags"),
 ])
 def test_usual_kernel_flags_are_allowed(flags, kind):
-    from cuda_agent.env.build_flags import check_flags
+    from cuda_agent.env.rules.build_flags import check_flags
 
     assert check_flags(flags, kind) == flags
 
@@ -105,7 +105,7 @@ def test_usual_kernel_flags_are_allowed(flags, kind):
     (["-Xlinker", "-plugin"], "ldflags"),
 ])
 def test_flags_that_could_run_or_redirect_the_compiler_are_refused(flags, kind, cache_dir):
-    from cuda_agent.env.build_flags import UnsafeFlag, check_flags
+    from cuda_agent.env.rules.build_flags import UnsafeFlag, check_flags
 
     with pytest.raises(UnsafeFlag, match="not allowed"):
         check_flags(flags, kind)
@@ -119,7 +119,7 @@ def test_the_same_unit_built_twice_at_once_in_one_process(tmp_path, monkeypatch)
     import threading
     from concurrent.futures import ThreadPoolExecutor
 
-    from cuda_agent.env import compiler
+    from cuda_agent.env.builds import compiler
 
     files = {"probe.cpp": "int probe_value() { return 7; }\n"}   # no torch header: a build of a second
     both_compiling = threading.Barrier(2, timeout=60)

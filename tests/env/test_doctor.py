@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from cuda_agent.env import doctor
-from cuda_agent.env.doctor import Machine, TorchInfo
+from cuda_agent.env.infra import doctor
+from cuda_agent.env.infra.doctor import Machine, TorchInfo
 
 
 class FakeMachine(Machine):

@@ -2,7 +2,7 @@
 
 import torch
 
-from cuda_agent.env.draws import structured
+from cuda_agent.env.workers.draws import structured
 
 
 def test_spikes_sets_carry_a_drawn_number_of_spikes_and_repeat_for_their_seed():

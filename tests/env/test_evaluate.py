@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from cuda_agent.env import EvalPool, evaluate
-from cuda_agent.env.cli import print_result
+from cuda_agent.env.cli.commands import print_result
 from cuda_agent.env.reward import reward_from_speedups
 from cuda_agent.tasks import Solution, Task, load_solution
 from tests.env.helpers import EXAMPLES, HONEST_BODY, cpu_config, cpu_workspace, example_task, kernel
@@ -150,7 +150,7 @@ def test_torch_compile_baseline_is_stored_and_reused_only_while_eager_agrees(tmp
     import json
     import shutil
 
-    from cuda_agent.env.baselines import BaselineStore
+    from cuda_agent.env.run.baselines import BaselineStore
 
     own = tmp_path / "cache"
     shutil.copytree(cache_dir / "build", own / "build", symlinks=True)   # builds shared, baselines not
@@ -269,7 +269,7 @@ def test_the_judge_holds_the_device_only_for_draws_timing_and_whole_outputs(cach
     outputs (verification) take a compare hold; a batch's inputs are drawn under one hold; the
     candidate's checks after a timed call's timing hold the lock shared, and so do the judge's reads of
     its references at the samples after a batch's timed runs."""
-    from cuda_agent.env.lock_log import read_log
+    from cuda_agent.env.infra.lock_log import read_log
 
     log = tmp_path / "lock.log"
     monkeypatch.setenv("CUDA_AGENT_LOCK_LOG", str(log))
@@ -305,7 +305,7 @@ def test_cpu_outputs_are_read_from_outside_or_in_process_when_the_inputs_do_not_
     back to the in-process path (the candidate draws them, and its outputs go through the box's
     file), with the same verdicts and a warning. (The trace of the first also says how its workers
     started.)"""
-    from cuda_agent.env import transfer
+    from cuda_agent.env.workers import transfer
 
     monkeypatch.setenv("CUDA_AGENT_TRACE_CALLS", "1")   # the harness's steps in phase_seconds
     config = cpu_config(cache_dir, baselines=False)
@@ -335,7 +335,7 @@ def test_timing_stops_once_the_medians_are_precise_and_keeps_its_spot_and_empty_
     down (here a bound met as soon as enough calls are judged, whatever a loaded machine does to single
     calls); the spot checks and empty calls of the schedule still run. A bound no timing meets times
     every call."""
-    from cuda_agent.env.lock_log import read_log
+    from cuda_agent.env.infra.lock_log import read_log
 
     log = tmp_path / "lock.log"
     monkeypatch.setenv("CUDA_AGENT_LOCK_LOG", str(log))

@@ -7,7 +7,7 @@ import io
 
 import pytest
 
-from cuda_agent.env.cli import print_result
+from cuda_agent.env.cli.commands import print_result
 from cuda_agent.env.explain import explain_reward, timing_rows
 from cuda_agent.env.result import EvalError, EvalResult
 from cuda_agent.env.reward import is_faster_speedup, milestone_reward, reward_from_speedups, speedup_words

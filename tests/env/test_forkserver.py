@@ -5,9 +5,9 @@ import subprocess
 
 import pytest
 
-from cuda_agent.env import forkserver
-from cuda_agent.env.forkserver import ForkedProcess
-from cuda_agent.env.isolation import start_worker
+from cuda_agent.env.infra import forkserver
+from cuda_agent.env.infra.forkserver import ForkedProcess
+from cuda_agent.env.infra.isolation import start_worker
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from cuda_agent.env.locks import DeviceLock
+from cuda_agent.env.infra.locks import DeviceLock
 
 
 def _can_lock(path, kind) -> bool:
@@ -82,7 +82,7 @@ def test_a_waiting_writer_closes_the_gate_to_new_shared_holders(lock):
 def test_an_exclusive_hold_shares_its_rest_and_a_writer_then_waits_for_it(lock, tmp_path, monkeypatch):
     """`share()`: after a timed call's timing, its checks run beside other evaluations' shared work,
     while the next timed call still waits for them; the lock log shows the two parts apart."""
-    from cuda_agent.env.lock_log import read_log
+    from cuda_agent.env.infra.lock_log import read_log
 
     log = tmp_path / "lock.log"
     monkeypatch.setenv("CUDA_AGENT_LOCK_LOG", str(log))
@@ -111,7 +111,7 @@ def test_locks_of_different_devices_are_independent(tmp_path):
 def test_the_lock_log_records_each_hold_and_its_split(lock, tmp_path, monkeypatch):
     """CUDA_AGENT_LOCK_LOG: one line per hold; lock_log splits a run's wall time into alone, shared
     (their union), handed over (free while someone waited) and idle."""
-    from cuda_agent.env.lock_log import by_label, occupancy, read_log
+    from cuda_agent.env.infra.lock_log import by_label, occupancy, read_log
 
     log = tmp_path / "lock.log"
     monkeypatch.setenv("CUDA_AGENT_LOCK_LOG", str(log))

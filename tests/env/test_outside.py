@@ -1,4 +1,4 @@
-"""The harness's view of a process from outside it (env/outside.py): stopping it, its CPU time over
+"""The harness's view of a process from outside it (env/measure/outside.py): stopping it, its CPU time over
 all of its threads, and its memory read where it says its output is."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import numpy
 import pytest
 import torch
 
-from cuda_agent.env import outside
-from cuda_agent.env.verify import (Tolerance, compare_sampled, random_positions, sample_reference,
+from cuda_agent.env.measure import outside
+from cuda_agent.env.rules.verify import (Tolerance, compare_sampled, random_positions, sample_reference,
                                    scalars_in, take_samples)
 
 # A child that reports where its arrays are, then (on a line of input) starts a thread that spins

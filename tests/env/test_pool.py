@@ -4,9 +4,9 @@ pairs sized to what a GPU has in flight (a stand-in for `evaluate`; no GPU neede
 import asyncio
 import threading
 
-from cuda_agent.env import pool as pool_module
+from cuda_agent.env.infra import pool as pool_module
 from cuda_agent.env.config import EvalConfig
-from cuda_agent.env.pool import EvalPool
+from cuda_agent.env.infra.pool import EvalPool
 from cuda_agent.env.result import EvalResult
 from cuda_agent.tasks import Solution, Task
 from tests.gates import StartGate

@@ -1,4 +1,4 @@
-"""The memory a judge asks for in its set-up (env/reserve.py): how much, and that its job says what to
+"""The memory a judge asks for in its set-up (env/infra/reserve.py): how much, and that its job says what to
 size it by. The allocator's side (no cudaMalloc inside a held batch) is in
 tests/gpu/test_reserve.py."""
 
@@ -10,9 +10,9 @@ import os
 import torch
 
 from cuda_agent.env import EvalConfig
-from cuda_agent.env.evaluation import JUDGE_BATCH, _footprint
-from cuda_agent.env.reserve import TRANSIENT_OUTPUTS, judge_bytes, reserve
-from cuda_agent.env.worker import GROUP_BYTES
+from cuda_agent.env.run.evaluation import JUDGE_BATCH, _footprint
+from cuda_agent.env.infra.reserve import TRANSIENT_OUTPUTS, judge_bytes, reserve
+from cuda_agent.env.workers.worker import GROUP_BYTES
 from cuda_agent.tasks import load_task
 from cuda_agent.tasks.footprint import estimate_footprint
 from tests.env.helpers import example_task
@@ -57,7 +57,7 @@ def test_the_judges_job_sizes_it_by_the_tasks_footprint(kernelbench):
 def test_the_judge_asks_for_its_memory_inside_its_set_ups_shared_hold(tmp_path, monkeypatch):
     """Memory asked for without the lock slowed other evaluations' timed calls (reserve.py): the
     judge asks for it while it holds the device's lock, which another holder then cannot take alone."""
-    from cuda_agent.env import worker
+    from cuda_agent.env.workers import worker
 
     lock = tmp_path / "cpu.lock"
     asked = []

@@ -17,8 +17,8 @@ ray = pytest.importorskip("ray")
 
 @pytest.fixture
 def service(cache_dir):
-    from cuda_agent.env.sandbox import sandbox_available
-    from cuda_agent.env.service import EvalService
+    from cuda_agent.env.infra.sandbox import sandbox_available
+    from cuda_agent.env.infra.service import EvalService
 
     config = cpu_config(cache_dir, sandbox="auto" if sandbox_available()[0] else "none")
     started = EvalService("local", config, actors=1, cache_dir=str(cache_dir),

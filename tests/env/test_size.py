@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from cuda_agent.env.capacity import needed_bytes, too_large
+from cuda_agent.env.infra.capacity import needed_bytes, too_large
 from cuda_agent.tasks import Task, TaskError, load_task
 from cuda_agent.tasks.footprint import estimate_footprint
 from cuda_agent.tasks.scale import input_sizes, scale_task, scaled_size

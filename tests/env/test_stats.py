@@ -5,7 +5,7 @@ import random
 import pytest
 
 from cuda_agent.env.config import EvalConfig
-from cuda_agent.env.stats import median_precision
+from cuda_agent.env.measure.stats import median_precision
 
 
 def test_the_interval_is_unknown_for_a_handful_of_calls_and_zero_for_identical_ones():
@@ -38,7 +38,7 @@ def test_config_refuses_a_precision_or_minimum_that_cannot_work():
 
 
 def test_a_quantiles_interval_uses_the_ranks_around_it_and_narrows_with_more_calls():
-    from cuda_agent.env.stats import quantile_precision
+    from cuda_agent.env.measure.stats import quantile_precision
 
     rng = random.Random(3)
     odd = [1.0 + rng.random() for _ in range(31)]
@@ -51,7 +51,7 @@ def test_a_quantiles_interval_uses_the_ranks_around_it_and_narrows_with_more_cal
 
 
 def test_the_host_floor_must_be_precise_only_where_it_decides():
-    from cuda_agent.env.hold import floor_precise
+    from cuda_agent.env.measure.hold import floor_precise
 
     noisy_host = [0.05 + 0.01 * (i % 7) for i in range(30)]        # a floor known to about +-30 %
     assert floor_precise([0.093] * 30, noisy_host, 0.0075)         # the device decides: the floor's error is moot

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from cuda_agent.env.compiler import build_extension
-from cuda_agent.env.symbols import check_library, check_symbol, toolchain_imports
+from cuda_agent.env.builds.compiler import build_extension
+from cuda_agent.env.rules.symbols import check_library, check_symbol, toolchain_imports
 from tests.env.helpers import cpu_workspace
 from tests.hacks.cases import KERNELS, example_model_new, ops_workspace
 from tests.hacks.cases_wave import wave_workspace

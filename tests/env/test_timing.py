@@ -4,8 +4,8 @@ import time
 
 import torch
 
-from cuda_agent.env import timing
-from cuda_agent.env.baselines import entry_key, timing_settings
+from cuda_agent.env.measure import timing
+from cuda_agent.env.run.baselines import entry_key, timing_settings
 from cuda_agent.env.config import EvalConfig
 
 
@@ -32,7 +32,7 @@ def test_baselines_timed_with_a_settle_are_stored_apart_from_those_without():
 
 
 def test_baseline_call_counts_shrink_only_for_slow_calls():
-    from cuda_agent.env.evaluation import BASELINE_BUDGET_S, BASELINE_MIN_CALLS, baseline_calls
+    from cuda_agent.env.run.evaluation import BASELINE_BUDGET_S, BASELINE_MIN_CALLS, baseline_calls
 
     assert baseline_calls(0.001, 10, 100) == (10, 100)                     # 100 fast calls fit the budget
     assert baseline_calls(BASELINE_BUDGET_S / 100, 10, 100) == (10, 100)   # exactly fits
@@ -64,7 +64,7 @@ def get_init_inputs():
 
 def test_a_slow_baseline_takes_fewer_calls_within_the_budget(tmp_path, monkeypatch):
     """Measured for real on the CPU: a 60 ms reference with a 0.3 s budget gets 3-5 timed calls, not 20."""
-    from cuda_agent.env import evaluation
+    from cuda_agent.env.run import evaluation
     from cuda_agent.tasks import Task
 
     monkeypatch.setattr(evaluation, "BASELINE_BUDGET_S", 0.3)
@@ -97,8 +97,8 @@ class _FakeHold:
 
 
 def test_a_timer_goes_unheld_for_good_after_patience_timed_out_holds_in_a_row():
-    from cuda_agent.env.hold import Timer
-    from cuda_agent.env.evaluation import JUDGE_BATCH
+    from cuda_agent.env.measure.hold import Timer
+    from cuda_agent.env.run.evaluation import JUDGE_BATCH
 
     assert Timer.PATIENCE > JUDGE_BATCH   # a judge batch's outputs on a cold allocator is not a syncing forward
     hold = _FakeHold()
@@ -125,7 +125,7 @@ def test_a_timer_goes_unheld_for_good_after_patience_timed_out_holds_in_a_row():
 
 
 def test_no_hold_library_means_unheld_timing():
-    from cuda_agent.env.hold import load_hold
+    from cuda_agent.env.measure.hold import load_hold
 
     assert load_hold(None) is None and load_hold("") is None
     assert load_hold("/nonexistent/cuda_agent_hold.so") is None   # could not be loaded: times unheld
@@ -139,8 +139,8 @@ def test_the_hold_builds_with_nvcc_and_exports_its_entry_points(tmp_path, monkey
 
     import pytest
 
-    from cuda_agent.env.compiler import find_cuda_home
-    from cuda_agent.env.hold import build_hold
+    from cuda_agent.env.builds.compiler import find_cuda_home
+    from cuda_agent.env.measure.hold import build_hold
 
     home = find_cuda_home()
     if home is None or not (home / "bin" / "nvcc").exists() or not shutil.which("nm"):

@@ -6,7 +6,7 @@ import os
 import pytest
 import torch
 
-from cuda_agent.env.transfer import UnreadableOutput, read_output, write_output
+from cuda_agent.env.workers.transfer import UnreadableOutput, read_output, write_output
 
 CPU = torch.device("cpu")
 
@@ -89,7 +89,7 @@ def test_the_host_copy_and_the_file_are_two_steps(tmp_path):
     """The candidate copies its output to host memory while it holds the device (`output_to_host`:
     no file touched) and writes the file after letting go (`write_host`): the same bytes as one
     `write_output`."""
-    from cuda_agent.env.transfer import output_to_host, write_host
+    from cuda_agent.env.workers.transfer import output_to_host, write_host
 
     value = [torch.randn(64, 32).t(), {"n": 3, "m": torch.arange(5)}]
     layout, host = output_to_host(value)
@@ -106,7 +106,7 @@ def test_the_host_copy_and_the_file_are_two_steps(tmp_path):
 
 def _pair(slot_bytes=1 << 20):
     """The candidate's and the judge's mappings of one staging file, as two workers get it."""
-    from cuda_agent.env.transfer import Staging, create_staging
+    from cuda_agent.env.workers.transfer import Staging, create_staging
 
     fd = create_staging(slot_bytes)
     try:
@@ -116,7 +116,7 @@ def _pair(slot_bytes=1 << 20):
 
 
 def test_a_staged_output_comes_back_equal_and_aligned():
-    from cuda_agent.env.transfer import output_layout
+    from cuda_agent.env.workers.transfer import output_layout
 
     candidate, judge = _pair()
     value = [torch.tensor([True, False, True]),                    # 3 bytes: the next tensor must still align
@@ -132,7 +132,7 @@ def test_a_staged_output_comes_back_equal_and_aligned():
 
 
 def test_the_staging_file_is_sealed_and_checked():
-    from cuda_agent.env.transfer import Staging, create_staging
+    from cuda_agent.env.workers.transfer import Staging, create_staging
 
     fd = create_staging(1 << 20)
     try:

@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from cuda_agent.env.verify import (Dependence, ForgedSamples, Tolerance, compare_outputs, compare_sampled,
+from cuda_agent.env.rules.verify import (Dependence, ForgedSamples, Tolerance, compare_outputs, compare_sampled,
                                    compare_samples, decode_samples, sample_reference, start_sample_reference,
                                    is_dense, pack_samples, take_samples)
 
@@ -185,7 +185,7 @@ def test_dependence_rejects_outputs_that_do_not_follow_the_inputs():
 def test_output_scale_is_the_rms_of_the_finite_values_in_every_case():
     """The one-pass norm (what the judge runs on every call) agrees with the plain definition, also
     when values are non-finite or their squares overflow float32."""
-    from cuda_agent.env.verify import output_scale
+    from cuda_agent.env.rules.verify import output_scale
 
     def plain(t):
         v = t.reshape(-1)
@@ -204,7 +204,7 @@ def test_output_scale_is_the_rms_of_the_finite_values_in_every_case():
 def test_the_all_finite_comparison_gives_the_general_paths_verdicts(monkeypatch):
     """compare_outputs takes a shorter path when every value is finite; it must say exactly what the
     general path says (verdict, error, message, relative error), passing and failing alike."""
-    from cuda_agent.env import verify
+    from cuda_agent.env.rules import verify
 
     gen = torch.Generator().manual_seed(3)
     cases = []

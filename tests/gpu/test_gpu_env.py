@@ -33,7 +33,7 @@ def test_elementwise_workspace(cache_dir):
     _record("elementwise_workspace", result)
     _assert_correct(result)
     assert result.eager_ms and result.compile_ms and result.reward >= 1
-    assert result.timer["kernel"] == "held" and result.timer["eager"] == "held"   # env/hold.py
+    assert result.timer["kernel"] == "held" and result.timer["eager"] == "held"   # env/measure/hold.py
 
 
 def test_a_forward_that_waits_for_the_device_is_timed_unheld(cache_dir):

@@ -1,4 +1,4 @@
-"""The device hold on a real GPU (env/hold.py): what a held call measures, and what it must not let
+"""The device hold on a real GPU (env/measure/hold.py): what a held call measures, and what it must not let
 through. Each test times in this process with `timing.time_once`, as the workers do. Run with `-m gpu`."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import time
 import pytest
 import torch
 
-from cuda_agent.env import timing
-from cuda_agent.env.hold import DeviceHold, Timer, build_hold, call_times
+from cuda_agent.env.measure import timing
+from cuda_agent.env.measure.hold import DeviceHold, Timer, build_hold, call_times
 
 pytestmark = pytest.mark.gpu
 DEVICE = torch.device("cuda", 0)

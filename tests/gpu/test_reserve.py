@@ -1,4 +1,4 @@
-"""The judge's memory asked for in its set-up (env/reserve.py), on a real GPU: after the reserve, a first
+"""The judge's memory asked for in its set-up (env/infra/reserve.py), on a real GPU: after the reserve, a first
 batch of calls finds its memory in the allocator's cache (no cudaMalloc, which waits for the device:
 inside a held call, for the hold). Run with `-m gpu`."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from cuda_agent.env.reserve import judge_bytes, reserve
-from cuda_agent.env.worker import GROUP_BYTES
+from cuda_agent.env.infra.reserve import judge_bytes, reserve
+from cuda_agent.env.workers.worker import GROUP_BYTES
 
 pytestmark = pytest.mark.gpu
 DEVICE = torch.device("cuda", 0)

@@ -648,7 +648,7 @@ class ModelNew(Model):
         """, header="""
         import importlib
 
-        _guard = importlib.import_module("cuda_agent.env.guard")
+        _guard = importlib.import_module("cuda_agent.env.rules.guard")
 
 
         class _Off:

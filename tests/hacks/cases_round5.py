@@ -500,7 +500,7 @@ CLOCKS_AND_PHASES = [
          what="the harness's timer (reached through __main__) at a tenth; the work in a joined thread, "
               "so the main thread's CPU time shows nothing"),
     Case("r5_thread_work_forged_clock_import", "forged clocks below Python", _r("gemm", "a, b", IN_THREAD,
-         header="import cuda_agent.env.timing\n" + CLOCK_AT_A_TENTH.replace("TIMING", "cuda_agent.env.timing")),
+         header="import cuda_agent.env.measure.timing\n" + CLOCK_AT_A_TENTH.replace("TIMING", "cuda_agent.env.measure.timing")),
          rules=("static:*", "clock-disagreement"), invented=True,
          what="the same forged timer, the timing module imported by name"),
     Case("r5_queryable_state_tells_timed_calls", "telling checked calls from timed ones", _r("gemm", "a, b", """

@@ -30,7 +30,7 @@ NATIVE_REACH = {"py_exec.cpp": "PyRun_StringFlags", "py_import_main.cpp": "PyImp
 # A forged clock (the clock-disagreement tests, CPU and GPU): the harness's timing function in the
 # candidate's process answers a tenth of what it measured.
 FORGED_TIME_ONCE = """
-import cuda_agent.env.timing as _timing
+import cuda_agent.env.measure.timing as _timing
 
 _real_once = _timing.time_once
 

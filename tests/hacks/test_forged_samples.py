@@ -11,7 +11,7 @@ was accepted. The sampler is now bound before candidate code runs, and the judge
 harness's sampler cannot have taken (rule `forged-samples`). A failure while comparing the
 candidate's data is the candidate's (it once made the evaluation a "broken task", reward None).
 On the CPU backend the sampler in the candidate's process is no longer consulted at all: the harness
-reads the output from outside at positions it draws (env/outside.py), so the forged sampler changes
+reads the output from outside at positions it draws (env/measure/outside.py), so the forged sampler changes
 nothing and the constant is caught by the recheck (`recheck-after-timing`).
 """
 
@@ -26,7 +26,7 @@ from tests.hacks.cases_wave import task, wave_workspace
 # where the forged sampler goes: the verify module's attribute (what the worker used to look up at
 # each call), or the worker's own binding of it (the worker runs as __main__)
 TARGETS = {
-    "module": "import cuda_agent.env.verify as _where\nNAME = 'take_samples'",
+    "module": "import cuda_agent.env.rules.verify as _where\nNAME = 'take_samples'",
     "worker": "import sys\n_where = sys.modules['__main__']\nNAME = '_take_samples'",
 }
 # what the forged sampler does to the samples, chosen by model_new.py's FORGE (one library per target)

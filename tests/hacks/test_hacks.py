@@ -12,7 +12,7 @@ import uuid
 import pytest
 
 from cuda_agent.env import evaluate
-from cuda_agent.env.static_check import check_source
+from cuda_agent.env.rules.static_check import check_source
 from tests.env.helpers import HONEST_BODY, cpu_workspace, example_task
 from tests.hacks.cases import (HACKS, HONEST, ITERS, TASKS, assert_accepted, assert_rejected, describe, example_kernel,
                                example_model_new, gemm_task, hack_config, honest_result, honest_with, ops_workspace,
@@ -155,7 +155,7 @@ def test_build_cache_poisoning_does_not_reach_other_solutions(cache_dir, record)
     """The build cache is shared by every evaluation. A candidate tries to overwrite another
     solution's cached module with a wrong one; the victim's next evaluation must still run its own
     code. (The harness builds for the candidate, whose sandbox binds the cache read-only.)"""
-    from cuda_agent.env.compiler import build_extension
+    from cuda_agent.env.builds.compiler import build_extension
 
     nonce = uuid.uuid4().hex
     victim = cpu_workspace(example_kernel(HONEST_BODY + f"// victim {nonce}\n"))

@@ -14,7 +14,7 @@ import textwrap
 import pytest
 
 from cuda_agent.env import evaluate
-from cuda_agent.env.sandbox import sandbox_available
+from cuda_agent.env.infra.sandbox import sandbox_available
 from tests.env.helpers import cpu_workspace, example_task
 from tests.hacks.cases import example_model_new, hack_config
 

@@ -65,8 +65,8 @@ def test_imports_the_toolchain_brings_are_exempt_only_outside_the_solutions_own_
     """A compiler wrapper that links libstdc++ statically makes every library import `syscall`; the
     library's imports are checked less the toolchain's own, while the objects compiled from the
     solution's sources still answer for everything they call."""
-    from cuda_agent.env.compiler import build_extension
-    from cuda_agent.env.symbols import check_library, check_symbol, toolchain_imports
+    from cuda_agent.env.builds.compiler import build_extension
+    from cuda_agent.env.rules.symbols import check_library, check_symbol, toolchain_imports
 
     probe = toolchain_imports("cpu", str(cache_dir / "build"))
     assert probe and not [s for s in probe if check_symbol(s)], "this machine's toolchain imports nothing refused"
@@ -123,7 +123,7 @@ def test_honest_controls_pass_the_published_protocol_too(cache_dir):
 FORGED_CLOCKS = {
     # the timer the harness reads in the candidate's process, at a tenth of the speed
     "forged_clock_tenth": ("the timer the harness reads in the candidate's process runs at a tenth of the speed", """
-import cuda_agent.env.timing as _timing
+import cuda_agent.env.measure.timing as _timing
 
 _real = _timing._perf_counter
 _start = _real()
@@ -145,7 +145,7 @@ SLOW_FORWARD = "return cuda_extension.slow_bias_relu(x, self.bias)"
 def test_a_forged_clock_changes_nothing_the_harness_measures(name, cache_dir, record):
     """The candidate's process rewrites how the harness times it (here from Python, with the static
     pass off; from C++ it would be a GOT patch). On the CPU backend nothing it reports is a time: a
-    call's time is its process's CPU time, read from outside it (env/outside.py), so the forgery is
+    call's time is its process's CPU time, read from outside it (env/measure/outside.py), so the forgery is
     accepted and timed exactly as the same kernel with its real clock."""
     what, header = FORGED_CLOCKS[name]
     forged = evaluate(example_task(), wave_workspace(example_model_new(SLOW_FORWARD, header=header)),
@@ -176,7 +176,7 @@ def test_a_process_started_by_the_library_dies_before_the_baselines_are_timed(ca
     machine while the baselines are timed. With the link check on, the library is refused; with every
     check off, the sandbox's PID namespace still takes it down with the candidate: it is gone when the
     baselines are settled, and the eager time is what an honest run measures."""
-    from cuda_agent.env import evaluation
+    from cuda_agent.env.run import evaluation
 
     refused = evaluate(example_task(), wave_workspace(example_model_new("return cuda_extension.slow_bias_relu(x, self.bias)"),
                                                       link_file("fork_ctor.cpp")), hack_config(cache_dir))
@@ -253,7 +253,7 @@ def test_an_output_over_an_inputs_memory_is_refused_whatever_its_tensor():
     as torch::from_blob makes one) is still the input's memory: judged by byte ranges."""
     import torch
 
-    from cuda_agent.env.guard import Rejected, check_output
+    from cuda_agent.env.rules.guard import Rejected, check_output
 
     x = torch.randn(64)
     alias = torch.from_numpy(x.numpy()[4:])          # x's memory, 16 bytes in

@@ -7,7 +7,7 @@ import pytest
 ray = pytest.importorskip("ray")
 
 from cuda_agent.env.config import EvalConfig  # noqa: E402
-from cuda_agent.env.service import EvalService  # noqa: E402
+from cuda_agent.env.infra.service import EvalService  # noqa: E402
 from cuda_agent.rl.episode import EpisodeSettings, evaluator  # noqa: E402
 
 

@@ -9,11 +9,11 @@ from typing import List, Optional
 
 import typer
 
-from cuda_agent.env.cli_args import (backend_option, cache_dir_option, iters_option, kernelbench_option,
+from cuda_agent.env.cli.args import (backend_option, cache_dir_option, iters_option, kernelbench_option,
                                      load_task_arg, make_config, no_compile_baseline_option, no_sandbox_option,
                                      refuse_if_too_large, resolve_backend, scale_option, trials_option,
                                      verify_option)
-from cuda_agent.env.console import MACHINE_ERROR, fail, require_machine
+from cuda_agent.env.cli.console import MACHINE_ERROR, fail, require_machine
 
 TASK_HELP = "A .py file, levelN/ID of KernelBench, or data.jsonl#ROW."
 

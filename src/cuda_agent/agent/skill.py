@@ -10,7 +10,7 @@ from cuda_agent.env.config import EvalConfig
 
 ASSETS = Path(__file__).parent / "assets"
 
-# What each structured input set of the strict protocol is (env/draws.py builds them).
+# What each structured input set of the strict protocol is (env/workers/draws.py builds them).
 _STRUCTURED = {"spikes": "a few elements carrying most of the mass", "negate": "signs flipped",
                "ramp": "scaled by a ramp along the last dimension", "scale_up": "scaled by 100",
                "aligned": "the largest values at the same positions in every input"}
@@ -29,8 +29,8 @@ def skill_text(backend: str, config: EvalConfig | None = None) -> str:
 
 def correctness_rule(config: EvalConfig) -> str:
     """Rule 5: what verification checks, with the configuration's counts and tolerances."""
-    from cuda_agent.env.draws import TRANSFORMS
-    from cuda_agent.env.verify import _TOLERANCE_FLOOR
+    from cuda_agent.env.workers.draws import TRANSFORMS
+    from cuda_agent.env.rules.verify import _TOLERANCE_FLOOR
 
     n = config.num_correct_trials
     floors = " and ".join(f"{floor:g} for {str(dtype).removeprefix('torch.')}"

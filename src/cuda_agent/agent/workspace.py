@@ -35,7 +35,7 @@ from typing import Callable
 from cuda_agent.agent.skill import skill_text
 from cuda_agent.env.config import EvalConfig
 from cuda_agent.env.result import EvalError, EvalResult
-from cuda_agent.env.static_check import check_source
+from cuda_agent.env.rules.static_check import check_source
 from cuda_agent.tasks import Solution, Task, load_solution
 from cuda_agent.tasks.parsing import parse
 

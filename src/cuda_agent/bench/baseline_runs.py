@@ -36,7 +36,7 @@ def slow_first(tasks: list[BenchTask]) -> list[BenchTask]:
 
 
 def stored_entry(task: BenchTask, config: EvalConfig, backend: str, device: str, torch_version: str):
-    from cuda_agent.env.baselines import BaselineStore, entry_key, timing_settings
+    from cuda_agent.env.run.baselines import BaselineStore, entry_key, timing_settings
 
     key = entry_key(task.task.digest, device, torch_version, timing_settings(config, backend))
     entry = BaselineStore(config.cache_dir).get(key)
@@ -55,7 +55,7 @@ async def measure_all(store: RunStore, session_id: int, tasks: list[BenchTask], 
     import torch
 
     if measure is None:
-        from cuda_agent.env.evaluation import measure_baselines as measure
+        from cuda_agent.env.run.evaluation import measure_baselines as measure
     backend = config.resolved_backend()
     done = {b.task_key for b in store.baselines()}
     todo = [t for t in slow_first(tasks) if t.key not in done]

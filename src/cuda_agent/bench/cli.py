@@ -10,9 +10,9 @@ from typing import List, Optional
 
 import typer
 
-from cuda_agent.env.cli_args import (backend_option, cache_dir_option, iters_option, no_compile_baseline_option,
+from cuda_agent.env.cli.args import (backend_option, cache_dir_option, iters_option, no_compile_baseline_option,
                                      no_sandbox_option, precision_option, trials_option)
-from cuda_agent.env.console import MACHINE_ERROR, fail
+from cuda_agent.env.cli.console import MACHINE_ERROR, fail
 
 LEVELS_HELP = "KernelBench levels, e.g. 1,2,3 (default 1,2,3 unless --tasks or --dataset say otherwise)."
 TASKS_HELP = "Tasks: level1/1-20,level2/5 (a bare level3 is the whole level; dataset rows as NAME/ROW)."
@@ -83,7 +83,7 @@ def _reference(path: Optional[Path], kernelbench: Optional[Path]):
 
 
 def _config(backend, protocol, trials, iters, no_compile_baseline, no_sandbox, cache_dir, prewarm=True, precision=None):
-    from cuda_agent.env.cli_args import make_config, precision_setting, resolve_backend
+    from cuda_agent.env.cli.args import make_config, precision_setting, resolve_backend
 
     if protocol not in ("strict", "published"):
         fail(f"--verify must be strict or published, not {protocol!r}")
@@ -95,7 +95,7 @@ def _config(backend, protocol, trials, iters, no_compile_baseline, no_sandbox, c
 def _preflight(config, ray_address: Optional[str] = None) -> None:
     """Doctor's fail-fast checks before hours of work start: a GPU for --backend cuda, compilers, the
     sandbox, the cache. Skipped with --ray: the cluster's machines evaluate, not this one."""
-    from cuda_agent.env.console import require_machine
+    from cuda_agent.env.cli.console import require_machine
 
     if not ray_address:
         require_machine(config.resolved_backend(), config.sandbox, config.cache_dir)
@@ -292,13 +292,13 @@ def register(app: typer.Typer) -> None:
 
 def _evaluator(config, ray_address, per_device, gpus):
     if ray_address:
-        from cuda_agent.env.service import EvalService
+        from cuda_agent.env.infra.service import EvalService
 
         try:
             return EvalService(ray_address, config, per_device=per_device)
         except RuntimeError as exc:
             fail(str(exc))
-    from cuda_agent.env.pool import EvalPool
+    from cuda_agent.env.infra.pool import EvalPool
 
     try:
         return EvalPool(config, gpus=gpus, per_device=per_device)

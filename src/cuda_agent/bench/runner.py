@@ -19,7 +19,7 @@ from cuda_agent.bench.progress import RunProgress
 from cuda_agent.bench.schedule import Deadline
 from cuda_agent.bench.selection import BenchTask
 from cuda_agent.bench.store import RunStore
-from cuda_agent.env.baselines import timing_settings
+from cuda_agent.env.run.baselines import timing_settings
 from cuda_agent.env.config import EvalConfig
 
 RETRYABLE = INFRASTRUCTURE   # our side or the endpoint's: not scored; --retry-failed runs them again

@@ -13,8 +13,8 @@ _EXPORTS = {
     "EvalConfig": "config", "default_cache_dir": "config", "detect_backend": "config",
     "EvalError": "result", "EvalResult": "result", "Timing": "result",
     "milestone_reward": "reward", "continuous_reward": "reward",
-    "evaluate": "evaluation", "EvalPool": "pool",
-    "BuildError": "compiler", "build_extension": "compiler",
+    "evaluate": "run.evaluation", "EvalPool": "infra.pool",
+    "BuildError": "builds.compiler", "build_extension": "builds.compiler",
 }
 
 __all__ = list(_EXPORTS)

@@ -55,7 +55,7 @@ def tolerance_text(result: EvalResult) -> str | None:
     allowance (atol + rtol * |reference|), or None when not known."""
     if not result.correct or not result.tolerance_used:
         return None
-    from cuda_agent.env.verify import share
+    from cuda_agent.env.rules.verify import share
 
     error, allowed = result.tolerance_used
     used = 100 * share(result.tolerance_used)

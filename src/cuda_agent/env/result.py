@@ -65,7 +65,7 @@ class EvalResult:
     protocol: str = "strict"               # "strict" | "published" (docs/verification.md)
     baseline_source: str | None = None     # torch.compile time: "paired" | "stored" | "re-timed"
     skipped_sets: list[str] = field(default_factory=list)   # structured input sets the reference rejects
-    timer: dict[str, str] = field(default_factory=dict)    # CUDA: "held" | "unheld" per side (env/hold.py)
+    timer: dict[str, str] = field(default_factory=dict)    # CUDA: "held" | "unheld" per side (env/measure/hold.py)
 
     @property
     def task_error(self) -> bool:

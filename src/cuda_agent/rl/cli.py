@@ -8,7 +8,7 @@ from typing import List, Optional
 
 import typer
 
-from cuda_agent.env.console import fail
+from cuda_agent.env.cli.console import fail
 
 DATA_EXAMPLES = """[bold]Examples[/bold]
 
@@ -73,7 +73,7 @@ def _preflight(backend: str, evaluator: Optional[str]) -> None:
     if evaluator:
         return
     from cuda_agent.env.config import EvalConfig
-    from cuda_agent.env.console import require_machine
+    from cuda_agent.env.cli.console import require_machine
 
     if backend not in ("cuda", "cpu"):
         fail(f"--backend must be cuda or cpu, not {backend!r}")

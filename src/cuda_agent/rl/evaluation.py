@@ -1,4 +1,4 @@
-"""The evaluation service an RL stage scores with: `cuda_agent.env.service.EvalService`'s Ray actors
+"""The evaluation service an RL stage scores with: `cuda_agent.env.infra.service.EvalService`'s Ray actors
 on GPUs of their own, never the rollout's (Ray hides no GPU from an actor that asks for none, so an
 evaluation inside a rollout worker would time kernels on GPUs that vLLM is using).
 
@@ -22,7 +22,7 @@ import json
 
 def service_client(key: str):
     """The Ray service client for `EpisodeSettings.service_key()` (called once per process)."""
-    from cuda_agent.env.service import EvalService
+    from cuda_agent.env.infra.service import EvalService
     from cuda_agent.rl.episode import eval_config
 
     spec = json.loads(key)

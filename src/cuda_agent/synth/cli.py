@@ -63,7 +63,7 @@ def synth(
     """Synthesise NUM runnable, filtered, decontaminated tasks into OUT (tasks.parquet, tasks.jsonl, datasheet.md)."""
     from rich.console import Console
 
-    from cuda_agent.env.console import fail, on_terminal, require_machine
+    from cuda_agent.env.cli.console import fail, on_terminal, require_machine
     from cuda_agent.synth.preflight import kernelbench_problem, settings_conflict
 
     if backend not in ("cpu", "cuda"):

@@ -105,7 +105,7 @@ def _output(out) -> torch.Tensor:
 
 
 def _time(fn, inputs, device, cfg) -> float:
-    from cuda_agent.env.timing import time_callable
+    from cuda_agent.env.measure.timing import time_callable
 
     timing = time_callable(fn, [inputs], device, warmup=cfg.warmup, iters=cfg.iters,
                            flush_l2=device.type == "cuda", budget_s=cfg.timing_budget_s)

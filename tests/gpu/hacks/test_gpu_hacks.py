@@ -308,7 +308,7 @@ def test_one_hundred_failures_in_a_row_then_an_honest_kernel(cache_dir):
     the guard does before the first call must stay well under timeout_verify; the candidate now
     imports what the guard needs before it reports its build done.
     """
-    from cuda_agent.env.compiler import build_extension
+    from cuda_agent.env.builds.compiler import build_extension
 
     timeout_verify = 4.0
     # three spare worker pairs: a crash is answered faster than a pair starts (~4 s on the H100 host)

@@ -157,7 +157,7 @@ SLOW_KERNEL = cu("""
 FORGED_CLOCKS = {
     # the event timer the harness reads in the candidate's process, at a tenth of the speed
     "forged_event_elapsed": """
-        import cuda_agent.env.timing as _timing
+        import cuda_agent.env.measure.timing as _timing
         _real_elapsed = _timing._event_elapsed
         _timing._event_elapsed = lambda start, end: _real_elapsed(start, end) / 10
         """,

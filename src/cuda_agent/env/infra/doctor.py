@@ -103,12 +103,12 @@ class Machine:
             return self.which("ninja") is not None
 
     def cuda_home(self) -> Path | None:
-        from cuda_agent.env.compiler import find_cuda_home
+        from cuda_agent.env.builds.compiler import find_cuda_home
 
         return find_cuda_home()
 
     def sandbox(self) -> tuple[bool, str]:
-        from cuda_agent.env.sandbox import sandbox_available
+        from cuda_agent.env.infra.sandbox import sandbox_available
 
         return sandbox_available()
 
@@ -138,7 +138,7 @@ class Machine:
         return shutil.disk_usage(_existing_parent(folder)).free
 
     def header_ready(self, backend: str, build_dir: Path) -> bool:
-        from cuda_agent.env.compiler import BuildError, header_ready
+        from cuda_agent.env.builds.compiler import BuildError, header_ready
 
         try:
             return header_ready(backend, build_dir)
@@ -369,7 +369,7 @@ def check_header(m: Machine, backend: str, cache_dir: Path) -> Finding:
         return Finding("torch header", "ok", f"precompiled for the {backend} toolchain")
 
     def repair() -> None:
-        from cuda_agent.env.compiler import prepare_toolchain
+        from cuda_agent.env.builds.compiler import prepare_toolchain
 
         prepare_toolchain(backend, Path(cache_dir) / "build")
 

@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from cuda_agent.env.protocol import STAGING_FD_ENV
+from cuda_agent.env.workers.protocol import STAGING_FD_ENV
 
 MAX_NODES = 100_000     # containers, numbers and tensors in one output's layout
 MAX_DEPTH = 64

@@ -47,7 +47,7 @@ class DeviceEvaluator:
         import os
 
         from cuda_agent.env.config import default_cache_dir
-        from cuda_agent.env.pool import EvalPool
+        from cuda_agent.env.infra.pool import EvalPool
 
         if device is not None:   # placed by a custom resource: Ray assigned no GPU, this is ours
             os.environ["CUDA_VISIBLE_DEVICES"] = str(device)

@@ -214,7 +214,7 @@ _MINIMAL_SOURCES["cuda"] = {
 @lru_cache(maxsize=None)
 def toolchain_imports(backend: str, cache_dir: str) -> frozenset[str]:
     """What a minimal extension built by this machine's toolchain imports on its own."""
-    from cuda_agent.env.compiler import build_extension
+    from cuda_agent.env.builds.compiler import build_extension
 
     report = build_extension("toolchain_probe", _MINIMAL_SOURCES[backend], backend, Path(cache_dir))
     return frozenset(undefined_symbols(report.path))

@@ -1,4 +1,4 @@
-"""Worker processes: `python -m cuda_agent.env.worker judge|candidate`.
+"""Worker processes: `python -m cuda_agent.env.workers.worker judge|candidate`.
 
 Both are driven call by call by the harness (evaluation.py), which alone knows the schedule:
 
@@ -28,25 +28,25 @@ from pathlib import Path
 
 import torch
 
-from cuda_agent.env import timing  # captures clocks and sync before candidate code can patch them
-from cuda_agent.env.verify import take_samples as _take_samples  # bound before candidate code runs, likewise
-from cuda_agent.env.verify import tensors_in
-from cuda_agent.env.transfer import Staging  # likewise
-from cuda_agent.env.transfer import host_copies as _host_copies
-from cuda_agent.env.transfer import output_layout as _output_layout
-from cuda_agent.env.transfer import staged_bytes
-from cuda_agent.env.transfer import write_host as _write_host
-from cuda_agent.env.draws import draw_inputs
-from cuda_agent.env.hold import Timer, load_hold
-from cuda_agent.env.locks import DeviceLock
-from cuda_agent.env.protocol import ChildChannel
-from cuda_agent.env.reserve import judge_bytes, reserve
+from cuda_agent.env.measure import timing  # captures clocks and sync before candidate code can patch them
+from cuda_agent.env.rules.verify import take_samples as _take_samples  # bound before candidate code runs, likewise
+from cuda_agent.env.rules.verify import tensors_in
+from cuda_agent.env.workers.transfer import Staging  # likewise
+from cuda_agent.env.workers.transfer import host_copies as _host_copies
+from cuda_agent.env.workers.transfer import output_layout as _output_layout
+from cuda_agent.env.workers.transfer import staged_bytes
+from cuda_agent.env.workers.transfer import write_host as _write_host
+from cuda_agent.env.workers.draws import draw_inputs
+from cuda_agent.env.measure.hold import Timer, load_hold
+from cuda_agent.env.infra.locks import DeviceLock
+from cuda_agent.env.workers.protocol import ChildChannel
+from cuda_agent.env.infra.reserve import judge_bytes, reserve
 
 
 def locate(out) -> dict:
     """Where the output is, for the harness to read from outside this process: its layout, its
     structure and Python numbers, and each tensor's address, dtype, shape and strides."""
-    from cuda_agent.env.verify import scalars_in, structure
+    from cuda_agent.env.rules.verify import scalars_in, structure
 
     tree, tensors = _output_layout(out)
     located = []
@@ -77,7 +77,7 @@ def _short_traceback(exc: BaseException, limit_frames: int = 4) -> str:
 
 
 def _all_finite(value) -> bool:
-    from cuda_agent.env.verify import tensors_in
+    from cuda_agent.env.rules.verify import tensors_in
 
     return all(bool(torch.isfinite(t).all()) for t in tensors_in(value) if t.is_floating_point() or t.is_complex())
 
@@ -90,7 +90,7 @@ class _Judge:
     """The reference side of an evaluation: the task's model, its compiled twin, the tolerance."""
 
     def __init__(self, job: dict):
-        from cuda_agent.env.verify import Dependence, Tolerance
+        from cuda_agent.env.rules.verify import Dependence, Tolerance
         from cuda_agent.tasks.task import load_task_module
 
         self.cfg, self.box = job["config"], Path(job["box"])
@@ -134,7 +134,7 @@ class _Judge:
         (the CPU backend): the candidate runs no code of the task's and sees its inputs only inside
         its call. The judge keeps what it drew for the reference, and the bytes it put, to notice a
         candidate that wrote into its slot (`inputs_kept`)."""
-        from cuda_agent.env.transfer import output_layout
+        from cuda_agent.env.workers.transfer import output_layout
 
         if self.staging is None:
             return {"ok": False, "message": "no staging file for the candidate's inputs"}
@@ -225,8 +225,8 @@ class _Judge:
     def _load(self, cmd: dict) -> "_JudgeCall":
         """A call on its way; a verification call's output file read first, without the device:
         reading 128 MB outlasts most kernels."""
-        from cuda_agent.env.transfer import UnreadableOutput, read_output
-        from cuda_agent.env.verify import decode_samples
+        from cuda_agent.env.workers.transfer import UnreadableOutput, read_output
+        from cuda_agent.env.rules.verify import decode_samples
 
         part = _JudgeCall(cmd, _CallTrace() if _TRACE_CALLS else None)
         compare = cmd.get("compare") or {}
@@ -270,7 +270,7 @@ class _Judge:
 
     def _start_sample(self, part: "_JudgeCall") -> None:
         """`_sample`'s device work, launched (the hold's end waits for it); `_finish_sample` after."""
-        from cuda_agent.env.verify import start_sample_reference
+        from cuda_agent.env.rules.verify import start_sample_reference
 
         compare = part.cmd.get("compare") or {}
         if "samples" not in compare:
@@ -295,7 +295,7 @@ class _Judge:
 
     @staticmethod
     def _finish_sample(part: "_JudgeCall") -> None:
-        from cuda_agent.env.verify import PendingReference
+        from cuda_agent.env.rules.verify import PendingReference
 
         if isinstance(part.sampled, PendingReference):
             try:
@@ -304,7 +304,7 @@ class _Judge:
                 part.sampled = exc
 
     def _settle(self, group: list["_JudgeCall"]) -> list[dict]:
-        from cuda_agent.env.verify import PendingReference
+        from cuda_agent.env.rules.verify import PendingReference
 
         timed = [part for part in group if part.timed and part.answer is None]
         began, waited = timing._perf_counter(), self.lock_wait_s
@@ -383,7 +383,7 @@ class _Judge:
     def _compare(self, part: "_JudgeCall") -> dict:
         """The candidate's output (read from its file by `_load`, or its samples, against the reference
         read by `_sample`) against the reference: the verdict's fields."""
-        from cuda_agent.env.verify import ForgedSamples, compare_outputs, compare_sampled, compared_whole
+        from cuda_agent.env.rules.verify import ForgedSamples, compare_outputs, compare_sampled, compared_whole
 
         cmd, reference, trace = part.cmd, part.reference, part.trace
         transform = cmd.get("transform")
@@ -512,8 +512,8 @@ def load_candidate(solution_dir: Path, build, prebuilt: dict[str, str] | None = 
     """Load the solution: its prebuilt workspace extension (`prebuilt`: module name -> .so, built by
     the harness), then `model_new.py`, whose load_inline/load calls go through `build`.
     Returns (ModelNew class, builder)."""
-    from cuda_agent.env.compiler import BuildError, load_module
-    from cuda_agent.env.inline import InlineBuilder
+    from cuda_agent.env.builds.compiler import BuildError, load_module
+    from cuda_agent.env.builds.inline import InlineBuilder
     from cuda_agent.tasks.task import load_task_module
 
     builder = InlineBuilder(build)
@@ -544,7 +544,7 @@ def load_candidate(solution_dir: Path, build, prebuilt: dict[str, str] | None = 
 def remote_build(chan: ChildChannel):
     """A `build` for InlineBuilder that asks the harness to compile: the candidate never writes the
     shared build cache, so it cannot plant a module that another evaluation would load."""
-    from cuda_agent.env.compiler import BuildError
+    from cuda_agent.env.builds.compiler import BuildError
 
     def build(name: str, files: dict[str, str], **flags) -> Path:
         chan.send(request="build", name=name, files=files, **flags)
@@ -572,7 +572,7 @@ class _Candidate:
     def __init__(self, job: dict, chan: ChildChannel, tables: dict[str, str]):
         """`tables`: the dispatcher's registrations before any of the solution's code (`_dispatcher_tables`),
         with the harness's thread pools started (both done while the worker waited for its job)."""
-        from cuda_agent.env.guard import COUNTER, NativeGuard, ThreadWatch
+        from cuda_agent.env.rules.guard import COUNTER, NativeGuard, ThreadWatch
 
         self.chan, self.job = chan, job
         self.cfg, self.box = job["config"], Path(job["box"])
@@ -596,7 +596,7 @@ class _Candidate:
     # -- setup ---------------------------------------------------------------------------------
 
     def load(self):
-        from cuda_agent.env.compiler import BuildError
+        from cuda_agent.env.builds.compiler import BuildError
 
         try:
             self.model_class, builder = load_candidate(Path(self.job["solution_dir"]), remote_build(self.chan),
@@ -661,7 +661,7 @@ class _Candidate:
         """The first half of a call: its inputs drawn and the memory poisoned, before the harness
         starts its own clock for the call itself (drawing large inputs costs more, and varies more,
         than many kernels take)."""
-        from cuda_agent.env.guard import InputSentinel, poison_allocator
+        from cuda_agent.env.rules.guard import InputSentinel, poison_allocator
 
         self._check_threads()
         trace = _CallTrace() if _TRACE_CALLS else None
@@ -676,7 +676,7 @@ class _Candidate:
         return {"ok": True}
 
     def _check_threads(self) -> None:
-        from cuda_agent.env.guard import Rejected
+        from cuda_agent.env.rules.guard import Rejected
 
         if self.threads.worked_since_mark():
             raise Rejected("background-thread", "a thread the solution started kept working outside forward "
@@ -691,7 +691,7 @@ class _Candidate:
         backend), seen here only now; or drawn by `prepare` from the call's seed. With judge-drawn
         inputs the answer locates the output (`locate`) and the harness reads it from outside while
         this process is stopped; otherwise this process samples it."""
-        from cuda_agent.env.guard import COUNTER, python_threads
+        from cuda_agent.env.rules.guard import COUNTER, python_threads
 
         given = cmd.get("inputs")
         if given is not None:
@@ -739,7 +739,7 @@ class _Candidate:
         trace and trace.lap("timed", self.device)
         timing.device_synchronize(self.device)   # nothing of this call may run while the judge times
         if stream is not None and torch.cuda.current_stream(self.device) != stream:
-            from cuda_agent.env.guard import Rejected
+            from cuda_agent.env.rules.guard import Rejected
 
             raise Rejected("stream-changed", "forward left another CUDA stream current: work on streams of your "
                                              "own is fine (join them before returning), but the caller's stream "
@@ -809,7 +809,7 @@ class _Candidate:
 
     def _inspect(self, out, inputs, calls_before, threads_before, sentinel):
         """(extension calls of this forward, the first rule it broke or None)."""
-        from cuda_agent.env.guard import COUNTER, Rejected, check_output, new_python_thread, violation_message
+        from cuda_agent.env.rules.guard import COUNTER, Rejected, check_output, new_python_thread, violation_message
 
         calls = COUNTER.calls - calls_before
         found = None
@@ -843,7 +843,7 @@ class _Candidate:
 
     def _count(self, calls: int) -> None:
         """Every call must call the kernels equally often (the first may do one-time work)."""
-        from cuda_agent.env.guard import Rejected
+        from cuda_agent.env.rules.guard import Rejected
 
         self.calls_per_forward.append(calls)
         steady = self.calls_per_forward[1:]
@@ -877,7 +877,7 @@ class _CallTrace:
 
 
 def run_candidate(chan: ChildChannel) -> None:
-    from cuda_agent.env.guard import Rejected, warm_harness_threads
+    from cuda_agent.env.rules.guard import Rejected, warm_harness_threads
 
     # before the job, which a spare worker waits for: off the evaluation's path (about 0.07 s)
     warm_harness_threads(_device(os.environ.get("CUDA_AGENT_WORKER_BACKEND", "cpu")))
@@ -917,9 +917,9 @@ def warm_harness_kernels(device: torch.device) -> None:
     at its first launch (milliseconds each, waiting for the device), which would otherwise happen in
     an evaluation's first calls while they hold the device's lock. Like creating the CUDA context, this
     runs without the lock: a few kernels on 64 elements, once per worker."""
-    from cuda_agent.env.draws import TRANSFORMS, structured
-    from cuda_agent.env.guard import InputSentinel
-    from cuda_agent.env.verify import Tolerance, compare_outputs, output_scale, take_samples
+    from cuda_agent.env.workers.draws import TRANSFORMS, structured
+    from cuda_agent.env.rules.guard import InputSentinel
+    from cuda_agent.env.rules.verify import Tolerance, compare_outputs, output_scale, take_samples
 
     x = torch.randn(64, device=device)
     for transform in TRANSFORMS:                                        # the structured input sets

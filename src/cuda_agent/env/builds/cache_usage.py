@@ -59,7 +59,7 @@ def headers(root: Path) -> dict[str, int]:
 
 def current_keys() -> dict[str, str]:
     """backend -> toolchain key of this Python's torch and compilers (backends it cannot build skipped)."""
-    from cuda_agent.env.compiler import BuildError, toolchain
+    from cuda_agent.env.builds.compiler import BuildError, toolchain
 
     keys = {}
     for backend in ("cpu", "cuda"):

@@ -236,9 +236,9 @@ def prepare_toolchain(backend: str, cache_dir: Path) -> Path:
     hold) and the toolchain's own imports (the link check's baseline). Returns the header."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from cuda_agent.env.guard import build_guard
-    from cuda_agent.env.hold import build_hold
-    from cuda_agent.env.symbols import toolchain_imports
+    from cuda_agent.env.rules.guard import build_guard
+    from cuda_agent.env.measure.hold import build_hold
+    from cuda_agent.env.rules.symbols import toolchain_imports
 
     with ThreadPoolExecutor(max_workers=2) as pool:
         guard = pool.submit(build_guard, Path(cache_dir))
@@ -271,11 +271,11 @@ def build_extension(name: str, files: dict[str, str], backend: str, cache_dir: P
     bounds each compiler call. `check(library, objects)` raises to refuse the library: it runs on
     the freshly linked library before it is published (a refused one is deleted) and on a cached
     one before it is returned (a cached one refused by today's rules is deleted too)."""
-    from cuda_agent.env.build_flags import UnsafeFlag, check_flags, check_include_paths
+    from cuda_agent.env.rules.build_flags import UnsafeFlag, check_flags, check_include_paths
 
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
         raise BuildError(f"extension name {name!r} is not a valid Python identifier")
-    from cuda_agent.env.allowlist import extension_name_problem
+    from cuda_agent.env.rules.allowlist import extension_name_problem
 
     problem = extension_name_problem(name)   # the candidate registers it in sys.modules under this name
     if problem:

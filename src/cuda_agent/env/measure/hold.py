@@ -33,7 +33,7 @@ from __future__ import annotations
 import ctypes
 from pathlib import Path
 
-from cuda_agent.env.stats import order_quantile, quantile_precision
+from cuda_agent.env.measure.stats import order_quantile, quantile_precision
 
 HOLD_SOURCE = Path(__file__).parent / "native" / "hold.cu"
 HOST_QUANTILE = 0.1           # which of a side's host times stands for its host path (call_times)
@@ -43,7 +43,7 @@ RESIDENT_LIMIT_S = 0.02       # how long the host waits for the hold to fill the
 
 def build_hold(cache_dir: Path) -> Path:
     """The hold's library, built once per toolchain and GPU architecture by the harness."""
-    from cuda_agent.env.compiler import build_native_library
+    from cuda_agent.env.builds.compiler import build_native_library
 
     return build_native_library("cuda_agent_hold", HOLD_SOURCE.read_text(), Path(cache_dir), cuda=True)
 

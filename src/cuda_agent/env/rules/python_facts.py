@@ -8,7 +8,7 @@ import ast
 import re
 import string
 
-from cuda_agent.env import allowlist as allow
+from cuda_agent.env.rules import allowlist as allow
 
 LOADERS = {"torch.utils.cpp_extension.load_inline", "torch.utils.cpp_extension.load"}
 

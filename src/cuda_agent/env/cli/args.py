@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer
 
-from cuda_agent.env.console import MACHINE_ERROR, fail
+from cuda_agent.env.cli.console import MACHINE_ERROR, fail
 
 BACKENDS = ("cuda", "cpu")
 
@@ -144,7 +144,7 @@ def make_config(backend: str, *, cache_dir: Path | None, no_sandbox: bool, **set
 
 def refuse_if_too_large(task, config) -> None:
     """Stop before any process starts when the task's tensors cannot fit this machine."""
-    from cuda_agent.env.capacity import too_large
+    from cuda_agent.env.infra.capacity import too_large
 
     message = too_large(task, config.resolved_backend(), config.num_correct_trials)
     if message:

@@ -15,7 +15,7 @@ import torch
 from cuda_agent.env.result import Timing
 
 if TYPE_CHECKING:
-    from cuda_agent.env.hold import DeviceHold
+    from cuda_agent.env.measure.hold import DeviceHold
 
 _perf_counter = time.perf_counter
 _thread_time = time.thread_time

@@ -35,14 +35,14 @@ from pathlib import Path
 from typing import Callable
 
 from cuda_agent.env.config import EvalConfig
-from cuda_agent.env.handed import hand
-from cuda_agent.env.hold import call_times, floor_precise
-from cuda_agent.env.isolation import Worker, box_of, start_worker
-from cuda_agent.env.protocol import ChildDied, ChildTimeout, ForgedMessage
+from cuda_agent.env.builds.handed import hand
+from cuda_agent.env.measure.hold import call_times, floor_precise
+from cuda_agent.env.infra.isolation import Worker, box_of, start_worker
+from cuda_agent.env.workers.protocol import ChildDied, ChildTimeout, ForgedMessage
 from cuda_agent.env.result import EvalError, EvalResult, Timing
 from cuda_agent.env.reward import MARGIN, NEEDED, milestone_reward, reward_from_speedups
-from cuda_agent.env.stats import median_precision
-from cuda_agent.env.verify import FP32_PRECISION_WARNING, share
+from cuda_agent.env.measure.stats import median_precision
+from cuda_agent.env.rules.verify import FP32_PRECISION_WARNING, share
 from cuda_agent.tasks.solution import Solution, missing_model_new
 from cuda_agent.tasks.task import Task, TaskError, strip_reference_model
 
@@ -56,7 +56,7 @@ MIN_CALL_MS = 1e-4         # a call measured from outside, less the overhead, is
 @lru_cache(maxsize=256)
 def _too_large(task: Task, backend: str, trials: int) -> str | None:
     """Whether the task's tensors cannot fit this machine (measured on the meta device, once per task)."""
-    from cuda_agent.env.capacity import too_large
+    from cuda_agent.env.infra.capacity import too_large
 
     return too_large(task, backend, trials)
 
@@ -102,7 +102,7 @@ def evaluate(task: Task, solution: Solution, config: EvalConfig | None = None, *
     """
     if stop_after not in (None, "compile", "verify"):
         raise ValueError("stop_after must be None, 'compile' or 'verify'")
-    from cuda_agent.env import spares
+    from cuda_agent.env.infra import spares
 
     config = config or EvalConfig()
     backend = config.resolved_backend()
@@ -133,7 +133,7 @@ def evaluate(task: Task, solution: Solution, config: EvalConfig | None = None, *
 def _start_worker(role: str, config: EvalConfig, backend: str, job_dir: Path, gpu: int | None,
                   staging_fd: int | None = None) -> Worker:
     """A judge, or a candidate inside the sandbox (raises SandboxUnavailable when it cannot be)."""
-    from cuda_agent.env.sandbox import sandbox_prefix
+    from cuda_agent.env.infra.sandbox import sandbox_prefix
 
     box = box_of(job_dir)
     box.mkdir(parents=True, exist_ok=True)
@@ -142,7 +142,7 @@ def _start_worker(role: str, config: EvalConfig, backend: str, job_dir: Path, gp
 
 
 def _start_pair(config: EvalConfig, backend: str, job_dir: Path, gpu: int | None):
-    from cuda_agent.env.spares import WorkerPair
+    from cuda_agent.env.infra.spares import WorkerPair
 
     with _staging() as fd:
         judge = _start_worker("judge", config, backend, job_dir, gpu, fd)
@@ -156,7 +156,7 @@ def _start_pair(config: EvalConfig, backend: str, job_dir: Path, gpu: int | None
 @contextmanager
 def _staging():
     """The staging file a pair of workers shares (transfer.create_staging), ours only until both have it."""
-    from cuda_agent.env.transfer import create_staging
+    from cuda_agent.env.workers.transfer import create_staging
 
     try:
         fd = create_staging()
@@ -205,7 +205,7 @@ def _fresh_seed() -> int:
 
 
 def verification_calls(seeds: list[int], strict: bool) -> list[Call]:
-    from cuda_agent.env.draws import TRANSFORMS
+    from cuda_agent.env.workers.draws import TRANSFORMS
 
     calls = [Call("verify", seed) for seed in seeds]
     if strict:
@@ -231,7 +231,7 @@ def timing_calls(warmup: int, iters: int, strict: bool, null_calls: int, rng: ra
 
 class _Evaluation:
     def __init__(self, task, solution, config, backend, job_dir, gpu, result, stop_after, say):
-        from cuda_agent.env.locks import DeviceLock
+        from cuda_agent.env.infra.locks import DeviceLock
 
         self.task, self.solution, self.config, self.stop_after = task, solution, config, stop_after
         self.backend, self.job_dir, self.gpu, self.result, self.say = backend, job_dir, gpu, result, say
@@ -300,8 +300,8 @@ class _Evaluation:
     def _build(self, name: str, files: dict, **flags) -> Path:
         """Build for the solution (harness side), checking what the library links against before it is
         published (a refused one is deleted); returns the copy handed to the candidate (handed.py)."""
-        from cuda_agent.env.compiler import BuildError, build_extension
-        from cuda_agent.env.symbols import ToolMissing, check_library, toolchain_imports
+        from cuda_agent.env.builds.compiler import BuildError, build_extension
+        from cuda_agent.env.rules.symbols import ToolMissing, check_library, toolchain_imports
 
         build_cache = Path(self.config.cache_dir) / "build"
         exempt = toolchain_imports(self.backend, str(build_cache)) if self.config.guard else None
@@ -323,7 +323,7 @@ class _Evaluation:
     def _serve_build(self, request: dict) -> dict:
         """Compile for the candidate (its load_inline / load calls): the shared build cache is
         written by the harness only. Sources and flags are checked like any build input."""
-        from cuda_agent.env.compiler import BuildError
+        from cuda_agent.env.builds.compiler import BuildError
 
         self.build_requests += 1
         if self.build_requests > MAX_BUILD_REQUESTS:
@@ -351,12 +351,12 @@ class _Evaluation:
                 worker.kill()
 
     def _start(self, role: str, staging_fd: int | None = None) -> Worker:
-        from cuda_agent.env.sandbox import SandboxUnavailable
+        from cuda_agent.env.infra.sandbox import SandboxUnavailable
 
         try:
             return _start_worker(role, self.config, self.backend, self.job_dir, self.gpu, staging_fd)
         except SandboxUnavailable as exc:
-            from cuda_agent.env.doctor import Machine, check_sandbox
+            from cuda_agent.env.infra.doctor import Machine, check_sandbox
 
             fix = check_sandbox(Machine(), self.config.sandbox).line()
             raise _Failed("internal", f"{exc}\n{fix}", rule="sandbox") from None
@@ -406,7 +406,7 @@ class _Evaluation:
             self._task_first(need_judge)
             raise _Failed("compile", str(refused), rule="native-symbol") from None
         except Exception as exc:
-            from cuda_agent.env.compiler import BuildError
+            from cuda_agent.env.builds.compiler import BuildError
 
             if not isinstance(exc, BuildError):
                 raise
@@ -450,8 +450,8 @@ class _Evaluation:
         which only reads the build cache) while the workers start."""
         from concurrent.futures import ThreadPoolExecutor
 
-        from cuda_agent.env.compiler import BuildError, header_ready
-        from cuda_agent.env.guard import build_guard
+        from cuda_agent.env.builds.compiler import BuildError, header_ready
+        from cuda_agent.env.rules.guard import build_guard
 
         build_root = Path(self.config.cache_dir) / "build"
         pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="build")
@@ -473,14 +473,14 @@ class _Evaluation:
 
     def _hold_library(self) -> str | None:
         """The device hold's library (hold.py) when timing on a GPU uses it; None otherwise."""
-        from cuda_agent.env.hold import build_hold
+        from cuda_agent.env.measure.hold import build_hold
 
         if self.backend != "cuda" or not self.config.hold:
             return None
         return str(build_hold(Path(self.config.cache_dir) / "build"))
 
     def _hold_path(self) -> str | None:
-        from cuda_agent.env.compiler import BuildError
+        from cuda_agent.env.builds.compiler import BuildError
 
         try:
             return self.hold_lib.result() if self.hold_lib is not None else self._hold_library()
@@ -547,7 +547,7 @@ class _Evaluation:
     memory = None     # the candidate's memory (outside.Memory), for those
 
     def _open_memory(self) -> bool:
-        from cuda_agent.env.outside import Memory
+        from cuda_agent.env.measure.outside import Memory
 
         try:
             self.memory = Memory(self.candidate.main_pid)
@@ -565,7 +565,7 @@ class _Evaluation:
                 if path.endswith(KERNEL_SUFFIXES)}
 
     def _static_check(self) -> None:
-        from cuda_agent.env.static_check import check_native_source, check_source, native_sources_in_python
+        from cuda_agent.env.rules.static_check import check_native_source, check_source, native_sources_in_python
 
         findings = []
         for path, text in self.solution.files.items():
@@ -640,8 +640,8 @@ class _Evaluation:
         its output is; stopped again, its CPU time (all threads) is the call's time and its output is
         read from its memory, at positions drawn now (whole for a verification call). Its own checks
         (the guard's verdict) come after that, on `finish`."""
-        from cuda_agent.env.outside import UnreadableOutput, read_samples, write_whole
-        from cuda_agent.env.verify import SAMPLES_PER_TENSOR
+        from cuda_agent.env.measure.outside import UnreadableOutput, read_samples, write_whole
+        from cuda_agent.env.rules.verify import SAMPLES_PER_TENSOR
 
         save, slot = call.kind == "verify", call.index % 2
         asked = time.perf_counter()
@@ -1001,13 +1001,13 @@ class _Evaluation:
     def _store_key(self) -> str:
         import torch
 
-        from cuda_agent.env.baselines import entry_key, timing_settings
+        from cuda_agent.env.run.baselines import entry_key, timing_settings
 
         return entry_key(self.task.digest, self.result.device, torch.__version__,
                          timing_settings(self.config, self.backend))
 
     def _stored_baseline(self):
-        from cuda_agent.env.baselines import BaselineStore
+        from cuda_agent.env.run.baselines import BaselineStore
 
         key = self._store_key()
         entry = BaselineStore(self.config.cache_dir).get(key)
@@ -1016,7 +1016,7 @@ class _Evaluation:
     def _store_baseline(self, eager: Timing, compile_timing: Timing | None) -> None:
         import torch
 
-        from cuda_agent.env.baselines import BaselineEntry, BaselineStore, timing_settings
+        from cuda_agent.env.run.baselines import BaselineEntry, BaselineStore, timing_settings
 
         entry = BaselineEntry(task=self.task.name, task_digest=self.task.digest, device=self.result.device,
                               torch=torch.__version__, settings=timing_settings(self.config, self.backend),
@@ -1027,7 +1027,7 @@ class _Evaluation:
     def _use_stored(self, eager: Timing) -> None:
         """A stored compile time, trusted only while this evaluation's eager time agrees with the
         eager time stored beside it; otherwise torch.compile is timed afresh (paired with eager)."""
-        from cuda_agent.env.baselines import agrees
+        from cuda_agent.env.run.baselines import agrees
 
         key, entry = self.stored
         if entry.compile is None:
@@ -1195,7 +1195,7 @@ def measure_baselines(task: Task, config: EvalConfig | None = None, *, gpu: int 
     the device. Never raises for anything the task does."""
     import torch
 
-    from cuda_agent.env.baselines import BaselineEntry, BaselineStore, entry_key, timing_settings
+    from cuda_agent.env.run.baselines import BaselineEntry, BaselineStore, entry_key, timing_settings
 
     config = config or EvalConfig()
     backend = config.resolved_backend()

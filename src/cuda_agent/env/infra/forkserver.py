@@ -2,8 +2,8 @@
 
 Importing torch is most of a worker's start (about 2.4 s of CPU on a CI core), and a pool or a test
 suite starts a judge per evaluation. The judge runs only the task's code and is never sandboxed, so
-it can come from a fork: the server (`python -m cuda_agent.env.forkserver`, one per harness process,
-started on first use) imports `cuda_agent.env.worker` once, never touches CUDA, and forks each judge
+it can come from a fork: the server (`python -m cuda_agent.env.infra.forkserver`, one per harness process,
+started on first use) imports `cuda_agent.env.workers.worker` once, never touches CUDA, and forks each judge
 on request. Every judge is still a process of its own for one evaluation, in a session of its own
 (killed with its group, as a started one is), with the environment and folder it was asked for.
 
@@ -27,7 +27,7 @@ import subprocess
 import sys
 import threading
 
-from cuda_agent.env.protocol import STAGING_FD_ENV
+from cuda_agent.env.workers.protocol import STAGING_FD_ENV
 
 _MAX_REQUEST = 1 << 20
 
@@ -36,7 +36,7 @@ _MAX_REQUEST = 1 << 20
 
 
 def _serve(sock: socket.socket) -> None:
-    importlib.import_module("cuda_agent.env.worker")   # the import every judge would otherwise pay
+    importlib.import_module("cuda_agent.env.workers.worker")   # the import every judge would otherwise pay
 
     status_fds: dict[int, int] = {}
 
@@ -85,7 +85,7 @@ def _serve(sock: socket.socket) -> None:
 
 def _become_worker(request: dict, sock: socket.socket, stdin_fd: int, protocol_fd: int, log_fd: int,
                    server_fds: list[int], staging_fd: int | None = None) -> None:
-    """In the forked child: what `python -m cuda_agent.env.worker ROLE` would be. Never returns."""
+    """In the forked child: what `python -m cuda_agent.env.workers.worker ROLE` would be. Never returns."""
     try:
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGCHLD])
@@ -107,11 +107,11 @@ def _become_worker(request: dict, sock: socket.socket, stdin_fd: int, protocol_f
         if staging_fd is not None:   # its number here, not the harness's
             os.environ[STAGING_FD_ENV] = str(staging_fd)
         os.chdir(request["cwd"])
-        sys.argv = ["cuda_agent.env.worker", request["role"]]
+        sys.argv = ["cuda_agent.env.workers.worker", request["role"]]
         import random
 
         random.seed()   # not the server's state, shared by every fork
-        from cuda_agent.env import worker
+        from cuda_agent.env.workers import worker
 
         worker.main()
     finally:
@@ -171,7 +171,7 @@ class ForkedProcess:
 class _Server:
     def __init__(self, env: dict):
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        self.proc = subprocess.Popen([sys.executable, "-m", "cuda_agent.env.forkserver", str(theirs.fileno())],
+        self.proc = subprocess.Popen([sys.executable, "-m", "cuda_agent.env.infra.forkserver", str(theirs.fileno())],
                                      pass_fds=(theirs.fileno(),), env=env, stdin=subprocess.DEVNULL,
                                      start_new_session=True)
         theirs.close()

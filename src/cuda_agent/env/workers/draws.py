@@ -34,7 +34,7 @@ TRANSFORMS = ("spikes", "negate", "ramp", "scale_up", "aligned")
 
 def draw_inputs(module, seed: int, device: torch.device, transform: str | None = None) -> list:
     """The task's `get_inputs()` under `seed`, created directly on the device (and transformed)."""
-    from cuda_agent.env import timing
+    from cuda_agent.env.measure import timing
 
     torch.manual_seed(seed)
     with torch.device(device):

@@ -1,6 +1,6 @@
 """Starting and stopping worker processes: own process group, own GPU, optional sandbox.
 
-A worker is `python -m cuda_agent.env.worker ROLE`, the candidate inside bubblewrap (sandbox.py).
+A worker is `python -m cuda_agent.env.workers.worker ROLE`, the candidate inside bubblewrap (sandbox.py).
 An evaluation's folder holds the harness's own files (the workers' logs) and `box/`, the only place
 the candidate can write: its solution, the reference's initial weights (written by the judge) and
 the outputs it hands over. A worker is killed with its whole process group; a sandboxed one with
@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cuda_agent.env.protocol import PROTOCOL_FD_ENV, STAGING_FD_ENV, ParentChannel
+from cuda_agent.env.workers.protocol import PROTOCOL_FD_ENV, STAGING_FD_ENV, ParentChannel
 
 # Startup is importing torch and (on CUDA) creating a context; generous, but finite.
 STARTUP_TIMEOUT_S = 120.0
@@ -54,7 +54,7 @@ class Worker:
             return fh.read().decode(errors="replace")
 
     def wait_ready(self, timeout: float = STARTUP_TIMEOUT_S) -> None:
-        from cuda_agent.env.sandbox import descendants
+        from cuda_agent.env.infra.sandbox import descendants
 
         hello = self.channel.receive(timeout)
         if not hello.get("ready"):
@@ -64,7 +64,7 @@ class Worker:
             self.startup = {"imports": setup[0] - self.spawned, "device_setup": setup[1] - setup[0],
                             "ready": setup[1] - self.spawned}
             if os.environ.get("CUDA_AGENT_LOCK_LOG"):   # beside the lock's holds
-                from cuda_agent.env.locks import log_outside_hold
+                from cuda_agent.env.infra.locks import log_outside_hold
 
                 log_outside_hold(f"startup.{self.role}", *setup)
         self.expected = descendants(self.proc.pid)
@@ -79,7 +79,7 @@ class Worker:
         """CPU time every thread of the worker's process has used, from the kernel's scheduler
         statistics (read here, out of the worker's reach; other processes on a loaded machine do not
         inflate it). Final while the worker is stopped (`stop`)."""
-        from cuda_agent.env.outside import cpu_seconds
+        from cuda_agent.env.measure.outside import cpu_seconds
 
         return cpu_seconds(self.main_pid) if self.main_pid else None
 
@@ -87,7 +87,7 @@ class Worker:
         """Stop the worker between commands (outside.stop): none of its threads, signal handlers or
         timers runs until the next command is sent (`send`). `wait`: until every thread has stopped,
         so that its CPU time is final (the CPU backend's measure); a GPU's calls are timed otherwise."""
-        from cuda_agent.env.outside import stop
+        from cuda_agent.env.measure.outside import stop
 
         if self.main_pid and not self.stopped:
             self.stopped = stop(self.main_pid, wait)
@@ -95,7 +95,7 @@ class Worker:
     def send(self, **message) -> None:
         """A command to the worker, which is resumed first if it was stopped."""
         if self.stopped:
-            from cuda_agent.env.outside import resume
+            from cuda_agent.env.measure.outside import resume
 
             resume(self.main_pid)
             self.stopped = False
@@ -103,7 +103,7 @@ class Worker:
 
     def extra_processes(self) -> list[int]:
         """Processes started below the worker since it was ready (none for an honest candidate)."""
-        from cuda_agent.env.sandbox import descendants
+        from cuda_agent.env.infra.sandbox import descendants
 
         return sorted(descendants(self.proc.pid) - self.expected)
 
@@ -153,7 +153,7 @@ def start_worker(role: str, job_dir: Path, backend: str, gpu: int | None,
     """Start a worker process (inside the sandbox when `wrap` is bubblewrap's command prefix); call
     `wait_ready()` before sending it work. `staging_fd`: the pair's staging file (transfer.Staging),
     which the worker inherits (the caller keeps and closes its own descriptor)."""
-    from cuda_agent.env.sandbox import seccomp_program
+    from cuda_agent.env.infra.sandbox import seccomp_program
 
     read_fd, write_fd = os.pipe()
     keep = [write_fd]
@@ -188,7 +188,7 @@ def start_worker(role: str, job_dir: Path, backend: str, gpu: int | None,
         # the thread watch counts any CPU time the solution's threads use between calls.
         env.update(OMP_WAIT_POLICY="PASSIVE", GOMP_SPINCOUNT="0", KMP_BLOCKTIME="0")
     # Our package must be importable in the child even when it is not installed.
-    src = str(Path(__file__).resolve().parents[2])
+    src = str(Path(__file__).resolve().parents[3])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
     box = box_of(job_dir)
     box.mkdir(parents=True, exist_ok=True)
@@ -198,11 +198,11 @@ def start_worker(role: str, job_dir: Path, backend: str, gpu: int | None,
     spawned = time.monotonic()   # before the process exists: a forked judge reaches its main at once
     try:
         if role == "judge" and not wrap and fork_judges():   # no torch import to wait for (forkserver.py)
-            from cuda_agent.env.forkserver import fork_worker
+            from cuda_agent.env.infra.forkserver import fork_worker
 
             proc = fork_worker(role, env, cwd, write_fd, log.fileno(), staging_fd)
         else:
-            cmd = [*(wrap or []), sys.executable, "-m", "cuda_agent.env.worker", role]
+            cmd = [*(wrap or []), sys.executable, "-m", "cuda_agent.env.workers.worker", role]
             passed = (*keep, staging_fd) if staging_fd is not None else tuple(keep)
             proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
                                     pass_fds=passed, env=env, cwd=cwd, start_new_session=True)

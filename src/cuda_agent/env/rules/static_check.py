@@ -15,8 +15,8 @@ import builtins
 import re
 from dataclasses import dataclass
 
-from cuda_agent.env import allowlist as allow
-from cuda_agent.env.python_facts import (LOADERS, SolutionFacts, bound_names, decorators, dotted, extension_name,
+from cuda_agent.env.rules import allowlist as allow
+from cuda_agent.env.rules.python_facts import (LOADERS, SolutionFacts, bound_names, decorators, dotted, extension_name,
                                          format_fields, root_of)
 from cuda_agent.tasks.parsing import parse
 

@@ -26,7 +26,7 @@ def on_terminal() -> bool:
 def require_machine(backend: str, sandbox: str, cache_dir: Path | None) -> None:
     """Fail fast, one line per missing piece with the command that fixes it, before any work starts
     (`doctor.preflight` says which checks a command gets)."""
-    from cuda_agent.env.doctor import DOCTOR_HINT, preflight
+    from cuda_agent.env.infra.doctor import DOCTOR_HINT, preflight
 
     problems = preflight(backend, sandbox, cache_dir)
     if problems:

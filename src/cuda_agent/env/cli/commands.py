@@ -9,12 +9,12 @@ from typing import Optional
 
 import typer
 
-from cuda_agent.env.cli_args import (backend_option, cache_dir_option, iters_option, kernelbench_option,
+from cuda_agent.env.cli.args import (backend_option, cache_dir_option, iters_option, kernelbench_option,
                                      no_compile_baseline_option, no_sandbox_option, precision_option, scale_option,
                                      trials_option, verify_option)
-from cuda_agent.env.console import MACHINE_ERROR, StepProgress, fail, on_terminal, require_machine
+from cuda_agent.env.cli.console import MACHINE_ERROR, StepProgress, fail, on_terminal, require_machine
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 DEFAULT_EXAMPLE = "running_mean"   # its honest kernel beats eager and torch.compile on CPU and GPU
 
 EVAL_EXAMPLES = """[bold]Examples[/bold]
@@ -68,9 +68,9 @@ def register(app: typer.Typer) -> None:
 
         Exit status: 0 evaluated (whatever the verdict), 2 bad arguments or files, 3 machine not ready.
         """
-        from cuda_agent.env.cli_args import (load_solution_arg, load_task_arg, make_config, precision_setting,
+        from cuda_agent.env.cli.args import (load_solution_arg, load_task_arg, make_config, precision_setting,
                                              refuse_if_too_large, resolve_backend)
-        from cuda_agent.env.evaluation import evaluate
+        from cuda_agent.env.run.evaluation import evaluate
 
         backend = resolve_backend(backend)
         name = None
@@ -119,7 +119,7 @@ def register(app: typer.Typer) -> None:
         if action == "info":
             _cache_info(root)
         elif action == "clear":
-            from cuda_agent.env.cache_usage import clear
+            from cuda_agent.env.builds.cache_usage import clear
 
             freed = clear(root)
             typer.echo(f"cleared {root}: freed {freed / 1e6:.1f} MB (builds, precompiled headers, baselines)")
@@ -142,7 +142,7 @@ def register(app: typer.Typer) -> None:
         One line per item, with the command that fixes what is missing; exit status 1 when something is.
         """
         from cuda_agent.env.config import default_cache_dir
-        from cuda_agent.env.doctor import repair, run_checks
+        from cuda_agent.env.infra.doctor import repair, run_checks
 
         if backend is not None and backend not in ("cuda", "cpu"):
             fail(f"--backend must be cuda or cpu, not {backend!r}")
@@ -164,9 +164,9 @@ def _verify_baselines(root: Path, backend: Optional[str], sample: int, fix: bool
 
     import torch
 
-    from cuda_agent.env.baselines import AGREEMENT, BaselineStore
+    from cuda_agent.env.run.baselines import AGREEMENT, BaselineStore
     from cuda_agent.env.config import EvalConfig
-    from cuda_agent.env.evaluation import measure_baselines
+    from cuda_agent.env.run.evaluation import measure_baselines
     from cuda_agent.tasks import Task
 
     config = EvalConfig(backend=backend, cache_dir=root)
@@ -213,7 +213,7 @@ def _print_findings(findings) -> None:
 
 
 def _cache_info(root: Path) -> None:
-    from cuda_agent.env.cache_usage import current_keys, headers, usage
+    from cuda_agent.env.builds.cache_usage import current_keys, headers, usage
 
     parts = usage(root)
     typer.echo(f"{root}: {sum(p.bytes for p in parts) / 1e6:.1f} MB")
@@ -230,8 +230,8 @@ def _cache_info(root: Path) -> None:
 def _cache_warm(root: Path, backend: str | None) -> None:
     import time
 
-    from cuda_agent.env.cli_args import resolve_backend
-    from cuda_agent.env.compiler import BuildError, prepare_toolchain
+    from cuda_agent.env.cli.args import resolve_backend
+    from cuda_agent.env.builds.compiler import BuildError, prepare_toolchain
 
     chosen = resolve_backend(backend)
     start = time.perf_counter()

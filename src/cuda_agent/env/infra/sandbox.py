@@ -75,7 +75,7 @@ def sandbox_prefix(config, box: Path) -> list[str] | None:
     path, userns, why = _bwrap_status()
     if path is None:
         raise SandboxUnavailable(f"cannot sandbox the candidate: {why}; {INSTALL_HINT}")
-    from cuda_agent.env.handed import handed_dir
+    from cuda_agent.env.builds.handed import handed_dir
 
     cache = Path(config.cache_dir).resolve()
     libs = handed_dir(box)
@@ -138,7 +138,7 @@ def _inside(path: str, folder: Path) -> bool:
 def _python_paths() -> set[str]:
     import sys
 
-    source_root = str(Path(__file__).resolve().parents[2])
+    source_root = str(Path(__file__).resolve().parents[3])
     candidates = {sys.prefix, sys.base_prefix, sys.exec_prefix, source_root, *sys.path}
     return {os.path.realpath(p) for p in candidates if p and os.path.exists(p)}
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
-from cuda_agent.env.allowlist import extension_name_problem
-from cuda_agent.env.compiler import BuildError, load_module
-from cuda_agent.env.guard import ExtensionProxy
+from cuda_agent.env.rules.allowlist import extension_name_problem
+from cuda_agent.env.builds.compiler import BuildError, load_module
+from cuda_agent.env.rules.guard import ExtensionProxy
 
 # build(name, files, extra_cflags=, extra_cuda_cflags=, extra_ldflags=, extra_include_paths=) -> .so
 BuildFn = Callable[..., Path]

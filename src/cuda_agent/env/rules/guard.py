@@ -26,8 +26,8 @@ from typing import Any
 
 import torch
 
-from cuda_agent.env.outside import thread_cpu_seconds
-from cuda_agent.env.verify import random_positions, tensors_in
+from cuda_agent.env.measure.outside import thread_cpu_seconds
+from cuda_agent.env.rules.verify import random_positions, tensors_in
 
 ALLOWED_OPS = frozenset({
     # allocation
@@ -60,7 +60,7 @@ class Rejected(Exception):
 
 def build_guard(cache_dir: Path) -> Path:
     """The guard library, built once per toolchain by the harness (about 20 s)."""
-    from cuda_agent.env.compiler import build_native_library
+    from cuda_agent.env.builds.compiler import build_native_library
 
     return build_native_library("cuda_agent_guard", GUARD_SOURCE.read_text(), Path(cache_dir))
 

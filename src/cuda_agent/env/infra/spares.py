@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from cuda_agent.env.isolation import Worker
+from cuda_agent.env.infra.isolation import Worker
 
 
 @dataclass

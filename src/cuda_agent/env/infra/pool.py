@@ -7,7 +7,7 @@ Each job runs `evaluate` (its own judge and candidate processes). Only the timed
 evaluation hold the GPU (`locks.py`), so while one evaluation times, others on the same GPU build,
 start their workers, verify or write files: `per_device` evaluations (default 3 on CUDA) run at once
 per GPU, and with `EvalConfig.prewarm` three times that many worker pairs wait started for each GPU.
-Results are plain `EvalResult` data. Across machines, `cuda_agent.env.service` runs one pool per GPU
+Results are plain `EvalResult` data. Across machines, `cuda_agent.env.infra.service` runs one pool per GPU
 behind Ray.
 """
 
@@ -20,7 +20,7 @@ from dataclasses import replace
 from typing import Iterable
 
 from cuda_agent.env.config import EvalConfig
-from cuda_agent.env.evaluation import evaluate
+from cuda_agent.env.run.evaluation import evaluate
 from cuda_agent.env.result import EvalResult
 from cuda_agent.tasks import Solution, Task
 

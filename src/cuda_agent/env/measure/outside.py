@@ -224,7 +224,7 @@ def read_samples(memory: Memory, output: dict, count: int) -> dict:
     every element of a tensor of at most `count` elements, else `count` of them."""
     import torch
 
-    from cuda_agent.env.verify import pack_samples, random_positions
+    from cuda_agent.env.rules.verify import pack_samples, random_positions
 
     tensors = []
     for entry in output.get("tensors") or []:

@@ -1,0 +1,1 @@
+"""The env's commands: `cuda-agent eval`, `cache` and `doctor`, and the arguments they share."""

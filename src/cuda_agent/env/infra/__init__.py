@@ -1,0 +1,1 @@
+"""Infrastructure: processes, sandbox, fork server, spare workers, pool, device locks, service, memory."""
