@@ -15,7 +15,9 @@ and for each way of submitting N evaluations on GPU 0 (--evals, default 36):
                --serial-evals of them (default 12: one at a time, there is no start or end to amortise)
   back-to-back one at a time, pipelined pool with spare workers (an agent waiting for each result)
   concurrent   all N at once, pipelined pool (`per_device` in flight, their timed calls serialised)
-  2 GPUs       2N at once over GPUs 0 and 1 (when present): evaluations per second per GPU
+  N GPUs       N x --evals evaluations at once over the first N GPUs (--gpu-counts, default 2; when present):
+               evaluations per second per GPU, a harness process per GPU; 'N GPUs, one process' the same
+               with every GPU's evaluations in this one process (the pool before it had a process per GPU)
 Every evaluation is the full default one (strict protocol, eager paired, torch.compile from the store;
 timed calls until the medians are known within --precision percent (default 0.75), at most 100;
 --precision 0 times all 100, as before that option). Each pipelined pool runs one untimed round of
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import inspect
 import json
 import os
 import re
@@ -68,9 +71,9 @@ async def submit(pool: EvalPool, jobs: list, concurrent: bool) -> tuple[float, l
 
 def measure(name: str, mode: str, pool: EvalPool, jobs: list, concurrent: bool, gpus: int,
             logs: Path | None = None, lock_log: Path | None = None) -> dict:
-    began = time.monotonic()
+    began, cpu_before = time.monotonic(), time.process_time()
     seconds, results = asyncio.run(submit(pool, jobs, concurrent))
-    ended = time.monotonic()
+    ended, harness_cpu = time.monotonic(), time.process_time() - cpu_before
     if logs:   # the workers' per-call traces (CUDA_AGENT_TRACE_CALLS=1) of the middle evaluation
         logs.mkdir(parents=True, exist_ok=True)
         stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{name}-{mode}").strip("_")   # plain names: they travel
@@ -85,6 +88,8 @@ def measure(name: str, mode: str, pool: EvalPool, jobs: list, concurrent: bool, 
     row = {"kernel": name, "mode": mode, "evals": len(jobs), "gpus": gpus, "seconds": round(seconds, 2),
            "evals_per_s": round(len(jobs) / seconds, 3), "per_gpu": round(len(jobs) / seconds / gpus, 3),
            "correct": len(results) - len(bad),
+           # this process's CPU over the wall: near 1.0 the evaluations it hosts wait on its interpreter
+           "harness_cpu_per_wall": round(harness_cpu / seconds, 2),
            "timed_calls": statistics.median(r.timings["kernel"].iters for r in results if "kernel" in r.timings)
            if any("kernel" in r.timings for r in results) else None,
            "kernel_ms": round(sorted(r.kernel_ms for r in results if r.kernel_ms)[len(results) // 2], 4)
@@ -170,6 +175,9 @@ def main() -> None:
                              "measured for each value in turn)")
     parser.add_argument("--no-prime", dest="prime", action="store_false",
                         help="measure pipelined pools from cold (no untimed round first)")
+    parser.add_argument("--gpu-counts", default="2",
+                        help="GPU counts of the 'N GPUs' modes, e.g. 2,4 (each also as 'N GPUs, one process': every "
+                             "GPU's evaluations in this process, where the code has a harness process per GPU)")
     parser.add_argument("--switch-interval", type=float, default=None,
                         help="the harness interpreter's thread switch interval in seconds (diagnosis: its "
                              "evaluations share one GIL; Python's default is 0.005)")
@@ -214,10 +222,19 @@ def main() -> None:
                     n = int(extra)
                     plan.append((f"concurrent {n}", tag, EvalPool(replace(config, prewarm=n), gpus=[0], per_device=n),
                                  True, 1, [(task, solution)] * max(args.evals, 2 * n)))
-            if len(gpus) >= 2:
-                both = EvalPool(replace(config, prewarm=args.per_device), gpus=gpus[:2], per_device=args.per_device)
-                plan.append(("2 GPUs", tag, both, True, 2, jobs * 2))
-        plan = [entry for entry in plan if entry[0] in args.modes.split(",") or entry[0].startswith("concurrent ")]
+            per_process = "processes" in inspect.signature(EvalPool).parameters   # the code before may lack it
+            for count in (int(n) for n in args.gpu_counts.split(",") if n.strip()):
+                if count < 2 or len(gpus) < count:
+                    continue
+                spread_config = replace(config, prewarm=args.per_device)
+                plan.append((f"{count} GPUs", tag, EvalPool(spread_config, gpus=gpus[:count], per_device=args.per_device),
+                             True, count, jobs * count))
+                if per_process:
+                    one = EvalPool(spread_config, gpus=gpus[:count], per_device=args.per_device, processes=False)
+                    plan.append((f"{count} GPUs, one process", tag, one, True, count, jobs * count))
+        wanted = args.modes.split(",")
+        plan = [entry for entry in plan if entry[0] in wanted or entry[0].startswith("concurrent ")
+                or (" GPUs" in entry[0] and "2 GPUs" in wanted)]
         serial_rate = None
         primed = set()
         for _ in range(args.repeat):

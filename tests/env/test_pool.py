@@ -34,7 +34,7 @@ class Recorder:
 def test_per_device_pipelining_and_prewarm(monkeypatch):
     recorder = Recorder(overlap=6)
     monkeypatch.setattr(pool_module, "evaluate", recorder)
-    pool = EvalPool(EvalConfig(backend="cuda", prewarm=True), gpus=[0, 1], per_device=3)
+    pool = EvalPool(EvalConfig(backend="cuda", prewarm=True), gpus=[0, 1], per_device=3, processes=False)
     assert pool.capacity == 6 and pool.slots[:2] == [0, 1]   # the first jobs go to different GPUs
     jobs = [(Task(f"t{i}", "code"), Solution.from_code("")) for i in range(12)]
     results = asyncio.run(pool.evaluate_many(jobs))
@@ -60,3 +60,34 @@ def test_a_pool_serves_one_event_loop_after_another(monkeypatch):
     for _ in range(2):
         assert [r.task for r in asyncio.run(pool.evaluate_many(jobs))] == ["t0", "t1", "t2"]
     assert len(recorder.calls) == 6 and recorder.most[0] <= 2
+
+
+def test_a_harness_process_per_device_evaluates_and_reports_its_death(cache_dir):
+    """`processes=True`: each device's evaluations run in a spawned harness process of their own (two
+    CPU slots here, as GPUs would be); real evaluations come back as results, and a process that dies
+    fails what waited on it with a clear error instead of hanging the caller."""
+    import os
+    import signal
+
+    import pytest
+
+    from cuda_agent.env.infra.device_host import DeviceHostDied
+    from tests.env.helpers import cpu_config, cpu_workspace, example_task
+
+    pool = EvalPool(cpu_config(cache_dir), cpu_slots=2,
+                    processes=True)
+    try:
+        hosts = [pool._hosts[0].process.pid, pool._hosts[1].process.pid]
+        assert os.getpid() not in hosts and hosts[0] != hosts[1]
+        task, solution = example_task(), cpu_workspace()
+        results = asyncio.run(pool.evaluate_many([(task, solution)] * 2))
+        assert [r.correct for r in results] == [True, True], [r.error for r in results]
+        assert all(r.reward >= 1 for r in results)
+
+        os.kill(hosts[0], signal.SIGKILL)
+        pool._hosts[0].process.join(10)
+        with pytest.raises(DeviceHostDied):
+            asyncio.run(pool.evaluate(task, solution))   # device 0's slot comes first
+    finally:
+        pool.close()
+    assert pool._hosts is None

@@ -7,19 +7,22 @@ Each job runs `evaluate` (its own judge and candidate processes). Only the timed
 evaluation hold the GPU (`locks.py`), so while one evaluation times, others on the same GPU build,
 start their workers, verify or write files: `per_device` evaluations (default 3 on CUDA) run at once
 per GPU, and with `EvalConfig.prewarm` three times that many worker pairs wait started for each GPU.
-Results are plain `EvalResult` data. Across machines, `cuda_agent.env.infra.service` runs one pool per GPU
-behind Ray.
+With several GPUs, each GPU's evaluations run in a harness process of their own (`device_host.py`),
+so that no GPU's evaluations wait on another's for the interpreter. Results are plain `EvalResult` data.
+Across machines, `cuda_agent.env.infra.service` runs one pool per GPU behind Ray.
 """
 
 from __future__ import annotations
 
 import asyncio
+import atexit
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Iterable
 
 from cuda_agent.env.config import EvalConfig
+from cuda_agent.env.infra.device_host import DeviceHost
 from cuda_agent.env.run.evaluation import evaluate
 from cuda_agent.env.result import EvalResult
 from cuda_agent.tasks import Solution, Task
@@ -36,7 +39,8 @@ def visible_gpus() -> list[int]:
 
 class EvalPool:
     def __init__(self, config: EvalConfig | None = None, gpus: Iterable[int] | None = None,
-                 cpu_slots: int | None = None, per_device: int | None = None):
+                 cpu_slots: int | None = None, per_device: int | None = None, processes: bool | None = None):
+        """`processes`: one harness process per device (default: with more than one GPU)."""
         self.config = config or EvalConfig()
         self.backend = self.config.resolved_backend()
         self.per_device = max(1, per_device or PER_DEVICE.get(self.backend, 1))
@@ -53,6 +57,18 @@ class EvalPool:
         self._free: asyncio.Queue | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._threads = ThreadPoolExecutor(max_workers=len(self.slots), thread_name_prefix="eval-pool")
+        if processes is None:
+            processes = self.backend == "cuda" and len(devices) > 1
+        self._hosts: dict[int, DeviceHost] | None = None   # slot index of a device -> its process
+        if processes:
+            self._hosts = {index: DeviceHost(device, self.per_device) for index, device in enumerate(devices)}
+            atexit.register(self.close)
+
+    def close(self) -> None:
+        """Stop the devices' harness processes (with `processes`), after what they run."""
+        hosts, self._hosts = self._hosts, None
+        for host in (hosts or {}).values():
+            host.close()
 
     @property
     def capacity(self) -> int:
@@ -65,8 +81,9 @@ class EvalPool:
         loop = asyncio.get_running_loop()
         if self._free is None or self._loop is not loop:
             self._free, self._loop = asyncio.Queue(), loop
-            for slot in self.slots:
-                self._free.put_nowait(slot)
+            for _ in range(self.per_device):   # device indices, so equal CPU slots stay apart
+                for index in range(len(self.devices)):
+                    self._free.put_nowait(index)
         return self._free
 
     def _sized(self, config: EvalConfig) -> EvalConfig:
@@ -83,13 +100,16 @@ class EvalPool:
         """`config` (default: the pool's) lets one pool serve different settings, e.g. an agent's
         verify (no baselines) and its final evaluation."""
         free = self._queue()
-        slot = await free.get()
+        index = await free.get()
         try:
-            loop = asyncio.get_running_loop()
             run = self._sized(config or self.config)
-            return await loop.run_in_executor(self._threads, lambda: evaluate(task, solution, run, gpu=slot))
+            if self._hosts is not None:
+                return await asyncio.wrap_future(self._hosts[index].submit(task, solution, run))
+            device = self.devices[index]
+            loop = asyncio.get_running_loop()
+            return await loop.run_in_executor(self._threads, lambda: evaluate(task, solution, run, gpu=device))
         finally:
-            free.put_nowait(slot)
+            free.put_nowait(index)
 
     async def evaluate_many(self, jobs: Iterable[tuple[Task, Solution]]) -> list[EvalResult]:
         return await asyncio.gather(*(self.evaluate(t, s) for t, s in jobs))
