@@ -234,7 +234,7 @@ def main() -> None:
                     plan.append((f"{count} GPUs, one process", tag, one, True, count, jobs * count))
         wanted = args.modes.split(",")
         plan = [entry for entry in plan if entry[0] in wanted or entry[0].startswith("concurrent ")
-                or (" GPUs" in entry[0] and "2 GPUs" in wanted)]
+                or (" GPUs" in entry[0] and any(w.endswith("GPUs") for w in wanted))]
         serial_rate = None
         primed = set()
         for _ in range(args.repeat):
