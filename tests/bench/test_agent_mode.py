@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from cuda_agent.agent.client import OpenAIClient
+from cuda_agent.llm.client import OpenAIClient
 from cuda_agent.agent.loop import AgentConfig
 from cuda_agent.agent.trajectory import read_jsonl
 from cuda_agent.bench.runner import RunSpec, run_agent

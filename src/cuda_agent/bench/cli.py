@@ -307,12 +307,13 @@ def _evaluator(config, ray_address, per_device, gpus):
 
 
 def _client_factory(model, base_url, api_key_env, timeout, retries, temperature, max_tokens):
-    from cuda_agent.agent.client import OpenAIClient
+    """What `run_agent` calls for each episode's client."""
+    from functools import partial
 
-    def make():
-        return OpenAIClient(model, base_url=base_url, api_key=os.environ.get(api_key_env), timeout=timeout,
-                            max_retries=retries, temperature=temperature, max_tokens=max_tokens)
-    return make
+    from cuda_agent.llm import make_client
+
+    return partial(make_client, model, base_url=base_url, api_key_env=api_key_env, timeout=timeout, retries=retries,
+                   temperature=temperature, max_tokens=max_tokens)
 
 
 def _agent_config(turns, context_tokens):
