@@ -6,7 +6,8 @@ Each script entry answers one POST /v1/chat/completions:
 - a callable(request_body) -> one of the above, for replies that depend on the conversation.
 Requests are checked the way strict servers check them (every tool call answered before the next
 assistant turn, arguments valid JSON, tools present) and a malformed one gets a 400, so a test
-passes only if the agent sends what real endpoints accept. All request bodies are kept.
+passes only if the agent sends what real endpoints accept. All request bodies are kept, and their
+headers (names in lower case).
 """
 
 from __future__ import annotations
@@ -77,6 +78,7 @@ class ScriptedChatServer:
     def __init__(self, script: list, *, delay: float = 0.0):
         self.script = list(script)
         self.requests: list[dict] = []
+        self.headers: list[dict] = []
         self.delay = delay
         self._lock = threading.Lock()
         server = self
@@ -88,6 +90,8 @@ class ScriptedChatServer:
             def do_POST(self):
                 length = int(self.headers.get("Content-Length") or 0)
                 body = json.loads(self.rfile.read(length) or b"{}")
+                with server._lock:
+                    server.headers.append({k.lower(): v for k, v in self.headers.items()})
                 status, payload = server._answer(self.path, body)
                 data = json.dumps(payload).encode()
                 self.send_response(status)

@@ -7,7 +7,7 @@ import pytest
 
 from cuda_agent.env.workers.draws import TRANSFORMS
 
-from cuda_agent.agent.client import Completion
+from cuda_agent.llm.client import Completion
 from cuda_agent.env.config import EvalConfig
 from cuda_agent.env.result import EvalError, EvalResult
 from cuda_agent.env.reward import milestone_reward

@@ -2,8 +2,9 @@ import json
 
 import pytest
 
-from cuda_agent.agent.client import (ClientError, ContextLengthError, OpenAIClient, parse_text_tool_calls,
-                                     template_messages)
+from cuda_agent.llm import make_client
+from cuda_agent.llm.client import (ClientError, ContextLengthError, OpenAIClient, parse_text_tool_calls,
+                                   template_messages)
 
 from .chat_server import Fail, ScriptedChatServer, call, say
 
@@ -23,6 +24,26 @@ def test_tool_calls_usage_and_request_shape():
     assert completion.prompt_tokens > 0 and completion.completion_tokens == 20 and completion.seconds > 0
     sent = server.requests[0]
     assert sent["model"] == "m" and sent["tools"] == TOOLS and sent["temperature"] == 0.2 and sent["max_tokens"] == 64
+
+
+def test_make_client_picks_the_endpoint_key_and_sampling_from_the_options(monkeypatch):
+    """The one picker of `solve`, `bench --model` and `synth --composer llm`: the key comes from the
+    environment variable the options name, retries and sampling settings reach the endpoint."""
+    monkeypatch.setenv("MY_ENDPOINT_KEY", "sk-from-my-variable")
+    with ScriptedChatServer([Fail(503), say("ok")]) as server:
+        client = make_client("m", base_url=server.base_url, api_key_env="MY_ENDPOINT_KEY", retries=1,
+                             temperature=0.3, max_tokens=32)
+        assert client.complete(MESSAGES, TOOLS, seed=7).message["content"] == "ok"
+    assert len(server.requests) == 2   # one retry
+    assert {h["authorization"] for h in server.headers} == {"Bearer sk-from-my-variable"}
+    sent = server.requests[-1]
+    assert (sent["model"], sent["temperature"], sent["max_tokens"], sent["seed"]) == ("m", 0.3, 32, 7)
+    with ScriptedChatServer([Fail(503), say("ok")]) as server:
+        monkeypatch.delenv("MY_ENDPOINT_KEY")
+        monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)   # no --base-url: the SDK's variable
+        with pytest.raises(ClientError, match="503"):
+            make_client("m", api_key_env="MY_ENDPOINT_KEY", retries=0).complete(MESSAGES, [])
+    assert server.headers[0]["authorization"] == "Bearer EMPTY" and "seed" not in server.requests[0]
 
 
 def test_retries_transient_errors_then_succeeds():

@@ -2,7 +2,7 @@
 
 import json
 
-from cuda_agent.agent.client import OpenAIClient
+from cuda_agent.llm.client import OpenAIClient
 from cuda_agent.agent.context import ContextBudget
 from cuda_agent.agent.loop import AgentConfig, run_episode
 from cuda_agent.agent.tools import ToolLimits

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from cuda_agent.agent.client import ContextLengthError
+from cuda_agent.llm.client import ContextLengthError
 from cuda_agent.agent.context import ContextBudget
 from cuda_agent.agent.loop import AgentConfig, run_episode
 from cuda_agent.env.result import EvalResult

@@ -61,6 +61,7 @@ def test_force_keeps_the_earlier_run_beside_the_new_one(tmp_path, task_file, rea
     assert (out / "solution.1" / "model_new.py").read_text() == "# the earlier answer\n"
     assert json.loads((out / "summary.1.json").read_text()) == {"reward": 2}
     assert json.loads((out / "summary.json").read_text())["stop_reason"] == "finish"
+    assert server.headers[0]["authorization"] == "Bearer test-key"   # the key --api-key-env names
     assert len((out / "trajectories.jsonl").read_text().splitlines()) == 1     # the policy's own failure: kept
 
 

@@ -3,7 +3,7 @@ import json
 
 import pyarrow.parquet as pq
 
-from cuda_agent.agent.client import OpenAIClient
+from cuda_agent.llm.client import OpenAIClient
 from cuda_agent.agent.loop import run_episode
 from cuda_agent.agent.sft import SFTFilter, export_sft, longest_repeat, read_sft, rejection_reason
 from cuda_agent.agent.trajectory import Trajectory, append_jsonl, read_jsonl

@@ -7,7 +7,8 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from cuda_agent.agent.client import TransformersClient  # noqa: E402
+from cuda_agent.llm import make_client  # noqa: E402
+from cuda_agent.llm.client import TransformersClient  # noqa: E402
 
 WORDS = ["<unk>", "<eos>", "<tool_call>", "</tool_call>", "{", "}", ":", ",", '"name"', '"arguments"',
          '"bash"', '"command"', '"ls"', "user", "assistant", "tool", "hello", "ok"]
@@ -44,6 +45,17 @@ def test_generates_with_the_chat_template_and_counts_tokens(tiny_model):
     assert completion.message["role"] == "assistant" and isinstance(completion.message["content"], str)
     assert completion.prompt_tokens == 5 and 1 <= completion.completion_tokens <= 4
     assert completion.finish_reason in ("length", "stop", "tool_calls") and completion.seconds > 0
+
+
+def test_make_client_local_samples_reproducibly_with_a_seed(tiny_model):
+    """`--local` picks this client; a call's seed makes its sampling (temperature > 0) repeatable."""
+    client = make_client(str(tiny_model), local=True, max_tokens=12, temperature=1.0)
+    assert isinstance(client, TransformersClient) and client.max_new_tokens == 12
+    hello = [{"role": "user", "content": "hello"}]
+    first, again = (client.complete(hello, TOOLS, seed=3).message for _ in range(2))
+    assert first == again
+    # without the seed, twelve tokens drawn from 18 words at temperature 1 repeat by chance almost never
+    assert len({json.dumps(client.complete(hello, TOOLS).message) for _ in range(3)}) > 1
 
 
 def test_tool_calls_written_as_text_become_tool_calls(tiny_model, monkeypatch):

@@ -10,11 +10,12 @@ import sys
 
 import pytest
 
-from cuda_agent.agent.client import OpenAIClient
+from cuda_agent.llm.client import OpenAIClient
 from cuda_agent.agent.loop import AgentConfig
 from cuda_agent.agent.trajectory import read_jsonl
 from cuda_agent.bench.runner import RunSpec, run_agent
 from cuda_agent.bench.runview import load_run
+from cuda_agent.bench.schedule import Deadline, FailureStreak
 from cuda_agent.bench.selection import select_tasks
 from cuda_agent.env.config import EvalConfig
 from tests.agent.chat_server import Fail, ScriptedChatServer, call, say
@@ -86,27 +87,53 @@ def test_three_episodes_at_once_with_a_failing_endpoint(tmp_path):
     assert len(evaluator.calls) == calls_before + 1   # only its final re-evaluation
 
 
+def test_a_dead_endpoint_stops_the_run_after_a_few_episodes(tmp_path):
+    """Every episode would fail alike: after three in a row no new one starts; what ran is recorded, the
+    rest wait for `--resume --retry-failed`. An episode that succeeds in between starts the count again."""
+    tasks = select_tasks(kernelbench=make_kernelbench(tmp_path / "kb"))   # five tasks
+    dead = closed_port_url()
+    spec = RunSpec(tmp_path / "run", tasks, EvalConfig(backend="cpu"), quiet=True, report=False)
+    outcome = run_agent(spec, lambda: OpenAIClient("nobody", base_url=dead, max_retries=0, timeout=5, api_key="x"),
+                        AgentConfig(max_turns=6), FakeEvaluator(), model="nobody", concurrency=1)
+    assert outcome.left == 2
+    assert outcome.stopped.startswith("3 episodes in a row ended on an infrastructure failure (the last: client_error")
+    run = load_run(outcome.run_dir)
+    assert [s.state for s in run.scores] == ["failed"] * 3 + ["pending"] * 2
+    assert run.sessions[-1]["status"] == "stopped"
+
+    streak = FailureStreak(Deadline(None), "episodes")
+    for failure in ("down", "down", None, "down", "down"):
+        streak.note(failure)
+    assert not streak.deadline.passed
+    streak.note("down")
+    assert streak.deadline.passed and streak.deadline.stopped.startswith("3 episodes in a row")
+
+
 def test_cli_agent_mode_with_the_endpoint_down(tmp_path, cache_dir):
-    """The whole command with the real environment: nothing answers at the URL; the episode is recorded
-    as failed and left out of the metrics, the run writes its report and exits 3 saying the endpoint
-    failed (as `solve` does). Bad option combinations are refused."""
+    """The whole command with the real environment: nothing answers at the URL; the episodes are recorded
+    as failed and left out of the metrics, the run stops after three of them (the fourth task is not
+    started), writes its report and exits 3 saying the endpoint failed (as `solve` does). Bad option
+    combinations are refused."""
     kb = make_kernelbench(tmp_path / "kb")
     base = [sys.executable, "-m", "cuda_agent.cli", "bench", "--kernelbench", str(kb), "--backend", "cpu",
             "--cache-dir", str(cache_dir), "--quiet"]
-    args = base + ["--model", "nobody", "--base-url", closed_port_url(), "--tasks", "level1/2", "--retries", "0",
-                   "--timeout", "5", "--iters", "3", "--trials", "1", "--no-compile-baseline", "--no-sandbox",
-                   "--out", str(tmp_path / "run")]
+    args = base + ["--model", "nobody", "--base-url", closed_port_url(), "--tasks", "level1/1-3,level2/1",
+                   "--concurrency", "1", "--retries", "0", "--timeout", "5", "--iters", "3", "--trials", "1",
+                   "--no-compile-baseline", "--no-sandbox", "--out", str(tmp_path / "run")]
     # a bad option combination, refused beside the real run
     both = subprocess.Popen(base + ["--model", "m", "--solutions", str(tmp_path)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     proc = subprocess.run(args, capture_output=True, text=True, timeout=600, env=dict(os.environ, OPENAI_API_KEY="x"))
     assert proc.returncode == 3, proc.stderr
     assert "endpoint" in proc.stderr and "--resume --retry-failed" in proc.stderr and "Traceback" not in proc.stderr
+    assert "stopped early: 3 episodes in a row ended on an infrastructure failure" in proc.stderr
+    assert "attempts not started: 1" in proc.stderr
     run = load_run(tmp_path / "run")
-    [attempt] = [s.best for s in run.scores]
-    assert attempt.verdict == "episode_failed" and "Connection" in attempt.error_message
+    assert [s.state for s in run.scores] == ["failed"] * 3 + ["pending"]
+    for attempt in [s.best for s in run.scores[:3]]:
+        assert attempt.verdict == "episode_failed" and "Connection" in attempt.error_message
     overall = run.metrics[-1]
-    assert (overall.tasks, overall.failed, overall.pass_rate, overall.mean_reward) == (0, 1, None, None)
+    assert (overall.tasks, overall.failed, overall.pass_rate, overall.mean_reward) == (0, 3, None, None)
     assert "overall" in proc.stdout and (tmp_path / "run" / "report.html").is_file()
     traj = json.loads((tmp_path / "run" / "trajectories" / "level1" / "2.jsonl").read_text())
     assert traj["stop_reason"] == "client_error"
@@ -157,3 +184,19 @@ def test_bench_refuses_nonsense_numbers(tmp_path, option, value):
                                       option, value])
     assert result.exit_code == 2 and option in result.output, result.output
     assert not (tmp_path / "run").exists()
+
+
+def test_each_episode_gets_a_client_from_the_shared_picker(monkeypatch):
+    """`bench --model` makes its clients with `cuda_agent.llm.make_client`, as `solve` does: the key the
+    options name, the sampling settings, a client of its own per episode."""
+    from cuda_agent.bench.cli import _client_factory
+
+    monkeypatch.setenv("BENCH_KEY", "sk-bench")
+    with ScriptedChatServer([say("a"), say("b")]) as server:
+        make = _client_factory("m", server.base_url, "BENCH_KEY", 30.0, 0, 0.4, 64)
+        first, second = make(), make()
+        assert first is not second
+        hello = [{"role": "user", "content": "hi"}]
+        assert [c.complete(hello, []).message["content"] for c in (first, second)] == ["a", "b"]
+    assert {h["authorization"] for h in server.headers} == {"Bearer sk-bench"}
+    assert [(r["model"], r["temperature"], r["max_tokens"]) for r in server.requests] == [("m", 0.4, 64)] * 2

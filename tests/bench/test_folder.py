@@ -17,6 +17,7 @@ from cuda_agent.bench.runview import load_run
 from cuda_agent.bench.selection import select_tasks
 from cuda_agent.bench.store import RunConflict, RunStore
 from cuda_agent.env.config import EvalConfig
+from cuda_agent.env.result import EvalError, EvalResult
 from tests.bench.helpers import FakeEvaluator, example_cpu_solution, fake_solution, make_kernelbench, write_solution
 
 REPO = Path(__file__).resolve().parents[2]
@@ -235,3 +236,59 @@ def test_attempts_start_when_their_memory_fits(tmp_path):
     assert left == 0 and evaluator.most == 2
     assert sorted(a.verdict for a in store.attempts()) == ["correct"] * 4
     store.close()
+
+
+class InternalErrors(FakeEvaluator):
+    """A FakeEvaluator whose evaluations of solutions marked `# internal` fail on our side, as the
+    environment reports a bug of its own: phase "internal", and the reward -1 every failure gets."""
+
+    async def evaluate(self, task, solution, config=None):
+        result = await super().evaluate(task, solution, config)
+        if "# internal" in solution.entry_code:
+            result = EvalResult(task=task.name, backend="cpu", error=EvalError("internal", "Traceback: the judge died"))
+            result.reward = -1
+        return result
+
+
+def test_cli_internal_evaluator_errors_are_not_scored_and_exit_3(tmp_path, monkeypatch):
+    """An evaluation our evaluator failed says nothing about the solution: recorded without a reward,
+    left out of the metrics, and the command exits 3 as the agent mode does, also when another
+    solution of the same task was scored."""
+    from typer.testing import CliRunner
+
+    import cuda_agent.bench.cli as bench_cli
+    from cuda_agent.cli import app
+
+    kb = make_kernelbench(tmp_path / "kb")
+    folder = tmp_path / "solutions"
+    write_solution(folder, "level1/2", "# internal\n" + fake_solution(0.5))
+    for sample, text in ((0, fake_solution(0.8)), (1, "# internal\n" + fake_solution(0.5))):
+        (folder / f"level_1_problem_3_sample_{sample}_kernel.py").write_text(text)
+    monkeypatch.setattr(bench_cli, "_evaluator", lambda *args: InternalErrors())
+    result = CliRunner().invoke(app, ["bench", "--solutions", str(folder), "--kernelbench", str(kb), "--tasks",
+                                      "level1/2-3", "--backend", "cpu", "--no-sandbox", "--out", str(tmp_path / "run"),
+                                      "--quiet"])
+    assert result.exit_code == 3, result.output
+    assert "2 of 2 tasks have solutions that were not scored: our evaluator failed" in result.output
+    assert "the judge died" in result.output and "--resume --retry-failed" in result.output
+    rows = {(r[0], r[1]): r for r in results(tmp_path / "run")}
+    assert {k: (r[3], r[-2]) for k, r in rows.items()} == {
+        ("level1/2", 0): ("internal_error", None), ("level1/3", 0): ("correct", 3.0),
+        ("level1/3", 1): ("internal_error", None)}
+    level1, overall = load_run(tmp_path / "run").metrics
+    assert (overall.tasks, overall.failed, overall.pass_rate, overall.mean_reward) == (1, 1, 1.0, 3.0)
+
+
+def test_internal_errors_in_a_row_stop_the_run(tmp_path):
+    """A dead evaluator fails every evaluation alike: after three in a row no new one starts (those in
+    flight finish), and the rest wait for `--resume --retry-failed`."""
+    folder = tmp_path / "solutions"
+    for key in ("level1/1", "level1/2", "level1/3", "level2/1", "level2/2"):
+        write_solution(folder, key, "# internal\n" + fake_solution(0.5))
+    evaluator = InternalErrors(delay=0.05)   # two evaluations in flight at a time
+    outcome = run_folder(spec(tmp_path), folder, evaluator)
+    assert outcome.left == 1 and len(evaluator.calls) == 4
+    assert outcome.stopped.startswith("3 evaluations in a row ended on an infrastructure failure (the last:")
+    assert "the judge died" in outcome.stopped
+    assert [s.state for s in load_run(outcome.run_dir).scores] == ["failed"] * 4 + ["pending"]
+    assert load_run(outcome.run_dir).sessions[-1]["status"] == "stopped"

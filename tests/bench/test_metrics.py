@@ -75,6 +75,8 @@ def test_infrastructure_failures_are_not_scored():
     scores = task_scores(tasks, attempts)
     assert [s.state for s in scores] == ["failed", "failed", "scored"]
     assert scores[2].verdict == "incorrect"
+    # what was left unscored stays in view (the command exits 3 for it), the scored task's too
+    assert [s.unscored.verdict for s in scores] == ["episode_failed", "internal_error", "internal_error"]
     _, overall = summarize(scores)
     assert (overall.tasks, overall.failed, overall.broken, overall.pending) == (1, 2, 0, 0)
     assert overall.pass_rate == 0.0 and overall.mean_reward == -1.0

@@ -1,6 +1,8 @@
 """The warm-up stage's single reply, scored in its agent loop (`cuda_agent_single_turn`) and by the
 same score as verl's reward function: an evaluation that failed on our side is never a reward."""
 
+import asyncio
+
 import pytest
 
 pytest.importorskip("verl")
@@ -37,6 +39,22 @@ def judge_factory():
     return judge
 
 
+class AsyncJudge:
+    """An evaluator shaped like `EvalPool`: an async `evaluate`, run to completion from the scoring thread."""
+
+    async def evaluate(self, task, solution, config=None):
+        await asyncio.sleep(0)
+        return judge(task, solution, config)
+
+
+def async_judge_factory():
+    return AsyncJudge()
+
+
+def not_an_evaluator_factory():
+    return object()
+
+
 def scored(tmp_path, evaluator, text):
     path = EpisodeSettings(eval={"backend": "cpu"}, evaluator=evaluator).dump(tmp_path / "episode.json")
     return compute_score("d", text, None, INFO, settings=str(path))
@@ -49,6 +67,14 @@ def test_reward_function_scores_replies_and_never_an_infrastructure_failure(tmp_
     # the evaluator raised (service down) or reported its own internal error: no verdict
     assert scored(tmp_path, "tests.rl.test_agent_loop:broken_factory", FAST) == {"score": 0.0, "dropped": 1.0}
     assert scored(tmp_path, "tests.rl.test_warmup:internal_factory", FAST) == {"score": 0.0, "dropped": 1.0}
+
+
+def test_reward_function_takes_every_evaluator_the_agent_takes(tmp_path):
+    """The same evaluators as a `KernelSession` (`blocking_evaluator`): a pool-like async one scores,
+    an object that is no evaluator is our failure (dropped), never a reward."""
+    assert scored(tmp_path, "tests.rl.test_warmup:async_judge_factory", FAST) == {"score": 3.0, "dropped": 0.0}
+    assert scored(tmp_path, "tests.rl.test_warmup:async_judge_factory", SLOW) == {"score": -1.0, "dropped": 0.0}
+    assert scored(tmp_path, "tests.rl.test_warmup:not_an_evaluator_factory", FAST) == {"score": 0.0, "dropped": 1.0}
 
 
 def test_warmup_loop_scores_in_the_loop_and_drops_our_failures(tmp_path, tiny_model, monkeypatch):

@@ -1,14 +1,16 @@
-"""The optional LLM composer, driven by a fake OpenAI-compatible client (no network, no model)."""
+"""The optional LLM composer, against a scripted OpenAI-compatible server on 127.0.0.1 (real HTTP
+through the same client as the agent's, no model)."""
 
 from __future__ import annotations
 
 import random
-from types import SimpleNamespace
 
 import pytest
 
+from cuda_agent.llm import make_client
 from cuda_agent.synth.compose import ComposeError, render_candidate
-from cuda_agent.synth.llm import LLMComposer, extract_code, uses
+from cuda_agent.synth.llm import MAX_TOKENS, TEMPERATURE, LLMComposer, extract_code, uses
+from tests.agent.chat_server import Fail, ScriptedChatServer, say
 
 GOOD = '''Here you go:
 ```python
@@ -38,30 +40,45 @@ def get_init_inputs():
 ```'''
 
 
-class FakeClient:
-    def __init__(self, reply: str):
-        self.reply, self.calls = reply, []
-        self.chat = SimpleNamespace(completions=SimpleNamespace(create=self._create))
-
-    def _create(self, **kwargs):
-        self.calls.append(kwargs)
-        return SimpleNamespace(choices=[SimpleNamespace(message=SimpleNamespace(content=self.reply))])
-
-
-def composer(catalog, reply, ops=("nn.Conv2d", "F.gelu")):
-    c = LLMComposer(FakeClient(reply), "fake-model", catalog)
+def composer(catalog, server, ops=("nn.Conv2d", "F.gelu")):
+    c = LLMComposer.from_env(catalog, "fake-model", server.base_url)
     c.pick_ops = lambda k, rng: list(ops)
     return c
 
 
 def test_accepts_a_valid_program_and_prompts_with_the_ops(catalog):
-    c = composer(catalog, GOOD)
-    code, ops = c.compose(2, random.Random(0))
+    with ScriptedChatServer([say(GOOD)]) as server:
+        code, ops = composer(catalog, server).compose(2, random.Random(0))
     assert ops == ["nn.Conv2d", "F.gelu"] and "class Model" in code
-    prompt = c.client.calls[0]["messages"][1]["content"]
+    [body] = server.requests
+    prompt = body["messages"][1]["content"]
     assert "nn.Conv2d(in_channels, out_channels, kernel_size" in prompt and "F.gelu" in prompt
+    assert body["model"] == "fake-model" and "tools" not in body
+    assert (body["temperature"], body["max_tokens"]) == (TEMPERATURE, MAX_TOKENS)
+    assert body["seed"] == random.Random(0).randrange(2 ** 31)   # the candidate's own: the same run asks the same
     rescaled = render_candidate({"kind": "code", "code": code}, None, batch=64)
     assert "batch_size = 64" in rescaled
+
+
+def test_model_and_endpoint_from_the_environment(catalog, monkeypatch):
+    monkeypatch.delenv("CUDA_AGENT_SYNTH_MODEL", raising=False)
+    with pytest.raises(ValueError, match="--llm-model"):
+        LLMComposer.from_env(catalog)
+    with ScriptedChatServer([say(GOOD)]) as server:
+        monkeypatch.setenv("CUDA_AGENT_SYNTH_MODEL", "env-model")
+        monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
+        c = LLMComposer.from_env(catalog)
+        c.pick_ops = lambda k, rng: ["nn.Conv2d", "F.gelu"]
+        c.compose(2, random.Random(1))
+    assert [b["model"] for b in server.requests] == ["env-model"]
+
+
+def test_a_failing_endpoint_drops_the_candidate(catalog):
+    with ScriptedChatServer([Fail(503, "model overloaded")]) as server:
+        c = LLMComposer(make_client("m", base_url=server.base_url, retries=0), catalog)
+        c.pick_ops = lambda k, rng: ["nn.Conv2d", "F.gelu"]
+        with pytest.raises(ComposeError, match="LLM call failed: ClientError: endpoint returned 503: model overloaded"):
+            c.compose(2, random.Random(0))
 
 
 @pytest.mark.parametrize("reply, message", [
@@ -71,8 +88,8 @@ def test_accepts_a_valid_program_and_prompts_with_the_ops(catalog):
     ("no code at all", "syntax error"),
 ])
 def test_rejects_what_the_rules_would_not_build(catalog, reply, message):
-    with pytest.raises(ComposeError, match=message):
-        composer(catalog, reply).compose(2, random.Random(0))
+    with ScriptedChatServer([say(reply)]) as server, pytest.raises(ComposeError, match=message):
+        composer(catalog, server).compose(2, random.Random(0))
 
 
 def test_helpers():

@@ -95,10 +95,23 @@ def test_resuming_with_other_settings_is_refused(seeded_out, kernelbench, inline
     assert summary["written"] == 4
 
 
-def test_decontamination_needs_kernelbench(seeded_out, monkeypatch):
+def test_decontamination_needs_kernelbench_and_says_so_before_any_work(tmp_path, monkeypatch):
+    """From Python as from the command line: refused at once with the reason, before the catalog crawl
+    (a minute or more), the LLM composer or anything written to `out`."""
+    import cuda_agent.synth.pipeline as pipeline
+
+    def no_crawl(**_):
+        raise AssertionError("the catalog was built before KernelBench was looked for")
+
+    monkeypatch.setattr(pipeline, "build_catalog", no_crawl)
     monkeypatch.delenv("CUDA_AGENT_KERNELBENCH", raising=False)   # the user's own setting must not matter
-    with pytest.raises(ValueError, match="KernelBench"):
-        synthesize(SynthConfig(**{**FAST, "num": 1, "out": str(seeded_out), "kernelbench": None}))
+    out = tmp_path / "out"
+    with pytest.raises(ValueError, match="decontamination needs KernelBench: pass --kernelbench DIR .*--no-decontaminate"):
+        synthesize(SynthConfig(**{**FAST, "num": 1, "out": str(out), "kernelbench": None}))
+    empty = tmp_path / "nowhere"
+    with pytest.raises(ValueError, match=f"no KernelBench problems \\(levelN/\\*.py\\) under {empty}"):
+        synthesize(SynthConfig(**{**FAST, "num": 1, "out": str(out), "kernelbench": str(empty), "composer": "llm"}))
+    assert not out.exists()
 
 
 @pytest.mark.slow

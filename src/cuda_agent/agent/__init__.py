@@ -1,5 +1,5 @@
-"""The agent: workspace, tools, the episode as a session, ReAct loop, LLM clients, trajectories,
-SFT export, MCP server, replay.
+"""The agent: workspace, tools, the episode as a session, ReAct loop, trajectories, SFT export, MCP
+server, replay; the LLM clients of `cuda_agent.llm` re-exported.
 
     from cuda_agent.agent import OpenAIClient, run_episode
     episode = run_episode(task, OpenAIClient("Qwen/Qwen3-32B", base_url="http://localhost:8000/v1"))
@@ -13,7 +13,6 @@ Split as in inspect_ai: the task (`cuda_agent.tasks`), the solver (this loop and
 scorer (`cuda_agent.env.evaluate`, which alone decides the reward).
 """
 
-from cuda_agent.agent.client import ChatClient, ClientError, Completion, OpenAIClient, TransformersClient
 from cuda_agent.agent.context import ContextBudget
 from cuda_agent.agent.loop import AgentConfig, EpisodeResult, run_episode
 from cuda_agent.agent.session import KernelSession, Opening, Outcome, SessionError, SessionLimits, Step, StepInfo
@@ -21,6 +20,7 @@ from cuda_agent.agent.sft import SFTFilter, export_sft
 from cuda_agent.agent.tools import AGENT_TOOLS, MCP_TOOLS, Tool, ToolLimits, call_tool
 from cuda_agent.agent.trajectory import Trajectory, append_jsonl, read_jsonl
 from cuda_agent.agent.workspace import Workspace, WorkspaceError
+from cuda_agent.llm import ChatClient, ClientError, Completion, OpenAIClient, TransformersClient
 
 __all__ = [
     "ChatClient", "ClientError", "Completion", "OpenAIClient", "TransformersClient",

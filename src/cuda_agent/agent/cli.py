@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import List, Optional
 
@@ -122,7 +121,7 @@ def register(app: typer.Typer) -> None:
 
         Exit status: 0 episode recorded, 2 bad arguments, 3 endpoint or evaluator failure (not recorded).
         """
-        from cuda_agent.agent.client import ClientError, OpenAIClient, TransformersClient
+        from cuda_agent.llm import ClientError, make_client
         from cuda_agent.agent.context import ContextBudget
         from cuda_agent.agent.loop import AgentConfig, run_episode
         from cuda_agent.agent.progress import ProgressPrinter
@@ -138,10 +137,8 @@ def register(app: typer.Typer) -> None:
         task_obj, config = _eval_settings(backend, kernelbench, task, scale, trials, iters, no_compile_baseline,
                                           no_sandbox, cache_dir, verify)
         try:
-            client = (TransformersClient(model, max_new_tokens=max_tokens or 4096, temperature=temperature or 0.0)
-                      if local else
-                      OpenAIClient(model, base_url=base_url, api_key=os.environ.get(api_key_env), timeout=timeout,
-                                   max_retries=retries, temperature=temperature, max_tokens=max_tokens))
+            client = make_client(model, base_url=base_url, api_key_env=api_key_env, local=local, timeout=timeout,
+                                 retries=retries, temperature=temperature, max_tokens=max_tokens)
         except ClientError as exc:
             fail(str(exc))
         agent_config = AgentConfig(max_turns=max_turns, max_seconds=max_seconds,

@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
-from cuda_agent.agent.client import ChatClient, ClientError, Completion, ContextLengthError
+from cuda_agent.llm.client import ChatClient, ClientError, Completion, ContextLengthError
 from cuda_agent.agent.context import CHARS_PER_TOKEN, ContextBudget, compact, estimate_tokens, message_chars
 from cuda_agent.agent.session import KernelSession, SessionLimits
 from cuda_agent.agent.tools import ToolLimits

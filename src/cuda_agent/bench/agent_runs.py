@@ -9,8 +9,9 @@ protocol: the best correct solution of the trajectory). For each task the run ke
     RUN/solutions/GROUP/ID/             the best solution, workspace form (absent when none verified)
 
 An endpoint that fails after the client's retries (with backoff) ends that episode as
-`episode_failed` (what counts as such is `solve`'s rule, `infrastructure_failure`); the run goes on,
-the episode is not scored, and `--resume --retry-failed` runs it again.
+`episode_failed` (what counts as such is `solve`'s rule, `infrastructure_failure`); the episode is
+not scored, and `--resume --retry-failed` runs it again. The run goes on unless several episodes in a
+row fail so (`FailureStreak`: the endpoint or the evaluator is down); then no new episode starts.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import Callable
 
 from cuda_agent.bench.attempts import attempt_from_result, failed_attempt
 from cuda_agent.bench.progress import RunProgress
-from cuda_agent.bench.schedule import Deadline, run_jobs
+from cuda_agent.bench.schedule import Deadline, FailureStreak, run_jobs
 from cuda_agent.bench.selection import BenchTask
 from cuda_agent.bench.store import RunStore
 from cuda_agent.env.config import EvalConfig
@@ -76,6 +77,7 @@ async def run_agents(store: RunStore, session_id: int, tasks: list[BenchTask], m
     shared = ThreadsafeEvaluator(guarded, loop)
     threads = ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="bench-episode")
     run_dir = store.run_dir
+    streak = FailureStreak(deadline, "episodes")
 
     def episode(t: BenchTask):
         workspace = task_path(run_dir / "workspaces", t.key)
@@ -98,9 +100,11 @@ async def run_agents(store: RunStore, session_id: int, tasks: list[BenchTask], m
             message = f"{type(exc).__name__}: {exc}\n{traceback.format_exc()[-1500:]}"
             store.record_attempt(failed_attempt(t.key, 0, "episode_failed", message, **common))
             progress.finished(t.key, "episode_failed", f"{type(exc).__name__}: {exc}")
+            streak.note(message)
             return
         attempt = _episode_attempt(t, result, run_dir, session_id, time.monotonic() - start)
         store.record_attempt(attempt)
+        streak.note(attempt.error_message if attempt.verdict == "episode_failed" else None)
         traj = result.trajectory
         progress.finished(t.key, "episode_failed" if attempt.verdict == "episode_failed" else f"reward {traj.reward}",
                           f"{traj.num_turns} turns, {traj.stop_reason}")

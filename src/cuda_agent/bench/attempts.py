@@ -38,7 +38,7 @@ def attempt_from_result(task_key: str, attempt: int, result: EvalResult, *, verd
         error_message=error.message[:MESSAGE_CHARS] if error else None,
         kernel_ms=result.kernel_ms, eager_ms=result.eager_ms, compile_ms=result.compile_ms,
         speedup_vs_eager=result.speedup_vs_eager, speedup_vs_compile=result.speedup_vs_compile,
-        reward=None if verdict == "out_of_memory" else result.reward,
+        reward=None if verdict in ("out_of_memory", *INFRASTRUCTURE) else result.reward,   # no verdict: never scored
         baseline_source=result.baseline_source, device=result.device or None,
         protocol=result.protocol, result=json.dumps(result.to_dict()), **extra)
 

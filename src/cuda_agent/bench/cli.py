@@ -112,7 +112,9 @@ def _gpus(text: Optional[str]) -> Optional[list[int]]:
 
 def _finish(outcome, what: str) -> None:
     md, page = outcome.report
-    if outcome.left:
+    if outcome.stopped:
+        typer.echo(f"stopped early: {outcome.stopped}; {what} not started: {outcome.left}", err=True)
+    elif outcome.left:
         typer.echo(f"stopped with {outcome.left} {what} not started (--max-minutes); continue with "
                    f"--resume --out {outcome.run_dir}", err=True)
     typer.echo(f"wrote {outcome.run_dir / 'bench.sqlite'}, {md}, {page}")
@@ -135,17 +137,17 @@ def _print_metrics(run) -> None:
 
 
 def _infrastructure_failures(run, agent: bool) -> str | None:
-    """Why the command must exit 3, as `solve` does: tasks left unscored because the model endpoint or our
-    evaluator failed (None when every task was scored or is still to run)."""
-    failed = [s for s in run.scores if s.state == "failed"]
-    if not failed:
+    """Why the command must exit 3, as `solve` does: attempts left unscored because the model endpoint or
+    our evaluator failed (None when every attempt was scored or is still to run)."""
+    hit = [s for s in run.scores if s.unscored is not None]
+    if not hit:
         return None
-    first = (failed[0].best.error_message or "no detail").strip().splitlines()[0][:300].rstrip(".")
-    endpoint = any(s.best.stop_reason == "client_error" for s in failed)   # solve's name for the endpoint failing
-    what = ("tasks were not scored: our evaluator failed" if not agent else
+    first = (hit[0].unscored.error_message or "no detail").strip().splitlines()[0][:300].rstrip(".")
+    endpoint = any(s.unscored.stop_reason == "client_error" for s in hit)   # solve's name for the endpoint failing
+    what = ("tasks have solutions that were not scored: our evaluator failed" if not agent else
             "episodes ended because the model endpoint failed" if endpoint else
             "episodes ended on an infrastructure failure (the model endpoint or our evaluator failed)")
-    return (f"{len(failed)} of {len(run.scores)} {what}; first, {failed[0].key}: {first}. They are left out of "
+    return (f"{len(hit)} of {len(run.scores)} {what}; first, {hit[0].key}: {first}. They are left out of "
             f"the metrics. Fix the cause{' (is the endpoint up? --base-url)' if agent else ''}, then run them "
             f"again: cuda-agent bench --resume --retry-failed --out {run.run_dir}")
 
@@ -307,12 +309,13 @@ def _evaluator(config, ray_address, per_device, gpus):
 
 
 def _client_factory(model, base_url, api_key_env, timeout, retries, temperature, max_tokens):
-    from cuda_agent.agent.client import OpenAIClient
+    """What `run_agent` calls for each episode's client."""
+    from functools import partial
 
-    def make():
-        return OpenAIClient(model, base_url=base_url, api_key=os.environ.get(api_key_env), timeout=timeout,
-                            max_retries=retries, temperature=temperature, max_tokens=max_tokens)
-    return make
+    from cuda_agent.llm import make_client
+
+    return partial(make_client, model, base_url=base_url, api_key_env=api_key_env, timeout=timeout, retries=retries,
+                   temperature=temperature, max_tokens=max_tokens)
 
 
 def _agent_config(turns, context_tokens):

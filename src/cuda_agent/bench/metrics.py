@@ -38,6 +38,7 @@ class TaskScore:
     state: str                       # "scored" | "broken" | "pending" | "failed" (infrastructure only)
     best: Attempt | None = None
     attempts: int = 0
+    unscored: Attempt | None = None  # the last attempt that ended on an infrastructure failure, if any
 
     @property
     def correct(self) -> bool:
@@ -82,18 +83,19 @@ def task_scores(tasks: list[dict], attempts: list[Attempt]) -> list[TaskScore]:
             scores.append(TaskScore(t["key"], t["grp"], "pending"))
             continue
         mine = [a for a in recorded if a.verdict not in INFRASTRUCTURE]
+        unscored = next((a for a in reversed(recorded) if a.verdict in INFRASTRUCTURE), None)
         if not mine:
-            scores.append(TaskScore(t["key"], t["grp"], "failed", recorded[-1], len(recorded)))
+            scores.append(TaskScore(t["key"], t["grp"], "failed", recorded[-1], len(recorded), unscored))
             continue
         if all(a.verdict == "out_of_memory" for a in mine):   # not scored yet: the next resume runs it
-            scores.append(TaskScore(t["key"], t["grp"], "pending", mine[-1], len(mine)))
+            scores.append(TaskScore(t["key"], t["grp"], "pending", mine[-1], len(mine), unscored))
             continue
         broken = any(a.verdict == "task_error" for a in mine)
         best = max(mine, key=attempt_rank)
         if broken and not best.correct:
             best = next(a for a in mine if a.verdict == "task_error")
         scores.append(TaskScore(t["key"], t["grp"], "broken" if broken and not best.correct else "scored",
-                                best, len(mine)))
+                                best, len(mine), unscored))
     return scores
 
 

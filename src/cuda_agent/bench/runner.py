@@ -42,8 +42,9 @@ class RunSpec:
 @dataclass
 class RunOutcome:
     run_dir: Path
-    left: int                            # work not started (time was up): run again with --resume
+    left: int                            # work not started (time was up, or stopped): run again with --resume
     report: tuple[Path, Path] | None
+    stopped: str | None = None           # why the run stopped before its work or time was done
 
 
 def eval_settings(config: EvalConfig) -> dict:
@@ -68,16 +69,17 @@ def _run(spec: RunSpec, kind: str, settings: dict, title: str, total: int,
         config = {**spec.config.to_dict(), **settings, "max_minutes": spec.max_minutes, "pid": os.getpid()}
         session_id = store.begin_session(spec.argv, config, describe_environment(spec.config.resolved_backend()))
         status, left = "interrupted", total
+        deadline = Deadline(spec.max_minutes)
         try:
             with RunProgress(title, total, quiet=spec.quiet) as progress:
-                left = asyncio.run(work(store, session_id, progress, Deadline(spec.max_minutes)))
+                left = asyncio.run(work(store, session_id, progress, deadline))
             status = "finished" if left == 0 else "stopped"
         finally:
             store.end_session(session_id, status)
     finally:
         store.close()
     report = write_report(spec.out, reference=spec.reference_times) if spec.report else None
-    return RunOutcome(spec.out, left, report)
+    return RunOutcome(spec.out, left, report, deadline.stopped)
 
 
 def run_baseline(spec: RunSpec, *, gpus: list[int] | None = None, per_gpu: int | None = None,

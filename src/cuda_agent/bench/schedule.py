@@ -20,12 +20,35 @@ def is_out_of_memory(error: str | None) -> bool:
 
 
 class Deadline:
+    """When no new job may start: `minutes` from now (None: never), or once `stop` says why."""
+
     def __init__(self, minutes: float | None):
         self.at = time.monotonic() + minutes * 60 if minutes else None
+        self.stopped: str | None = None
+
+    def stop(self, why: str) -> None:
+        self.stopped = self.stopped or why
 
     @property
     def passed(self) -> bool:
-        return self.at is not None and time.monotonic() >= self.at
+        return self.stopped is not None or (self.at is not None and time.monotonic() >= self.at)
+
+
+class FailureStreak:
+    """Stops the run (`deadline.stop`) once `limit` jobs in a row, in the order they finish, ended on an
+    infrastructure failure: a dead endpoint or evaluator fails every job alike, so the rest wait for a
+    resume instead of failing one by one."""
+
+    def __init__(self, deadline: Deadline, what: str, limit: int = 3):
+        self.deadline, self.what, self.limit, self.count = deadline, what, limit, 0
+
+    def note(self, failure: str | None) -> None:
+        """`failure`: why the job that just finished was not scored on our side or the endpoint's (None: it was)."""
+        self.count = self.count + 1 if failure else 0
+        if failure and self.count >= self.limit:
+            first = failure.strip().splitlines()[0][:300] if failure.strip() else "no detail"
+            self.deadline.stop(f"{self.count} {self.what} in a row ended on an infrastructure failure (the last: "
+                               f"{first})")
 
 
 async def run_jobs(jobs: Iterable[Job], work: Callable[[Job, bool], Awaitable[bool | None]], workers: int,

@@ -3,9 +3,10 @@
 Each solution found for a task is one attempt; a task without one gets a `missing` attempt and a
 malformed entry a `malformed` one (both fail the task, neither stops the run). Attempts run
 concurrently against one evaluator (an `EvalPool`, or the Ray service) and are recorded as they
-finish; a resume skips every attempt already recorded for the same solution entry. On a GPU, an
-attempt starts only when its estimated memory fits beside the others' (`memory.py`): KernelBench's
-6 GiB-input tasks ran a GPU out of memory four at a time.
+finish; a resume skips every attempt already recorded for the same solution entry. An evaluation
+our evaluator failed (`internal_error`) is not scored; several in a row stop the run (`FailureStreak`).
+On a GPU, an attempt starts only when its estimated memory fits beside the others' (`memory.py`):
+KernelBench's 6 GiB-input tasks ran a GPU out of memory four at a time.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from pathlib import Path
 from cuda_agent.bench.attempts import attempt_from_result, failed_attempt
 from cuda_agent.bench.memory import admitted
 from cuda_agent.bench.progress import RunProgress
-from cuda_agent.bench.schedule import Deadline, is_out_of_memory, run_jobs
+from cuda_agent.bench.schedule import Deadline, FailureStreak, is_out_of_memory, run_jobs
 from cuda_agent.bench.selection import BenchTask
 from cuda_agent.bench.solutions import SolutionRef, find_solutions
 from cuda_agent.bench.store import RunStore
@@ -67,6 +68,7 @@ async def score_folder(store: RunStore, session_id: int, tasks: list[BenchTask],
     # reservation is granted at once
     unique = list({p.task.key: p.task for p in todo if p.ref is not None}.values())
     evaluator = await admitted(evaluator, unique, gpu_memory, workers)
+    streak = FailureStreak(deadline, "evaluations")
 
     async def score(p: Planned, alone: bool) -> bool:
         key = p.task.key
@@ -88,6 +90,7 @@ async def score_folder(store: RunStore, session_id: int, tasks: list[BenchTask],
             message = f"the evaluator failed: {type(exc).__name__}: {exc}"
             store.record_attempt(failed_attempt(key, p.attempt, "internal_error", message, **common))
             progress.finished(key, "internal_error", message)
+            streak.note(message)
             return False
         if not result.correct and result.error is not None and is_out_of_memory(result.error.message) and not alone:
             return True   # evaluated again once nothing else holds GPU memory
@@ -95,6 +98,7 @@ async def score_folder(store: RunStore, session_id: int, tasks: list[BenchTask],
                                       seconds=round(time.monotonic() - start, 3), **common)
         store.record_attempt(attempt)
         progress.finished(key, attempt.verdict, _detail(attempt))
+        streak.note(attempt.error_message if attempt.verdict == "internal_error" else None)
         return False
 
     return await run_jobs(todo, score, workers, deadline)

@@ -12,7 +12,6 @@ same as a verl reward function (`reward.custom_reward_function`, `path=pkg://cud
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import re
 
@@ -56,17 +55,12 @@ def score(task: Task, text: str, settings: EpisodeSettings) -> float | None:
     solution = extract_solution(text)
     if solution is None:
         return -1.0
+    from cuda_agent.agent.evaluators import blocking_evaluator   # the agent package: only when scoring
+
     config = eval_config(settings.final_eval or settings.eval)
     try:
-        service = evaluator(settings.evaluator, settings.service_key())
-        if service is None:
-            from cuda_agent.env import EvalConfig, evaluate
-
-            result = evaluate(task, solution, config or EvalConfig())
-        elif hasattr(service, "evaluate"):
-            result = asyncio.run(service.evaluate(task, solution, config))
-        else:
-            result = service(task, solution, config)
+        evaluate = blocking_evaluator(evaluator(settings.evaluator, settings.service_key()))
+        result = evaluate(task, solution, config)
     except Exception:   # the service is down: no verdict
         logger.exception("warm-up evaluation failed")
         return None

@@ -5,7 +5,8 @@ operators (same family weights) and asks a model to chain them into a KernelBenc
 the way the published dataset was made. Whatever comes back is held to the same bar: it must
 parse, define Model/get_inputs/get_init_inputs and a top-level `batch_size`, use every operator it
 was given, and pass a shape check on meta tensors; otherwise the candidate is dropped
-(`compose_failed`). `openai` is imported only when this composer is used.
+(`compose_failed`). The model is called through `cuda_agent.llm`'s client (`openai` is imported
+only when this composer is used).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import warnings
 
 import torch
 
+from cuda_agent.llm import ChatClient, make_client
 from cuda_agent.synth.catalog import Catalog
 from cuda_agent.synth.compose import FIRST_FAMILY_WEIGHTS, NEXT_FAMILY_WEIGHTS, ComposeError, _pick_op
 from cuda_agent.tasks import Task, TaskError, load_task_module
@@ -32,6 +34,9 @@ The program must define:
   returning a list (may be empty).
 No randomness inside forward (no dropout, no rand*), no in-place ops, float32 only, shapes small
 enough to run on a laptop. Import only torch, torch.nn as nn, torch.nn.functional as F."""
+
+TEMPERATURE = 0.7     # varied chains from the same operators
+MAX_TOKENS = 2048
 
 _BLOCK = re.compile(r"```(?:python)?\s*\n(.*?)```", re.S)
 
@@ -70,22 +75,24 @@ def meta_shape_check(code: str) -> None:
 
 
 class LLMComposer:
-    def __init__(self, client, model: str, catalog: Catalog, temperature: float = 0.7, max_tokens: int = 2048):
-        self.client, self.model, self.catalog = client, model, catalog
-        self.temperature, self.max_tokens = temperature, max_tokens
+    """`client`: a `cuda_agent.llm.ChatClient` (`make_client` picks it); its sampling settings are the
+    client's, the seed of each call is the candidate's."""
+
+    def __init__(self, client: ChatClient, catalog: Catalog):
+        self.client, self.catalog = client, catalog
 
     @classmethod
     def from_env(cls, catalog: Catalog, model: str | None = None, base_url: str | None = None) -> "LLMComposer":
-        try:
-            from openai import OpenAI
-        except ImportError as exc:
-            raise ValueError("--composer llm needs the `openai` package (pip install openai)") from exc
+        """The composer `synth --composer llm` runs: `model` (else $CUDA_AGENT_SYNTH_MODEL) at the
+        OpenAI-compatible endpoint `base_url` (else $OPENAI_BASE_URL), key in $OPENAI_API_KEY."""
         model = model or os.environ.get("CUDA_AGENT_SYNTH_MODEL")
         if not model:
             raise ValueError("--composer llm needs --llm-model (or $CUDA_AGENT_SYNTH_MODEL)")
-        client = OpenAI(base_url=base_url or os.environ.get("OPENAI_BASE_URL"),
-                        api_key=os.environ.get("OPENAI_API_KEY", "EMPTY"))
-        return cls(client, model, catalog)
+        try:
+            client = make_client(model, base_url=base_url, temperature=TEMPERATURE, max_tokens=MAX_TOKENS)
+        except ImportError as exc:
+            raise ValueError("--composer llm needs the `openai` package (pip install openai)") from exc
+        return cls(client, catalog)
 
     def pick_ops(self, k: int, rng: random.Random) -> list[str]:
         names = []
@@ -105,13 +112,10 @@ class LLMComposer:
 
     def compose(self, k: int, rng: random.Random) -> tuple[str, list[str]]:
         ops = self.pick_ops(k, rng)
+        messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": self.prompt(ops)}]
         try:
-            response = self.client.chat.completions.create(
-                model=self.model, temperature=self.temperature, max_tokens=self.max_tokens,
-                seed=rng.randrange(2 ** 31),
-                messages=[{"role": "system", "content": SYSTEM}, {"role": "user", "content": self.prompt(ops)}])
-            text = response.choices[0].message.content
-        except Exception as exc:  # noqa: BLE001 - network, quota, server errors
+            text = self.client.complete(messages, [], seed=rng.randrange(2 ** 31)).message["content"]
+        except Exception as exc:  # noqa: BLE001 - network, quota, server errors (ClientError), a local model's
             raise ComposeError(f"LLM call failed: {type(exc).__name__}: {exc}") from None
         code = extract_code(text)
         try:

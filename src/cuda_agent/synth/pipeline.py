@@ -27,6 +27,7 @@ from cuda_agent.synth.catalog import Catalog, build_catalog
 from cuda_agent.synth.compose import PROFILES, ComposeError, compose_chain, render_candidate
 from cuda_agent.synth.dedupe import Deduper
 from cuda_agent.synth.filters import FilterConfig, run_filters
+from cuda_agent.synth.preflight import kernelbench_problem
 
 # The published mix (CUDA-Agent-Ops-6K): chain length -> share in percent.
 DEFAULT_MIX = {"1": 3.4, "2": 83.8, "3": 7.6, "4": 2.8, "5": 1.2, "transformers": 1.2}
@@ -170,6 +171,10 @@ def load_catalog(work: Path, include_transformers: bool) -> Catalog:
 class Pipeline:
     def __init__(self, config: SynthConfig, composer=None, pool_factory=None):
         self.cfg = config.resolved()
+        # before anything is written or crawled (the catalog alone takes a minute), as the command does
+        why = kernelbench_problem(Path(self.cfg.kernelbench) if self.cfg.kernelbench else None, self.cfg.decontaminate)
+        if why:
+            raise ValueError(why)
         self.out = Path(self.cfg.out)
         self.work = self.out / "work"
         self.work.mkdir(parents=True, exist_ok=True)
@@ -209,9 +214,6 @@ class Pipeline:
     def _references(self) -> list:
         if not self.cfg.decontaminate:
             return []
-        if not self.cfg.kernelbench:
-            raise ValueError("decontamination needs KernelBench: pass --kernelbench DIR (the folder with "
-                             "level1..level3) or set CUDA_AGENT_KERNELBENCH, or --no-decontaminate")
         return dc.kernelbench_trees(self.cfg.kernelbench, cache_dir=self.work)
 
     def _mix(self) -> dict:

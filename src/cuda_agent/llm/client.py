@@ -38,7 +38,8 @@ class Completion:
 class ChatClient(Protocol):
     model: str
 
-    def complete(self, messages: list[dict], tools: list[dict]) -> Completion: ...
+    def complete(self, messages: list[dict], tools: list[dict], *, seed: int | None = None) -> Completion:
+        """`seed`: the sampling seed of this call (None: the server's or the model's own)."""
 
 
 _CONTEXT_ERROR = re.compile(r"context length|context window|maximum context|too long|too many tokens|"
@@ -65,11 +66,13 @@ class OpenAIClient:
         self._client = openai.OpenAI(base_url=self.base_url, api_key=key, timeout=self.timeout,
                                      max_retries=self.max_retries)
 
-    def complete(self, messages: list[dict], tools: list[dict]) -> Completion:
+    def complete(self, messages: list[dict], tools: list[dict], *, seed: int | None = None) -> Completion:
         openai = self._openai
         kwargs: dict[str, Any] = {"model": self.model, "messages": messages}
         if tools:
             kwargs["tools"] = tools
+        if seed is not None:
+            kwargs["seed"] = seed
         for name in ("temperature", "top_p", "max_tokens"):
             if getattr(self, name) is not None:
                 kwargs[name] = getattr(self, name)
@@ -183,10 +186,12 @@ class TransformersClient:
         if device_map is None and torch.cuda.is_available():
             self._model.to("cuda")
 
-    def complete(self, messages: list[dict], tools: list[dict]) -> Completion:
+    def complete(self, messages: list[dict], tools: list[dict], *, seed: int | None = None) -> Completion:
         import torch
 
         start = time.perf_counter()
+        if seed is not None and self.temperature > 0:
+            torch.manual_seed(seed)
         prompt = self._tokenizer.apply_chat_template(template_messages(messages), tools=tools or None,
                                                      add_generation_prompt=True, tokenize=False)
         inputs = self._tokenizer(prompt, return_tensors="pt").to(self._model.device)
