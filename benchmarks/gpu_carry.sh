@@ -2,7 +2,8 @@
 # What a GPU-machine call carries beside the working tree (ignored by git; name them in the device
 # tool's `carry`): .whl/ (pure-Python wheels the machine lacks, for its Python 3.12), .deb/ (bubblewrap,
 # unpacked there by gpu_env.sh), .kb/ (the KernelBench copy beside the checkout), and with OLD=<commit>
-# .old/src (that commit's package, for same-run comparisons against the code before a change).
+# .old/src and .old/benchmarks (that commit's package and scripts, for same-run comparisons against
+# the code before a change).
 #   bash benchmarks/gpu_carry.sh            # then carry [".whl", ".deb", ".kb"] (and ".old")
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,6 +18,6 @@ rm -rf .deb && mkdir -p .deb
 (cd .deb && apt-get download -qq bubblewrap)
 rm -rf .kb && cp -r ../shared/kernelbench .kb
 if [ -n "${OLD:-}" ]; then
-  rm -rf .old && mkdir -p .old && git archive "$OLD" src | tar -x -C .old
+  rm -rf .old && mkdir -p .old && git archive "$OLD" src benchmarks | tar -x -C .old   # each code with its own scripts
 fi
 du -sh .whl .deb .kb ${OLD:+.old}

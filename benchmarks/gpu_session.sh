@@ -6,7 +6,8 @@
 # there), .deb/ (bubblewrap), .kb/ (a KernelBench copy: level1..3 and baseline_times_H100), .old/ (optional).
 #   STEPS="setup tests hacks" bash benchmarks/gpu_session.sh
 # SAMPLE_LOAD=1: the machine's load and its runnable threads by name, twice a second, in $OUT/load.txt.
-# compare: .old (gpu_carry.sh OLD=<commit>) against this code, alternated, e.g.
+# compare: .old (gpu_carry.sh OLD=<commit>) against this code, alternated, each with its own scripts
+# (COMPARE_FIDELITY=1: timing_fidelity.py too, with RUNS and FIDELITY_ARGS), e.g.
 #   STEPS="setup compare" PAIRS=2 THROUGHPUT_ARGS="--kernels small --modes concurrent" bash benchmarks/gpu_session.sh
 # Step time caps: <STEP>_TIMEOUT (not PYTEST_TIMEOUT: pytest-timeout, installed there, reads that).
 set -u
@@ -62,13 +63,18 @@ for step in $STEPS; do
       for pair in $(seq "${PAIRS:-2}"); do
         order="old new"; [ $((pair % 2)) -eq 0 ] && order="new old"
         for code in $order; do
-          src=$PWD/src; [ "$code" = old ] && src=$PWD/.old/src
+          root=$PWD; [ "$code" = old ] && root=$PWD/.old   # each code runs its own scripts
           echo "== pair $pair: $code" >> "$OUT/compare.txt"
-          PYTHONPATH="$src:$PYTHONPATH" timeout "${COMPARE_TIMEOUT:-200}" python3 benchmarks/pool_throughput.py \
+          PYTHONPATH="$root/src:$PYTHONPATH" timeout "${COMPARE_TIMEOUT:-200}" python3 "$root/benchmarks/pool_throughput.py" \
             ${THROUGHPUT_ARGS:-} >> "$OUT/compare.txt" 2>&1
+          if [ -n "${COMPARE_FIDELITY:-}" ]; then   # timing fidelity too, the same alternation
+            echo "== pair $pair: $code fidelity" >> "$OUT/compare.txt"
+            PYTHONPATH="$root/src:$PYTHONPATH" timeout "${COMPARE_TIMEOUT:-200}" python3 "$root/benchmarks/timing_fidelity.py" \
+              --runs "${RUNS:-4}" --kernelbench .kb ${FIDELITY_ARGS:-} >> "$OUT/compare.txt" 2>&1
+          fi
         done
       done
-      grep -E "^== |/s per GPU" "$OUT/compare.txt" ;;
+      grep -E "^== |/s per GPU|precision" "$OUT/compare.txt" ;;
     turnaround)
       run turnaround 400 python3 benchmarks/turnaround.py --backend cuda --edits "${EDITS:-5}" \
         --plain-edits "${PLAIN_EDITS:-1}" ${TURNAROUND_ARGS:-} --json "$OUT/turnaround.json" ;;
