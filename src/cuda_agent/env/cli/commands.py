@@ -231,7 +231,8 @@ def _cache_warm(root: Path, backend: str | None) -> None:
     import time
 
     from cuda_agent.env.cli.args import resolve_backend
-    from cuda_agent.env.builds.compiler import BuildError, prepare_toolchain
+    from cuda_agent.env.builds.compiler import BuildError
+    from cuda_agent.env.builds.toolchain import prepare_toolchain
 
     chosen = resolve_backend(backend)
     start = time.perf_counter()
