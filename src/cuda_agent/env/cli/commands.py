@@ -166,7 +166,7 @@ def _verify_baselines(root: Path, backend: Optional[str], sample: int, fix: bool
 
     from cuda_agent.env.run.baselines import AGREEMENT, BaselineStore
     from cuda_agent.env.config import EvalConfig
-    from cuda_agent.env.run.evaluation import measure_baselines
+    from cuda_agent.env.run.baseline_run import measure_baselines
     from cuda_agent.tasks import Task
 
     config = EvalConfig(backend=backend, cache_dir=root)
