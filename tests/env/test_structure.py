@@ -41,19 +41,17 @@ def _imported(node: ast.AST, importer: str, is_package: bool) -> list[str]:
     return [base] + [f"{base}.{alias.name}" for alias in node.names]
 
 
+def imports_of(tree: ast.AST, name: str, is_package: bool, modules) -> set[str]:
+    """The env modules a module's source imports, wherever in it the import is written."""
+    return {target for node in ast.walk(tree) for target in _imported(node, name, is_package)
+            if target in modules and target != name}
+
+
 def import_graph() -> dict[str, set[str]]:
-    """Each env module's imports of other env modules, wherever in the module they are written."""
+    """Each env module's imports of other env modules."""
     modules = _modules()
-    graph: dict[str, set[str]] = {}
-    for name, path in modules.items():
-        tree = ast.parse(path.read_text(), str(path))
-        targets = set()
-        for node in ast.walk(tree):
-            for target in _imported(node, name, path.name == "__init__.py"):
-                if target in modules and target != name:
-                    targets.add(target)
-        graph[name] = targets
-    return graph
+    return {name: imports_of(ast.parse(path.read_text(), str(path)), name, path.name == "__init__.py", modules)
+            for name, path in modules.items()}
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -91,11 +89,15 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-def test_the_graph_sees_imports_inside_functions():
-    graph = import_graph()
-    # evaluate() imports spares inside the function; the test would miss cycles without such edges
-    assert "cuda_agent.env.infra.spares" in graph["cuda_agent.env.run.evaluation"]
+def test_the_graph_sees_imports_inside_functions_and_relative_ones():
+    source = ("from __future__ import annotations\n"
+              "def later():\n    from cuda_agent.env.infra import spares\n"
+              "class C:\n    def m(self):\n        from ..builds.compiler import BuildError\n")
+    modules = {"cuda_agent.env.infra.spares", "cuda_agent.env.builds.compiler", "cuda_agent.env.run.x"}
+    found = imports_of(ast.parse(source), "cuda_agent.env.run.x", False, modules)
+    assert found == {"cuda_agent.env.infra.spares", "cuda_agent.env.builds.compiler"}
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
 
 
 def test_env_has_no_import_cycle():
