@@ -90,7 +90,7 @@ fi
 say "precompiling the torch header in the background (once per machine and torch install)"
 header_log=$(mktemp)
 PYTHONPATH=src "$VPY" -c '
-from cuda_agent.env.builds.compiler import prepare_toolchain
+from cuda_agent.env.builds.toolchain import prepare_toolchain
 from cuda_agent.env.config import default_cache_dir, detect_backend
 prepare_toolchain(detect_backend(), default_cache_dir() / "build")' >"$header_log" 2>&1 &
 header_job=$!

@@ -8,7 +8,7 @@ evaluations' medians' spread, and the host's time to queue the forward beside th
 the longer: hold.call_times counts a floor of it, not each call's own); with the lock log, the share
 of slow calls among those sent while some worker was setting up its device (its CUDA context and
 first kernels, done without the lock) and among the others. `--replay PERCENT` runs the kernel side
-of the stop rule over each evaluation's logged calls again (evaluation._precise_enough: the median of
+of the stop rule over each evaluation's logged calls again (measures.precise_enough: the median of
 hold.call_times within PERCENT, and the host floor too where it decides; the speedups' part left out)
 and gives the medians' spread where each would have stopped, and where the floor's own check were
 left out.
@@ -21,7 +21,7 @@ import json
 import statistics
 from pathlib import Path
 
-from cuda_agent.env.run.evaluation import round_times, side_measures
+from cuda_agent.env.run.scoring import round_times, side_measures
 from cuda_agent.env.measure.hold import call_times, floor_precise
 from cuda_agent.env.infra.lock_log import read_log
 from cuda_agent.env.measure.stats import median_precision, spread

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from cuda_agent.env import EvalConfig, evaluate
-from cuda_agent.env.builds.compiler import prepare_toolchain
+from cuda_agent.env.builds.toolchain import prepare_toolchain
 from cuda_agent.tasks import Solution, load_solution, load_task
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "src" / "cuda_agent" / "examples" / "bias_relu"

@@ -16,7 +16,7 @@ from cuda_agent.bench.runview import load_run
 from cuda_agent.bench.selection import select_tasks
 from cuda_agent.env.run.baselines import BaselineEntry, BaselineStore, entry_key, timing_settings
 from cuda_agent.env.config import EvalConfig
-from cuda_agent.env.run.evaluation import BaselineRun
+from cuda_agent.env.run.baseline_run import BaselineRun
 from tests.bench.helpers import make_kernelbench
 from tests.gates import StartGate
 

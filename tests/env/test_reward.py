@@ -44,7 +44,7 @@ def test_paired_speedup_cancels_drift_that_a_ratio_of_medians_keeps():
     medians fall in the drift."""
     import statistics
 
-    from cuda_agent.env.run.evaluation import paired_speedup
+    from cuda_agent.env.run.scoring import paired_speedup
 
     rounds = []
     for i in range(100):
@@ -62,7 +62,7 @@ def test_a_calls_host_time_counts_through_its_sides_floor_not_its_own():
     is timed by the device, however slow the host was in single calls (a loaded machine's cold host
     path); a forward bound by its launches is timed by its host's floor (a low quantile), in every call
     alike; an unheld call (host None) keeps its own time."""
-    from cuda_agent.env.run.evaluation import paired_speedup, round_times
+    from cuda_agent.env.run.scoring import paired_speedup, round_times
     from cuda_agent.env.measure.hold import call_times, host_floor
 
     hosts = [0.05 + 0.01 * (i % 7) for i in range(30)]      # 0.05-0.11 ms: slow at times

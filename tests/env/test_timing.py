@@ -32,7 +32,7 @@ def test_baselines_timed_with_a_settle_are_stored_apart_from_those_without():
 
 
 def test_baseline_call_counts_shrink_only_for_slow_calls():
-    from cuda_agent.env.run.evaluation import BASELINE_BUDGET_S, BASELINE_MIN_CALLS, baseline_calls
+    from cuda_agent.env.run.schedule import BASELINE_BUDGET_S, BASELINE_MIN_CALLS, baseline_calls
 
     assert baseline_calls(0.001, 10, 100) == (10, 100)                     # 100 fast calls fit the budget
     assert baseline_calls(BASELINE_BUDGET_S / 100, 10, 100) == (10, 100)   # exactly fits
@@ -64,14 +64,15 @@ def get_init_inputs():
 
 def test_a_slow_baseline_takes_fewer_calls_within_the_budget(tmp_path, monkeypatch):
     """Measured for real on the CPU: a 60 ms reference with a 0.3 s budget gets 3-5 timed calls, not 20."""
-    from cuda_agent.env.run import evaluation
+    from cuda_agent.env.run import schedule
+    from cuda_agent.env.run.baseline_run import measure_baselines
     from cuda_agent.tasks import Task
 
-    monkeypatch.setattr(evaluation, "BASELINE_BUDGET_S", 0.3)
-    monkeypatch.setattr(evaluation, "BASELINE_MIN_CALLS", 3)
+    monkeypatch.setattr(schedule, "BASELINE_BUDGET_S", 0.3)
+    monkeypatch.setattr(schedule, "BASELINE_MIN_CALLS", 3)
     config = EvalConfig(backend="cpu", cache_dir=tmp_path, compile_baseline=False, warmup=10, iters=20,
                         sandbox="none")
-    run = evaluation.measure_baselines(Task(name="slow", code=SLOW_TASK), config, store=False)
+    run = measure_baselines(Task(name="slow", code=SLOW_TASK), config, store=False)
     assert run.error is None, run.error
     assert 3 <= run.entry.eager["iters"] <= 5 and run.entry.eager_ms >= 60.0
 
@@ -98,7 +99,7 @@ class _FakeHold:
 
 def test_a_timer_goes_unheld_for_good_after_patience_timed_out_holds_in_a_row():
     from cuda_agent.env.measure.hold import Timer
-    from cuda_agent.env.run.evaluation import JUDGE_BATCH
+    from cuda_agent.env.run.schedule import JUDGE_BATCH
 
     assert Timer.PATIENCE > JUDGE_BATCH   # a judge batch's outputs on a cold allocator is not a syncing forward
     hold = _FakeHold()

@@ -55,7 +55,7 @@ async def measure_all(store: RunStore, session_id: int, tasks: list[BenchTask], 
     import torch
 
     if measure is None:
-        from cuda_agent.env.run.evaluation import measure_baselines as measure
+        from cuda_agent.env.run.baseline_run import measure_baselines as measure
     backend = config.resolved_backend()
     done = {b.task_key for b in store.baselines()}
     todo = [t for t in slow_first(tasks) if t.key not in done]

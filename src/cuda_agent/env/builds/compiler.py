@@ -230,25 +230,9 @@ def header_ready(backend: str, cache_dir: Path) -> bool:
     return (Path(cache_dir) / "pch" / toolchain(backend).key / "torch_extension_pch.h.gch").exists()
 
 
-def prepare_toolchain(backend: str, cache_dir: Path) -> Path:
-    """Build what every evaluation needs once per toolchain, now and side by side, so no evaluation
-    waits for it: the precompiled torch header, the harness's guard library (and on CUDA its device
-    hold) and the toolchain's own imports (the link check's baseline). Returns the header."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from cuda_agent.env.rules.guard import build_guard
-    from cuda_agent.env.measure.hold import build_hold
-    from cuda_agent.env.rules.symbols import toolchain_imports
-
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        guard = pool.submit(build_guard, Path(cache_dir))
-        hold = pool.submit(build_hold, Path(cache_dir)) if backend == "cuda" else None
-        header = _pch(toolchain(backend), Path(cache_dir))
-        toolchain_imports(backend, str(cache_dir))
-        guard.result()
-        if hold is not None:
-            hold.result()
-    return header
+def precompiled_header(backend: str, cache_dir: Path) -> Path:
+    """The backend's precompiled torch header, built now when it is not there yet."""
+    return _pch(toolchain(backend), Path(cache_dir))
 
 
 @dataclass

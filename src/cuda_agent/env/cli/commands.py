@@ -166,7 +166,7 @@ def _verify_baselines(root: Path, backend: Optional[str], sample: int, fix: bool
 
     from cuda_agent.env.run.baselines import AGREEMENT, BaselineStore
     from cuda_agent.env.config import EvalConfig
-    from cuda_agent.env.run.evaluation import measure_baselines
+    from cuda_agent.env.run.baseline_run import measure_baselines
     from cuda_agent.tasks import Task
 
     config = EvalConfig(backend=backend, cache_dir=root)
@@ -231,7 +231,8 @@ def _cache_warm(root: Path, backend: str | None) -> None:
     import time
 
     from cuda_agent.env.cli.args import resolve_backend
-    from cuda_agent.env.builds.compiler import BuildError, prepare_toolchain
+    from cuda_agent.env.builds.compiler import BuildError
+    from cuda_agent.env.builds.toolchain import prepare_toolchain
 
     chosen = resolve_backend(backend)
     start = time.perf_counter()

@@ -369,7 +369,7 @@ def check_header(m: Machine, backend: str, cache_dir: Path) -> Finding:
         return Finding("torch header", "ok", f"precompiled for the {backend} toolchain")
 
     def repair() -> None:
-        from cuda_agent.env.builds.compiler import prepare_toolchain
+        from cuda_agent.env.builds.toolchain import prepare_toolchain
 
         prepare_toolchain(backend, Path(cache_dir) / "build")
 

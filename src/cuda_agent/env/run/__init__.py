@@ -1,1 +1,2 @@
-"""The evaluation run: one evaluation's phases and call schedule, scoring, and the baseline store."""
+"""The evaluation run: one evaluation's phases (evaluation.py) over its schedule, rounds and judge pipe,
+its scoring and the baseline store; and the baselines measured alone, a judge run of its own."""

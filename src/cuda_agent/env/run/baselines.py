@@ -21,6 +21,9 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from cuda_agent.env.result import Timing
+from cuda_agent.tasks.task import Task
+
 # The ratio scaling absorbs the machine's drift, so the window only has to catch another machine
 # state or a tampered entry. A 0.08 ms eager median moved 12 % over five evaluations on an H100 by
 # noise alone, and a 15 % window re-timed torch.compile (10-15 s) for nothing.
@@ -66,6 +69,24 @@ def timing_settings(config, backend: str) -> dict:
 def entry_key(task_digest: str, device: str, torch_version: str, settings: dict) -> str:
     key = {"task": task_digest, "device": device, "torch": torch_version, **settings}
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:24]
+
+
+def task_key(task: Task, device: str, config, backend: str) -> str:
+    """The store's key for a task's baselines timed on `device` with this torch and these settings."""
+    import torch
+
+    return entry_key(task.digest, device, torch.__version__, timing_settings(config, backend))
+
+
+def task_entry(task: Task, device: str, config, backend: str, eager: Timing, compile_timing: Timing | None,
+               compile_error: str | None) -> BaselineEntry:
+    """An entry of the task's eager and torch.compile times (or why torch.compile has none)."""
+    import torch
+
+    return BaselineEntry(task=task.name, task_digest=task.digest, device=device, torch=torch.__version__,
+                         settings=timing_settings(config, backend), eager=eager.__dict__,
+                         compile=compile_timing.__dict__ if compile_timing else None,
+                         compile_error=compile_error, code=task.code)
 
 
 class BaselineStore:

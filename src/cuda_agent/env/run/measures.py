@@ -1,0 +1,82 @@
+"""What the timed calls' measures say while timing runs and once it is over: whether the times are
+known well enough to stop (the precision rule), the harness's own overhead taken off the calls
+measured from outside, and the clock check (the candidate's reported times against the harness's).
+"""
+
+from __future__ import annotations
+
+import statistics
+
+from cuda_agent.env.config import EvalConfig
+from cuda_agent.env.measure.hold import call_times, floor_precise
+from cuda_agent.env.measure.stats import median_precision
+from cuda_agent.env.run.judge_pipe import JudgePipe
+from cuda_agent.env.run.schedule import JUDGE_BATCH
+from cuda_agent.env.run.scoring import paired_ratios, round_times, side_measures
+from cuda_agent.env.run.worker_run import _Failed
+
+CLOCK_ALLOWANCE_MS = 3.0   # per call: what the harness's own work may differ between empty and real calls
+MIN_CALL_MS = 1e-4         # a call measured from outside, less the overhead, is never counted as free
+
+
+def precise_enough(config: EvalConfig, rounds: list[dict], measured: list[tuple], pipe: JudgePipe) -> bool:
+    """Whether the kernel's median time (`measured`: every timed call so far, its device and host
+    times), its host floor where that decides (hold.floor_precise) and its median paired speedups
+    (the calls judged so far) are all known to within `precision` (`stats`). The calls left are
+    then dropped: at most `iters` are timed, at least `min_iters`. The judge's verdicts trail the
+    candidate by a batch or two: when the kernel is known well enough and a batch's worth of calls
+    awaits the judge, they are judged first."""
+    precision = config.precision
+    if precision is None or len(measured) < config.min_iters:
+        return False
+    devices, hosts = zip(*measured)
+    if median_precision(call_times(devices, hosts)) > precision or not floor_precise(devices, hosts, precision):
+        return False
+    if config.baselines and pipe.pending() >= JUDGE_BATCH:
+        pipe.drain()
+    return not config.baselines or speedups_precise(rounds, precision)
+
+
+def speedups_precise(rounds: list[dict], precision: float) -> bool:
+    for baseline in ("eager", "compile"):
+        ratios = paired_ratios(rounds, baseline)
+        if ratios and not floor_precise(*side_measures(rounds, baseline), precision):
+            return False
+        if (ratios or baseline == "eager") and median_precision(ratios) > precision:   # inf for a handful
+            return False
+    return True
+
+
+def less_overhead(rounds: list[dict], null_walls: list[float]) -> None:
+    """CPU calls measured from outside include the harness's own steps in the candidate's process
+    (reading the command, viewing the inputs, answering): the median empty call's, taken off each."""
+    overhead = statistics.median(null_walls) if null_walls else 0.0
+    for entry in rounds:
+        entry["kernel"] = max(entry["kernel"] - overhead, MIN_CALL_MS)
+
+
+def check_clock(config: EvalConfig, outside: bool, rounds: list[dict], null_walls: list[float]) -> None:
+    """The candidate reports its own call times, and its process could have rewritten its clock.
+    The harness's own measure of a call (`_outside_clock`), less its own overhead (the median empty
+    call), must account for what was reported, up to the noise of that overhead: a kernel well above
+    the noise that claims less than half of it is rejected. Medians, so outliers do not decide.
+
+    The allowance is at least 3 ms: a real call does work an empty one does not (the extension's
+    allocations and launches, the guard's bookkeeping, the output checks, the garbage they leave);
+    measured on an H100, 1.6 ms more than an empty call for a 128 MB input and a 0.14 ms kernel
+    (the draw then inside the measure), and on a loaded 2-core CPU up to 1.8 ms more main-thread
+    CPU for a kernel of 0.1-0.6 ms. The inputs are drawn before the harness's clock starts
+    (`prepare`), so the overhead is the call's own, not the draw's. Forged clocks are caught on
+    kernels of several milliseconds; below that, the link and static checks stand before a
+    forged timer."""
+    if outside or not config.clock_check or len(null_walls) < 3 or not rounds:
+        return   # outside: the harness's measure is the time itself
+    overhead = statistics.median(null_walls)
+    noise = statistics.median(abs(w - overhead) for w in null_walls)
+    allowance = max(CLOCK_ALLOWANCE_MS, 4 * noise)
+    implied = statistics.median(r["wall"] for r in rounds) - overhead
+    reported = statistics.median(round_times(rounds, "kernel"))
+    if implied - reported > allowance and reported < 0.5 * (implied - allowance):
+        raise _Failed("profile", f"a timed call took {implied:.2f} ms by the harness's measure (less its own "
+                                 f"overhead) but the solution's process measured {reported:.2f} ms: its clock "
+                                 "disagrees with the harness's", rule="clock-disagreement")

@@ -1,0 +1,234 @@
+"""One call of the schedule, a round between the harness and its workers.
+
+The candidate's half: the call's inputs prepared beside other evaluations' work, the call itself
+holding the device alone (unless it is a verification call), the harness's own clock around it and
+the check for processes of the candidate's own; then the judge's half: the same draw for the
+reference, the candidate's output to compare, and the verdict (a rejection raises; a timed call's
+measures are kept as a round, `rounds`).
+"""
+
+from __future__ import annotations
+
+import time
+
+from cuda_agent.env.run.schedule import Call
+from cuda_agent.env.run.worker_run import _Failed
+
+
+class CallRounds:
+    """An evaluation's rounds (a part of evaluation._Evaluation)."""
+
+    def _candidate_round(self, call: Call, phase: str, timeout: float) -> dict | None:
+        """The candidate's half of a call: its answer, or None for an empty call (or a structured set
+        the task's inputs do not admit). The call holds the device alone unless it is a verification
+        call (untimed, and told apart by its place anyway); its inputs are drawn beside other
+        evaluations' work. Its steps run one of two ways: in the candidate's process, which times the
+        call and samples its output (`_inside_*`), or on the CPU backend decided from outside it
+        (`_outside_*`); the device's lock and the trace around them are the same."""
+        self.index += 1
+        call.index = self.index
+        if self.outside:
+            prepare, ready, measure, settle = (self._outside_prepare, self._outside_ready,
+                                               self._outside_call, self._outside_settle)
+        else:
+            prepare, ready, measure, settle = (self._inside_prepare, self._inside_ready,
+                                               self._inside_call, self._inside_settle)
+        save = call.kind == "verify"
+        asked = time.perf_counter()
+        with self.lock.held(shared=True, label=f"harness.{phase}.prepare"):
+            asked = self._traced(f"{phase}.lock_shared", asked)
+            prepared = prepare(call, phase, timeout)
+        asked = self._traced(f"{phase}.prepare", asked)
+        if not ready(call, phase, prepared):
+            return None
+        with self.lock.held(shared=save, label=f"harness.{phase}.{call.kind}") as hold:
+            asked = self._traced(f"{phase}.lock_call", asked)
+            out, wall_ms, read = measure(call, phase, timeout, hold, prepared)
+        asked = self._traced(f"{phase}.call", asked)
+        self._check_processes(phase)
+        asked = self._traced(f"{phase}.check_processes", asked)
+        if not out["ok"]:
+            raise _Failed(phase, out["message"], out.get("rule"))
+        if call.kind == "null":
+            self.null_walls.append(wall_ms)
+            return None
+        return settle(call, phase, timeout, out, wall_ms, read, asked)
+
+    # -- in the candidate's process: it draws, times and samples --------------------------------
+
+    def _inside_prepare(self, call: Call, phase: str, timeout: float) -> dict:
+        save = call.kind == "verify"
+        # the inputs first (drawing them costs more, and varies more, than many kernels take)
+        self.candidate.send(cmd="prepare", seed=call.seed, transform=call.transform, save=save)
+        return self._ask(self.candidate, timeout, phase)
+
+    def _inside_ready(self, call: Call, phase: str, ready: dict) -> bool:
+        if not ready["ok"]:
+            raise _Failed(phase, ready["message"], ready.get("rule"))
+        return True
+
+    def _inside_call(self, call: Call, phase: str, timeout: float, hold, ready: dict) -> tuple[dict, float, None]:
+        save = call.kind == "verify"
+        # the harness's own clock covers the call itself; the CPU backend's measure is the
+        # worker's CPU time (`_outside_clock`), a GPU's wall time
+        cpu_start = self.candidate.cpu_seconds() if self.backend == "cpu" else None
+        start = time.perf_counter()
+        sent = time.monotonic()   # on the lock log's clock (diagnosis: CUDA_AGENT_LOG_ROUNDS)
+        self.candidate.send(cmd="call", index=call.index, seed=call.seed, transform=call.transform,
+                            save=save, null=call.kind == "null", slot=call.index % 2, release=not save)
+        out = self._ask(self.candidate, timeout, phase)
+        wall_ms = self._outside_clock(start, cpu_start)
+        if out.get("timed"):   # timing is over and the device idle: its checks run beside others' work
+            hold.share()
+            self.candidate.send(cmd="finish")
+            out = self._ask(self.candidate, timeout, phase)
+        out["sent"] = sent
+        return out, wall_ms, None
+
+    def _inside_settle(self, call: Call, phase: str, timeout: float, out: dict, wall_ms: float, read: None,
+                       asked: float) -> dict:
+        save = call.kind == "verify"
+        if save and not out.get("staged"):   # its output to the box's file, now that the device is let go
+            self.candidate.send(cmd="write", index=call.index)
+            written = self._ask(self.candidate, timeout, phase)
+            if not written["ok"]:
+                raise _Failed(phase, written["message"], written.get("rule"))
+            self._traced(f"{phase}.write", asked)
+        out["wall_ms"] = wall_ms
+        return out
+
+    # -- the CPU backend's, decided from outside the candidate's process ---------------------------
+    # The judge draws the inputs into a staging slot; the candidate, resumed, runs its forward on them
+    # and answers where its output is; stopped again, its CPU time (all threads) is the call's time and
+    # its output is read from its memory, at positions drawn now (whole for a verification call). Its
+    # own checks (the guard's verdict) come after that, on `finish`.
+
+    def _outside_prepare(self, call: Call, phase: str, timeout: float) -> dict:
+        slot = call.index % 2
+        self.judge.channel.send(cmd="draw", index=call.index, seed=call.seed, transform=call.transform, slot=slot)
+        return self._ask(self.judge, self.config.timeout_reference, "task")
+
+    def _outside_ready(self, call: Call, phase: str, drawn: dict) -> bool:
+        if "task_error" in drawn:
+            raise _Failed("task", f"the task's inputs could not be drawn: {drawn['task_error']}")
+        if not drawn["ok"]:
+            raise _Failed("internal", drawn["message"])
+        if drawn["layout"] is None:   # a structured set this task's inputs do not admit
+            self.result.skipped_sets.append(f"{call.transform}: the task's inputs do not admit it")
+            return False
+        return True
+
+    def _outside_call(self, call: Call, phase: str, timeout: float, hold, drawn: dict) -> tuple[dict, float, object]:
+        from cuda_agent.env.measure.outside import UnreadableOutput, read_samples, write_whole
+        from cuda_agent.env.rules.verify import SAMPLES_PER_TENSOR
+
+        save, slot = call.kind == "verify", call.index % 2
+        read = None
+        cpu_start = self.candidate.cpu_seconds()
+        sent = time.monotonic()   # on the lock log's clock (diagnosis: CUDA_AGENT_LOG_ROUNDS)
+        self.candidate.send(cmd="call", index=call.index, seed=call.seed, transform=call.transform, save=save,
+                            null=call.kind == "null", inputs={"slot": slot, "layout": drawn["layout"]})
+        out = self._ask(self.candidate, timeout, phase)
+        cpu_end = self.candidate.cpu_seconds()
+        if not save:   # the measured part is over: reading and checking go beside others' work
+            hold.share()
+        if out["ok"] and call.kind != "null":
+            try:
+                if save:
+                    path = self.job_dir / f"out_{call.index}.bin"
+                    read = {"path": str(path), "layout": write_whole(self.memory, out["output"], path)}
+                else:
+                    read = {"samples": read_samples(self.memory, out["output"], SAMPLES_PER_TENSOR)}
+            except (UnreadableOutput, OSError, ValueError, KeyError, TypeError) as exc:
+                read = exc
+        if out["ok"]:
+            self.candidate.send(cmd="finish")
+            out = self._ask(self.candidate, timeout, phase)
+        out["sent"] = sent
+        wall_ms = (cpu_end - cpu_start) * 1e3 if cpu_start is not None and cpu_end is not None else float("nan")
+        return out, wall_ms, read
+
+    def _outside_settle(self, call: Call, phase: str, timeout: float, out: dict, wall_ms: float, read,
+                        asked: float) -> dict:
+        if isinstance(read, Exception):
+            raise _Failed(phase, f"the output could not be read from the solution's memory ({read}): return "
+                                 "plain CPU tensors or Python numbers", rule="uncomparable-output")
+        out.update(read, wall_ms=wall_ms, read_outside=True)
+        return out
+
+    # -- the harness's own checks of a call ------------------------------------------------------
+
+    def _outside_clock(self, start: float, cpu_start: float | None) -> float:
+        """How long the candidate's call took, measured out of its process's reach: wall time on a GPU;
+        on the CPU backend its main thread's CPU time (the kernel's scheduler statistics), which a
+        loaded machine's other processes do not inflate. An honest forward's CPU time is at most its
+        wall time, which is what its clock reports."""
+        cpu_end = self.candidate.cpu_seconds() if self.backend == "cpu" else None
+        if cpu_start is not None and cpu_end is not None:
+            return (cpu_end - cpu_start) * 1e3
+        return (time.perf_counter() - start) * 1e3
+
+    def _check_processes(self, phase: str) -> None:
+        if not self.config.guard:
+            return
+        extras = self.candidate.extra_processes()
+        if extras:
+            raise _Failed(phase, f"the solution started {len(extras)} process(es) of its own; kernels run in the "
+                                 "calling process and finish inside forward", rule="extra-process")
+
+    # -- the judge's half -------------------------------------------------------------------------
+
+    def _judge_request(self, call: Call, out: dict) -> dict:
+        """What the judge gets for one call: the same draw, whether to time the references on it, and
+        the candidate's output to compare (its file for a verification call, else its samples)."""
+        save = call.kind == "verify"
+        timed = call.kind in ("warmup", "timed")
+        whole = {"path": str(self.box / f"out_{call.index}.bin"), "layout": out.get("layout")}
+        if out.get("read_outside") and save:   # read by the harness into a file of its own
+            whole = {"path": out["path"], "layout": out["layout"]}
+        elif out.get("staged"):   # in the staging file's slot of the call (transfer.Staging), not in the file
+            whole["slot"] = call.index % 2
+        return dict(index=call.index, seed=call.seed, transform=call.transform, time=timed,
+                    compile=timed and self.compile_mode == "paired",
+                    compare=whole if save else {"samples": out["samples"]},
+                    # verification's own draws set the spread; later calls' whole comparisons are held to it
+                    dependence=self.strict and not call.transform and call.kind != "null")
+
+    def _judged(self, call: Call, phase: str, out: dict, verdict: dict) -> dict | None:
+        """The judge's verdict on one call: a rejection raises; a timed call's measures are kept."""
+        if "task_error" in verdict:
+            raise _Failed("task", f"the task's reference failed on an input set: {verdict['task_error']}")
+        if call.kind == "verify":
+            (self.box / f"out_{call.index}.bin").unlink(missing_ok=True)
+            (self.job_dir / f"out_{call.index}.bin").unlink(missing_ok=True)
+        if verdict.get("skipped"):
+            self.result.skipped_sets.append(f"{call.transform}: {verdict['skipped']}")
+            return None
+        if not verdict["ok"]:
+            self._reject(call, phase, verdict)
+        if call.kind == "timed":
+            # each side's device time and its host's time to queue the forward (None: timed unheld);
+            # round_times weighs the two
+            kernel = out["wall_ms"] if out.get("read_outside") else out["ms"]
+            self.rounds.append({"kernel": kernel, "kernel_host": out.get("host_ms"), "wall": out["wall_ms"],
+                                "eager": verdict.get("eager_ms"), "eager_host": verdict.get("eager_host_ms"),
+                                "compile": verdict.get("compile_ms"), "compile_host": verdict.get("compile_host_ms"),
+                                "sent": out.get("sent")})
+            if self.backend == "cuda":   # how each side was timed (hold.Timer), as of its last call
+                self.result.timer = {"kernel": out.get("timer"), **verdict.get("timers", {})}
+        return verdict
+
+    def _reject(self, call: Call, phase: str, verdict: dict) -> None:
+        where = f"on input set {call.index}" + (f" (structured: {call.transform})" if call.transform else
+                                                f" (seed {call.seed})" if call.kind == "verify" else "")
+        if verdict.get("rule"):
+            raise _Failed(phase, f"{where}: {verdict['message']}", verdict["rule"])
+        if call.transform and verdict.get("nonfinite"):
+            raise _Failed(phase, f"wrong output {where}: {verdict['message']}; the reference stays finite on these "
+                                 "inputs (scaled or spiked values): compute stably (e.g. subtract the max before exp)",
+                          rule="numerically-fragile")
+        if call.kind == "verify":
+            raise _Failed(phase, f"wrong output {where}: {verdict['message']}", rule="correctness")
+        raise _Failed(phase, f"an output produced while timing is wrong for its inputs, although verification "
+                             f"passed (results cached, work skipped or approximated?): {verdict['message']}",
+                      rule="recheck-after-timing")

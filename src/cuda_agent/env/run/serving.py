@@ -1,0 +1,100 @@
+"""The builds an evaluation makes for its candidate, in the harness (the candidate only reads the
+build cache): the guard library and the device hold's, the workspace's kernels, and the extensions
+the candidate asks for from inside its sandbox (load_inline / load), each checked for what it links
+against before it is published and handed in (handed.py).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from cuda_agent.env.builds.handed import hand
+
+MAX_BUILD_REQUESTS = 16    # load_inline/load calls one candidate may ask the harness to build
+
+
+class _LinkRefused(Exception):
+    """A built library imports a symbol a solution may not use (symbols.py)."""
+
+
+class BuildServing:
+    """An evaluation's builds for its candidate (a part of evaluation._Evaluation)."""
+
+    build_requests = 0
+    link_refusal: str | None = None   # why the last library asked for was refused, for the compile phase
+
+    def _start_builds(self):
+        """The guard library and the workspace's kernels build in the harness (never in the candidate,
+        which only reads the build cache) while the workers start."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        from cuda_agent.env.builds.compiler import BuildError, header_ready
+        from cuda_agent.env.rules.guard import build_guard
+
+        build_root = Path(self.config.cache_dir) / "build"
+        pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="build")
+        guard_lib = pool.submit(build_guard, build_root)
+        self.hold_lib = pool.submit(self._hold_library)
+        kernels = None
+        if self.solution.kernel_files:
+            try:
+                first = not header_ready(self.backend, build_root)
+            except BuildError:
+                first = False   # the build itself reports the broken toolchain
+            self.say("building kernels" + (" (precompiling torch headers first: once per machine, about a minute)"
+                                           if first else ""))
+            kernels = pool.submit(self._build, "cuda_extension", self._kernel_sources())
+        pool.shutdown(wait=False)
+        return guard_lib, kernels
+
+    def _build(self, name: str, files: dict, **flags) -> Path:
+        """Build for the solution (harness side), checking what the library links against before it is
+        published (a refused one is deleted); returns the copy handed to the candidate (handed.py)."""
+        from cuda_agent.env.builds.compiler import BuildError, build_extension
+        from cuda_agent.env.rules.symbols import ToolMissing, check_library, toolchain_imports
+
+        build_cache = Path(self.config.cache_dir) / "build"
+        exempt = toolchain_imports(self.backend, str(build_cache)) if self.config.guard else None
+
+        def check(so: Path, objects) -> None:
+            try:
+                findings = check_library(so, objects, exempt)
+            except ToolMissing as exc:
+                raise BuildError(str(exc)) from None
+            if findings:
+                raise _LinkRefused("the built library imports what a solution may not use:\n" +
+                                   "\n".join(f.describe() for f in findings[:12]))
+
+        report = build_extension(name, files, self.backend, build_cache, max_jobs=self.config.max_jobs,
+                                 timeout=self.config.timeout_compile, check=check if self.config.guard else None,
+                                 **flags)
+        return hand(report.path, self.box)
+
+    def _serve_build(self, request: dict) -> dict:
+        """Compile for the candidate (its load_inline / load calls): the shared build cache is
+        written by the harness only. Sources and flags are checked like any build input."""
+        from cuda_agent.env.builds.compiler import BuildError
+
+        self.build_requests += 1
+        if self.build_requests > MAX_BUILD_REQUESTS:
+            return {"ok": False, "message": f"more than {MAX_BUILD_REQUESTS} extension builds in one evaluation"}
+        files, name = request.get("files"), request.get("name")
+        flags = {k: request.get(k) for k in ("extra_cflags", "extra_cuda_cflags", "extra_ldflags", "extra_include_paths")}
+        if not (isinstance(name, str) and isinstance(files, dict)
+                and all(isinstance(k, str) and isinstance(v, str) for k, v in files.items())
+                and all(v is None or (isinstance(v, list) and all(isinstance(f, str) for f in v)) for v in flags.values())):
+            return {"ok": False, "message": "malformed build request"}
+        try:
+            return {"ok": True, "path": str(self._build(name, files, **flags))}
+        except _LinkRefused as refused:
+            self.link_refusal = str(refused)
+            return {"ok": False, "message": str(refused)}
+        except BuildError as exc:
+            return {"ok": False, "message": exc.summary}
+
+    def _kernel_sources(self) -> dict[str, str]:
+        from cuda_agent.tasks.solution import KERNEL_SUFFIXES
+
+        return {path: text for path, text in sorted(self.solution.kernel_files.items())
+                if path.endswith(KERNEL_SUFFIXES)}
+

@@ -1,0 +1,226 @@
+"""What an evaluation and a baseline run share: worker processes in one job folder.
+
+Starting them (a judge; a candidate inside the sandbox; the staging file the pair shares), asking
+them (a timeout, a death or a forged message becomes a structured failure), the judge's job and its
+answer (the task's reference ran), the device hold's library, and the clock of the phases with the
+trace of where the harness waits (CUDA_AGENT_TRACE_CALLS=1).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Callable
+
+from cuda_agent.env.config import EvalConfig
+from cuda_agent.env.infra.isolation import Worker, box_of, start_worker
+from cuda_agent.env.result import EvalError, EvalResult
+from cuda_agent.env.run.schedule import JUDGE_BATCH
+from cuda_agent.env.workers.protocol import ChildDied, ChildTimeout, ForgedMessage
+from cuda_agent.tasks.task import Task
+
+
+def _footprint(task: Task) -> dict | None:
+    """The task's one input set and one output in bytes (on the meta device, once per task), by which
+    the judge sizes the memory it asks for in its set-up (reserve.py)."""
+    from cuda_agent.tasks.footprint import estimate_footprint
+
+    found = estimate_footprint(task)
+    return None if found is None else {"input_bytes": found.input_bytes, "output_bytes": found.output_bytes}
+
+
+class _Failed(Exception):
+    """Ends an evaluation (or a baseline run) early with a structured error."""
+
+    def __init__(self, phase: str, message: str, rule: str | None = None):
+        super().__init__(message)
+        self.error = EvalError(phase, message, rule)
+
+
+def job_root() -> str | None:
+    """RAM-backed /dev/shm when it has room (outputs travel through files), else the temp dir."""
+    import os
+
+    shm = Path("/dev/shm")
+    try:
+        if shm.is_dir() and os.access(shm, os.W_OK) and shutil.disk_usage(shm).free > (8 << 30):
+            return str(shm)
+    except OSError:
+        pass
+    return None
+
+
+def _start_worker(role: str, config: EvalConfig, backend: str, job_dir: Path, gpu: int | None,
+                  staging_fd: int | None = None) -> Worker:
+    """A judge, or a candidate inside the sandbox (raises SandboxUnavailable when it cannot be)."""
+    from cuda_agent.env.infra.sandbox import sandbox_prefix
+
+    box = box_of(job_dir)
+    box.mkdir(parents=True, exist_ok=True)
+    wrap = sandbox_prefix(config, box) if role == "candidate" else None
+    return start_worker(role, job_dir, backend, gpu, wrap, staging_fd)
+
+
+def _start_pair(config: EvalConfig, backend: str, job_dir: Path, gpu: int | None):
+    from cuda_agent.env.infra.spares import WorkerPair
+
+    with _staging() as fd:
+        judge = _start_worker("judge", config, backend, job_dir, gpu, fd)
+        try:
+            return WorkerPair(job_dir, judge, _start_worker("candidate", config, backend, job_dir, gpu, fd))
+        except BaseException:
+            judge.kill()
+            raise
+
+
+@contextmanager
+def _staging():
+    """The staging file a pair of workers shares (transfer.create_staging), ours only until both have it."""
+    from cuda_agent.env.workers.transfer import create_staging
+
+    try:
+        fd = create_staging()
+    except (OSError, AttributeError):   # no sealed memory files here: outputs go through files
+        fd = None
+    try:
+        yield fd
+    finally:
+        if fd is not None:
+            os.close(fd)
+
+
+class WorkerRun:
+    """A run's workers and its clock. An evaluation (evaluation.py) has a judge and a candidate, whose
+    build requests it serves (`_serve_build`); a baseline run (baseline_run.py) has a judge only."""
+
+    judge: Worker | None = None
+    candidate: Worker | None = None
+
+    def __init__(self, task: Task, config: EvalConfig, backend: str, job_dir: Path, gpu: int | None,
+                 result: EvalResult, say: Callable[[str], None]):
+        from cuda_agent.env.infra.locks import DeviceLock
+
+        self.task, self.config = task, config
+        self.backend, self.job_dir, self.gpu, self.result, self.say = backend, job_dir, gpu, result, say
+        self.box = box_of(job_dir)
+        self.clock = self.started = time.monotonic()
+        self.lock = DeviceLock.of(backend, gpu)
+        base = config.seed if config.seed is not None else secrets.randbelow(1 << 31)
+        self.cfg = dict(config.to_dict(), seed=base)
+        # CUDA_AGENT_TRACE_CALLS=1: where the harness's side of the rounds waits, summed per step
+        # (phase_seconds "trace.*"), beside the workers' own per-call traces in the log
+        self.trace: dict[str, float] | None = {} if os.environ.get("CUDA_AGENT_TRACE_CALLS") == "1" else None
+
+    def _lap(self, phase: str) -> None:
+        now = time.monotonic()
+        self.result.phase_seconds[phase] = round(self.result.phase_seconds.get(phase, 0.0) + now - self.clock, 3)
+        self.clock = now
+        for step, seconds in (self.trace or {}).items():
+            self.result.phase_seconds[f"trace.{step}"] = round(seconds, 3)
+
+    def _traced(self, step: str, since: float) -> float:
+        """Adds the time since `since` to `step` of the trace (when tracing); returns now."""
+        now = time.perf_counter()
+        if self.trace is not None:
+            self.trace[step] = self.trace.get(step, 0.0) + now - since
+        return now
+
+    def _ask(self, worker: Worker, timeout: float, phase: str) -> dict:
+        """Wait for a worker's answer; a timeout or death becomes a failure of `phase`. Build
+        requests from the candidate (load_inline) are served on the way, each with a fresh clock."""
+        try:
+            while True:
+                message = worker.channel.receive(timeout)
+                if worker.role != "candidate":
+                    return message
+                if message.get("request") != "build":
+                    worker.stop(wait=self.backend == "cpu")   # nothing of it runs until its next command
+                    return message
+                worker.send(**self._serve_build(message))
+        except ChildTimeout:
+            what = "the task's reference" if worker.role == "judge" else "the solution"
+            raise _Failed("task" if worker.role == "judge" else phase,
+                          f"{what} timed out after {timeout:g} s in the {phase} phase "
+                          "(an infinite loop or a hung kernel?)", rule="timeout") from None
+        except ForgedMessage as forged:
+            raise _Failed("task" if worker.role == "judge" else phase,
+                          f"{forged}: the solution wrote to the harness's own channel", rule="protocol-forgery") from None
+        except ChildDied as died:
+            tail = worker.log_tail()
+            phase = "task" if worker.role == "judge" else phase
+            raise _Failed(phase, f"{died} during the {phase} phase" + (f"; its last output:\n{tail}" if tail else ""),
+                          rule="crash") from None
+
+    def _serve_build(self, request: dict) -> dict:
+        """A candidate's build request (its load_inline / load calls): only a run with a candidate has one."""
+        raise NotImplementedError
+
+    def shutdown(self) -> None:
+        for worker in (self.candidate, self.judge):
+            if worker is not None:
+                if worker.role == "candidate":
+                    self.result.log = worker.log_tail()
+                worker.kill()
+
+    def _start(self, role: str, staging_fd: int | None = None) -> Worker:
+        from cuda_agent.env.infra.sandbox import SandboxUnavailable
+
+        try:
+            return _start_worker(role, self.config, self.backend, self.job_dir, self.gpu, staging_fd)
+        except SandboxUnavailable as exc:
+            from cuda_agent.env.infra.doctor import Machine, check_sandbox
+
+            fix = check_sandbox(Machine(), self.config.sandbox).line()
+            raise _Failed("internal", f"{exc}\n{fix}", rule="sandbox") from None
+
+    def _wait_ready(self, worker: Worker) -> None:
+        try:
+            worker.wait_ready()
+        except (ChildDied, ChildTimeout) as exc:
+            raise _Failed("internal", f"could not start the {worker.role} worker: {exc}\n{worker.log_tail()}")
+        if self.trace is not None:   # how long the worker took to start (a spare's head start is beside it)
+            for step, seconds in worker.startup.items():
+                self.trace[f"startup.{worker.role}.{step}"] = seconds
+            self.trace[f"startup.{worker.role}.taken_at"] = self.started - worker.spawned
+
+    hold_lib = None   # a future of `_hold_library`'s path, once the builds have started
+
+    def _hold_library(self) -> str | None:
+        """The device hold's library (hold.py) when timing on a GPU uses it; None otherwise."""
+        from cuda_agent.env.measure.hold import build_hold
+
+        if self.backend != "cuda" or not self.config.hold:
+            return None
+        return str(build_hold(Path(self.config.cache_dir) / "build"))
+
+    def _hold_path(self) -> str | None:
+        from cuda_agent.env.builds.compiler import BuildError
+
+        try:
+            return self.hold_lib.result() if self.hold_lib is not None else self._hold_library()
+        except BuildError as exc:   # the harness's own helper: ours to fix, never the solution's
+            raise _Failed("internal", f"the device hold did not build: {exc.summary}") from None
+
+    def _send_judge_job(self, candidate: bool = True) -> None:
+        self._wait_ready(self.judge)
+        self.judge.channel.send(task_code=self.task.code, task_name=self.task.name, backend=self.backend,
+                                config=self.cfg, box=str(self.box), save_init=candidate, lock=str(self.lock.path),
+                                hold_lib=self._hold_path(), footprint=_footprint(self.task), batch=JUDGE_BATCH)
+
+    def _judge_ready(self) -> None:
+        """The judge's answer to its job: the task's reference ran."""
+        self.say("computing the reference")
+        reference = self._ask(self.judge, self.config.timeout_reference, "task")
+        if not reference["ok"]:
+            raise _Failed("task", f"the task's reference failed: {reference['message']}")
+        self.result.device = reference["device"]
+        self.output_bytes = reference.get("output_bytes")
+        # a call's inputs can go through the pair's staging file (the CPU backend's calls from outside)
+        self.inputs_fit = 0 <= (reference.get("input_bytes") or 0) <= (reference.get("slot_bytes") or -1)
+
+    output_bytes: int | None = None   # the reference's output in a staging slot (the judge's first run)
+    inputs_fit = False
