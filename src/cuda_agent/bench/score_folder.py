@@ -4,8 +4,7 @@ Each solution found for a task is one attempt; a task without one gets a `missin
 malformed entry a `malformed` one (both fail the task, neither stops the run). Attempts run
 concurrently against one evaluator (an `EvalPool`, or the Ray service) and are recorded as they
 finish; a resume skips every attempt already recorded for the same solution entry. On a GPU, an
-attempt starts only when its estimated memory fits beside the others' (`memory.py`): KernelBench's
-6 GiB-input tasks ran a GPU out of memory four at a time.
+attempt starts only when its estimated memory fits beside the others' (`memory.py`).
 """
 
 from __future__ import annotations
