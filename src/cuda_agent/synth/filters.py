@@ -1,26 +1,18 @@
-"""The runtime filters, run per task in a worker process (see `workers.py`).
+"""The runtime filters, run per task in a worker process (`workers.py`). In order, each dropping the
+task with a recorded reason (the table in docs/synthesis.md):
 
-In order, each dropping the task with a recorded reason:
+1. `eager_error`: the task does not build or run in eager mode;
+2. `runtime_below_window` / `runtime_above_window`: eager median outside [lo, hi] ms after up to
+   `max_rescales` batch rescalings (aiming at 2*lo or hi/2, time taken as linear in the batch); `oom`;
+3. `nondeterministic`: two calls on the same inputs differ;
+4. `nonfinite_output`: NaN or Inf in the output for some input draw;
+5. `constant_output`: the mean over draws matches every draw within the verifier's tolerance
+   (atol = rtol = 1e-2), so a constant would pass; `low_variation`: fewer than
+   `min_varying_fraction` (1 %) of the output elements change beyond it between draws;
+6. `compile_error` / `compile_mismatch`: `torch.compile` fails, or differs from eager beyond the
+   tolerance (too fragile to verify a kernel against).
 
-1. `eager_error`          the task does not build or run in eager mode;
-2. `runtime_below_window` / `runtime_above_window`
-                          eager median time outside [lo, hi] ms even after rescaling the batch
-                          (up to `max_rescales` times, aiming at 2*lo or hi/2, assuming time is
-                          linear in the batch); `oom` when a rescaled task does not fit;
-3. `nondeterministic`     two calls on the same inputs differ (a random operator slipped through);
-4. `nonfinite_output`     NaN or Inf in the output for some input draw;
-5. `constant_output`      one constant tensor (the mean over the draws) matches every draw's
-                          output within the verifier's tolerance (atol = rtol = 1e-2): a candidate
-                          returning that constant would pass verification;
-   `low_variation`        fewer than `min_varying_fraction` (1 %) of the output elements change
-                          beyond that tolerance between draws: the task is mostly constant;
-6. `compile_error`        `torch.compile` fails;
-   `compile_mismatch`     compiled output differs from eager beyond the tolerance (the task is
-                          numerically too fragile to verify a kernel against).
-
-What survives gets `eager_ms` and `compile_ms`, timed with the environment's `time_callable`
-(fresh input copies per call, device-wide sync, L2 flush on GPU): the same numbers the
-environment's baselines measure.
+Survivors get `eager_ms` and `compile_ms` from the environment's `time_callable`, as its baselines.
 """
 
 from __future__ import annotations
