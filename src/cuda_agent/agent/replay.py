@@ -4,9 +4,8 @@
     outcome.reward, outcome.trajectory            # compare with the recording
 
 The model is not called: each recorded assistant message is one `KernelSession` step, so the
-transcript is what the current environment says to the same moves (does an RFT sample's reward
-stand?). The recording's task, evaluation configs, tool set, tool and idle limits are used; its turn
-and time limits are not (the recording says where it stopped).
+transcript is what the current environment says to the same moves (does an RFT reward stand?). The
+recording's task, eval configs, tool set, tool and idle limits are used, not its turn or time limits.
 """
 
 from __future__ import annotations

@@ -1,12 +1,11 @@
 """`cuda-agent baseline`: eager and torch.compile times of every selected task, into the environment's
 baseline store (`measure_baselines`), recorded in the run's SQLite.
 
-Several tasks run at once per GPU (`per_gpu`): builds and input draws use the CPU cores while timed
-calls take the GPU one at a time (the device lock), and a task starts only when its estimated memory
-fits (`memory.py`). Slow groups go first, so long compilations overlap short tasks. A task out of GPU
-memory is retried alone at the end (`schedule.run_jobs`), else recorded `out_of_memory`. Entries in
-the store for this device, torch and settings are reused (`stored`) unless `force`; tasks recorded by
-an earlier session of the run are skipped.
+Several tasks run at once per GPU (`per_gpu`): builds and input draws use the CPU while timed calls
+take the GPU one at a time (the device lock). A task starts once its estimated memory fits
+(`memory.py`), slow groups first (long compilations overlap short tasks); one out of memory is retried
+alone at the end (`schedule.run_jobs`), else recorded `out_of_memory`. Store entries for this device,
+torch and settings are reused (`stored`) unless `force`; tasks an earlier session recorded are skipped.
 """
 
 from __future__ import annotations

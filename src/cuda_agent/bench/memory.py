@@ -1,12 +1,11 @@
 """GPU memory admission for concurrent baseline measurements and evaluations.
 
 Some KernelBench tasks' inputs alone take 4-17 GB (level 1 ops on 4096 x 393216 tensors), so a few at
-once run a GPU out of memory. Each task's input size is read once on the meta device (in a child
-process, no GPU), and work starts only when its reservation fits what the GPU has left: a baseline
-holds about three times the inputs (inputs, eager and torch.compile outputs) plus a margin; an
-evaluation about six times (the judge's and the candidate's inputs and outputs) plus 3 GiB (two CUDA
-contexts, the candidate's poisoned allocator fill). An underestimate meets the out-of-memory retry
-(`schedule.run_jobs`).
+once run a GPU out of memory. Each task's input size is read once on the meta device (a child process,
+no GPU); work starts when its reservation fits what the GPU has left: a baseline about three times the
+inputs (inputs, eager and compiled outputs) plus a margin, an evaluation about six times (judge's and
+candidate's inputs and outputs) plus 3 GiB (two CUDA contexts, the candidate's poisoned allocator
+fill). An underestimate meets the out-of-memory retry (`schedule.run_jobs`).
 """
 
 from __future__ import annotations

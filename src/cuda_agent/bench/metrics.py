@@ -3,10 +3,9 @@ torch.compile (correct and beyond the reward's 5 % margin, read from the paired 
 reads it; a failed torch.compile baseline never counts as faster); geometric-mean speedups over the
 correct tasks; KernelBench's fast_p (p = 0, 1, 1.5, 2, against eager and torch.compile); the mean
 milestone reward (-1 for a task without a correct solution). Per group and overall (pooled: weighted
-by task count); a task's score is its best attempt, ranked as the agent ranks candidates.
-
-Broken tasks (the reference fails), tasks not yet scored and failed ones (every attempt an
-infrastructure failure, `INFRASTRUCTURE`) say nothing of the policy: counted apart, in no denominator.
+by task count); a task's score is its best attempt, ranked as the agent ranks candidates. Broken
+tasks (the reference fails), tasks not yet scored and failed ones (every attempt an infrastructure
+failure, `INFRASTRUCTURE`) say nothing of the policy: counted apart, in no denominator.
 """
 
 from __future__ import annotations

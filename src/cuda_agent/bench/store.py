@@ -1,12 +1,11 @@
 """A run's record: one SQLite file per run folder (`RUN/bench.sqlite`), written as work finishes.
 
-Each finished attempt and each baseline is committed on its own, so a killed run loses only what was
-in flight; `--resume` re-runs exactly what has no row. Tables (`SCHEMA` below; columns explained in
-docs/bench.md): `meta` (schema version, kind, the settings a resume must agree with), `sessions` (one
-row per invocation, with its config and environment), `tasks` (the selection), `attempts` (one row per
-scored solution; `result` is the EvalResult as JSON), `baselines` (what `cuda-agent baseline` measured
-or took from the environment's baseline store). `verdict` is one of VERDICTS; `baselines.status` one
-of BASELINE_STATUS.
+Each finished attempt and baseline is committed on its own, so a killed run loses only what was in
+flight; `--resume` re-runs exactly what has no row. Tables (`SCHEMA` below, columns in docs/bench.md):
+`meta` (schema version, kind, the settings a resume must agree with), `sessions` (one per invocation,
+its config and environment), `tasks` (the selection), `attempts` (one per scored solution; `result`
+is the EvalResult as JSON), `baselines` (what `cuda-agent baseline` measured or took from the
+environment's store). `verdict` is one of VERDICTS; `baselines.status` one of BASELINE_STATUS.
 """
 
 from __future__ import annotations

@@ -3,11 +3,9 @@ actors on GPUs of their own, never the rollout's (Ray hides no GPU from an actor
 so an evaluation in a rollout worker would time kernels on GPUs vLLM is using).
 
 Placement (`EpisodeSettings.service`, from `cuda-agent train --eval-gpus` / `--eval-resource`):
-`{"actors": K, "name": ...}` is K one-GPU actors on GPUs left out of the trainer's placement groups
-(`trainer.n_gpus_per_node` excludes them); `{"gpu_resource": R, "devices": [...], "name": ...}` is one
-actor per unit of the custom resource R, each on one GPU of nodes started with `--num-gpus=0
---resources='{"R": 8}'` (no trainer group lands there). `name` shares the actors among a run's
-rollout workers.
+`{"actors": K}` is K one-GPU actors on GPUs the trainer's placement groups leave out; `{"gpu_resource":
+R, "devices": [...]}` one actor per unit of the custom resource R, each on one GPU of nodes started
+with `--num-gpus=0 --resources='{"R": 8}'`. Either takes a `name`, sharing the actors run-wide.
 """
 
 from __future__ import annotations

@@ -2,11 +2,10 @@
 
 The sanity task (the example bias+ReLU, its reference doing the work eight times over) comes with
 three prepared solutions under `candidates/`: `a` correct but slow (reward 1), `b` wrong (-1), `c`
-correct and fast (2; no torch.compile baseline). A tiny policy built here installs one with `bash` and
-calls `finish`; the reward is that of the session's final clean evaluation by the real environment,
-memoised per solution digest (`MemoEvaluator`). A short SFT warm-start teaches the tool-call format;
-GRPO must then find `c`. This proves reward, advantages and updates flow through our environment; it
-says nothing about kernel quality.
+correct and fast (2; no torch.compile baseline). A tiny policy built here installs one with `bash`
+and calls `finish`; the reward comes from the real environment's final clean evaluation, memoised per
+solution digest (`MemoEvaluator`). A short SFT warm-start teaches the tool-call format; GRPO must then
+find `c`. This shows reward, advantages and updates flow through our environment, not kernel quality.
 """
 
 from __future__ import annotations

@@ -1,12 +1,11 @@
 """Decontamination: drop a task whose AST is too similar to a KernelBench program (docs/synthesis.md).
 
-similarity(A, B) = 1 - TED(A, B) / max(|A|, |B|), with TED the Zhang-Shasha tree edit distance (unit
-costs) on ordered trees: a changed operator costs one node whatever the layout, which a text diff
-cannot promise. Normalisation drops docstrings, annotations and Load/Store contexts and turns numeric
-literals into `Num`; identifiers, attributes, strings and booleans stay (`relu` vs `gelu` differs).
-Zhang-Shasha is quadratic, so pairs are screened by a bound: an edit script keeps at most `common`
-nodes (the overlap of the label multisets), so similarity <= common / max(|A|, |B|); only pairs whose
-bound exceeds the threshold, and the best-bounded one (the nearest program, reported), are exact.
+similarity(A, B) = 1 - TED(A, B) / max(|A|, |B|), TED the Zhang-Shasha tree edit distance: a changed
+operator costs one node whatever the layout, unlike a text diff. Trees are normalised (docstrings,
+annotations, Load/Store contexts dropped; numbers all `Num`); identifiers, attributes, strings and
+booleans stay (`relu` vs `gelu` differs). Zhang-Shasha is quadratic, so a bound screens pairs first:
+similarity <= common / max(|A|, |B|), `common` the overlap of the label multisets; only pairs above
+the threshold, and the best-bounded one (the nearest program, reported), are computed exactly.
 """
 
 from __future__ import annotations

@@ -1,18 +1,11 @@
-"""The runtime filters, run per task in a worker process (`workers.py`). In order, each dropping the
-task with a recorded reason (the table in docs/synthesis.md):
-
-1. `eager_error`: the task does not build or run in eager mode;
-2. `runtime_below_window` / `runtime_above_window`: eager median outside [lo, hi] ms after up to
-   `max_rescales` batch rescalings (aiming at 2*lo or hi/2, time taken as linear in the batch); `oom`;
-3. `nondeterministic`: two calls on the same inputs differ;
-4. `nonfinite_output`: NaN or Inf in the output for some input draw;
-5. `constant_output`: the mean over draws matches every draw within the verifier's tolerance
-   (atol = rtol = 1e-2), so a constant would pass; `low_variation`: fewer than
-   `min_varying_fraction` (1 %) of the output elements change beyond it between draws;
-6. `compile_error` / `compile_mismatch`: `torch.compile` fails, or differs from eager beyond the
-   tolerance (too fragile to verify a kernel against).
-
-Survivors get `eager_ms` and `compile_ms` from the environment's `time_callable`, as its baselines.
+"""The runtime filters, run per task in a worker process (`workers.py`). In order, each drops the task
+with a recorded reason (thresholds in `FilterConfig`, table in docs/synthesis.md): `eager_error`;
+`runtime_below_window` / `runtime_above_window` (eager median outside the window after up to
+`max_rescales` batch rescalings, time taken as linear in the batch; `oom` when a rescaled task does
+not fit); `nondeterministic`; `nonfinite_output`; `constant_output` (the mean over draws matches every
+draw within the verifier's tolerance, so a constant would pass) and `low_variation` (too few output
+elements vary beyond it); `compile_error` / `compile_mismatch` (torch.compile fails, or differs from
+eager beyond the tolerance). Survivors get `eager_ms` and `compile_ms` from `time_callable`.
 """
 
 from __future__ import annotations
@@ -154,7 +147,7 @@ def _short(exc: BaseException) -> str:
 
 
 def _check_outputs(module, model, cfg: FilterConfig, device) -> dict:
-    """Determinism, finiteness and variation across input draws (thresholds in the docstring)."""
+    """Determinism, finiteness and variation across input draws (thresholds in `FilterConfig`)."""
     outs = []
     with torch.no_grad():
         first = _draw(module, cfg.seed, device)

@@ -1,12 +1,11 @@
 """The synthesis pipeline: catalog -> compose -> dedupe -> decontaminate -> filters -> write.
 
 Resumable: finished work is appended (and fsync'd) to JSONL files in the run folder's `work`; a rerun
-with the same settings reads them back and does only what is missing, so a killed run loses at most
-the tasks in flight. Deterministic for a seed: candidate j of class c draws from its own RNG seeded
-with (seed, c, j), candidates are submitted in j order, and a class submits only while
-`accepted + in_flight < quota`, so each class accepts exactly its first `quota` passing candidates in
-j order however the workers interleave (given reproducible verdicts: a timing at a window edge or a
-timeout can flip).
+with the same settings reads them back and does only what is missing. Deterministic for a seed:
+candidate j of class c draws from its own RNG seeded with (seed, c, j), candidates are submitted in j
+order, and a class submits only while `accepted + in_flight < quota`, so each class accepts exactly
+its first `quota` passing candidates in j order however the workers interleave (given reproducible
+verdicts: a timing at a window edge or a timeout can flip).
 """
 
 from __future__ import annotations
