@@ -1,13 +1,12 @@
-"""A workspace as an MCP server, so existing coding agents can be the policy.
+"""A workspace as an MCP server, so existing coding agents can be the policy (needs `mcp` 2 or later).
 
     cuda-agent mcp --workspace DIR              # stdio (what Claude Code, Codex, etc. launch)
     cuda-agent mcp --workspace DIR --http 8765  # streamable HTTP on 127.0.0.1:8765/mcp
 
-One server is one episode: a `KernelSession` driven one tool call at a time, with our loop's tools,
-`submit` (ends the episode, returns the clean score) and SKILL.md as a resource. When the server
-stops, its trajectory (only what went through these tools) is appended to a JSONL file, SFT data like
-ours; one stopped before `submit` is recorded unscored, since stdio clients kill a server too soon
-for an evaluation (`cuda-agent agent replay` scores it later). Needs `mcp` 2 or later.
+One server is one episode: a `KernelSession` driven one call at a time, with our loop's tools, `submit`
+(ends the episode, returns the clean score) and SKILL.md as a resource. On stop, its trajectory (only
+calls through these tools) is appended to a JSONL file, SFT data like ours, unscored if `submit` never
+came: stdio clients kill a server too soon for an evaluation (`cuda-agent agent replay` scores it).
 """
 
 from __future__ import annotations
