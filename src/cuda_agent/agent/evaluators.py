@@ -1,12 +1,11 @@
 """Any evaluator, called from the blocking code that runs the workspace's commands and the final
 re-evaluation.
 
-An evaluator is either a plain callable `(task, solution, config) -> EvalResult`
-(`cuda_agent.env.evaluate`, a fake in tests) or an object with
-`async def evaluate(task, solution, config=None) -> EvalResult` (`EvalPool`, an evaluation
-service). A session's blocking calls run in worker threads when it is driven asynchronously; an
-async evaluator's coroutine is then sent to the event loop that drives the session, so one pool
-serves every session of that loop. Driven synchronously, the coroutine runs on a private loop.
+An evaluator is a plain callable `(task, solution, config) -> EvalResult` (`cuda_agent.env.evaluate`,
+a fake in tests) or an object with `async def evaluate(task, solution, config=None) -> EvalResult`
+(`EvalPool`, an evaluation service). When a session is driven asynchronously, its blocking calls run
+in worker threads and an async evaluator's coroutine goes to the loop driving the session, so one
+pool serves every session of that loop; driven synchronously, the coroutine runs on a private loop.
 """
 
 from __future__ import annotations

@@ -3,11 +3,9 @@
     episode = run_episode(task, OpenAIClient("my-model", base_url=...), workspace_dir="ws/")
     episode.solution, episode.result.reward, episode.trajectory
 
-This is a driver of a `KernelSession`, which is the episode (tools, restoration, best-candidate
-tracking, limits, the clean re-evaluation that sets the reward). What lives here is the model's
-side: the client, the context sent to it (kept inside the context budget), and the progress
-events. Whatever goes wrong (a broken endpoint, a crash of ours), the trajectory is completed
-and returned.
+A driver of a `KernelSession`, which is the episode (tools, limits, the reward's clean re-evaluation).
+Here is the model's side: the client, the context sent to it (kept within its budget) and progress
+events. Whatever goes wrong (a broken endpoint, a crash of ours), the trajectory is completed.
 """
 
 from __future__ import annotations

@@ -1,18 +1,12 @@
-"""A workspace as an MCP server, so existing coding agents can be the policy.
+"""A workspace as an MCP server, so existing coding agents can be the policy (needs `mcp` 2 or later).
 
     cuda-agent mcp --workspace DIR              # stdio (what Claude Code, Codex, etc. launch)
     cuda-agent mcp --workspace DIR --http 8765  # streamable HTTP on 127.0.0.1:8765/mcp
 
-One server is one episode: a `KernelSession` on the workspace, driven one tool call at a time.
-It serves compile, verify, profile and the file tools (bash, read, write, edit, multi_edit, glob,
-grep), the same implementations the built-in loop uses, plus `submit`, which ends the episode and
-returns the clean score; SKILL.md is also a resource. Every call is tracked as in our loop
-(protected files restored, verified candidates kept), and when the server stops its trajectory is
-appended to a JSONL file, so an external agent's work becomes SFT data like ours. A session that
-stopped before `submit` is recorded unscored (reward None): stdio clients kill a server seconds
-after they close it, too soon for an evaluation; `cuda-agent agent replay` scores it later. Only
-what went through these tools is recorded (not the agent's own file edits or shell). Needs the
-`mcp` package, version 2 or later.
+One server is one episode: a `KernelSession` driven one call at a time, with our loop's tools, `submit`
+(ends the episode, returns the clean score) and SKILL.md as a resource. On stop, its trajectory (only
+calls through these tools) is appended to a JSONL file, SFT data like ours, unscored if `submit` never
+came: stdio clients kill a server too soon for an evaluation (`cuda-agent agent replay` scores it).
 """
 
 from __future__ import annotations

@@ -3,12 +3,9 @@
     outcome = replay(trajectory, "ws/")           # evaluator: the local evaluate unless given
     outcome.reward, outcome.trajectory            # compare with the recording
 
-The model is not called: each recorded assistant message is handed to a `KernelSession` as the
-step it was, so the replayed transcript is what the environment says today to the same moves.
-Useful to audit RFT data (does the recorded reward stand?) and the proof that the session is the
-whole episode. The recorded settings are used: the task, the evaluation configs, the tool set,
-the tool limits and the idle limit; turn and time limits are not (the recording says where it
-stopped).
+The model is not called: each recorded assistant message is one `KernelSession` step, so the
+transcript is what the current environment says to the same moves (does an RFT reward stand?). The
+recording's task, eval configs, tool set, tool and idle limits are used, not its turn or time limits.
 """
 
 from __future__ import annotations

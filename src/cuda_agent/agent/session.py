@@ -10,15 +10,11 @@
             break
     outcome = session.finish()           # clean re-evaluation: reward, solution, result, trajectory
 
-Everything an episode is besides the model lives here: the workspace and its tools, restoring
-protected files after every call, reading back the commands the model ran through bash, tracking
-every verified candidate (ours trusted, the model's claims not), the turn, idle and time limits,
-and at the end the re-evaluation of the best candidates from clean copies, which alone sets the
-reward. Drivers stay thin: the ReAct loop (`loop.py`), the MCP server, replay, RL agent loops.
-
-Plain data in and out. `areset`/`astep`/`afinish` run the same code in worker threads, so many
-sessions can share one event loop (and one async evaluator, such as an `EvalPool`). A session is
-driven by one caller at a time.
+Everything of an episode but the model: the workspace and tools, protected files restored after every
+call, commands run through bash read back, verified candidates tracked (ours trusted, the model's
+claims not), turn, idle and time limits, and the clean re-evaluation of the best candidates, which
+alone sets the reward. `areset`/`astep`/`afinish` run the same code in worker threads, so sessions
+can share one event loop and async evaluator; one caller drives a session at a time.
 """
 
 from __future__ import annotations

@@ -1,17 +1,11 @@
 """Trajectories -> multi-turn SFT data (parquet with `messages` and `tools`), as verl's SFT trainer
 reads it (`data.messages_key=messages data.tools_key=tools`).
 
-The default filter is the published rejection fine-tuning one: keep trajectories with reward > 0,
-drop those with invalid tool calls or redundant loops (the same call repeated turn after turn).
-Episodes that failed on our side (`infra_error`: endpoint down, evaluator crash) are always dropped.
-
-Parquet stores nested data with one schema per column, so keys missing from some messages or tools
-read back as nulls (e.g. another tool's parameters appear with value None), and tool-call arguments
-can only be stored there as JSON strings (the OpenAI wire format). `messages_json`/`tools_json`
-hold the exact records in the form chat templates take: no null keys, and tool-call arguments as
-JSON objects (arguments that are not a JSON object, as a malformed call sent them, stay strings).
-`cuda_agent.rl.sft_data.RFTDataset` (the dataset `cuda-agent train rft` configures for verl's SFT
-trainer) reads those.
+The default filter is the published rejection fine-tuning one: reward > 0, no invalid tool calls, no
+redundant loops (the same call turn after turn); episodes that failed on our side (`infra_error`) are
+always dropped. A parquet column has one schema, so missing keys read back as nulls and tool-call
+arguments are JSON strings there; `messages_json`/`tools_json` hold the exact records as chat templates
+take them (no null keys, arguments as JSON objects), for `cuda_agent.rl.sft_data.RFTDataset`.
 """
 
 from __future__ import annotations

@@ -11,9 +11,9 @@
                          package, out of the agent's reach
       .cuda_agent/       metadata, pristine copies of the protected files, results of the commands
 
-Protected files are restored from pristine copies before each command and, inside the agent loop,
-after every tool call. None of this is what the final score rests on: the loop re-evaluates the
-best solution from a clean copy against the task it holds in memory.
+Protected files are restored from pristine copies before each command and, in a session, after every
+tool call. The score does not rest on them: the best solution is re-evaluated from a clean copy
+against the task held in memory.
 """
 
 from __future__ import annotations

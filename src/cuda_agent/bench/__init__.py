@@ -5,6 +5,5 @@
     cuda-agent bench --levels 1 --model NAME --base-url URL --out runs/policy
     cuda-agent report runs/mine --compare runs/policy
 
-A run lives in one folder: `bench.sqlite` (schema in `store.py` and docs/bench.md), the solutions
-and trajectories it produced, and the report. Runs resume where they stopped (`--resume`).
+A run is one folder (`bench.sqlite`, its solutions, trajectories and report), resumed by `--resume`.
 """

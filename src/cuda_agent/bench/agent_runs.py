@@ -1,17 +1,15 @@
 """`cuda-agent bench --model NAME --base-url URL`: one agent episode per task, many at once.
 
-Episodes run the existing ReAct agent (`run_episode`) in worker threads; every evaluation they ask
-for goes to one shared evaluator (an `EvalPool` or the Ray service) on the run's event loop. The
-episode's own clean re-evaluation of its best candidates is the task's score (the published
-protocol: the best correct solution of the trajectory). For each task the run keeps
+Episodes run `run_episode` in worker threads and evaluate through one shared evaluator (an `EvalPool`
+or the Ray service) on the run's event loop; the episode's clean re-evaluation of its best candidates
+is the task's score (the published protocol). For each task the run keeps
 
     RUN/trajectories/GROUP/ID.jsonl     the trajectory (for RFT: `cuda-agent export-sft RUN/trajectories/*/*.jsonl`)
     RUN/solutions/GROUP/ID/             the best solution, workspace form (absent when none verified)
 
-An endpoint that fails after the client's retries (with backoff) ends that episode as
-`episode_failed` (what counts as such is `solve`'s rule, `infrastructure_failure`); the episode is
-not scored, and `--resume --retry-failed` runs it again. The run goes on unless several episodes in a
-row fail so (`FailureStreak`: the endpoint or the evaluator is down); then no new episode starts.
+An endpoint that fails after the client's retries ends its episode as `episode_failed` (`solve`'s
+rule, `infrastructure_failure`): not scored, `--resume --retry-failed` reruns it. Several such
+episodes in a row (`FailureStreak`: the endpoint or the evaluator is down) stop new ones starting.
 """
 
 from __future__ import annotations

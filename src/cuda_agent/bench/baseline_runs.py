@@ -1,14 +1,11 @@
 """`cuda-agent baseline`: eager and torch.compile times of every selected task, into the environment's
 baseline store (`measure_baselines`), recorded in the run's SQLite.
 
-Several tasks are measured at once per GPU (`per_gpu`): their torch.compile builds and input draws
-use the CPU cores while only their timed calls take the GPU, one at a time (the device lock), and
-a measurement starts only when its estimated memory fits beside the others' (`memory.py`). Slow
-groups go first (level 3 before level 2 before level 1), so the long compilations overlap the many
-short tasks. A task whose measurement runs out of GPU memory is measured again alone once the rest
-are done (`schedule.run_jobs`); if it still does not fit it is recorded as `out_of_memory`. Tasks whose entry is already
-in the store for this device, torch version and settings are taken from it (`stored`) unless
-`force`; tasks recorded by an earlier session of the run are skipped.
+Several tasks run at once per GPU (`per_gpu`): builds and input draws use the CPU while timed calls
+take the GPU one at a time (the device lock). A task starts once its estimated memory fits
+(`memory.py`), slow groups first (long compilations overlap short tasks); one out of memory is retried
+alone at the end (`schedule.run_jobs`), else recorded `out_of_memory`. Store entries for this device,
+torch and settings are reused (`stored`) unless `force`; tasks an earlier session recorded are skipped.
 """
 
 from __future__ import annotations

@@ -1,14 +1,11 @@
 """GPU memory admission for concurrent baseline measurements and evaluations.
 
-KernelBench has tasks whose inputs alone take 4-17 GB (level 1's elementwise ops, reductions and
-pooling on 4096 x 393216 tensors): a few of those measured at once run a GPU out of memory. Each
-task's input size is read once, on the meta device (no memory, no GPU) in a child process, and a
-measurement starts only when its reservation (the judge holds inputs, the eager output and the
-torch.compile output at once: about three times the inputs, plus a margin) fits what the GPU has
-left. An evaluation (`cuda-agent bench --solutions`) holds more: the judge's inputs, reference
-output, torch.compile output and the candidate's output it reads, the candidate's own inputs and
-output, and the candidate's poisoned allocator fill (2 GiB): about six times the inputs plus 3 GiB.
-An underestimate is caught by the out-of-memory retry (`schedule.run_jobs`).
+Some KernelBench tasks' inputs alone take 4-17 GB (level 1 ops on 4096 x 393216 tensors), so a few at
+once run a GPU out of memory. Each task's input size is read once on the meta device (a child process,
+no GPU); work starts when its reservation fits what the GPU has left: a baseline about three times the
+inputs (inputs, eager and compiled outputs) plus a margin, an evaluation about six times (judge's and
+candidate's inputs and outputs) plus 3 GiB (two CUDA contexts, the candidate's poisoned allocator
+fill). An underestimate meets the out-of-memory retry (`schedule.run_jobs`).
 """
 
 from __future__ import annotations

@@ -1,22 +1,11 @@
-"""The benchmark's metrics: the published ones, plus KernelBench's fast_p and the mean reward.
-
-A task's score is its best attempt (correct first, then reward, speedup over torch.compile, over
-eager: the order the agent ranks candidates by). Per group and overall (pooled over all tasks, i.e.
-weighted by task count):
-
-- pass rate: correct tasks / tasks
-- faster than eager, faster than torch.compile: correct and more than 5 % less time, the reward's
-  margin ((t0 - t) / t0 > MARGIN), read from the paired speedup as the reward reads it
-  (`reward.is_faster_speedup`); a task whose torch.compile baseline failed is not counted faster
-- geometric-mean speedup vs eager and vs torch.compile, over the correct tasks that have it
-- fast_p (KernelBench): share of tasks correct with speedup over eager above p, for p = 0, 1, 1.5, 2
-  (fast_0 is the pass rate); the same against torch.compile
-- mean reward: milestone reward averaged over tasks, -1 for a task without a correct solution
-
-Broken tasks (the reference itself fails) are excluded from every denominator and counted apart;
-tasks not yet scored (a run in progress) likewise, and failed ones: every attempt ended on an
-infrastructure failure (the model endpoint or our evaluator failed, `INFRASTRUCTURE`), which says
-nothing about the solution or the policy.
+"""The benchmark's metrics (defined in docs/bench.md): pass rate; faster than eager and than
+torch.compile (correct and beyond the reward's 5 % margin, read from the paired speedup as the reward
+reads it; a failed torch.compile baseline never counts as faster); geometric-mean speedups over the
+correct tasks; KernelBench's fast_p (p = 0, 1, 1.5, 2, against eager and torch.compile); the mean
+milestone reward (-1 for a task without a correct solution). Per group and overall (pooled: weighted
+by task count); a task's score is its best attempt, ranked as the agent ranks candidates. Broken
+tasks (the reference fails), tasks not yet scored and failed ones (every attempt an infrastructure
+failure, `INFRASTRUCTURE`) say nothing of the policy: counted apart, in no denominator.
 """
 
 from __future__ import annotations

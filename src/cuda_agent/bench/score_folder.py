@@ -5,8 +5,7 @@ malformed entry a `malformed` one (both fail the task, neither stops the run). A
 concurrently against one evaluator (an `EvalPool`, or the Ray service) and are recorded as they
 finish; a resume skips every attempt already recorded for the same solution entry. An evaluation
 our evaluator failed (`internal_error`) is not scored; several in a row stop the run (`FailureStreak`).
-On a GPU, an attempt starts only when its estimated memory fits beside the others' (`memory.py`):
-KernelBench's 6 GiB-input tasks ran a GPU out of memory four at a time.
+On a GPU, an attempt starts only when its estimated memory fits beside the others' (`memory.py`).
 """
 
 from __future__ import annotations

@@ -1,6 +1,4 @@
-"""Finding the solutions of a folder for the selected tasks.
-
-Layouts recognised (they may be mixed):
+"""Finding the solutions of a folder for the selected tasks. Layouts recognised (they may be mixed):
 
     DIR/level1/19.py              single file (`load_inline`, KernelBench's form)
     DIR/level1/19/                workspace: model_new.py + kernels/

@@ -1,27 +1,11 @@
 """A run's record: one SQLite file per run folder (`RUN/bench.sqlite`), written as work finishes.
 
-Each finished attempt and each measured baseline is committed on its own, so a killed run loses
-only what was in flight; `--resume` re-runs exactly what has no row. The schema (also in
-docs/bench.md):
-
-    meta(key, value)            schema_version, kind ("bench" | "baseline"), settings (JSON: what a
-                                resume must agree with), created
-    sessions(id, started, finished, status, argv, config, environment)
-                                one row per invocation (the first and every resume); config and
-                                environment are JSON (GPU, driver, torch, CUDA, versions)
-    tasks(key, grp, number, name, digest, origin)
-                                the tasks selected (a resume may add more)
-    attempts(task_key, attempt, session_id, source, verdict, compiled, correct, error_phase, error_rule,
-             error_message, kernel_ms, eager_ms, compile_ms, speedup_vs_eager, speedup_vs_compile, reward,
-             baseline_source, device, protocol, solution_path, solution_digest, trajectory_path, trajectory_id,
-             turns, stop_reason, seconds, finished, result)
-                                one row per scored solution; `result` is the EvalResult as JSON
-    baselines(task_key, session_id, status, device, torch, eager_ms, compile_ms, compile_error, error,
-              store_key, oom_retries, seconds, finished, entry)
-                                what `cuda-agent baseline` measured (or took from the environment's
-                                baseline store) for each task
-
-`verdict` is one of VERDICTS; `baselines.status` one of BASELINE_STATUS.
+Each finished attempt and baseline is committed on its own, so a killed run loses only what was in
+flight; `--resume` re-runs exactly what has no row. Tables (`SCHEMA` below, columns in docs/bench.md):
+`meta` (schema version, kind, the settings a resume must agree with), `sessions` (one per invocation,
+its config and environment), `tasks` (the selection), `attempts` (one per scored solution; `result`
+is the EvalResult as JSON), `baselines` (what `cuda-agent baseline` measured or took from the
+environment's store). `verdict` is one of VERDICTS; `baselines.status` one of BASELINE_STATUS.
 """
 
 from __future__ import annotations

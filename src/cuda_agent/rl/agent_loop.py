@@ -1,33 +1,22 @@
 """verl agent loop `cuda_agent`: one kernel episode, token-in/token-out.
 
-verl makes one loop instance per trajectory, so the loop owns its `KernelSession` (and so its
-workspace, keyed by the request id) for all turns. Each turn: the rollout server generates from the
-running token ids; verl's tool parser reads the calls; the session runs them with the tools,
-SKILL.md and limits of `cuda-agent solve`; the tool messages are tokenized with verl's
-continuous-token builder and appended with mask 0 (no loss, logprob 0.0). No truncation of tool
-output beyond the session's own cap (verl's 256-character cut applies to `ToolAgentLoop` only).
+verl makes one loop instance per trajectory, so it owns its `KernelSession` (workspace keyed by the
+request id) for all turns: the rollout server generates, verl's tool parser reads the calls, the
+session runs them as `cuda-agent solve` would, and their messages go in with mask 0 (cut only by the
+session's cap). The trajectory ends on a model token (tool output leaving no room for a reply is not
+appended), which carries the outcome reward. Failures of
+ours (rollout server, evaluator, an episode past `limits.max_seconds`, enforced here since a tool call
+in a worker thread cannot be interrupted; an infrastructure failure) never fail the group: the sample
+is `skipped`, reward 0 and an all-zero mask, at least one token (verl indexes the last one).
 
-The trajectory ends on a model token: tool output that would not leave room for another reply is
-not appended, and the outcome reward (the milestone reward of the best correct solution, from the
-session's final clean evaluation) sits on that last token. An infrastructure failure (reward None)
-keeps the sample in the batch with reward 0 and an all-zero mask, so it trains nothing.
-
-Failures of ours never fail the group: a rollout server that fails, an evaluator that is down,
-an episode past its wall clock (`limits.max_seconds`, enforced here around every generation and
-tool call, since a tool call in a worker thread cannot be interrupted) all give a trajectory with
-reward 0 and an all-zero mask (`skipped`), at least one token long (verl's v1 worker indexes the
-last response token).
-
-Register it for a run with a yaml for `actor_rollout_ref.rollout.agent.agent_loop_config_path`;
-`cuda-agent train` writes it:
+`cuda-agent train` registers it with a yaml for `actor_rollout_ref.rollout.agent.agent_loop_config_path`:
 
     - name: cuda_agent
       _target_: cuda_agent.rl.agent_loop.KernelAgentLoop
       settings: runs/agentic/episode.json
 
-verl reads that yaml into its registry when the worker starts and imports this module only when it
-builds the first trajectory, so importing this module must not replace the yaml's entry (which
-carries `settings`): it registers its bare name only where none is registered.
+verl reads that yaml when the worker starts but imports this module only for the first trajectory,
+so the import registers the bare name only where none is (never replacing the yaml's `settings`).
 """
 
 from __future__ import annotations

@@ -1,18 +1,11 @@
-"""The evaluation service an RL stage scores with: `cuda_agent.env.infra.service.EvalService`'s Ray actors
-on GPUs of their own, never the rollout's (Ray hides no GPU from an actor that asks for none, so an
-evaluation inside a rollout worker would time kernels on GPUs that vLLM is using).
+"""The evaluation service an RL stage scores with: `cuda_agent.env.infra.service.EvalService`'s Ray
+actors on GPUs of their own, never the rollout's (Ray hides no GPU from an actor that asks for none,
+so an evaluation in a rollout worker would time kernels on GPUs vLLM is using).
 
-Placement (`EpisodeSettings.service`, written by `cuda-agent train` from `--eval-gpus` /
-`--eval-resource`):
-
-- `{"actors": K, "name": ...}`: K actors of one Ray GPU each, on GPUs the trainer left out of its
-  placement groups (`trainer.n_gpus_per_node` = GPUs per node minus the evaluation's);
-- `{"gpu_resource": R, "devices": [...], "name": ...}`: actors on the nodes that advertise the custom
-  resource R, one per unit, each on one physical GPU of its node (evaluation nodes started with
-  `--num-gpus=0 --resources='{"R": 8}'`, so no trainer placement group can land there).
-
-`name` makes the actors shared: every rollout worker of a run (verl starts several, each with its own
-client) sends to the same actors.
+Placement (`EpisodeSettings.service`, from `cuda-agent train --eval-gpus` / `--eval-resource`):
+`{"actors": K}` is K one-GPU actors on GPUs the trainer's placement groups leave out; `{"gpu_resource":
+R, "devices": [...]}` one actor per unit of the custom resource R, each on one GPU of nodes started
+with `--num-gpus=0 --resources='{"R": 8}'`. Either takes a `name`, sharing the actors run-wide.
 """
 
 from __future__ import annotations

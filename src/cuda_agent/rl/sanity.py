@@ -1,16 +1,11 @@
 """A run that visibly learns on one machine: TRL's GRPOTrainer drives the real episode code.
 
-The sanity task is the example bias+ReLU program with a reference that does its work eight times
-over, and a workspace that offers three prepared solutions under `candidates/`: `a` correct but
-slow (reward 1), `b` wrong (reward -1), `c` correct and fast (reward 2; the torch.compile baseline
-is off). The policy, a tiny model built here, installs one through the `bash` tool and calls
-`finish`; the reward is the milestone reward of the session's final clean evaluation by the real
-environment. The environment's verdict is memoised by solution digest (`MemoEvaluator`): the first
-evaluation of each distinct solution is a real one, later ones reuse it. A short SFT warm-start
-(TRL's SFTTrainer, labels drawn uniformly) teaches the tool-call format; GRPO must then find `c`.
-
-This proves that reward, advantages and updates flow through our environment; it says nothing
-about kernel quality.
+The sanity task (the example bias+ReLU, its reference doing the work eight times over) comes with
+three prepared solutions under `candidates/`: `a` correct but slow (reward 1), `b` wrong (-1), `c`
+correct and fast (2; no torch.compile baseline). A tiny policy built here installs one with `bash`
+and calls `finish`; the reward comes from the real environment's final clean evaluation, memoised per
+solution digest (`MemoEvaluator`). A short SFT warm-start teaches the tool-call format; GRPO must then
+find `c`. This shows reward, advantages and updates flow through our environment, not kernel quality.
 """
 
 from __future__ import annotations

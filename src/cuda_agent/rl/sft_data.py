@@ -1,16 +1,11 @@
 """The RFT data as verl's SFT trainer reads it: `RFTDataset`, verl's `MultiTurnSFTDataset` on the
-exact records of `cuda_agent.agent.sft` (`messages_json`, `tools_json`).
+exact records of `cuda_agent.agent.sft` (`messages_json`, `tools_json`), named in the SFT config by
+`cuda-agent train rft` (`data.custom_cls`). Unlike the parquet's nested columns, and as the rollout saw:
 
-`cuda-agent train rft` names it in the SFT config (`data.custom_cls`). Two things differ from reading
-the parquet's nested columns, and both are what the rollout saw:
-
-- tool-call arguments are JSON objects and tool schemas carry no null keys (a nested parquet column
-  has one schema, so there the arguments are strings and each tool reads back with every other
-  tool's parameters set to null; templates render both as they are);
-- a run of tool messages (a turn with several calls) is one message when the chat template renders
-  the run as one block (Qwen's templates put consecutive tool responses in one user turn):
-  verl's dataset renders each message on its own and checks the concatenation against the whole
-  conversation, which fails on such runs. The joined message renders to exactly the block's text.
+- tool-call arguments are JSON objects and tool schemas carry no null keys;
+- a run of tool messages (a turn with several calls) is one message when the chat template renders it
+  as one block (Qwen's do): verl renders each message alone and checks the concatenation against the
+  whole conversation, which fails on such runs; the joined message renders to exactly the block.
 """
 
 from __future__ import annotations

@@ -1,13 +1,11 @@
 """Stage 1 (warm-up) is single-turn: one reply holds the whole solution, scored by the environment.
 
 The prompt asks for KernelBench's single-file form (`ModelNew` building its kernels with
-`load_inline`). `score` takes the last Python code block, evaluates it against the task carried in
-`extra_info` and returns the milestone reward, or None when the evaluation failed on our side
-(the evaluator raised, or reported an internal error, or the task itself is broken): that is no
-verdict on the reply and must never become a reward. The warm-up stage scores inside its agent loop
-(`cuda_agent.rl.warmup_loop`, which drops such a trajectory from the batch); `compute_score` is the
-same as a verl reward function (`reward.custom_reward_function`, `path=pkg://cuda_agent.rl.single_turn`,
-`name=compute_score`), which cannot drop a sample: it returns score 0 and `dropped` = 1 there.
+`load_inline`). `score` evaluates the last Python code block against the task in `extra_info` and
+returns the milestone reward, or None when the evaluation failed on our side: no verdict on the reply,
+so never a reward. The warm-up agent loop (`cuda_agent.rl.warmup_loop`) drops such a trajectory;
+`compute_score` is the same as a verl reward function (`path=pkg://cuda_agent.rl.single_turn`,
+`name=compute_score`), which cannot drop a sample: it returns score 0 and `dropped` = 1.
 """
 
 from __future__ import annotations

@@ -8,10 +8,9 @@ hand-over of checkpoints from each stage to the next.
                                                  -> checkpoints/global_step_N/critic/huggingface
     OUT/agentic/  multi-turn PPO (128k, 150 turns) from the RFT actor and the pretrained critic
 
-Every stage's settings are Hydra overrides of verl's own `ppo_trainer` / `sft_trainer_engine`
-configs; a user's overrides replace ours key by key. A finished stage writes `done.json` (its
-output checkpoint); `train all` skips finished stages, and a crashed one resumes from its latest
-checkpoint (`trainer.resume_mode=auto`).
+Settings are Hydra overrides of verl's `ppo_trainer` / `sft_trainer_engine` configs (a user's replace
+ours key by key). A finished stage writes `done.json`; `train all` skips finished stages, and a
+crashed one resumes from its latest checkpoint (`trainer.resume_mode=auto`).
 """
 
 from __future__ import annotations

@@ -1,13 +1,11 @@
 """The operator catalog, crawled by introspection from `torch.nn`, `torch.nn.functional` and `torch`.
 
-Nothing here lists operators by hand. For every public module class and function we read its
-parameters (`inspect.signature`, or the ATen schema for builtins), fill them with the name-keyed
-recipes of `recipes.py`, and probe it on meta tensors of rank 1 to 5. What passes is kept with the
-ranks it accepts, the shape rule of each extra tensor it needs, and the ATen ops it dispatched
-(these give its family and reveal random operators). A final tiny run on real CPU tensors rejects
-operators whose output is non-finite on N(0, 1) input, not floating point, random, or just a copy.
-
-Everything rejected is listed with its reason in `Catalog.excluded` (the datasheet shows it).
+Nothing is listed by hand: every public module class and function has its parameters read
+(`inspect.signature`, or the ATen schema for builtins), filled by the name-keyed recipes of
+`recipes.py`, and is probed on meta tensors of rank 1 to 5; what passes keeps the ranks it accepts,
+the shape rule of each extra tensor and the ATen ops it dispatched (its family; random operators). A
+tiny run on real CPU tensors then rejects operators whose output on N(0, 1) input is non-finite, not
+floating point, random, or a copy. Rejections and reasons are in `Catalog.excluded` (the datasheet).
 """
 
 from __future__ import annotations

@@ -1,23 +1,11 @@
-"""Decontamination: drop a task whose AST is too similar to a KernelBench program.
+"""Decontamination: drop a task whose AST is too similar to a KernelBench program (docs/synthesis.md).
 
-Measure: normalised tree edit distance on Python ASTs,
-
-    similarity(A, B) = 1 - TED(A, B) / max(|A|, |B|)
-
-with the Zhang-Shasha algorithm (unit costs for insert, delete and relabel) on ordered trees.
-It is the textbook tree similarity: 1.0 for identical trees, and a single changed operator costs
-one node whatever the program's layout, which a text diff cannot promise.
-
-Trees are normalised before comparison so that what does not change the computation does not
-count: docstrings, type annotations and expression contexts (Load/Store) are dropped, and numeric
-literals become one label `Num` (a renamed size or a different batch is still the same program).
-Identifiers, attribute names, strings and booleans stay (`relu` vs `gelu` is a real difference).
-
-Zhang-Shasha is quadratic in tree size, so candidates are screened with a bound that never
-under-estimates similarity: an edit script keeps at most `common` nodes unchanged, where `common`
-is the overlap of the two label multisets, hence TED >= max(|A|, |B|) - common and
-similarity <= common / max(|A|, |B|). Only pairs whose bound exceeds the threshold are computed
-exactly (plus the best-bounded pair, for reporting the nearest program).
+similarity(A, B) = 1 - TED(A, B) / max(|A|, |B|), TED the Zhang-Shasha tree edit distance: a changed
+operator costs one node whatever the layout, unlike a text diff. Trees are normalised (docstrings,
+annotations, Load/Store contexts dropped; numbers all `Num`); identifiers, attributes, strings and
+booleans stay (`relu` vs `gelu` differs). Zhang-Shasha is quadratic, so a bound screens pairs first:
+similarity <= common / max(|A|, |B|), `common` the overlap of the label multisets; only pairs above
+the threshold, and the best-bounded one (the nearest program, reported), are computed exactly.
 """
 
 from __future__ import annotations

@@ -1,26 +1,11 @@
-"""The runtime filters, run per task in a worker process (see `workers.py`).
-
-In order, each dropping the task with a recorded reason:
-
-1. `eager_error`          the task does not build or run in eager mode;
-2. `runtime_below_window` / `runtime_above_window`
-                          eager median time outside [lo, hi] ms even after rescaling the batch
-                          (up to `max_rescales` times, aiming at 2*lo or hi/2, assuming time is
-                          linear in the batch); `oom` when a rescaled task does not fit;
-3. `nondeterministic`     two calls on the same inputs differ (a random operator slipped through);
-4. `nonfinite_output`     NaN or Inf in the output for some input draw;
-5. `constant_output`      one constant tensor (the mean over the draws) matches every draw's
-                          output within the verifier's tolerance (atol = rtol = 1e-2): a candidate
-                          returning that constant would pass verification;
-   `low_variation`        fewer than `min_varying_fraction` (1 %) of the output elements change
-                          beyond that tolerance between draws: the task is mostly constant;
-6. `compile_error`        `torch.compile` fails;
-   `compile_mismatch`     compiled output differs from eager beyond the tolerance (the task is
-                          numerically too fragile to verify a kernel against).
-
-What survives gets `eager_ms` and `compile_ms`, timed with the environment's `time_callable`
-(fresh input copies per call, device-wide sync, L2 flush on GPU): the same numbers the
-environment's baselines measure.
+"""The runtime filters, run per task in a worker process (`workers.py`). In order, each drops the task
+with a recorded reason (thresholds in `FilterConfig`, table in docs/synthesis.md): `eager_error`;
+`runtime_below_window` / `runtime_above_window` (eager median outside the window after up to
+`max_rescales` batch rescalings, time taken as linear in the batch; `oom` when a rescaled task does
+not fit); `nondeterministic`; `nonfinite_output`; `constant_output` (the mean over draws matches every
+draw within the verifier's tolerance, so a constant would pass) and `low_variation` (too few output
+elements vary beyond it); `compile_error` / `compile_mismatch` (torch.compile fails, or differs from
+eager beyond the tolerance). Survivors get `eager_ms` and `compile_ms` from `time_callable`.
 """
 
 from __future__ import annotations
@@ -162,7 +147,7 @@ def _short(exc: BaseException) -> str:
 
 
 def _check_outputs(module, model, cfg: FilterConfig, device) -> dict:
-    """Determinism, finiteness and variation across input draws (thresholds in the docstring)."""
+    """Determinism, finiteness and variation across input draws (thresholds in `FilterConfig`)."""
     outs = []
     with torch.no_grad():
         first = _draw(module, cfg.seed, device)

@@ -1,16 +1,11 @@
 """The synthesis pipeline: catalog -> compose -> dedupe -> decontaminate -> filters -> write.
 
-Resumable: everything finished is appended (and fsync'd) to JSONL files in the run folder's
-`work` subfolder as it finishes; a rerun with the same settings reads them back and only does
-what is missing. Killing the run (Ctrl-C, crash, lost machine) loses at most the tasks that were
-in flight.
-
-Deterministic for a given seed: candidate j of class c is drawn from its own RNG seeded with
-(seed, c, j), candidates are submitted in j order, and a class only submits while
-`accepted + in_flight < quota`. That makes the accepted set of each class exactly "the first
-`quota` candidates, in j order, that pass every filter", however the workers interleave (as long
-as each filter verdict is itself reproducible: a task timing right at a window edge or a timeout
-can flip between runs).
+Resumable: finished work is appended (and fsync'd) to JSONL files in the run folder's `work`; a rerun
+with the same settings reads them back and does only what is missing. Deterministic for a seed:
+candidate j of class c draws from its own RNG seeded with (seed, c, j), candidates are submitted in j
+order, and a class submits only while `accepted + in_flight < quota`, so each class accepts exactly
+its first `quota` passing candidates in j order however the workers interleave (given reproducible
+verdicts: a timing at a window edge or a timeout can flip).
 """
 
 from __future__ import annotations
@@ -74,8 +69,8 @@ class SynthConfig:
             if c.backend == "cuda":
                 import torch
 
-                # A filter job is mostly CPU (torch.compile, shape checks) around short GPU timings:
-                # on an H100 host 12 workers sharing one GPU wrote tasks ~20x faster than one.
+                # A filter job is mostly CPU (torch.compile, shape checks) around short GPU timings,
+                # so several workers share one GPU.
                 c.workers = max(1, torch.cuda.device_count(), (os.cpu_count() or 2) * 3 // 4)
             else:
                 c.workers = max(1, os.cpu_count() or 1)

@@ -1,5 +1,5 @@
-"""What `cuda-agent synth` checks before any work (the catalog crawl alone takes a minute or more):
-KernelBench is there when decontamination needs it, and `--out` holds no run made with other settings.
+"""What `cuda-agent synth` checks before any work (the catalog crawl alone is slow): KernelBench is
+there when decontamination needs it, and `--out` holds no run made with other settings.
 
 Each check returns the message to stop with, or None.
 """

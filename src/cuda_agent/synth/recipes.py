@@ -1,11 +1,9 @@
 """Argument recipes: how to fill an operator's parameters, keyed by parameter *name*.
 
-The catalog discovers operators and their parameters by introspection; it does not know what
-`kernel_size` or `num_groups` mean. These recipes do, once per parameter name, for every
-operator that has such a parameter. A required parameter without a recipe makes its operator
-unbuildable (the catalog lists it as excluded, with the name).
-
-An argument is stored as a small JSON-friendly list, so a task can be rebuilt at another scale:
+The catalog finds operators and their parameters by introspection; these recipes know, once per name,
+what `kernel_size` or `num_groups` mean. A required parameter without a recipe makes its operator
+unbuildable (listed as excluded, with the name). An argument is a small JSON-friendly list, so a task
+can be rebuilt at another scale:
 
     ["lit", value]              a literal (int, float, bool, str, None, list)
     ["dim", i]                  size of dimension i of the link's input
@@ -18,8 +16,8 @@ An argument is stored as a small JSON-friendly list, so a task can be rebuilt at
                                 "buffer" (running statistics: no gradient);
                                 init "randn" or "pos" (uniform in [0.5, 1.5): variances)
 
-Only the batch dimension changes when a task is rescaled, so anything that depends on the
-rank (dims, permutations) is drawn once as a literal; anything that depends on sizes is derived.
+Rescaling changes only the batch dimension, so what depends on the rank (dims, permutations) is drawn
+once as a literal, and what depends on sizes is derived.
 """
 
 from __future__ import annotations

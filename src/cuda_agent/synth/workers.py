@@ -1,12 +1,10 @@
 """Run filter jobs in worker processes: one task per process at a time, with a per-task timeout.
 
-`ProcessPool` keeps one single-worker `ProcessPoolExecutor` (spawn context) per slot. One job per
-executor means a crash or a timeout is pinned on the exact task that caused it: that slot's
-worker is killed (timeout) or found dead (crash), the task is recorded as `timeout` / `crashed`,
-and the slot gets a fresh executor. Other slots are not disturbed.
-
-`RayPool` has the same interface and sends each job to a Ray cluster as a task (one GPU each on
-the CUDA backend). Ray is an optional import.
+`ProcessPool` keeps one single-worker `ProcessPoolExecutor` (spawn context) per slot, so a crash or a
+timeout is pinned on the task that caused it: the slot's worker is killed (timeout) or found dead
+(crash), the task recorded as `timeout` / `crashed`, and the slot gets a fresh executor; other slots
+are not disturbed. `RayPool` has the same interface and sends each job to a Ray cluster as a task
+(one GPU each on the CUDA backend); Ray is an optional import.
 """
 
 from __future__ import annotations

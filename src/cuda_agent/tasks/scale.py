@@ -1,12 +1,11 @@
 """Shrink a task's inputs (for CPU runs of GPU-sized tasks) while keeping the shapes' structure.
 
-KernelBench tasks set their sizes as module-level integers (`batch_size = 4096`, `dim = 393216`,
-`height = width = 128`) that `get_inputs()` reads. `scale_task(task, 0.125)` multiplies those
-integers by the factor and rewrites them in the source, so ranks, dtypes, layouts and the model
-itself stay as they were. Only sizes that construct nothing but inputs are touched: a constant that
-`get_init_inputs()` or the `Model` class also reads (channels, kernel sizes, hidden sizes) shapes
-the weights too and is left alone. Scaled sizes keep their alignment (a multiple of 8 stays a
-multiple of 8) and do not go below 16, so convolutions and poolings still have room.
+KernelBench tasks set their sizes as module-level integers (`batch_size = 4096`, `dim = 393216`) that
+`get_inputs()` reads; `scale_task(task, 0.125)` multiplies them and rewrites them in the source, so
+ranks, dtypes, layouts and the model stay as they were. Only sizes that build nothing but inputs are
+touched (a constant `get_init_inputs()` or `Model` also reads shapes the weights too). Scaled sizes
+keep their alignment (a multiple of 8 stays one) and stay at 16 or more, so convolutions and poolings
+still have room.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
-"""The agent's tools: each declared once (arguments as a pydantic model, description, function),
-giving the OpenAI schema, the MCP listing, TRL's typed methods and the argument checking.
-
-Every tool takes a `ToolContext` and its checked arguments and returns text or a `ToolOutput`.
-Nothing here raises at the model: bad arguments, unknown tools, missing files and timeouts all
-come back as text the model can act on, and every output is capped so one call cannot flood the
-context.
+"""The agent's tools, each declared once (arguments as a pydantic model, description, function): that
+gives the OpenAI schema, the MCP listing, TRL's typed methods and the argument checking. Nothing
+raises at the model: bad arguments, unknown tools, missing files and timeouts come back as text it can
+act on, and every output is capped so one call cannot flood the context.
 
     core.py      limits, context, output, capping
     schema.py    the declaration: Tool, Arguments; schema, checking and typed methods from it

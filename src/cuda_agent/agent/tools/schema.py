@@ -1,15 +1,11 @@
 """A tool is declared once: its arguments as a pydantic model, its description, its function.
 
-From that one declaration come
-- `Tool.parameters` / `Tool.schema()`: the OpenAI function schema (our loop, verl's tool config,
-  the MCP listing);
-- `Tool.check(raw)`: the validation of what the model sent, with the messages the model has always
-  seen (unknown and missing parameters, wrong top-level types, obvious slips forgiven);
-- `Tool.method()`: a method with a typed signature and a Google-style docstring, which is how TRL's
-  `environment_factory` and transformers' `get_json_schema` read tools.
-
-Only top-level arguments are checked here. Items of a list argument (the edits of `multi_edit`,
-the todos of `todo`) are checked by the tool itself, so that its message can name the item.
+From that come `Tool.schema()` (the OpenAI function schema: our loop, verl's tool config, the MCP
+listing), `Tool.check(raw)` (what the model sent, validated: unknown and missing parameters, wrong
+top-level types, obvious slips forgiven) and `Tool.method()` (a typed method with a Google-style
+docstring, which is how TRL's `environment_factory` and transformers' `get_json_schema` read tools).
+Only top-level arguments are checked here; a list's items (`multi_edit`'s edits, `todo`'s todos) are
+checked by the tool itself, so its message can name the item.
 """
 
 from __future__ import annotations
