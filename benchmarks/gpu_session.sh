@@ -7,7 +7,7 @@
 #   STEPS="setup tests hacks" bash benchmarks/gpu_session.sh
 # SAMPLE_LOAD=1: the machine's load and its runnable threads by name, twice a second, in $OUT/load.txt.
 # compare: .old (gpu_carry.sh OLD=<commit>) against this code, alternated, each with its own scripts
-# (COMPARE_FIDELITY=1: timing_fidelity.py too, with RUNS and FIDELITY_ARGS), e.g.
+# (COMPARE_FIDELITY=1: timing_fidelity.py too, with RUNS and FIDELITY_ARGS; COMPARE_FIDELITY_ONLY=1: only it), e.g.
 #   STEPS="setup compare" PAIRS=2 THROUGHPUT_ARGS="--kernels small --modes concurrent" bash benchmarks/gpu_session.sh
 # Step time caps: <STEP>_TIMEOUT (not PYTEST_TIMEOUT: pytest-timeout, installed there, reads that).
 set -u
@@ -64,10 +64,12 @@ for step in $STEPS; do
         order="old new"; [ $((pair % 2)) -eq 0 ] && order="new old"
         for code in $order; do
           root=$PWD; [ "$code" = old ] && root=$PWD/.old   # each code runs its own scripts
-          echo "== pair $pair: $code" >> "$OUT/compare.txt"
-          PYTHONPATH="$root/src:$PYTHONPATH" timeout "${COMPARE_TIMEOUT:-200}" python3 "$root/benchmarks/pool_throughput.py" \
-            ${THROUGHPUT_ARGS:-} >> "$OUT/compare.txt" 2>&1
-          if [ -n "${COMPARE_FIDELITY:-}" ]; then   # timing fidelity too, the same alternation
+          if [ -z "${COMPARE_FIDELITY_ONLY:-}" ]; then
+            echo "== pair $pair: $code" >> "$OUT/compare.txt"
+            PYTHONPATH="$root/src:$PYTHONPATH" timeout "${COMPARE_TIMEOUT:-200}" python3 "$root/benchmarks/pool_throughput.py" \
+              ${THROUGHPUT_ARGS:-} >> "$OUT/compare.txt" 2>&1
+          fi
+          if [ -n "${COMPARE_FIDELITY:-}${COMPARE_FIDELITY_ONLY:-}" ]; then   # timing fidelity too, the same alternation
             echo "== pair $pair: $code fidelity" >> "$OUT/compare.txt"
             PYTHONPATH="$root/src:$PYTHONPATH" timeout "${COMPARE_TIMEOUT:-200}" python3 "$root/benchmarks/timing_fidelity.py" \
               --runs "${RUNS:-4}" --kernelbench .kb ${FIDELITY_ARGS:-} >> "$OUT/compare.txt" 2>&1
