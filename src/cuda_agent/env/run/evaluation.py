@@ -40,6 +40,7 @@ from cuda_agent.env.measure.hold import call_times, floor_precise
 from cuda_agent.env.infra.isolation import Worker, box_of, start_worker
 from cuda_agent.env.workers.protocol import ChildDied, ChildTimeout, ForgedMessage
 from cuda_agent.env.result import EvalError, EvalResult, Timing
+from cuda_agent.env.rules import registry as rules
 from cuda_agent.env.reward import MARGIN, NEEDED, milestone_reward, reward_from_speedups
 from cuda_agent.env.measure.stats import median_precision
 from cuda_agent.env.rules.verify import FP32_PRECISION_WARNING, share
@@ -73,9 +74,9 @@ def _footprint(task: Task) -> dict | None:
 class _Failed(Exception):
     """Ends an evaluation early with a structured error."""
 
-    def __init__(self, phase: str, message: str, rule: str | None = None):
+    def __init__(self, phase: str, message: str, rule: rules.Rule | str | None = None):
         super().__init__(message)
-        self.error = EvalError(phase, message, rule)
+        self.error = EvalError(phase, message, rules.name_of(rule))   # a worker's rule must be registered too
 
 
 def job_root() -> str | None:
@@ -287,15 +288,16 @@ class _Evaluation:
             what = "the task's reference" if worker.role == "judge" else "the solution"
             raise _Failed("task" if worker.role == "judge" else phase,
                           f"{what} timed out after {timeout:g} s in the {phase} phase "
-                          "(an infinite loop or a hung kernel?)", rule="timeout") from None
+                          "(an infinite loop or a hung kernel?)", rule=rules.TIMEOUT) from None
         except ForgedMessage as forged:
             raise _Failed("task" if worker.role == "judge" else phase,
-                          f"{forged}: the solution wrote to the harness's own channel", rule="protocol-forgery") from None
+                          f"{forged}: the solution wrote to the harness's own channel",
+                          rule=rules.PROTOCOL_FORGERY) from None
         except ChildDied as died:
             tail = worker.log_tail()
             phase = "task" if worker.role == "judge" else phase
             raise _Failed(phase, f"{died} during the {phase} phase" + (f"; its last output:\n{tail}" if tail else ""),
-                          rule="crash") from None
+                          rule=rules.CRASH) from None
 
     def _build(self, name: str, files: dict, **flags) -> Path:
         """Build for the solution (harness side), checking what the library links against before it is
@@ -359,7 +361,7 @@ class _Evaluation:
             from cuda_agent.env.infra.doctor import Machine, check_sandbox
 
             fix = check_sandbox(Machine(), self.config.sandbox).line()
-            raise _Failed("internal", f"{exc}\n{fix}", rule="sandbox") from None
+            raise _Failed("internal", f"{exc}\n{fix}", rule=rules.SANDBOX) from None
 
     def _wait_ready(self, worker: Worker) -> None:
         try:
@@ -385,7 +387,7 @@ class _Evaluation:
         self._static_check()
         too_big = _too_large(self.task, self.backend, self.config.num_correct_trials)
         if too_big:
-            raise _Failed("task", too_big, rule="too-large")
+            raise _Failed("task", too_big, rule=rules.TOO_LARGE)
         solution_dir = self.solution.write(self.box / "solution")
         guard_lib, kernels = self._start_builds()
         need_judge = self.stop_after != "compile"
@@ -404,7 +406,7 @@ class _Evaluation:
                 prebuilt["cuda_extension"] = str(kernels.result())
         except _LinkRefused as refused:
             self._task_first(need_judge)
-            raise _Failed("compile", str(refused), rule="native-symbol") from None
+            raise _Failed("compile", str(refused), rule=rules.NATIVE_SYMBOL) from None
         except Exception as exc:
             from cuda_agent.env.builds.compiler import BuildError
 
@@ -427,7 +429,7 @@ class _Evaluation:
         self._traced("compile.candidate_load", begun)
         self._lap("compile")
         if not built["ok"]:
-            rule = built.get("rule") or ("native-symbol" if self.link_refusal else None)
+            rule = built.get("rule") or (rules.NATIVE_SYMBOL if self.link_refusal else None)
             raise _Failed("compile", built["message"], rule)
         self.result.compiled = True
         if self.stop_after == "compile":
@@ -687,7 +689,7 @@ class _Evaluation:
             raise _Failed(phase, out["message"], out.get("rule"))
         if isinstance(read, Exception):
             raise _Failed(phase, f"the output could not be read from the solution's memory ({read}): return "
-                                 "plain CPU tensors or Python numbers", rule="uncomparable-output")
+                                 "plain CPU tensors or Python numbers", rule=rules.UNCOMPARABLE_OUTPUT)
         wall_ms = (cpu_end - cpu_start) * 1e3 if cpu_start is not None and cpu_end is not None else float("nan")
         if call.kind == "null":
             self.null_walls.append(wall_ms)
@@ -743,12 +745,12 @@ class _Evaluation:
         if call.transform and verdict.get("nonfinite"):
             raise _Failed(phase, f"wrong output {where}: {verdict['message']}; the reference stays finite on these "
                                  "inputs (scaled or spiked values): compute stably (e.g. subtract the max before exp)",
-                          rule="numerically-fragile")
+                          rule=rules.NUMERICALLY_FRAGILE)
         if call.kind == "verify":
-            raise _Failed(phase, f"wrong output {where}: {verdict['message']}", rule="correctness")
+            raise _Failed(phase, f"wrong output {where}: {verdict['message']}", rule=rules.CORRECTNESS)
         raise _Failed(phase, f"an output produced while timing is wrong for its inputs, although verification "
                              f"passed (results cached, work skipped or approximated?): {verdict['message']}",
-                      rule="recheck-after-timing")
+                      rule=rules.RECHECK_AFTER_TIMING)
 
     def _outside_clock(self, start: float, cpu_start: float | None) -> float:
         """How long the candidate's call took, measured out of its process's reach: wall time on a GPU;
@@ -766,7 +768,7 @@ class _Evaluation:
         extras = self.candidate.extra_processes()
         if extras:
             raise _Failed(phase, f"the solution started {len(extras)} process(es) of its own; kernels run in the "
-                                 "calling process and finish inside forward", rule="extra-process")
+                                 "calling process and finish inside forward", rule=rules.EXTRA_PROCESS)
 
     # -- phases ------------------------------------------------------------------------------
 
@@ -784,7 +786,7 @@ class _Evaluation:
             self.judge.channel.send(cmd="dependence")
             message = self._ask(self.judge, self.config.timeout_verify, "verify").get("message")
             if message:
-                raise _Failed("verify", message, rule="input-independent")
+                raise _Failed("verify", message, rule=rules.INPUT_INDEPENDENT)
         self.result.correct = True
         self._lap("verify")
 
@@ -816,7 +818,7 @@ class _Evaluation:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise _Failed("profile", f"timing took longer than {self.config.timeout_profile:g} s",
-                                  rule="timeout")
+                                  rule=rules.TIMEOUT)
                 out = pipe.run(call, min(self.config.timeout_verify, remaining))
                 done += 1
                 if call.kind == "timed" and out is not None:
@@ -840,7 +842,7 @@ class _Evaluation:
                 self.judge.channel.send(cmd="dependence", later=True)
                 message = self._ask(self.judge, self.config.timeout_verify, "profile").get("message")
                 if message:
-                    raise _Failed("profile", message, rule="input-independent")
+                    raise _Failed("profile", message, rule=rules.INPUT_INDEPENDENT)
         except _Failed:
             self.result.correct = False
             raise
@@ -867,7 +869,7 @@ class _Evaluation:
         mutated = self._ask(self.judge, self.config.timeout_reference, "task").get("mutated")
         if mutated:
             raise _Failed(phase, f"forward modified its inputs (input set {mutated[0]}); inputs must be left "
-                                 "unchanged", rule="input-mutation")
+                                 "unchanged", rule=rules.INPUT_MUTATION)
 
     def _precise_enough(self, measured: list[tuple], pipe: "_JudgePipe") -> bool:
         """Whether the kernel's median time (`measured`: every timed call so far, its device and host
@@ -931,7 +933,7 @@ class _Evaluation:
         if implied - reported > allowance and reported < 0.5 * (implied - allowance):
             raise _Failed("profile", f"a timed call took {implied:.2f} ms by the harness's measure (less its own "
                                      f"overhead) but the solution's process measured {reported:.2f} ms: its clock "
-                                     "disagrees with the harness's", rule="clock-disagreement")
+                                     "disagrees with the harness's", rule=rules.CLOCK_DISAGREEMENT)
 
     def _kill_candidate(self) -> None:
         """Nothing of the candidate's is alive from here on (its sandbox's PID namespace goes with it)."""
