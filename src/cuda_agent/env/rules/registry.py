@@ -307,7 +307,7 @@ def render_table(table: str) -> str:
 
 
 def _block(table: str) -> re.Pattern:
-    return re.compile(re.escape(_BEGIN.format(table)) + r"\n(.*?)\n" + re.escape(_END.format(table)), re.S)
+    return re.compile(re.escape(_BEGIN.format(table)) + r"\n(?:(.*?)\n)?" + re.escape(_END.format(table)), re.S)
 
 
 def tables_in(doc: str) -> dict[str, str]:
@@ -316,7 +316,7 @@ def tables_in(doc: str) -> dict[str, str]:
     for table in TABLES:
         match = _block(table).search(doc)
         if match:
-            found[table] = match.group(1)
+            found[table] = match.group(1) or ""
     return found
 
 
