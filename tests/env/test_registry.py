@@ -148,6 +148,13 @@ def test_the_constructors_refuse_a_rule_nobody_declared():
         name_of(Rule("torch-op", "call", "", "", ""))
 
 
+def test_a_rule_no_check_has_in_a_workers_answer_is_a_forged_answer():
+    assert registry.reported("torch-op") == "torch-op"
+    assert registry.reported(registry.CRASH) == "crash"
+    assert registry.reported(None) is None
+    assert registry.reported("anything-else") == "protocol-forgery"
+
+
 def test_the_docs_tables_are_the_registry_rendered():
     doc = DOC.read_text()
     assert registry.tables_in(doc) == {table: registry.render_table(table) for table in TABLES}

@@ -2,7 +2,8 @@
 applies in, a one-line meaning and the docs' explanation (what is checked, what it catches).
 
 The checks name a rule by reference (`Rejected(rules.INPUT_MUTATION, ...)`); `name_of` refuses a name
-nobody declared, so a rule the registry does not know cannot reach a result. `render_table` writes
+nobody declared and `reported` turns one in a worker's answer into `protocol-forgery`, so a rule the
+registry does not know cannot reach a result. `render_table` writes
 docs/verification.md's tables of rules (`python -m cuda_agent.env.rules.registry docs/verification.md`
 rewrites them in place).
 """
@@ -64,6 +65,15 @@ def name_of(rule: Rule | str | None) -> str | None:
     if name not in RULES or (isinstance(rule, Rule) and RULES[name] != rule):
         raise UnknownRule(f"{name!r} is not a rule of cuda_agent.env.rules.registry")
     return name
+
+
+def reported(rule: Rule | str | None) -> str | None:
+    """The name of a rule a worker's answer reports. A worker's own checks name registered rules only
+    (`Rejected` refuses any other), so a name no rule has was written by candidate code in the worker's
+    process: the answer is forged, and the candidate's failure says so instead of failing the harness."""
+    if isinstance(rule, str) and rule not in RULES:
+        return PROTOCOL_FORGERY.name
+    return name_of(rule)
 
 
 # -- setup -----------------------------------------------------------------------------------------
@@ -216,7 +226,8 @@ EXTRA_PROCESS = _declare(
     "forks that escape the process group")
 PROTOCOL_FORGERY = _declare(
     "protocol-forgery", "process", "the candidate wrote to the harness's own channel",
-    "every answer on a worker's pipe must echo the nonce of the command it answers",
+    "every answer on a worker's pipe must echo the nonce of the command it answers; an answer may name "
+    "only a rule the harness declares",
     "answers forged on the harness's pipe")
 CRASH = _declare(
     "crash", "process", "the candidate's process died",

@@ -76,7 +76,7 @@ class _Failed(Exception):
 
     def __init__(self, phase: str, message: str, rule: rules.Rule | str | None = None):
         super().__init__(message)
-        self.error = EvalError(phase, message, rules.name_of(rule))   # a worker's rule must be registered too
+        self.error = EvalError(phase, message, rules.reported(rule))   # a worker's answer may name the rule
 
 
 def job_root() -> str | None:
