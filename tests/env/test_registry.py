@@ -148,6 +148,13 @@ def test_the_constructors_refuse_a_rule_nobody_declared():
         name_of(Rule("torch-op", "call", "", "", ""))
 
 
+def test_the_listing_gives_each_rule_its_phase_and_meaning():
+    lines = registry.listing().splitlines()
+    assert len(lines) == len(RULES)
+    for line, rule in zip(lines, RULES.values()):
+        assert line.split()[:2] == [rule.name, rule.phase] and line.endswith(rule.meaning)
+
+
 def test_a_rule_no_check_has_in_a_workers_answer_is_a_forged_answer():
     assert registry.reported("torch-op") == "torch-op"
     assert registry.reported(registry.CRASH) == "crash"

@@ -5,7 +5,7 @@ The checks name a rule by reference (`Rejected(rules.INPUT_MUTATION, ...)`); `na
 nobody declared and `reported` turns one in a worker's answer into `protocol-forgery`, so a rule the
 registry does not know cannot reach a result. `render_table` writes
 docs/verification.md's tables of rules (`python -m cuda_agent.env.rules.registry docs/verification.md`
-rewrites them in place).
+rewrites them in place; without an argument it lists the rules, one line each).
 """
 
 from __future__ import annotations
@@ -339,7 +339,15 @@ def with_tables(doc: str) -> str:
     return doc
 
 
-if __name__ == "__main__":   # python -m cuda_agent.env.rules.registry docs/verification.md
+def listing() -> str:
+    """One line per rule: its name, its phase and what it means."""
+    width = max(map(len, RULES))
+    return "\n".join(f"{r.name:<{width}}  {r.phase:<7}  {r.meaning}" for r in RULES.values())
+
+
+if __name__ == "__main__":   # with documents: their tables rewritten; without: the rules listed
     for arg in sys.argv[1:]:
         path = Path(arg)
         path.write_text(with_tables(path.read_text()))
+    if len(sys.argv) == 1:
+        print(listing())
