@@ -237,7 +237,7 @@ HARNESS_OBJECTS = [
          what="secrets.randbits rebound to a constant: the sampler's positions known, only they computed"),
     Case("r5_sampler_module_is_an_extension", "telling checked calls from timed ones", _r("gemm", "a, b",
          ONLY_WHERE_SAMPLED, header=SECRETS_EXTENSION, init=KNOWN_POSITIONS),
-         rules=("static:*", "recheck-after-timing", "correctness"), invented=True,
+         rules=("static:extension-name", "static:*", "recheck-after-timing", "correctness"), invented=True,
          what="load_inline(name='secrets') takes the module's place in sys.modules; randbits is a constant"),
     Case("r5_sampler_randint_patched", "telling checked calls from timed ones", _r("gemm", "a, b",
          ONLY_WHERE_SAMPLED, header=RANDINT_FIRST_POSITIONS,
@@ -401,7 +401,7 @@ REFUSED_LIBRARIES = [
          invented=True, what="the refused build found through /proc/self/mountinfo, imported from os.sys.path"),
     Case("r5_refused_library_ctypes", "library compute past the dispatcher", _r("gemm", "a, b",
          "return _mm(a, b)", header=REFUSED_BY_CTYPES),
-         rules=("static:*", "native-symbol", "torch-op"), invented=True,
+         rules=("static:ctypes", "static:*", "native-symbol", "torch-op"), invented=True,
          what="the refused build loaded with ctypes.CDLL"),
 ]
 

@@ -14,6 +14,8 @@ import importlib.util
 import sys
 import types
 
+from cuda_agent.env.rules import registry as rules
+
 # Modules that may be imported (`import X`, `from X import ...`); their members are checked below.
 IMPORTS = (
     "__future__", "torch", "torch.nn", "torch.nn.functional", "torch.nn.init", "torch.cuda", "torch.autograd",
@@ -90,48 +92,49 @@ IO_METHODS = frozenset("""write_text write_bytes open unlink symlink_to hardlink
     touch mkdir rmdir rename iterdir glob rglob fileno""".split())
 
 # Why a refused module or member is refused, said in the refusal (longest matching prefix wins).
-REFUSED: dict[str, tuple[str, str]] = {
-    "threading": ("threading", "work must end when forward returns"),
-    "_thread": ("threading", "work must end when forward returns"),
-    "multiprocessing": ("threading", "work must end when forward returns"),
-    "concurrent": ("threading", "work must end when forward returns"),
-    "subprocess": ("threading", "a kernel solution starts no processes"),
-    "asyncio": ("threading", "work must end when forward returns"),
-    "os.system": ("threading", "a kernel solution starts no processes"),
-    "os.fork": ("threading", "a kernel solution starts no processes"),
-    "os.popen": ("threading", "a kernel solution starts no processes"),
-    "os.environ": ("allowlist", "the harness builds your extension and owns the process's environment; "
-                                "pass compiler flags as extra_cflags / extra_cuda_cflags"),
-    "torch.backends": ("allowlist", "its switches change what PyTorch does in the harness's process too; set "
-                                    "the math mode of your own handles (cublasSetMathMode) in C++"),
-    "sys": ("introspection", "it reaches the harness's modules and frames"),
-    "inspect": ("introspection", "it reaches the harness's frames"),
-    "traceback": ("introspection", "it reaches the harness's frames"),
-    "gc": ("introspection", "it reaches the harness's objects"),
-    "importlib": ("introspection", "it loads and replaces modules"),
-    "builtins": ("introspection", "it replaces functions the harness uses"),
-    "__main__": ("introspection", "it is the harness's worker"),
-    "cuda_agent": ("introspection", "it is the harness"),
-    "torch._C": ("introspection", "it reaches the dispatcher and the guard's machinery"),
-    "torch.overrides": ("introspection", "it intercepts PyTorch calls"),
-    "torch.utils._python_dispatch": ("introspection", "it intercepts PyTorch calls"),
-    "torch.cuda.set_stream": ("allowlist", "it changes the process's current stream; use "
-                                           "`with torch.cuda.stream(s):` and join the stream before returning"),
-    "torch.cuda.set_device": ("allowlist", "the harness chooses the device"),
-    "ctypes": ("ctypes", "native code belongs in kernels the harness builds"),
-    "cffi": ("ctypes", "native code belongs in kernels the harness builds"),
-    "socket": ("network", "a kernel solution has no use for the network"),
-    "urllib": ("network", "a kernel solution has no use for the network"),
-    "requests": ("network", "a kernel solution has no use for the network"),
-    "http": ("network", "a kernel solution has no use for the network"),
-    "numpy": ("numpy", "only your kernels may compute"),
-    "model": ("reference-model", "the reference is not yours to use"),
-    "reference_task": ("reference-model", "the reference is not yours to use"),
-    "torch.library": ("custom-op", "define operators in C++ (TORCH_LIBRARY) in a namespace of your own"),
-    "torch.compile": ("torch-compile", "its generated kernels are not your own kernels"),
-    "torch.jit": ("torch-compile", "its generated kernels are not your own kernels"),
-    "torch._dynamo": ("torch-compile", "its generated kernels are not your own kernels"),
-    "torch._inductor": ("torch-compile", "its generated kernels are not your own kernels"),
+REFUSED: dict[str, tuple[rules.Rule, str]] = {
+    "threading": (rules.STATIC_THREADING, "work must end when forward returns"),
+    "_thread": (rules.STATIC_THREADING, "work must end when forward returns"),
+    "multiprocessing": (rules.STATIC_THREADING, "work must end when forward returns"),
+    "concurrent": (rules.STATIC_THREADING, "work must end when forward returns"),
+    "subprocess": (rules.STATIC_THREADING, "a kernel solution starts no processes"),
+    "asyncio": (rules.STATIC_THREADING, "work must end when forward returns"),
+    "os.system": (rules.STATIC_THREADING, "a kernel solution starts no processes"),
+    "os.fork": (rules.STATIC_THREADING, "a kernel solution starts no processes"),
+    "os.popen": (rules.STATIC_THREADING, "a kernel solution starts no processes"),
+    "os.environ": (rules.STATIC_ALLOWLIST, "the harness builds your extension and owns the process's "
+                                           "environment; pass compiler flags as extra_cflags / extra_cuda_cflags"),
+    "torch.backends": (rules.STATIC_ALLOWLIST, "its switches change what PyTorch does in the harness's process "
+                                               "too; set the math mode of your own handles (cublasSetMathMode) in C++"),
+    "sys": (rules.STATIC_INTROSPECTION, "it reaches the harness's modules and frames"),
+    "inspect": (rules.STATIC_INTROSPECTION, "it reaches the harness's frames"),
+    "traceback": (rules.STATIC_INTROSPECTION, "it reaches the harness's frames"),
+    "gc": (rules.STATIC_INTROSPECTION, "it reaches the harness's objects"),
+    "importlib": (rules.STATIC_INTROSPECTION, "it loads and replaces modules"),
+    "builtins": (rules.STATIC_INTROSPECTION, "it replaces functions the harness uses"),
+    "__main__": (rules.STATIC_INTROSPECTION, "it is the harness's worker"),
+    "cuda_agent": (rules.STATIC_INTROSPECTION, "it is the harness"),
+    "torch._C": (rules.STATIC_INTROSPECTION, "it reaches the dispatcher and the guard's machinery"),
+    "torch.overrides": (rules.STATIC_INTROSPECTION, "it intercepts PyTorch calls"),
+    "torch.utils._python_dispatch": (rules.STATIC_INTROSPECTION, "it intercepts PyTorch calls"),
+    "torch.cuda.set_stream": (rules.STATIC_ALLOWLIST, "it changes the process's current stream; use `with "
+                                                      "torch.cuda.stream(s):` and join the stream before returning"),
+    "torch.cuda.set_device": (rules.STATIC_ALLOWLIST, "the harness chooses the device"),
+    "ctypes": (rules.STATIC_CTYPES, "native code belongs in kernels the harness builds"),
+    "cffi": (rules.STATIC_CTYPES, "native code belongs in kernels the harness builds"),
+    "socket": (rules.STATIC_NETWORK, "a kernel solution has no use for the network"),
+    "urllib": (rules.STATIC_NETWORK, "a kernel solution has no use for the network"),
+    "requests": (rules.STATIC_NETWORK, "a kernel solution has no use for the network"),
+    "http": (rules.STATIC_NETWORK, "a kernel solution has no use for the network"),
+    "numpy": (rules.STATIC_NUMPY, "only your kernels may compute"),
+    "model": (rules.STATIC_REFERENCE_MODEL, "the reference is not yours to use"),
+    "reference_task": (rules.STATIC_REFERENCE_MODEL, "the reference is not yours to use"),
+    "torch.library": (rules.STATIC_CUSTOM_OP, "define operators in C++ (TORCH_LIBRARY) in a namespace of your "
+                                              "own"),
+    "torch.compile": (rules.STATIC_TORCH_COMPILE, "its generated kernels are not your own kernels"),
+    "torch.jit": (rules.STATIC_TORCH_COMPILE, "its generated kernels are not your own kernels"),
+    "torch._dynamo": (rules.STATIC_TORCH_COMPILE, "its generated kernels are not your own kernels"),
+    "torch._inductor": (rules.STATIC_TORCH_COMPILE, "its generated kernels are not your own kernels"),
 }
 
 ADVICE = ("a solution's Python may import only " + ", ".join(m for m in IMPORTS if m != "__future__")
@@ -141,7 +144,7 @@ ADVICE = ("a solution's Python may import only " + ", ".join(m for m in IMPORTS 
 RESERVED_EXTENSION_NAMES = frozenset({"__main__", "cuda_agent", "torch", "model", "model_new", "reference_task"})
 
 
-def refusal(path: str) -> tuple[str, str] | None:
+def refusal(path: str) -> tuple[rules.Rule, str] | None:
     """(rule, why) for a refused module or member with a reason of its own, else None."""
     parts = path.split(".")
     for end in range(len(parts), 0, -1):

@@ -27,6 +27,7 @@ from typing import Any
 import torch
 
 from cuda_agent.env.measure.outside import thread_cpu_seconds
+from cuda_agent.env.rules import registry as rules
 from cuda_agent.env.rules.verify import random_positions, tensors_in
 
 ALLOWED_OPS = frozenset({
@@ -51,11 +52,11 @@ GUARD_SOURCE = Path(__file__).parent / "native" / "guard.cpp"
 
 
 class Rejected(Exception):
-    """The candidate broke a rule; `rule` names it, the message is one line for the agent."""
+    """The candidate broke a rule; `rule` is its registered name, the message one line for the agent."""
 
-    def __init__(self, rule: str, message: str):
+    def __init__(self, rule: rules.Rule | str, message: str):
         super().__init__(message)
-        self.rule = rule
+        self.rule = rules.name_of(rule)   # a name the native guard reports must be registered too
 
 
 def build_guard(cache_dir: Path) -> Path:
@@ -148,7 +149,7 @@ def _storage_range(t: torch.Tensor) -> tuple[int, int]:
 
 
 def violation_message(rule: str, op: str) -> str:
-    if rule == "data-movement":
+    if rule == rules.DATA_MOVEMENT.name:
         return (f"forward moved its input's data with PyTorch ({op}: a copy of an input, e.g. .contiguous() "
                 "on a transposed or permuted view); layout changes count as compute: do them in your kernel")
     return (f"forward called the PyTorch operator {op}; only the solution's own kernels may compute "
@@ -318,19 +319,19 @@ def poison_allocator(device: torch.device) -> None:
 def check_output(out: Any, args: list, device: torch.device) -> None:
     tensors = tensors_in(out)
     if not tensors and not isinstance(out, (int, float, bool)):
-        raise Rejected("output-type", f"forward returned {type(out).__name__}, not a tensor")
+        raise Rejected(rules.OUTPUT_TYPE, f"forward returned {type(out).__name__}, not a tensor")
     # by memory, not by storage object: a tensor made over an input's bytes (torch::from_blob) is that input
     input_ranges = [_storage_range(t) for t in tensors_in(args) if t.numel()]
     for t in tensors:
         if type(t) is not torch.Tensor:
-            raise Rejected("output-type", f"forward returned a {type(t).__name__}, not a plain torch.Tensor")
+            raise Rejected(rules.OUTPUT_TYPE, f"forward returned a {type(t).__name__}, not a plain torch.Tensor")
         if t.layout != torch.strided or t.is_meta:
-            raise Rejected("output-type", "forward returned a tensor without real storage")
+            raise Rejected(rules.OUTPUT_TYPE, "forward returned a tensor without real storage")
         if t.device.type != device.type:
-            raise Rejected("output-type", f"forward returned a tensor on {t.device}, expected {device.type}")
+            raise Rejected(rules.OUTPUT_TYPE, f"forward returned a tensor on {t.device}, expected {device.type}")
         lo, hi = _storage_range(t)
         if t.numel() and any(lo < end and start < hi for start, end in input_ranges):
-            raise Rejected("output-type", "forward returned (a view of) one of its inputs instead of a new tensor")
+            raise Rejected(rules.OUTPUT_TYPE, "forward returned (a view of) one of its inputs instead of a new tensor")
 
 
 def python_threads() -> set[int]:

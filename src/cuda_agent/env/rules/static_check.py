@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass
 
 from cuda_agent.env.rules import allowlist as allow
+from cuda_agent.env.rules import registry as rules
 from cuda_agent.env.rules.python_facts import (LOADERS, SolutionFacts, bound_names, decorators, dotted, extension_name,
                                          format_fields, root_of)
 from cuda_agent.tasks.parsing import parse
@@ -27,10 +28,13 @@ CONTEXT_METHODS = {"forward", "backward", "setup_context", "jvp", "vjp"}
 
 @dataclass
 class Finding:
-    rule: str
+    rule: str          # a static rule's short name (registry.Rule.short): `[static:<rule>]` in results
     line: int
     message: str
     reject: bool = True
+
+    def __post_init__(self):
+        rules.name_of(rules.STATIC_PREFIX + self.rule)   # refuses a rule the registry does not declare
 
     def describe(self) -> str:
         return f"line {self.line}: {self.message} [static:{self.rule}]"
@@ -57,14 +61,15 @@ class _Checker(ast.NodeVisitor):
         self.classes: list[ast.ClassDef] = []
         self.refused_imports: set[str] = set()
         for node, name, before in self.solution.conflicts:
-            self.add("monkeypatch", node, f"binds {name} to another module than {before}: one name, one module")
+            self.add(rules.STATIC_MONKEYPATCH, node,
+                     f"binds {name} to another module than {before}: one name, one module")
 
-    def add(self, rule: str, node: ast.AST, message: str, reject: bool = True) -> None:
-        self.findings.append(Finding(rule, getattr(node, "lineno", 0), message, reject))
+    def add(self, rule: rules.Rule, node: ast.AST, message: str, reject: bool = True) -> None:
+        self.findings.append(Finding(rule.short, getattr(node, "lineno", 0), message, reject))
 
     def refuse(self, path: str, node: ast.AST, what: str, instead: str) -> None:
         """A refusal for something off the list, with its own reason where it has one."""
-        rule, why = allow.refusal(path) or ("allowlist", "")
+        rule, why = allow.refusal(path) or (rules.STATIC_ALLOWLIST, "")
         self.add(rule, node, "; ".join(part for part in (f"{what}{': ' + why if why else ''}", instead) if part))
 
     def parent(self, node: ast.AST) -> ast.AST | None:
@@ -87,14 +92,14 @@ class _Checker(ast.NodeVisitor):
     def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
         module = node.module or ""
         if node.level or not module:
-            self.add("allowlist", node, "a relative import: " + allow.ADVICE)
+            self.add(rules.STATIC_ALLOWLIST, node, "a relative import: " + allow.ADVICE)
             return
         for alias in node.names:
             path, bound = f"{module}.{alias.name}", alias.asname or alias.name
             if alias.name == "*":
-                self.add("allowlist", node, f"imports * from {module}: name what you use")
+                self.add(rules.STATIC_ALLOWLIST, node, f"imports * from {module}: name what you use")
             elif alias.name == "Model":
-                self.add("reference-model", node, f"imports the reference Model from {module}")
+                self.add(rules.STATIC_REFERENCE_MODEL, node, f"imports the reference Model from {module}")
             elif not self._module_allowed(module) and module not in allow.NAMESPACES:
                 self._refuse_import(bound, module, node, f"imports from {module}", allow.ADVICE)
             elif not (self._module_allowed(path) or self._member(path) is not False):
@@ -110,7 +115,7 @@ class _Checker(ast.NodeVisitor):
     def visit_ClassDef(self, node: ast.ClassDef) -> None:
         for base in node.bases:
             if dotted(base).split(".")[-1] == "Model":
-                self.add("reference-model", node, f"class {node.name} subclasses the reference Model")
+                self.add(rules.STATIC_REFERENCE_MODEL, node, f"class {node.name} subclasses the reference Model")
         self._binds(node.name, node)
         for child in node.decorator_list + node.bases + node.keywords:
             self.visit(child)
@@ -169,14 +174,17 @@ class _Checker(ast.NodeVisitor):
     def _binds(self, name: str, node: ast.AST, receiver: bool = True) -> None:
         """A name bound by an assignment, a parameter, a def: never an imported name or a receiver."""
         if name in ("staticmethod", "classmethod"):   # what a method's receiver is depends on them
-            self.add("allowlist", node, f"rebinds {name}: the builtin decides what a method receives")
+            self.add(rules.STATIC_ALLOWLIST, node, f"rebinds {name}: the builtin decides what a method receives")
         elif name in allow.DUNDER_DEFS_REFUSED:
-            self.add("introspection", node, f"defines {name}: a solution's classes may not intercept PyTorch "
-                                            "calls or the harness's handling of objects")
+            self.add(rules.STATIC_INTROSPECTION, node,
+                     f"defines {name}: a solution's classes may not intercept PyTorch "
+                     "calls or the harness's handling of objects")
         elif name in self.solution.imports:
-            self.add("monkeypatch", node, f"rebinds {name}, an imported name: keep imported names as imported")
+            self.add(rules.STATIC_MONKEYPATCH, node,
+                     f"rebinds {name}, an imported name: keep imported names as imported")
         elif receiver and name in self.scopes[-1].receivers:
-            self.add("attribute-write", node, f"rebinds {name}: a method's receiver stays what it was called on")
+            self.add(rules.STATIC_ATTRIBUTE_WRITE, node,
+                     f"rebinds {name}: a method's receiver stays what it was called on")
 
     def visit_ExceptHandler(self, node) -> None:
         if node.name:
@@ -204,7 +212,7 @@ class _Checker(ast.NodeVisitor):
             self._binds(name, node)
             return
         if name == "Model":
-            self.add("reference-model", node, "uses the name Model (the reference implementation)")
+            self.add(rules.STATIC_REFERENCE_MODEL, node, "uses the name Model (the reference implementation)")
         elif name in self.solution.imports:
             self._check_path(self.solution.imports[name], node)
         elif name in self.solution.classes and self.solution.is_function_class(self.solution.classes[name]):
@@ -212,15 +220,16 @@ class _Checker(ast.NodeVisitor):
         elif self._local(name) or name in allow.MODULE_DUNDERS:
             pass
         elif hasattr(builtins, name) and name not in allow.BUILTINS:
-            rule = "introspection" if name in allow.REFLECTION_BUILTINS else "allowlist"
+            rule = rules.STATIC_INTROSPECTION if name in allow.REFLECTION_BUILTINS else rules.STATIC_ALLOWLIST
             self.add(rule, node, f"uses {name}(), which a kernel solution does not need and which can reach "
                                  "around the harness; see SKILL.md for what model_new.py may use")
         elif name in allow.LITERAL_NAME_BUILTINS:
             self._check_literal_name(name, node)
         elif name.startswith("__") and name not in allow.MODULE_DUNDERS:
-            self.add("introspection", node, f"uses {name}: only __name__ and __file__ may be read")
+            self.add(rules.STATIC_INTROSPECTION, node, f"uses {name}: only __name__ and __file__ may be read")
         elif name not in self.solution.bound and name not in allow.BUILTINS and name not in allow.MODULE_DUNDERS:
-            self.add("allowlist", node, f"uses {name}, which the solution never defines and is not an allowed builtin")
+            self.add(rules.STATIC_ALLOWLIST, node,
+                     f"uses {name}, which the solution never defines and is not an allowed builtin")
 
     def _check_function_class(self, node: ast.Name) -> None:
         """An autograd Function of its own: called through .apply (its static methods take the context
@@ -228,20 +237,22 @@ class _Checker(ast.NodeVisitor):
         parent = self.parent(node)
         if not ((isinstance(parent, ast.Attribute) and parent.value is node and parent.attr == "apply")
                 or isinstance(parent, ast.ClassDef)):
-            self.add("attribute-write", node, f"uses {node.id} other than as {node.id}.apply(...): an autograd "
-                                              "Function is called through apply")
+            self.add(rules.STATIC_ATTRIBUTE_WRITE, node,
+                     f"uses {node.id} other than as {node.id}.apply(...): an autograd "
+                     "Function is called through apply")
 
     def _check_literal_name(self, name: str, node: ast.Name) -> None:
         call = self.parent(node)
         literal = (isinstance(call, ast.Call) and call.func is node and len(call.args) >= 2
                    and isinstance(call.args[1], ast.Constant) and isinstance(call.args[1].value, str))
         if not literal:
-            self.add("introspection", node, f"{name}() with a computed name: write the attribute out "
-                                            f"(obj.name), or call {name}(obj, \"name\") with a literal")
+            self.add(rules.STATIC_INTROSPECTION, node, f"{name}() with a computed name: write the attribute out "
+                                                       f"(obj.name), or call {name}(obj, \"name\") with a literal")
         elif (call.args[1].value.startswith("_") or call.args[1].value in allow.FRAME_ATTRIBUTES | allow.IO_METHODS
               or call.args[1].value in ("format", "format_map")):
-            self.add("introspection", node, f"{name}() of {call.args[1].value!r}: an attribute a solution may not "
-                                            f"name directly is not reached through {name}() either")
+            self.add(rules.STATIC_INTROSPECTION, node,
+                     f"{name}() of {call.args[1].value!r}: an attribute a solution may not "
+                     f"name directly is not reached through {name}() either")
 
     # attributes -------------------------------------------------------------------------
     def _check_path(self, path: str, node: ast.AST) -> None:
@@ -254,11 +265,12 @@ class _Checker(ast.NodeVisitor):
             return
         allowed = self._member(path)
         if path in LOADERS and not (isinstance(parent, ast.Call) and parent.func is node):
-            self.add("extension-name", node, f"{path.split('.')[-1]} used other than in a direct call: "
-                                             "call it as load_inline(name=\"...\", ...)")
+            self.add(rules.STATIC_EXTENSION_NAME, node, f"{path.split('.')[-1]} used other than in a direct call: "
+                                                        "call it as load_inline(name=\"...\", ...)")
         elif allowed is None:
-            self.add("allowlist", node, f"uses the module {path} as a value: name its members where you use them "
-                                        f"({path}.member)")
+            self.add(rules.STATIC_ALLOWLIST, node,
+                     f"uses the module {path} as a value: name its members where you use them "
+                     f"({path}.member)")
         elif allowed is False:   # (a refusal with a reason of its own says what to do instead)
             self.refuse(path, node, f"uses {path}", "" if allow.refusal(path) else
                         "that member is not on the list a solution may use (see SKILL.md); do the work in your kernels")
@@ -269,20 +281,22 @@ class _Checker(ast.NodeVisitor):
         root_name = root.id if isinstance(root, ast.Name) else None
         if attr.startswith("__") and attr.endswith("__"):
             if attr not in allow.ATTRIBUTE_DUNDERS:
-                self.add("introspection", node, f"uses .{attr}: special attributes reach around the harness")
+                self.add(rules.STATIC_INTROSPECTION, node, f"uses .{attr}: special attributes reach around the harness")
         elif attr.startswith("_") and not self._own(base):
-            self.add("introspection", node, f"uses .{attr}: private attributes are off limits except on "
-                                            "self and the solution's own classes")
+            self.add(rules.STATIC_INTROSPECTION, node, f"uses .{attr}: private attributes are off limits except on "
+                                                       "self and the solution's own classes")
         elif isinstance(base, ast.Name) and base.id in self.solution.extension_names:
             pass   # a function of its own extension (its names are the solution's to choose)
         elif attr in allow.FRAME_ATTRIBUTES:
-            self.add("introspection", node, f"uses .{attr}: frames and tracebacks reach the harness's state")
+            self.add(rules.STATIC_INTROSPECTION, node, f"uses .{attr}: frames and tracebacks reach the harness's state")
         elif attr in allow.IO_METHODS:
-            self.add("allowlist", node, f"uses .{attr}(): a solution builds paths, it does not work on files")
+            self.add(rules.STATIC_ALLOWLIST, node,
+                     f"uses .{attr}(): a solution builds paths, it does not work on files")
         elif attr in ("format", "format_map"):
             self._check_format(node)
         elif attr == "numpy" and self.forward_depth:
-            self.add("numpy", node, "converts a tensor to numpy inside forward: only your kernels may compute")
+            self.add(rules.STATIC_NUMPY, node,
+                     "converts a tensor to numpy inside forward: only your kernels may compute")
         if isinstance(base, ast.Name) and base.id in self.solution.classes and base.id not in self.solution.imports:
             self._check_class_member(base.id, attr, node)
         if isinstance(node.ctx, (ast.Store, ast.Del)):
@@ -312,8 +326,9 @@ class _Checker(ast.NodeVisitor):
         static = "staticmethod" in kinds and not (self.solution.is_function_class(self.solution.classes[class_name])
                                                   and attr in CONTEXT_METHODS)
         if not (static or "classmethod" in kinds):
-            self.add("attribute-write", node, f"calls {class_name}.{attr} through the class: call methods on an "
-                                              "instance (self.method(...)); autograd Functions through .apply")
+            self.add(rules.STATIC_ATTRIBUTE_WRITE, node,
+                     f"calls {class_name}.{attr} through the class: call methods on an "
+                     "instance (self.method(...)); autograd Functions through .apply")
 
     def _check_write(self, node: ast.Attribute, root_name: str | None) -> None:
         """One level below the solution's own objects only: `self.weight.requires_grad = x` is a
@@ -321,24 +336,28 @@ class _Checker(ast.NodeVisitor):
         target = dotted(node) or ast.unparse(node)
         if root_name in self.solution.imports:
             why = allow.refusal(self.solution.resolve(node) or target)
-            self.add("monkeypatch", node, f"assigns {target}: a module's or library's attributes are not yours "
-                                          f"to replace{'; ' + why[1] if why else ''}")
+            self.add(rules.STATIC_MONKEYPATCH, node,
+                     f"assigns {target}: a module's or library's attributes are not yours "
+                     f"to replace{'; ' + why[1] if why else ''}")
         elif not (isinstance(node.value, ast.Name) and self._own(node.value)):
-            self.add("attribute-write", node, f"assigns {target}: a solution assigns only self.<name> (or cls, an "
-                                              "autograd context, an object of its own classes); call a method "
-                                              "for anything deeper")
+            self.add(rules.STATIC_ATTRIBUTE_WRITE, node,
+                     f"assigns {target}: a solution assigns only self.<name> (or cls, an "
+                     "autograd context, an object of its own classes); call a method "
+                     "for anything deeper")
 
     def _check_format(self, node: ast.Attribute) -> None:
         base = node.value
         template = (base.value if isinstance(base, ast.Constant) and isinstance(base.value, str)
                     else self.solution.strings.get(base.id) if isinstance(base, ast.Name) else None)
         if template is None:
-            self.add("introspection", node, f".{node.attr}() on a string the pass cannot read (format fields reach "
-                                            "attributes): use an f-string or a literal template")
+            self.add(rules.STATIC_INTROSPECTION, node,
+                     f".{node.attr}() on a string the pass cannot read (format fields reach "
+                     "attributes): use an f-string or a literal template")
             return
         for attr in format_fields(template):
             if attr.startswith("_") or attr in allow.FRAME_ATTRIBUTES:
-                self.add("introspection", node, f"a format field reads .{attr}: special attributes are off limits")
+                self.add(rules.STATIC_INTROSPECTION, node,
+                         f"a format field reads .{attr}: special attributes are off limits")
 
     # calls ------------------------------------------------------------------------------
     def visit_Call(self, node: ast.Call) -> None:
@@ -346,12 +365,12 @@ class _Checker(ast.NodeVisitor):
         if path in LOADERS:
             name = extension_name(node)
             if not (isinstance(name, ast.Constant) and isinstance(name.value, str)):
-                self.add("extension-name", node, f"{path.split('.')[-1]}() without a literal name: write "
-                                                 "name=\"my_ext\" as a string literal")
+                self.add(rules.STATIC_EXTENSION_NAME, node, f"{path.split('.')[-1]}() without a literal name: write "
+                                                            "name=\"my_ext\" as a string literal")
             else:
                 problem = allow.extension_name_problem(name.value)
                 if problem:
-                    self.add("extension-name", node, problem)
+                    self.add(rules.STATIC_EXTENSION_NAME, node, problem)
         self.generic_visit(node)
 
     # context managers -------------------------------------------------------------------
@@ -367,9 +386,10 @@ class _Checker(ast.NodeVisitor):
 
     def visit_Yield(self, node) -> None:
         if self.scopes[-1].withs:
-            self.add("allowlist", node, "suspends a generator inside a `with` block: its context (a stream, "
-                                        "no_grad, a graph capture) would stay in place for the whole process; "
-                                        "leave the block before yielding")
+            self.add(rules.STATIC_ALLOWLIST, node,
+                     "suspends a generator inside a `with` block: its context (a stream, "
+                     "no_grad, a graph capture) would stay in place for the whole process; "
+                     "leave the block before yielding")
         self.generic_visit(node)
 
     visit_YieldFrom = visit_Await = visit_Yield
@@ -380,7 +400,7 @@ class _Checker(ast.NodeVisitor):
             names = _handler_names(handler)
             broad = handler.type is None or bool(names & BROAD_EXCEPTIONS)
             if broad:
-                self.add("broad-except", handler,
+                self.add(rules.STATIC_BROAD_EXCEPT, handler,
                          "catches broad exceptions" + (" inside forward: a fallback path around your kernel"
                                                         if self.forward_depth else ""),
                          reject=bool(self.forward_depth))
@@ -400,9 +420,9 @@ def _handler_names(handler: ast.ExceptHandler) -> set[str]:
 # symbols.py is what cannot be dodged; this scan only explains).
 _CPP_FORBIDDEN = {
     r"ExcludeDispatchKeyGuard|ExcludeDispatchKeySet|IncludeDispatchKeyGuard|AutoDispatchBelow|"
-    r"DispatchKeySet|_AutoDispatch|tls_set_dispatch_key": "dispatch-bypass",
-    r"\bdlopen\b|\bdlsym\b|\bpopen\b|\bsystem\s*\(|\bfork\s*\(|\bexecv": "native-escape",
-    r"TORCH_LIBRARY(_IMPL|_FRAGMENT)?\s*\(\s*aten\b": "aten-override",
+    r"DispatchKeySet|_AutoDispatch|tls_set_dispatch_key": rules.STATIC_DISPATCH_BYPASS,
+    r"\bdlopen\b|\bdlsym\b|\bpopen\b|\bsystem\s*\(|\bfork\s*\(|\bexecv": rules.STATIC_NATIVE_ESCAPE,
+    r"TORCH_LIBRARY(_IMPL|_FRAGMENT)?\s*\(\s*aten\b": rules.STATIC_ATEN_OVERRIDE,
 }
 _CPP_COMMENT_OR_STRING = re.compile(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"', re.S)
 
@@ -431,8 +451,8 @@ def check_native_source(source: str, filename: str) -> list[Finding]:
             match = re.search(pattern, code)
             if match:
                 why = ("registers a kernel for a PyTorch operator: register yours in a namespace of your own"
-                       if rule == "aten-override" else "steps around the harness's checks")
-                findings.append(Finding(rule, lineno, f"{filename} uses {match.group(0)}, which {why}"))
+                       if rule is rules.STATIC_ATEN_OVERRIDE else "steps around the harness's checks")
+                findings.append(Finding(rule.short, lineno, f"{filename} uses {match.group(0)}, which {why}"))
     return findings
 
 
@@ -445,4 +465,4 @@ def check_source(source: str, filename: str = "model_new.py") -> list[Finding]:
         return []
     checker = _Checker(tree)
     checker.visit(tree)
-    return sorted(checker.findings, key=lambda f: (f.rule == "allowlist", f.line))
+    return sorted(checker.findings, key=lambda f: (f.rule == rules.STATIC_ALLOWLIST.short, f.line))

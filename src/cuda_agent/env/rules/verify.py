@@ -24,6 +24,8 @@ from typing import Any
 
 import torch
 
+from cuda_agent.env.rules import registry as rules
+
 # The tightest tolerance that makes sense for a dtype: a half-precision result can't be held to
 # float32's tolerance. User tolerances are raised to these floors, never lowered.
 _TOLERANCE_FLOOR = {
@@ -545,7 +547,7 @@ def compare_sampled(reference: SampledReference, samples: dict) -> Comparison:
             parts.append(Comparison(False, float("inf"), f"{where}: an overlapping or broadcast (stride 0) view with "
                                                          f"strides {entry.get('strides')}; the reference returns a "
                                                          "dense tensor: return one computed by your kernels",
-                                    rule="output-layout"))
+                                    rule=rules.OUTPUT_LAYOUT.name))
             continue
         if r.sample is None:
             continue

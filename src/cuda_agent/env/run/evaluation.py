@@ -46,6 +46,7 @@ from cuda_agent.env.run.stored import StoredBaselines
 from cuda_agent.env.run.worker_run import WorkerRun, _Failed, _staging, _start_pair, job_root
 from cuda_agent.tasks.solution import Solution, missing_model_new
 from cuda_agent.tasks.task import Task, TaskError, strip_reference_model
+from cuda_agent.env.rules import registry as rules
 
 
 @lru_cache(maxsize=256)
@@ -127,7 +128,7 @@ class _Evaluation(BuildServing, CallRounds, StoredBaselines, WorkerRun):
         self._static_check()
         too_big = _too_large(self.task, self.backend, self.config.num_correct_trials)
         if too_big:
-            raise _Failed("task", too_big, rule="too-large")
+            raise _Failed("task", too_big, rule=rules.TOO_LARGE)
         solution_dir = self.solution.write(self.box / "solution")
         guard_lib, kernels = self._start_builds()
         need_judge = self.stop_after != "compile"
@@ -146,7 +147,7 @@ class _Evaluation(BuildServing, CallRounds, StoredBaselines, WorkerRun):
                 prebuilt["cuda_extension"] = str(kernels.result())
         except _LinkRefused as refused:
             self._task_first(need_judge)
-            raise _Failed("compile", str(refused), rule="native-symbol") from None
+            raise _Failed("compile", str(refused), rule=rules.NATIVE_SYMBOL) from None
         except Exception as exc:
             from cuda_agent.env.builds.compiler import BuildError
 
@@ -169,7 +170,7 @@ class _Evaluation(BuildServing, CallRounds, StoredBaselines, WorkerRun):
         self._traced("compile.candidate_load", begun)
         self._lap("compile")
         if not built["ok"]:
-            rule = built.get("rule") or ("native-symbol" if self.link_refusal else None)
+            rule = built.get("rule") or (rules.NATIVE_SYMBOL if self.link_refusal else None)
             raise _Failed("compile", built["message"], rule)
         self.result.compiled = True
         if self.stop_after == "compile":
@@ -265,7 +266,7 @@ class _Evaluation(BuildServing, CallRounds, StoredBaselines, WorkerRun):
             self.judge.channel.send(cmd="dependence")
             message = self._ask(self.judge, self.config.timeout_verify, "verify").get("message")
             if message:
-                raise _Failed("verify", message, rule="input-independent")
+                raise _Failed("verify", message, rule=rules.INPUT_INDEPENDENT)
         self.result.correct = True
         self._lap("verify")
 
@@ -297,7 +298,7 @@ class _Evaluation(BuildServing, CallRounds, StoredBaselines, WorkerRun):
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise _Failed("profile", f"timing took longer than {self.config.timeout_profile:g} s",
-                                  rule="timeout")
+                                  rule=rules.TIMEOUT)
                 out = pipe.run(call, min(self.config.timeout_verify, remaining))
                 done += 1
                 if call.kind == "timed" and out is not None:
@@ -321,7 +322,7 @@ class _Evaluation(BuildServing, CallRounds, StoredBaselines, WorkerRun):
                 self.judge.channel.send(cmd="dependence", later=True)
                 message = self._ask(self.judge, self.config.timeout_verify, "profile").get("message")
                 if message:
-                    raise _Failed("profile", message, rule="input-independent")
+                    raise _Failed("profile", message, rule=rules.INPUT_INDEPENDENT)
         except _Failed:
             self.result.correct = False
             raise
@@ -341,7 +342,7 @@ class _Evaluation(BuildServing, CallRounds, StoredBaselines, WorkerRun):
         mutated = self._ask(self.judge, self.config.timeout_reference, "task").get("mutated")
         if mutated:
             raise _Failed(phase, f"forward modified its inputs (input set {mutated[0]}); inputs must be left "
-                                 "unchanged", rule="input-mutation")
+                                 "unchanged", rule=rules.INPUT_MUTATION)
 
     def _kill_candidate(self) -> None:
         """Nothing of the candidate's is alive from here on (its sandbox's PID namespace goes with it)."""

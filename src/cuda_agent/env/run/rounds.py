@@ -13,6 +13,7 @@ import time
 
 from cuda_agent.env.run.schedule import Call
 from cuda_agent.env.run.worker_run import _Failed
+from cuda_agent.env.rules import registry as rules
 
 
 class CallRounds:
@@ -152,7 +153,7 @@ class CallRounds:
                         asked: float) -> dict:
         if isinstance(read, Exception):
             raise _Failed(phase, f"the output could not be read from the solution's memory ({read}): return "
-                                 "plain CPU tensors or Python numbers", rule="uncomparable-output")
+                                 "plain CPU tensors or Python numbers", rule=rules.UNCOMPARABLE_OUTPUT)
         out.update(read, wall_ms=wall_ms, read_outside=True)
         return out
 
@@ -174,7 +175,7 @@ class CallRounds:
         extras = self.candidate.extra_processes()
         if extras:
             raise _Failed(phase, f"the solution started {len(extras)} process(es) of its own; kernels run in the "
-                                 "calling process and finish inside forward", rule="extra-process")
+                                 "calling process and finish inside forward", rule=rules.EXTRA_PROCESS)
 
     # -- the judge's half -------------------------------------------------------------------------
 
@@ -226,9 +227,9 @@ class CallRounds:
         if call.transform and verdict.get("nonfinite"):
             raise _Failed(phase, f"wrong output {where}: {verdict['message']}; the reference stays finite on these "
                                  "inputs (scaled or spiked values): compute stably (e.g. subtract the max before exp)",
-                          rule="numerically-fragile")
+                          rule=rules.NUMERICALLY_FRAGILE)
         if call.kind == "verify":
-            raise _Failed(phase, f"wrong output {where}: {verdict['message']}", rule="correctness")
+            raise _Failed(phase, f"wrong output {where}: {verdict['message']}", rule=rules.CORRECTNESS)
         raise _Failed(phase, f"an output produced while timing is wrong for its inputs, although verification "
                              f"passed (results cached, work skipped or approximated?): {verdict['message']}",
-                      rule="recheck-after-timing")
+                      rule=rules.RECHECK_AFTER_TIMING)

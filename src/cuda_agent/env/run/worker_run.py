@@ -22,6 +22,7 @@ from cuda_agent.env.result import EvalError, EvalResult
 from cuda_agent.env.run.schedule import JUDGE_BATCH
 from cuda_agent.env.workers.protocol import ChildDied, ChildTimeout, ForgedMessage
 from cuda_agent.tasks.task import Task
+from cuda_agent.env.rules import registry as rules
 
 
 def _footprint(task: Task) -> dict | None:
@@ -36,9 +37,9 @@ def _footprint(task: Task) -> dict | None:
 class _Failed(Exception):
     """Ends an evaluation (or a baseline run) early with a structured error."""
 
-    def __init__(self, phase: str, message: str, rule: str | None = None):
+    def __init__(self, phase: str, message: str, rule: rules.Rule | str | None = None):
         super().__init__(message)
-        self.error = EvalError(phase, message, rule)
+        self.error = EvalError(phase, message, rules.reported(rule))   # a worker's answer may name the rule
 
 
 def job_root() -> str | None:
@@ -145,15 +146,15 @@ class WorkerRun:
             what = "the task's reference" if worker.role == "judge" else "the solution"
             raise _Failed("task" if worker.role == "judge" else phase,
                           f"{what} timed out after {timeout:g} s in the {phase} phase "
-                          "(an infinite loop or a hung kernel?)", rule="timeout") from None
+                          "(an infinite loop or a hung kernel?)", rule=rules.TIMEOUT) from None
         except ForgedMessage as forged:
             raise _Failed("task" if worker.role == "judge" else phase,
-                          f"{forged}: the solution wrote to the harness's own channel", rule="protocol-forgery") from None
+                          f"{forged}: the solution wrote to the harness's own channel", rule=rules.PROTOCOL_FORGERY) from None
         except ChildDied as died:
             tail = worker.log_tail()
             phase = "task" if worker.role == "judge" else phase
             raise _Failed(phase, f"{died} during the {phase} phase" + (f"; its last output:\n{tail}" if tail else ""),
-                          rule="crash") from None
+                          rule=rules.CRASH) from None
 
     def _serve_build(self, request: dict) -> dict:
         """A candidate's build request (its load_inline / load calls): only a run with a candidate has one."""
@@ -175,7 +176,7 @@ class WorkerRun:
             from cuda_agent.env.infra.doctor import Machine, check_sandbox
 
             fix = check_sandbox(Machine(), self.config.sandbox).line()
-            raise _Failed("internal", f"{exc}\n{fix}", rule="sandbox") from None
+            raise _Failed("internal", f"{exc}\n{fix}", rule=rules.SANDBOX) from None
 
     def _wait_ready(self, worker: Worker) -> None:
         try:

@@ -29,6 +29,7 @@ from pathlib import Path
 import torch
 
 from cuda_agent.env.measure import timing  # captures clocks and sync before candidate code can patch them
+from cuda_agent.env.rules import registry as rules
 from cuda_agent.env.rules.verify import take_samples as _take_samples  # bound before candidate code runs, likewise
 from cuda_agent.env.rules.verify import tensors_in
 from cuda_agent.env.workers.transfer import Staging  # likewise
@@ -419,11 +420,11 @@ class _Judge:
             else:
                 return {"ok": True}
         except ForgedSamples as exc:
-            return {"ok": False, "max_abs_error": float("inf"), "rule": "forged-samples",
+            return {"ok": False, "max_abs_error": float("inf"), "rule": rules.FORGED_SAMPLES.name,
                     "message": f"the output samples the harness reads in the solution's process are not its own "
                                f"({exc}): the solution changed the harness's code in its process"}
         except Exception as exc:
-            return {"ok": False, "max_abs_error": float("inf"), "rule": "uncomparable-output",
+            return {"ok": False, "max_abs_error": float("inf"), "rule": rules.UNCOMPARABLE_OUTPUT.name,
                     "message": f"the solution's output could not be compared with the reference "
                                f"({type(exc).__name__}: {str(exc)[:300]})"}
         if trace:
@@ -647,7 +648,7 @@ class _Candidate:
         overridden = _changed_aten_ops(self.tables) if self.cfg["guard"] else []
         if not overridden:
             return None
-        return {"ok": False, "rule": "aten-override",
+        return {"ok": False, "rule": rules.ATEN_OVERRIDE.name,
                 "message": f"the solution registered its own kernel for PyTorch's {overridden[0]} ({when}); "
                            "register your kernels in a namespace of your own"}
 
@@ -679,9 +680,9 @@ class _Candidate:
         from cuda_agent.env.rules.guard import Rejected
 
         if self.threads.worked_since_mark():
-            raise Rejected("background-thread", "a thread the solution started kept working outside forward "
-                                                "(after it returned or before the next call); all work must "
-                                                "finish inside forward")
+            raise Rejected(rules.BACKGROUND_THREAD, "a thread the solution started kept working outside forward "
+                                                    "(after it returned or before the next call); all work must "
+                                                    "finish inside forward")
 
     def call(self, cmd: dict) -> dict:
         """One call of the schedule. An empty call (`null`) goes through every step but the forward
@@ -741,9 +742,9 @@ class _Candidate:
         if stream is not None and torch.cuda.current_stream(self.device) != stream:
             from cuda_agent.env.rules.guard import Rejected
 
-            raise Rejected("stream-changed", "forward left another CUDA stream current: work on streams of your "
-                                             "own is fine (join them before returning), but the caller's stream "
-                                             "must be current again when forward returns")
+            raise Rejected(rules.STREAM_CHANGED, "forward left another CUDA stream current: work on streams of your "
+                                                 "own is fine (join them before returning), but the caller's stream "
+                                                 "must be current again when forward returns")
         if given is not None:   # the output fixed, located for the harness, which reads it while we are stopped
             self.chan.send(ok=True, timed=True, output=locate(out))
             if self.chan.receive().get("cmd") != "finish":
@@ -821,22 +822,22 @@ class _Candidate:
             if found:
                 raise Rejected(found[0], violation_message(*found))
             if self.cfg["guard"] and calls == 0:
-                raise Rejected("no-custom-kernel", "forward never called the solution's compiled extension: "
-                                                   "the output must come from your own kernels")
+                raise Rejected(rules.NO_CUSTOM_KERNEL, "forward never called the solution's compiled extension: "
+                                                       "the output must come from your own kernels")
             if leftover:
-                raise Rejected("background-thread", f"forward left a thread running ({leftover}); "
-                                                    "all work must finish inside forward")
+                raise Rejected(rules.BACKGROUND_THREAD, f"forward left a thread running ({leftover}); "
+                                                        "all work must finish inside forward")
             check_output(out, inputs, self.device)
             if self.guard is not None:
                 for t in tensors_in(out):
                     if t.numel() and not self.guard.is_kernel_tensor(t):
-                        raise Rejected("output-not-from-kernel",
+                        raise Rejected(rules.OUTPUT_NOT_FROM_KERNEL,
                                        "forward returned a tensor that none of the solution's kernels produced or "
                                        "wrote (computed in Python or by a library?); outputs must come from your "
                                        "kernels")
             if sentinel is not None and sentinel.changed():
-                raise Rejected("input-mutation", "forward modified one of its input tensors; inputs must be "
-                                                 "left unchanged")
+                raise Rejected(rules.INPUT_MUTATION, "forward modified one of its input tensors; inputs must be "
+                                                     "left unchanged")
         except Rejected as problem:
             return calls, problem
         return calls, None
@@ -848,8 +849,8 @@ class _Candidate:
         self.calls_per_forward.append(calls)
         steady = self.calls_per_forward[1:]
         if self.cfg["guard"] and steady and any(c != steady[0] for c in steady):
-            raise Rejected("behaviour-changed", f"forward called its kernels {steady[-1]} times in one call and "
-                                                f"{steady[0]} times in another: every call must do the same work")
+            raise Rejected(rules.BEHAVIOUR_CHANGED, f"forward called its kernels {steady[-1]} times in one call and "
+                                                    f"{steady[0]} times in another: every call must do the same work")
 
 
 # CUDA_AGENT_TRACE_CALLS=1: each call's steps and their wall times on the worker's log (diagnosis
