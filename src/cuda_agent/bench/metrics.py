@@ -5,8 +5,8 @@ eager: the order the agent ranks candidates by). Per group and overall (pooled o
 weighted by task count):
 
 - pass rate: correct tasks / tasks
-- faster than eager, faster than torch.compile: correct and more than 5 % less time, the reward's
-  margin ((t0 - t) / t0 > MARGIN), read from the paired speedup as the reward reads it
+- faster than eager, faster than torch.compile: correct and more than the reward's margin less
+  time ((t0 - t) / t0 > reward.MARGIN), read from the paired speedup as the reward reads it
   (`reward.is_faster_speedup`); a task whose torch.compile baseline failed is not counted faster
 - geometric-mean speedup vs eager and vs torch.compile, over the correct tasks that have it
 - fast_p (KernelBench): share of tasks correct with speedup over eager above p, for p = 0, 1, 1.5, 2

@@ -40,7 +40,7 @@ from cuda_agent.env.measure.hold import call_times, floor_precise
 from cuda_agent.env.infra.isolation import Worker, box_of, start_worker
 from cuda_agent.env.workers.protocol import ChildDied, ChildTimeout, ForgedMessage
 from cuda_agent.env.result import EvalError, EvalResult, Timing
-from cuda_agent.env.reward import MARGIN, NEEDED, milestone_reward, reward_from_speedups
+from cuda_agent.env.reward import NEEDED, PERCENT, score
 from cuda_agent.env.measure.stats import median_precision
 from cuda_agent.env.rules.verify import FP32_PRECISION_WARNING, share
 from cuda_agent.tasks.solution import Solution, missing_model_new
@@ -182,11 +182,7 @@ def _score(result: EvalResult, partial: bool = False) -> None:
             result.speedup_vs_eager = result.eager_ms / result.kernel_ms
         if result.compile_ms and result.speedup_vs_compile is None:
             result.speedup_vs_compile = result.compile_ms / result.kernel_ms
-    if result.correct and result.speedup_vs_eager is not None:
-        result.reward = reward_from_speedups(True, result.speedup_vs_eager, result.speedup_vs_compile)
-    else:
-        result.reward = milestone_reward(result.correct, result.kernel_ms, result.eager_ms, result.compile_ms)
-    result.reward_continuous = (result.speedup_vs_compile or 0.0) if result.correct else 0.0
+    result.reward, result.reward_continuous = score(result)
 
 
 # -- the schedule ------------------------------------------------------------------------------------
@@ -994,7 +990,7 @@ class _Evaluation:
             if low < NEEDED < high:
                 self.result.warnings.append(
                     f"noise: the speedup vs {name} ({speedup:.3f}x, 95 % interval {low:.3f}-{high:.3f}x) holds the "
-                    f"{MARGIN:.0%} margin ({NEEDED:.3f}x): the reward was decided within the noise")
+                    f"{PERCENT} margin ({NEEDED:.3f}x): the reward was decided within the noise")
 
     # -- the baseline store ----------------------------------------------------------------------
 
