@@ -1,15 +1,11 @@
 """Device memory a judge asks for in its set-up, not inside its first batch of timed calls.
 
-PyTorch's caching allocator asks CUDA for memory (cudaMalloc) the first time it has no free block of a
-size, and cudaMalloc waits for the device: inside a held timed call it waited for the hold itself
-(hold.py), until the hold's timeout: a judge's first batch of timed runs, each output new to the
-allocator, then held the device's lock alone far longer than its forwards take (docs/benchmarks.md).
-
-So the judge asks for what a batch holds at once, in one block, in its set-up's shared hold of the
-lock: the allocator keeps the block when it is let go and splits it for the tensors that follow. Never
-without the lock: memory asked for while another evaluation's call was timed slowed that call (the
-same session: a small kernel's times spread 8-19 % instead of 1 % when the workers asked for theirs
-without the lock, and asking took seconds).
+The caching allocator asks CUDA for memory (cudaMalloc) the first time it has no free block of a size,
+and cudaMalloc waits for the device: inside a held timed call it would wait for the hold itself
+(hold.py). So the judge asks for what a batch holds at once (the memory model's `EvalMemory.reserve`)
+in one block, in its set-up's shared hold of the lock; the allocator keeps the block when it is let
+go and splits it for the tensors that follow. Never without the lock: memory asked for while another
+evaluation's call is timed slows that call (figures in docs/benchmarks.md).
 """
 
 from __future__ import annotations
