@@ -56,7 +56,9 @@ def test_the_three_users_agree_on_each_task(kernelbench):
     config = EvalConfig(backend="cuda")
     trials = config.num_correct_trials
     listed = tasks(kernelbench)
-    bench = footprints([BenchTask(f"t/{i}", "t", i, t) for i, t in enumerate(listed)])   # in a child process
+    # read in child processes side by side, as bench reads them: two, so each task's answer must
+    # come back to its own key across the children
+    bench = footprints([BenchTask(f"t/{i}", "t", i, t) for i, t in enumerate(listed)], processes=2)
     for i, task in enumerate(listed):
         fp = estimate_footprint(task)
         assert bench[f"t/{i}"] == fp

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 
 from cuda_agent.bench.selection import BenchTask
@@ -32,15 +34,25 @@ print(json.dumps([None if fp is None else [fp.input_bytes, fp.output_bytes, fp.p
 """
 
 
-def footprints(tasks: list[BenchTask], timeout: float = 300.0) -> dict[str, Footprint | None]:
-    """Each task's footprint (None where the meta device cannot tell), from one child process."""
-    try:
-        out = subprocess.run([sys.executable, "-c", _FOOTPRINTS], input=json.dumps([t.task.code for t in tasks]),
-                             capture_output=True, text=True, timeout=timeout)
-        found = json.loads(out.stdout.strip().splitlines()[-1])
-    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
-        found = [None] * len(tasks)
-    return {t.key: None if fp is None else Footprint(*fp) for t, fp in zip(tasks, found)}
+def footprints(tasks: list[BenchTask], timeout: float = 300.0, processes: int | None = None
+               ) -> dict[str, Footprint | None]:
+    """Each task's footprint (None where the meta device cannot tell), from child processes side by
+    side (a recurrent model's forward takes seconds on meta: KernelBench's LSTMs and GRUs)."""
+    n = max(1, min(len(tasks), processes or os.cpu_count() or 1, 8))
+    chunks = [tasks[i::n] for i in range(n)]   # every n-th task: the slow neighbours spread out
+
+    def measure(chunk: list[BenchTask]) -> list:
+        try:
+            out = subprocess.run([sys.executable, "-c", _FOOTPRINTS], input=json.dumps([t.task.code for t in chunk]),
+                                 capture_output=True, text=True, timeout=timeout)
+            return json.loads(out.stdout.strip().splitlines()[-1])
+        except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+            return [None] * len(chunk)
+
+    with ThreadPoolExecutor(n) as threads:
+        found = list(threads.map(measure, chunks))
+    return {t.key: None if fp is None else Footprint(*fp)
+            for chunk, sizes in zip(chunks, found) for t, fp in zip(chunk, sizes)}
 
 
 class DeviceMemory:
