@@ -132,7 +132,7 @@ class CountingEvaluator(FakeEvaluator):
 
 
 # A GPU whose usable share (USABLE of it) is 6.5 GiB: room for two of the fake KernelBench's small
-# tasks' evaluation reservations (3 GiB each, plus six times their tiny inputs), not three.
+# tasks' evaluation reservations (memory.EvalMemory.admission: 3 GiB each, plus their tiny tensors), not three.
 TWO_EVALUATIONS_GPU_BYTES = int(6.5 * (1 << 30) / USABLE)
 
 

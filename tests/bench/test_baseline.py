@@ -80,18 +80,18 @@ def test_oom_broken_and_stored(tmp_path):
 
 
 def test_measurements_start_when_their_memory_fits(tmp_path):
-    """Each tiny task reserves its inputs x3 + 1 GiB: a 2.5 GiB budget runs two at a time, whatever
+    """Each tiny task reserves a few outputs' worth + 1 GiB (memory.measurement_memory): a 2.5 GiB budget runs two at a time, whatever
     the concurrency asked for; a task measured alone takes the whole budget."""
     from cuda_agent.bench.baseline_runs import measure_all
-    from cuda_agent.bench.memory import USABLE, input_sizes
+    from cuda_agent.bench.memory import USABLE, footprints
     from cuda_agent.bench.progress import RunProgress
     from cuda_agent.bench.schedule import Deadline
     from cuda_agent.bench.store import RunStore
 
     kb = make_kernelbench(tmp_path / "kb")
     tasks = select_tasks(kernelbench=kb)
-    sizes = input_sizes(tasks)
-    assert sizes["level1/2"] == 16 * 32 * 4 and sizes["level2/2"] is None   # its get_inputs raises
+    sizes = footprints(tasks)
+    assert sizes["level1/2"].input_bytes == 16 * 32 * 4 and sizes["level2/2"] is None   # its get_inputs raises
     measure = FakeMeasure()
     store = RunStore(tmp_path / "run")
     store.add_tasks(tasks)

@@ -12,7 +12,8 @@ import torch
 from cuda_agent.env import EvalConfig
 from cuda_agent.env.run.schedule import JUDGE_BATCH
 from cuda_agent.env.run.worker_run import _footprint
-from cuda_agent.env.infra.reserve import TRANSIENT_OUTPUTS, judge_bytes, reserve
+from cuda_agent.env.infra.memory import TRANSIENT_OUTPUTS
+from cuda_agent.env.infra.reserve import judge_bytes, reserve
 from cuda_agent.env.workers.worker import GROUP_BYTES
 from cuda_agent.tasks import load_task
 from cuda_agent.tasks.footprint import estimate_footprint

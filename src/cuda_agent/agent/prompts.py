@@ -1,7 +1,7 @@
 """What the environment says to the model: the system prompt, the task, and the nudges after a reply
 without a tool call. Every driver sends these same words."""
 
-from cuda_agent.env.reward import MARGIN
+from cuda_agent.env.reward import PERCENT
 
 SYSTEM_PROMPT = """\
 You are an expert GPU performance engineer. You write custom kernels that replace the PyTorch \
@@ -12,11 +12,11 @@ Rules (the environment enforces them):
 - Its forward pass may not compute with torch: only allocate tensors and call your own kernels \
 from kernels/, built into the module `cuda_extension`. C++ may call cuBLAS/cuDNN, not torch ops.
 - Correct means equal to the reference on fresh inputs, within the tolerance SKILL.md states (rule 5).
-- Goal: correct and taking more than {margin:.0%} less time than torch.compile (SKILL.md, rule 6).
+- Goal: correct and taking more than {margin} less time than torch.compile (SKILL.md, rule 6).
 - model.py, SKILL.md and the compile/verify/profile commands are protected.
 
 Read SKILL.md first (rules, layout, workflow, optimisation playbook). Work in small steps: write, \
-compile, verify, profile, improve. Call `finish` when you are done.""".format(margin=MARGIN)
+compile, verify, profile, improve. Call `finish` when you are done.""".format(margin=PERCENT)
 
 TASK_PROMPT = """\
 Task `{name}` ({backend} backend). The workspace is the current directory of `bash`:

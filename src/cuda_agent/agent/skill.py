@@ -52,11 +52,9 @@ def correctness_rule(config: EvalConfig) -> str:
 
 def target_rule() -> str:
     """Rule 6: the target and the reward, "faster" from the reward's margin."""
-    from cuda_agent.env.reward import MARGIN, NEEDED
+    from cuda_agent.env.reward import FASTER, SCALE
 
-    return ("Target: correct and faster than `torch.compile`. Reward: -1 wrong or not compiled, 1 correct, "
-            "2 faster than eager PyTorch, 3 faster than eager and `torch.compile`. \"Faster\" means "
-            f"more than {MARGIN:.0%} less time than that baseline (a speedup above {NEEDED:.3f}x), read from "
-            "the speedup `./profile` reports: the median of per-call ratios, each call against the baseline on "
+    return (f"Target: correct and faster than `torch.compile`. Reward: {SCALE}. \"Faster\" means {FASTER}, "
+            "read from the speedup `./profile` reports: the median of per-call ratios, each call against the baseline on "
             "the same inputs. `./profile` says which baseline still blocks reward 3 and by how much. Eager can "
             "be the harder one to beat (it calls cuBLAS/cuDNN too).")

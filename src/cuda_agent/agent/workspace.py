@@ -302,10 +302,9 @@ def format_result(command: str, r: EvalResult, max_chars: int = 4000) -> str:
 
 
 def _profile_lines(r: EvalResult) -> list[str]:
-    """The profile's summary. Whether a baseline is beaten, and the time saved, come from the paired
-    speedups and the reward's margin (`env/reward.py`), as the reward does."""
-    from cuda_agent.env.explain import PAIRED_NOTE, medians_disagree
-    from cuda_agent.env.reward import MARGIN
+    """The profile's summary; the reward line and the hint are `env/explain.py`'s, from the paired
+    speedups and the reward's policy, as the reward does."""
+    from cuda_agent.env.explain import PAIRED_NOTE, medians_disagree, reward_hint, reward_line
 
     lines = ["profile: correct",
              f"  your kernel    {_ms(r.kernel_ms)}",
@@ -313,29 +312,11 @@ def _profile_lines(r: EvalResult) -> list[str]:
              f"  torch.compile  {_ms(r.compile_ms)}" + _speedup(r.speedup_vs_compile)]
     if medians_disagree(r):
         lines.append(f"  ({PAIRED_NOTE})")
-    lines.append(f"  reward {r.reward:g} (3 = faster than eager and torch.compile by >{MARGIN:.0%})"
-                 if r.reward is not None else "  reward n/a")
-    hint = _reward_hint(r)
+    lines.append(reward_line(r))
+    hint = reward_hint(r)
     if hint:
         lines.append(hint)
     return lines
-
-
-def _reward_hint(r: EvalResult) -> str | None:
-    """Which baseline still blocks reward 3, and by how much: the time saved, (t0 - t) / t0 = 1 - 1 /
-    speedup, must exceed the margin (a speedup above 1.053x, not 1.05x)."""
-    from cuda_agent.env.reward import MARGIN, is_faster_speedup, time_saved
-
-    if r.kernel_ms is None:
-        return None
-    baselines = [(name, s) for name, s in (("eager PyTorch", r.speedup_vs_eager),
-                                           ("torch.compile", r.speedup_vs_compile)) if s]
-    blocking = [name for name, s in baselines if not is_faster_speedup(s)]
-    if not blocking:
-        return None
-    saved = ", ".join(f"{name} {time_saved(s):+.1%}" for name, s in baselines)
-    return (f"  target not met yet: not >{MARGIN:.0%} faster than {' and '.join(blocking)} "
-            f"(time saved vs {saved}; reward 3 needs >{MARGIN:.0%} vs both)")
 
 
 def _speedup(value: float | None) -> str:

@@ -17,7 +17,7 @@ from contextlib import nullcontext
 from dataclasses import asdict
 from typing import Callable
 
-from cuda_agent.bench.memory import USABLE, DeviceMemory, input_sizes, reservation
+from cuda_agent.bench.memory import USABLE, DeviceMemory, footprints, measurement_need, reservation
 from cuda_agent.bench.progress import RunProgress
 from cuda_agent.bench.schedule import Deadline, is_out_of_memory, run_jobs
 from cuda_agent.bench.selection import BenchTask
@@ -59,7 +59,7 @@ async def measure_all(store: RunStore, session_id: int, tasks: list[BenchTask], 
     progress.already(len(tasks) - len(todo), f"{len(tasks) - len(todo)} of {len(tasks)} tasks already recorded; "
                                              f"{len(todo)} to measure")
     budgets = {g: DeviceMemory(int(USABLE * total)) for g, total in (gpu_memory or {}).items()}
-    sizes = await asyncio.to_thread(input_sizes, todo) if budgets and todo else {}
+    sizes = await asyncio.to_thread(footprints, todo) if budgets and todo else {}
     free: asyncio.Queue = asyncio.Queue()
     for _ in range(max(1, per_gpu)):
         for gpu in gpus:
@@ -89,7 +89,7 @@ async def measure_all(store: RunStore, session_id: int, tasks: list[BenchTask], 
                 return False
             budget = budgets.get(gpu)
             need = 0 if budget is None else budget.budget if alone else \
-                reservation(sizes.get(t.key), budget.budget, per_gpu)
+                reservation(measurement_need(sizes.get(t.key)), budget.budget, per_gpu)
             async with budget.reserved(need) if budget else nullcontext():
                 run = await asyncio.to_thread(measure, t.task, config, gpu=gpu)
         finally:

@@ -1,55 +1,58 @@
 """GPU memory admission for concurrent baseline measurements and evaluations.
 
-Some KernelBench tasks' inputs alone take 4-17 GB (level 1 ops on 4096 x 393216 tensors), so a few at
-once run a GPU out of memory. Each task's input size is read once on the meta device (a child process,
-no GPU); work starts when its reservation fits what the GPU has left: a baseline about three times the
-inputs (inputs, eager and compiled outputs) plus a margin, an evaluation about six times (judge's and
-candidate's inputs and outputs) plus 3 GiB (two CUDA contexts, the candidate's poisoned allocator
-fill). An underestimate meets the out-of-memory retry (`schedule.run_jobs`).
+KernelBench has tasks whose inputs alone take 4-17 GB (level 1's elementwise ops, reductions and
+pooling on 4096 x 393216 tensors): a few of those measured at once run a GPU out of memory. Each
+task's footprint is read once, on the meta device (no memory, no GPU) in a child process, and a
+measurement or an evaluation starts only when its reservation fits what the GPU has left. The
+reservations are the memory model's (env/infra/memory.py): `measurement_memory` for a baseline
+measurement, `EvalMemory.admission` for an evaluation; a task whose footprint is unknown takes a fair
+share of the GPU. An underestimate is caught by the out-of-memory retry (`schedule.run_jobs`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 
 from cuda_agent.bench.selection import BenchTask
+from cuda_agent.env.infra.memory import evaluation_memory, measurement_memory
+from cuda_agent.tasks.footprint import Footprint
 
-GiB = 1 << 30
-FACTOR = 3             # inputs, eager output, torch.compile output
-MARGIN = 1 * GiB       # weights, workspaces, the CUDA context
 USABLE = 0.85          # of a GPU's memory, for measurements
-EVAL_FACTOR = 6        # an evaluation: judge and candidate each hold inputs and outputs (module docstring)
-EVAL_MARGIN = 3 * GiB  # two CUDA contexts, the candidate's poisoned allocator fill
 
-_SIZES = """
-import json, sys, types, torch
-sizes = []
-for code in json.load(sys.stdin):
-    module = types.ModuleType("task")
-    try:
-        exec(compile(code, "<task>", "exec"), module.__dict__)
-        with torch.device("meta"):
-            inputs = module.get_inputs()
-        sizes.append(sum(t.numel() * t.element_size() for t in inputs if isinstance(t, torch.Tensor)))
-    except BaseException:
-        sizes.append(None)
-print(json.dumps(sizes))
+_FOOTPRINTS = """
+import json, sys
+from cuda_agent.tasks.footprint import estimate_footprint
+from cuda_agent.tasks.task import Task
+found = [estimate_footprint(Task(f"task{i}", code)) for i, code in enumerate(json.load(sys.stdin))]
+print(json.dumps([None if fp is None else [fp.input_bytes, fp.output_bytes, fp.param_bytes] for fp in found]))
 """
 
 
-def input_sizes(tasks: list[BenchTask], timeout: float = 300.0) -> dict[str, int | None]:
-    """Bytes of each task's inputs (None where the meta device cannot tell), from one child process."""
-    try:
-        out = subprocess.run([sys.executable, "-c", _SIZES], input=json.dumps([t.task.code for t in tasks]),
-                             capture_output=True, text=True, timeout=timeout)
-        sizes = json.loads(out.stdout.strip().splitlines()[-1])
-    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
-        sizes = [None] * len(tasks)
-    return {t.key: size for t, size in zip(tasks, sizes)}
+def footprints(tasks: list[BenchTask], timeout: float = 300.0, processes: int | None = None
+               ) -> dict[str, Footprint | None]:
+    """Each task's footprint (None where the meta device cannot tell), from child processes side by
+    side (a recurrent model's forward takes seconds on meta: KernelBench's LSTMs and GRUs)."""
+    n = max(1, min(len(tasks), processes or os.cpu_count() or 1, 8))
+    chunks = [tasks[i::n] for i in range(n)]   # every n-th task: the slow neighbours spread out
+
+    def measure(chunk: list[BenchTask]) -> list:
+        try:
+            out = subprocess.run([sys.executable, "-c", _FOOTPRINTS], input=json.dumps([t.task.code for t in chunk]),
+                                 capture_output=True, text=True, timeout=timeout)
+            return json.loads(out.stdout.strip().splitlines()[-1])
+        except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+            return [None] * len(chunk)
+
+    with ThreadPoolExecutor(n) as threads:
+        found = list(threads.map(measure, chunks))
+    return {t.key: None if fp is None else Footprint(*fp)
+            for chunk, sizes in zip(chunks, found) for t, fp in zip(chunk, sizes)}
 
 
 class DeviceMemory:
@@ -75,35 +78,45 @@ class DeviceMemory:
                 self.changed.notify_all()
 
 
-def reservation(input_bytes: int | None, budget: int, per_gpu: int, factor: int = FACTOR,
-                margin: int = MARGIN) -> int:
-    """Bytes a task's measurement reserves: factor x inputs + margin, or a fair share when unknown."""
-    if input_bytes is None:
-        return budget // max(1, per_gpu)
-    return factor * input_bytes + margin
+def reservation(need: int | None, budget: int, per_gpu: int) -> int:
+    """Bytes a task's run reserves: what the memory model says it needs, or a fair share when unknown."""
+    return budget // max(1, per_gpu) if need is None else need
+
+
+def measurement_need(fp: Footprint | None) -> int | None:
+    """A baseline measurement's bytes on its GPU (the memory model), None when unknown."""
+    return None if fp is None else measurement_memory(fp)
+
+
+def evaluation_need(fp: Footprint | None, config=None) -> int | None:
+    """An evaluation's bytes on its GPU (the memory model, verified on `config`'s trials), None when unknown."""
+    from cuda_agent.env.config import EvalConfig
+
+    trials = (config or EvalConfig()).num_correct_trials
+    return None if fp is None else evaluation_memory(fp, "cuda", trials).admission
 
 
 class AdmittedEvaluator:
     """An evaluator (an `EvalPool` or the Ray service) whose evaluations start only when their
     reservation fits `memory` (`cuda-agent bench`, solutions and agent episodes alike). `sizes` maps a
-    task's digest to its input bytes (None: unknown, a fair share of `slots`). The sum of what runs at
+    task's digest to its footprint (None: unknown, a fair share of `slots`). The sum of what runs at
     once stays within one GPU's budget, so it fits whichever GPUs the evaluator uses."""
 
-    def __init__(self, evaluator, memory: DeviceMemory, sizes: dict[str, int | None], slots: int):
+    def __init__(self, evaluator, memory: DeviceMemory, sizes: dict[str, Footprint | None], slots: int):
         self.evaluator, self.memory, self.sizes, self.slots = evaluator, memory, sizes, slots
         self.capacity = getattr(evaluator, "capacity", slots)
 
     async def evaluate(self, task, solution, config=None):
-        need = reservation(self.sizes.get(task.digest), self.memory.budget, self.slots, EVAL_FACTOR, EVAL_MARGIN)
+        need = reservation(evaluation_need(self.sizes.get(task.digest), config), self.memory.budget, self.slots)
         async with self.memory.reserved(need):
             return await self.evaluator.evaluate(task, solution, config)
 
 
 async def admitted(evaluator, tasks: list[BenchTask], gpu_memory: int | None, slots: int):
-    """`evaluator` behind memory admission for `tasks` (their input sizes read once), or as it is
+    """`evaluator` behind memory admission for `tasks` (their footprints read once), or as it is
     when `gpu_memory` is None (the CPU backend, no GPU visible)."""
     if not gpu_memory or not tasks:
         return evaluator
-    sizes = await asyncio.to_thread(input_sizes, tasks)
-    by_digest = {t.task.digest: sizes.get(t.key) for t in tasks}
+    found = await asyncio.to_thread(footprints, tasks)
+    by_digest = {t.task.digest: found.get(t.key) for t in tasks}
     return AdmittedEvaluator(evaluator, DeviceMemory(int(USABLE * gpu_memory)), by_digest, slots)

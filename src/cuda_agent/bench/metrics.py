@@ -1,5 +1,5 @@
 """The benchmark's metrics (defined in docs/bench.md): pass rate; faster than eager and than
-torch.compile (correct and beyond the reward's 5 % margin, read from the paired speedup as the reward
+torch.compile (correct and beyond the reward's margin, `reward.MARGIN`, read from the paired speedup as the reward
 reads it; a failed torch.compile baseline never counts as faster); geometric-mean speedups over the
 correct tasks; KernelBench's fast_p (p = 0, 1, 1.5, 2, against eager and torch.compile); the mean
 milestone reward (-1 for a task without a correct solution). Per group and overall (pooled: weighted

@@ -20,7 +20,7 @@ from cuda_agent.bench.document import Document, Figure, Heading, Link, Paragraph
 from cuda_agent.bench.metrics import FAST_P, Metrics, geometric_mean, p_label
 from cuda_agent.bench.published import PUBLISHED, PUBLISHED_NOTE
 from cuda_agent.bench.runview import RunView, load_run
-from cuda_agent.env.reward import MARGIN
+from cuda_agent.env.reward import PERCENT
 
 ERROR_CHARS = 120
 
@@ -99,7 +99,7 @@ def _metrics_note(run: RunView) -> str:
     return ("Metrics over each group's scored tasks (broken tasks, whose reference fails, tasks not yet "
             "scored, and failed ones, whose every attempt ended because the model endpoint or our evaluator "
             "failed, are left out of every denominator and counted apart). Faster means more than "
-            f"{MARGIN:.0%} less time (the reward's margin, read from the paired speedup as the reward reads it); "
+            f"{PERCENT} less time (the reward's margin, read from the paired speedup as the reward reads it); "
             "GM is the geometric-mean speedup over correct tasks; fast_p is the share of tasks correct with a "
             "speedup over eager above p (KernelBench's metric). Overall pools every task (weighted by task count).")
 

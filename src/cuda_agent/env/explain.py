@@ -1,17 +1,22 @@
-"""Why a result earned its reward, in words: what the table under `cuda-agent eval` says.
+"""Why a result earned its reward, in words: the table under `cuda-agent eval`, its sentence, and the
+workspace's profile lines and hint.
 
-Every verdict reads the paired speedups and `reward.is_faster_speedup`, as the reward does; the
-medians are shown as times only (their ratio can differ from the paired speedup)."""
+Every verdict reads the paired speedups and the policy in `reward.py` (the margin, the milestones),
+as the reward does; the medians are shown as times only (their ratio can differ from the paired
+speedup)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from cuda_agent.env.result import EvalResult
-from cuda_agent.env.reward import MARGIN, NEEDED, is_faster_speedup
+from cuda_agent.env.reward import NEEDED, PERCENT, REWARDS, is_faster_speedup, time_saved
 
 PAIRED_NOTE = ("times are each side's median; speedups are medians of per-call ratios (each call against "
                "the baseline on the same inputs), and they decide the reward")
+
+
+_LEVELS = ", ".join(map(str, REWARDS))
 
 
 @dataclass(frozen=True)
@@ -69,26 +74,48 @@ def explain_reward(result: EvalResult, compile_skipped: bool = False) -> str:
     if result.reward is None:
         return "no reward: this run stopped before timing"
     if not result.compiled:
-        return "reward -1 (of -1, 1, 2, 3): the solution did not build or import"
+        return f"reward -1 (of {_LEVELS}): the solution did not build or import"
     if not result.correct:
         phase = result.error.phase if result.error else "verify"
-        return f"reward -1 (of -1, 1, 2, 3): it built, but the {phase} phase rejected it"
+        return f"reward -1 (of {_LEVELS}): it built, but the {phase} phase rejected it"
     eager = _ratio(result.speedup_vs_eager)
     compiled = _ratio(result.speedup_vs_compile)
     if result.reward == 3:
-        return (f"reward 3 (the most): correct, and more than {MARGIN:.0%} faster than eager ({eager}) "
+        return (f"reward 3 (the most): correct, and more than {PERCENT} faster than eager ({eager}) "
                 f"and than torch.compile ({compiled})")
     if result.reward == 2:
         if result.compile_ms is None:
             missing = "was skipped" if compile_skipped else "was unavailable"
             return (f"reward 2: correct and faster than eager ({eager}); the torch.compile baseline {missing}, "
                     "so 2 is the most this run can give")
-        return (f"reward 2: correct and faster than eager ({eager}), but not more than {MARGIN:.0%} faster "
+        return (f"reward 2: correct and faster than eager ({eager}), but not more than {PERCENT} faster "
                 f"than torch.compile ({compiled}; reward 3 needs above {NEEDED:.2f}x)")
     if result.eager_ms is None:
         return "reward 1: correct; not timed against eager, so 1 is the most this run can give"
-    return (f"reward 1: correct, but not more than {MARGIN:.0%} faster than eager ({eager}; reward 2 needs "
+    return (f"reward 1: correct, but not more than {PERCENT} faster than eager ({eager}; reward 2 needs "
             f"above {NEEDED:.2f}x)")
+
+
+def reward_line(result: EvalResult) -> str:
+    """The workspace's reward line: the reward and what the most needs."""
+    if result.reward is None:
+        return "  reward n/a"
+    return f"  reward {result.reward:g} ({max(REWARDS)} = faster than eager and torch.compile by >{PERCENT})"
+
+
+def reward_hint(result: EvalResult) -> str | None:
+    """Which baseline still blocks the most reward, and by how much: the time saved, (t0 - t) / t0 =
+    1 - 1 / paired speedup, must exceed the margin (a speedup above NEEDED)."""
+    if result.kernel_ms is None:
+        return None
+    baselines = [(name, s) for name, s in (("eager PyTorch", result.speedup_vs_eager),
+                                           ("torch.compile", result.speedup_vs_compile)) if s]
+    blocking = [name for name, s in baselines if not is_faster_speedup(s)]
+    if not blocking:
+        return None
+    saved = ", ".join(f"{name} {time_saved(s):+.1%}" for name, s in baselines)
+    return (f"  target not met yet: not >{PERCENT} faster than {' and '.join(blocking)} "
+            f"(time saved vs {saved}; reward {max(REWARDS)} needs >{PERCENT} vs both)")
 
 
 def _ratio(speedup: float | None) -> str:

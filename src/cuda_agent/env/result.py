@@ -51,7 +51,7 @@ class EvalResult:
     speedup_vs_eager: float | None = None
     speedup_vs_compile: float | None = None
     reward: float | None = None            # milestone reward; None when the task is broken
-    reward_continuous: float | None = None  # t_compile / t (ablations)
+    reward_continuous: float | None = None  # the paired speedup over torch.compile (ablations; reward.py)
     timings: dict[str, Timing] = field(default_factory=dict)   # "kernel", "eager", "compile"
     max_abs_error: list[float] = field(default_factory=list)   # per verification input set
     tolerance_used: list[float] = field(default_factory=list)  # [error, allowed] at the verified element

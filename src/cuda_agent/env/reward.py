@@ -1,23 +1,35 @@
-"""The published milestone reward, and the continuous ratio used for ablations.
+"""The reward policy, stated once: the margin, the milestone and continuous rewards, and the words
+every text uses for them (scoring, `explain`, the workspace's hint, the prompts, SKILL.md).
 
-"Faster" is decided here once, for the reward and for every text that explains it: a baseline is
-beaten when the solution takes more than MARGIN less time, (t0 - t) / t0 > MARGIN, read from a
-speedup t0 / t (in an evaluation, the median of paired per-call ratios)."""
+A baseline is beaten when the solution takes more than MARGIN less time, (t0 - t) / t0 > MARGIN,
+read from a speedup t0 / t: in an evaluation, the median of paired per-call ratios, never a ratio of
+the medians."""
 
 from __future__ import annotations
 
-MARGIN = 0.05
-NEEDED = 1 / (1 - MARGIN)     # the speedup just above which the time saved exceeds MARGIN (1.053x)
+MARGIN = 0.05                 # the one place the margin is written
+NEEDED = 1 / (1 - MARGIN)     # the speedup just above which the time saved exceeds MARGIN
+PERCENT = f"{MARGIN:.0%}"     # the margin as every text writes it
+
+REWARDS = (-1, 1, 2, 3)
+SCALE = ("-1 wrong or not compiled, 1 correct, 2 faster than eager PyTorch, 3 faster than eager and "
+         "`torch.compile`")
+FASTER = f"more than {PERCENT} less time than that baseline (a speedup above {NEEDED:.3f}x)"
+
+
+def saves_enough(saved: float, margin: float = MARGIN) -> bool:
+    """Whether a share of the baseline's time saved, (t0 - t) / t0, beats the margin."""
+    return saved > margin
 
 
 def is_faster(t: float, t0: float | None, margin: float = MARGIN) -> bool:
     """`t` beats baseline `t0` when (t0 - t) / t0 > margin."""
-    return t0 is not None and t0 > 0 and (t0 - t) / t0 > margin
+    return t0 is not None and t0 > 0 and saves_enough((t0 - t) / t0, margin)
 
 
 def is_faster_speedup(speedup: float | None, margin: float = MARGIN) -> bool:
     """A speedup (baseline time / solution time) beats its baseline: (t0 - t) / t0 > margin."""
-    return speedup is not None and speedup > 0 and 1 - 1 / speedup > margin
+    return speedup is not None and speedup > 0 and saves_enough(time_saved(speedup), margin)
 
 
 def time_saved(speedup: float) -> float:
@@ -56,8 +68,21 @@ def reward_from_speedups(correct: bool, vs_eager: float | None, vs_compile: floa
     return 2 if is_faster_speedup(vs_eager, margin) else 1
 
 
+def continuous_from_speedup(correct: bool, vs_compile: float | None) -> float:
+    """The continuous reward (ablations): the speedup over torch.compile for correct solutions, else 0."""
+    return (vs_compile or 0.0) if correct else 0.0
+
+
 def continuous_reward(correct: bool, t: float | None, t_compile: float | None) -> float:
-    """t_compile / t for correct solutions, else 0."""
-    if not correct or not t or not t_compile:
-        return 0.0
-    return t_compile / t
+    """`continuous_from_speedup` from times: t_compile / t for correct solutions, else 0."""
+    return continuous_from_speedup(correct, t_compile / t if t and t_compile else None)
+
+
+def score(result) -> tuple[int, float]:
+    """A result's (milestone, continuous) reward from its paired speedups; a correct result without
+    an eager speedup is judged on its times."""
+    if result.correct and result.speedup_vs_eager is not None:
+        reward = reward_from_speedups(True, result.speedup_vs_eager, result.speedup_vs_compile)
+    else:
+        reward = milestone_reward(result.correct, result.kernel_ms, result.eager_ms, result.compile_ms)
+    return reward, continuous_from_speedup(result.correct, result.speedup_vs_compile)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import re
 
+from cuda_agent.env.reward import PERCENT
 from cuda_agent.rl.episode import EpisodeSettings, eval_config, evaluator, task_from_info
 from cuda_agent.tasks import Solution, Task
 
@@ -27,9 +28,9 @@ Rules (the environment enforces them):
 - Build your kernels with torch.utils.cpp_extension.load_inline; ModelNew.forward may only allocate \
 tensors and call them (no torch compute; C++ may call cuBLAS/cuDNN).
 - Correct means equal to the reference within atol=rtol=1e-2 on fresh random inputs.
-- Goal: correct and at least 5% faster than torch.compile.
+- Goal: correct and taking more than {margin} less time than torch.compile.
 
-Reply with the complete new program in one ```python code block."""
+Reply with the complete new program in one ```python code block.""".format(margin=PERCENT)
 
 USER = "Task `{name}`:\n```python\n{code}\n```"
 

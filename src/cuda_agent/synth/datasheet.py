@@ -8,6 +8,8 @@ import statistics
 from collections import Counter
 from pathlib import Path
 
+from cuda_agent.env.reward import PERCENT, is_faster_speedup
+
 STAGES = [   # (stage, reasons it can give), in pipeline order
     ("compose", ("compose_failed", "invalid_source")),
     ("dedupe", ("duplicate_exact", "duplicate_near")),
@@ -183,8 +185,8 @@ def write_datasheet(out: Path, cfg, catalog, candidates: list[dict], results: li
             lines.append(f"| {label} | " + " | ".join(f"{q[k]:.4g}" for k in ("min", "p10", "p50", "p90", "max")) + " |")
     ratio = [r["eager_ms"] / r["compile_ms"] for r in rows if r.get("compile_ms") and r.get("eager_ms")]
     if ratio:
-        faster = sum(1 for x in ratio if x > 1.05)
-        lines += ["", f"torch.compile is more than 5 % faster than eager on {faster} of {len(ratio)} tasks "
+        faster = sum(1 for x in ratio if is_faster_speedup(x))   # the reward's "faster"
+        lines += ["", f"torch.compile takes more than {PERCENT} less time than eager on {faster} of {len(ratio)} tasks "
                       f"(median eager/compile ratio {statistics.median(ratio):.2f})."]
     lines += ["", "Eager runtime histogram (log bins):", "", "```"]
     bins = _log_bins(eager, *cfg.window_ms)

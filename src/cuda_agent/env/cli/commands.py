@@ -254,7 +254,7 @@ def print_result(result, compile_skipped: bool = False, file=None) -> None:
     from rich.table import Table
 
     from cuda_agent.env.explain import PAIRED_NOTE, explain_reward, medians_disagree, timing_rows, tolerance_text
-    from cuda_agent.env.reward import MARGIN
+    from cuda_agent.env.reward import PERCENT
 
     console = Console(file=file or sys.stdout, highlight=False)
     verdict = ("[green]correct[/green]" if result.correct else
@@ -268,7 +268,7 @@ def print_result(result, compile_skipped: bool = False, file=None) -> None:
         rule = f" \\[{escape(result.error.rule)}]" if result.error.rule else ""
         console.print(f"[red]{result.error.phase} failed{rule}:[/red]\n{escape(result.error.message)}")
     if result.kernel_ms is not None:
-        table = Table("", "median ms", "speedup", f"beaten by > {MARGIN:.0%}?")
+        table = Table("", "median ms", "speedup", f"beaten by > {PERCENT}?")
         for row in timing_rows(result, compile_skipped):
             table.add_row(row.label, f"{row.ms:.4f}" if row.ms is not None else "-", row.speedup, row.verdict)
         console.print(table)

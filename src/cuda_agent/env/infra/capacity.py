@@ -1,42 +1,26 @@
 """Whether a task's tensors fit this machine, decided before any process starts.
 
-An evaluation holds, at the same time, in two processes: the weights twice, an input set in each,
-every reference output in the judge (on a GPU up to 4 GiB of them, the rest in host memory), the
-candidate's output, its copy on the way to the judge (a file in RAM-backed /dev/shm), that copy
-loaded by the judge and a fresh reference output to compare a timed call with. That lower bound
-(activations inside the forward come on top), against the memory this machine has free less a
-tenth for headroom, turns an out-of-memory kill minutes into a run into a refusal naming the
-sizes and a `--scale` that fits.
+The bytes an evaluation holds at once are `memory.evaluation_memory`'s (the judge, the candidate,
+staging; activations come on top, so a lower bound); held against the memory this machine has free
+less a tenth for headroom, they turn an out-of-memory kill minutes into a run into a refusal naming
+the sizes and a `--scale` that fits.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
+from cuda_agent.env.infra.memory import EvalMemory, evaluation_memory
 from cuda_agent.tasks.footprint import Footprint, estimate_footprint, human_bytes
 from cuda_agent.tasks.task import Task, TaskError
 
-REFERENCE_OUTPUTS_ON_GPU = 4 << 30    # the judge moves reference outputs beyond this to host memory
 HEADROOM = 0.9                        # of the available memory, an evaluation may plan to use
 TRY_SCALES = (0.5, 0.25, 0.125, 0.0625, 0.03125, 0.015625)
 
 
-@dataclass(frozen=True)
-class Need:
-    host: int
-    device: int = 0
-
-
-def needed_bytes(fp: Footprint, backend: str, trials: int) -> Need:
-    params = fp.param_bytes or 0
-    out = fp.output_bytes if fp.output_bytes is not None else fp.input_bytes   # unknown: as large as the inputs
-    held = trials * out                  # the judge's reference outputs
-    working = 2 * (params + fp.input_bytes) + 3 * out    # both processes' weights and inputs, three outputs
-    if backend == "cuda":
-        on_gpu = min(held, REFERENCE_OUTPUTS_ON_GPU)
-        return Need(host=held - on_gpu + out, device=working + on_gpu)
-    return Need(host=working + held + out)
+def needed_bytes(fp: Footprint, backend: str, trials: int) -> EvalMemory:
+    """The host and device bytes one evaluation holds at once (the memory model)."""
+    return evaluation_memory(fp, backend, trials)
 
 
 def host_available() -> int | None:
@@ -74,7 +58,7 @@ def device_available(gpu: int = 0) -> int | None:
         return None
 
 
-def _shortfall(need: Need, host: int | None, device: int | None) -> tuple[str, int, int] | None:
+def _shortfall(need: EvalMemory, host: int | None, device: int | None) -> tuple[str, int, int] | None:
     """(what, needed, available) for the first memory that is too small, else None."""
     if device is not None and need.device > HEADROOM * device:
         return "GPU memory", need.device, device

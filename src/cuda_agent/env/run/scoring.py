@@ -9,7 +9,7 @@ import statistics
 from cuda_agent.env.measure.hold import call_times
 from cuda_agent.env.measure.stats import median_precision
 from cuda_agent.env.result import EvalResult
-from cuda_agent.env.reward import MARGIN, NEEDED, milestone_reward, reward_from_speedups
+from cuda_agent.env import reward
 
 
 def score(result: EvalResult, partial: bool = False) -> None:
@@ -27,11 +27,7 @@ def score(result: EvalResult, partial: bool = False) -> None:
             result.speedup_vs_eager = result.eager_ms / result.kernel_ms
         if result.compile_ms and result.speedup_vs_compile is None:
             result.speedup_vs_compile = result.compile_ms / result.kernel_ms
-    if result.correct and result.speedup_vs_eager is not None:
-        result.reward = reward_from_speedups(True, result.speedup_vs_eager, result.speedup_vs_compile)
-    else:
-        result.reward = milestone_reward(result.correct, result.kernel_ms, result.eager_ms, result.compile_ms)
-    result.reward_continuous = (result.speedup_vs_compile or 0.0) if result.correct else 0.0
+    result.reward, result.reward_continuous = reward.score(result)
 
 
 def side_measures(rounds: list[dict], side: str) -> tuple[list, list]:
@@ -66,7 +62,7 @@ def note_noise(result: EvalResult, rounds: list[dict]) -> None:
             continue
         speedup, half = statistics.median(ratios), median_precision(ratios)
         low, high = speedup * (1 - half), speedup * (1 + half)
-        if low < NEEDED < high:
+        if low < reward.NEEDED < high:
             result.warnings.append(
                 f"noise: the speedup vs {name} ({speedup:.3f}x, 95 % interval {low:.3f}-{high:.3f}x) holds the "
-                f"{MARGIN:.0%} margin ({NEEDED:.3f}x): the reward was decided within the noise")
+                f"{reward.PERCENT} margin ({reward.NEEDED:.3f}x): the reward was decided within the noise")

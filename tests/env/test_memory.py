@@ -1,0 +1,98 @@
+"""One memory model for an evaluation (env/infra/memory.py): the capacity check, the judge's reserve
+and bench's admission read the same figures for the same task."""
+
+from __future__ import annotations
+
+import asyncio
+from contextlib import asynccontextmanager
+
+from cuda_agent.bench.memory import AdmittedEvaluator, evaluation_need, footprints, measurement_need
+from cuda_agent.bench.selection import BenchTask
+from cuda_agent.env import EvalConfig
+from cuda_agent.env.infra.capacity import needed_bytes
+from cuda_agent.env.infra.memory import (CONTEXTS, POISON_FILL, REFERENCE_OUTPUTS_ON_GPU, evaluation_memory,
+                                         measurement_memory)
+from cuda_agent.env.infra.reserve import judge_bytes
+from cuda_agent.env.run.evaluation import JUDGE_BATCH, _footprint
+from cuda_agent.env.workers.worker import GROUP_BYTES
+from cuda_agent.tasks import load_task
+from cuda_agent.tasks.footprint import Footprint, estimate_footprint
+from tests.env.helpers import example_task
+
+MIB = 1 << 20
+
+
+def tasks(kernelbench):
+    """The example (weights of 4 KB), 19_ReLU (6.4 GB in, 6.4 GB out) and a level-2 task with weights."""
+    return [example_task(), load_task("level1/19", kernelbench), load_task("level2/1", kernelbench)]
+
+
+def test_the_model_counts_each_holder_once():
+    fp = Footprint(input_bytes=100 * MIB, output_bytes=10 * MIB, param_bytes=MIB)
+    gpu = evaluation_memory(fp, "cuda", trials=5)
+    assert gpu.judge_device == MIB + 100 * MIB + 2 * 10 * MIB + 5 * 10 * MIB   # weights, inputs, 2 + 5 outputs
+    assert gpu.candidate_device == MIB + 100 * MIB + 10 * MIB and gpu.staging == 10 * MIB
+    assert (gpu.judge_host, gpu.candidate_host) == (0, 0) and gpu.host == 10 * MIB
+    cpu = evaluation_memory(fp, "cpu", trials=5)
+    assert cpu.device == 0 and cpu.host == gpu.host + gpu.device   # the same bytes, all in host memory
+    assert gpu.admission == gpu.device + CONTEXTS + POISON_FILL
+    assert measurement_memory(fp) == MIB + 100 * MIB + 2 * 10 * MIB + (1 << 30)
+
+
+def test_reference_outputs_beyond_the_gpu_share_go_to_host_memory():
+    fp = Footprint(input_bytes=MIB, output_bytes=1 << 30, param_bytes=0)
+    gpu = evaluation_memory(fp, "cuda", trials=10)
+    assert gpu.judge_host == 10 * (1 << 30) - REFERENCE_OUTPUTS_ON_GPU
+    assert gpu.judge_device == MIB + 2 * (1 << 30) + REFERENCE_OUTPUTS_ON_GPU
+
+
+def test_unknown_output_counts_as_the_inputs_and_unknown_weights_as_none():
+    known = evaluation_memory(Footprint(64 * MIB, 64 * MIB, 0), "cuda", 5)
+    assert evaluation_memory(Footprint(64 * MIB, None, None), "cuda", 5) == known
+
+
+def test_the_three_users_agree_on_each_task(kernelbench):
+    """Same task, same figures: the capacity check's bytes, the judge's reserve, bench's reservations."""
+    config = EvalConfig(backend="cuda")
+    trials = config.num_correct_trials
+    listed = tasks(kernelbench)
+    # read in child processes side by side, as bench reads them: two, so each task's answer must
+    # come back to its own key across the children
+    bench = footprints([BenchTask(f"t/{i}", "t", i, t) for i, t in enumerate(listed)], processes=2)
+    for i, task in enumerate(listed):
+        fp = estimate_footprint(task)
+        assert bench[f"t/{i}"] == fp
+        model = evaluation_memory(fp, "cuda", trials)
+        need = needed_bytes(fp, "cuda", trials)
+        assert (need.host, need.device) == (model.host, model.device)
+        assert judge_bytes(_footprint(task), JUDGE_BATCH, GROUP_BYTES) == model.reserve(JUDGE_BATCH, GROUP_BYTES) > 0
+        assert evaluation_need(fp, config) == model.admission
+        assert measurement_need(fp) == measurement_memory(fp)
+    assert evaluation_need(None, config) is None and measurement_need(None) is None
+
+
+def test_bench_admission_reserves_the_models_figure():
+    """What an admitted evaluation asks of its GPU's budget is the model's admission, with the trials
+    of the configuration it runs under."""
+    task = example_task()
+    fp = estimate_footprint(task)
+    asked = []
+
+    class Budget:
+        budget = 1 << 40
+
+        @asynccontextmanager
+        async def reserved(self, amount):
+            asked.append(amount)
+            yield
+
+    class Inner:
+        async def evaluate(self, task, solution, config=None):
+            return "done"
+
+    admitted = AdmittedEvaluator(Inner(), Budget(), {task.digest: fp}, slots=4)
+    for trials in (5, 20):
+        assert asyncio.run(admitted.evaluate(task, None, EvalConfig(num_correct_trials=trials))) == "done"
+    assert asked == [evaluation_memory(fp, "cuda", 5).admission, evaluation_memory(fp, "cuda", 20).admission]
+    assert asked[1] > asked[0]
+
