@@ -13,7 +13,8 @@ from cuda_agent.env.infra.capacity import needed_bytes
 from cuda_agent.env.infra.memory import (CONTEXTS, POISON_FILL, REFERENCE_OUTPUTS_ON_GPU, evaluation_memory,
                                          measurement_memory)
 from cuda_agent.env.infra.reserve import judge_bytes
-from cuda_agent.env.run.evaluation import JUDGE_BATCH, _footprint
+from cuda_agent.env.run.schedule import JUDGE_BATCH
+from cuda_agent.env.run.worker_run import _footprint
 from cuda_agent.env.workers.worker import GROUP_BYTES
 from cuda_agent.tasks import load_task
 from cuda_agent.tasks.footprint import Footprint, estimate_footprint
