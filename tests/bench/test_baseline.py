@@ -90,7 +90,7 @@ def test_measurements_start_when_their_memory_fits(tmp_path):
 
     kb = make_kernelbench(tmp_path / "kb")
     tasks = select_tasks(kernelbench=kb)
-    sizes = footprints(tasks)
+    sizes = footprints(tasks, cache=tmp_path / "footprints")
     assert sizes["level1/2"].input_bytes == 16 * 32 * 4 and sizes["level2/2"] is None   # its get_inputs raises
     measure = FakeMeasure()
     store = RunStore(tmp_path / "run")
@@ -148,3 +148,25 @@ def test_a_record_made_before_the_steps_column_still_opens_and_resumes(tmp_path)
         assert record.task_key == "level1/1" and record.eager_ms == 2.5 and record.steps is None
     finally:
         store.close()
+
+
+def test_footprints_are_read_once_per_task_code(tmp_path, monkeypatch):
+    """A second run reads each task's footprint from the cache (no model runs again); a task whose
+    code changed is measured again."""
+    from cuda_agent.bench import memory
+    from cuda_agent.bench.selection import BenchTask
+    from cuda_agent.tasks.task import Task
+
+    code = ("import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n        return x * 2\n"
+            "def get_inputs():\n    return [torch.randn(8, 4)]\ndef get_init_inputs():\n    return []\n")
+    first = memory.footprints([BenchTask("a/1", "a", 1, Task("one", code))], cache=tmp_path)
+    assert first["a/1"].input_bytes == 8 * 4 * 4 and first["a/1"].output_bytes == 8 * 4 * 4
+
+    measured = []
+    real = memory._measured
+    monkeypatch.setattr(memory, "_measured", lambda tasks, *a: measured.extend(t.key for t in tasks) or real(tasks, *a))
+    changed = code.replace("randn(8, 4)", "randn(16, 4)")
+    again = memory.footprints([BenchTask("a/1", "a", 1, Task("one", code)),
+                               BenchTask("a/2", "a", 2, Task("two", changed))], cache=tmp_path)
+    assert measured == ["a/2"]                      # only the changed code ran on meta
+    assert again["a/1"] == first["a/1"] and again["a/2"].input_bytes == 16 * 4 * 4

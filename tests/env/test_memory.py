@@ -52,14 +52,15 @@ def test_unknown_output_counts_as_the_inputs_and_unknown_weights_as_none():
     assert evaluation_memory(Footprint(64 * MIB, None, None), "cuda", 5) == known
 
 
-def test_the_three_users_agree_on_each_task(kernelbench):
+def test_the_three_users_agree_on_each_task(kernelbench, tmp_path):
     """Same task, same figures: the capacity check's bytes, the judge's reserve, bench's reservations."""
     config = EvalConfig(backend="cuda")
     trials = config.num_correct_trials
     listed = tasks(kernelbench)
     # read in child processes side by side, as bench reads them: two, so each task's answer must
     # come back to its own key across the children
-    bench = footprints([BenchTask(f"t/{i}", "t", i, t) for i, t in enumerate(listed)], processes=2)
+    bench = footprints([BenchTask(f"t/{i}", "t", i, t) for i, t in enumerate(listed)], processes=2,
+                        cache=tmp_path)
     for i, task in enumerate(listed):
         fp = estimate_footprint(task)
         assert bench[f"t/{i}"] == fp

@@ -12,14 +12,17 @@ share of the GPU. An underestimate is caught by the out-of-memory retry (`schedu
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import os
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 from cuda_agent.bench.selection import BenchTask
+from cuda_agent.env.config import default_cache_dir
 from cuda_agent.env.infra.memory import evaluation_memory, measurement_memory
 from cuda_agent.tasks.footprint import Footprint
 
@@ -34,10 +37,53 @@ print(json.dumps([None if fp is None else [fp.input_bytes, fp.output_bytes, fp.p
 """
 
 
-def footprints(tasks: list[BenchTask], timeout: float = 300.0, processes: int | None = None
-               ) -> dict[str, Footprint | None]:
+def footprints(tasks: list[BenchTask], timeout: float = 300.0, processes: int | None = None,
+               cache: Path | None = None) -> dict[str, Footprint | None]:
     """Each task's footprint (None where the meta device cannot tell), from child processes side by
-    side (a recurrent model's forward takes seconds on meta: KernelBench's LSTMs and GRUs)."""
+    side (a recurrent model's forward takes seconds on meta: KernelBench's LSTMs and GRUs). Footprints
+    found are kept in `cache` (default: the cache folder's `footprints/`) by the digest of the task's
+    code, so a later run reads them instead of running the models again."""
+    folder = cache or default_cache_dir() / "footprints"
+    known: dict[str, Footprint | None] = {}
+    todo = []
+    for t in tasks:
+        kept = _kept(folder, t.task.code)
+        if kept is not None:
+            known[t.key] = kept
+        else:
+            todo.append(t)
+    found = _measured(todo, timeout, processes)
+    for t in todo:
+        if found[t.key] is not None:
+            _keep(folder, t.task.code, found[t.key])
+    return {**known, **found}
+
+
+def _digest(code: str) -> str:
+    return hashlib.sha256(code.encode()).hexdigest()[:32]
+
+
+def _kept(folder: Path, code: str) -> Footprint | None:
+    try:
+        return Footprint(*json.loads((folder / f"{_digest(code)}.json").read_text()))
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def _keep(folder: Path, code: str, fp: Footprint) -> None:
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"{_digest(code)}.json"
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps([fp.input_bytes, fp.output_bytes, fp.param_bytes]))
+        tmp.replace(path)   # whole or not at all, whoever writes at once
+    except OSError:
+        pass   # a read-only cache only costs the next run the time again
+
+
+def _measured(tasks: list[BenchTask], timeout: float, processes: int | None) -> dict[str, Footprint | None]:
+    if not tasks:
+        return {}
     n = max(1, min(len(tasks), processes or os.cpu_count() or 1, 8))
     chunks = [tasks[i::n] for i in range(n)]   # every n-th task: the slow neighbours spread out
 
