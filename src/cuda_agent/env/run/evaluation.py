@@ -29,7 +29,7 @@ import tempfile
 import time
 import traceback
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Callable
@@ -38,6 +38,7 @@ from cuda_agent.env.config import EvalConfig
 from cuda_agent.env.builds.handed import hand
 from cuda_agent.env.measure.hold import call_times, floor_precise
 from cuda_agent.env.infra.isolation import Worker, box_of, start_worker
+from cuda_agent.env.workers import messages as msg
 from cuda_agent.env.workers.protocol import ChildDied, ChildTimeout, ForgedMessage
 from cuda_agent.env.result import EvalError, EvalResult, Timing
 from cuda_agent.env.reward import MARGIN, NEEDED, milestone_reward, reward_from_speedups
@@ -244,7 +245,7 @@ class _Evaluation:
         self.strict = config.protocol == "strict"
         self.index = 0
         base = config.seed if config.seed is not None else secrets.randbelow(1 << 31)
-        self.cfg = dict(config.to_dict(), seed=base)
+        self.cfg = replace(config, seed=base)   # what the workers get: the settings, the seed decided
         self.seeds = [base + i for i in range(config.num_correct_trials)]
         self.result.seeds = self.seeds
         self.rounds: list[dict] = []       # what each timed call measured
@@ -282,7 +283,7 @@ class _Evaluation:
                 if message.get("request") != "build":
                     worker.stop(wait=self.backend == "cpu")   # nothing of it runs until its next command
                     return message
-                worker.send(**self._serve_build(message))
+                worker.send(msg.BuildReply(**self._serve_build(message)))
         except ChildTimeout:
             what = "the task's reference" if worker.role == "judge" else "the solution"
             raise _Failed("task" if worker.role == "judge" else phase,
@@ -416,10 +417,10 @@ class _Evaluation:
         self._wait_ready(self.candidate)
         begun = self._traced("compile.candidate_ready", begun)
         self.link_refusal = None
-        self.candidate.send(task_inputs_code=inputs_code, solution_dir=str(solution_dir),
-                                    backend=self.backend, config=self.cfg, box=str(self.box),
-                                    prebuilt=prebuilt, guard_lib=guard_path,
-                                    hold_lib=(hold := self._hold_path()) and str(hand(Path(hold), self.box)))
+        self.candidate.send(msg.CandidateJob(task_inputs_code=inputs_code, solution_dir=str(solution_dir),
+                                             backend=self.backend, config=self.cfg, box=str(self.box),
+                                             prebuilt=prebuilt, guard_lib=guard_path,
+                                             hold_lib=(hold := self._hold_path()) and str(hand(Path(hold), self.box))))
         if need_judge:
             self._start_judge()
             begun = self._traced("compile.judge_setup", begun)
@@ -495,9 +496,10 @@ class _Evaluation:
 
     def _send_judge_job(self, candidate: bool = True) -> None:
         self._wait_ready(self.judge)
-        self.judge.channel.send(task_code=self.task.code, task_name=self.task.name, backend=self.backend,
-                                config=self.cfg, box=str(self.box), save_init=candidate, lock=str(self.lock.path),
-                                hold_lib=self._hold_path(), footprint=_footprint(self.task), batch=JUDGE_BATCH)
+        self.judge.channel.send(msg.JudgeJob(task_code=self.task.code, task_name=self.task.name, backend=self.backend,
+                                             config=self.cfg, box=str(self.box), save_init=candidate,
+                                             lock=str(self.lock.path), hold_lib=self._hold_path(),
+                                             footprint=_footprint(self.task), batch=JUDGE_BATCH))
 
     def _judge_ready(self) -> None:
         """The judge's answer to its job: the task's reference ran."""
@@ -517,7 +519,7 @@ class _Evaluation:
             self.stored = self._stored_baseline()
             self.compile_mode = "stored" if self.stored and self.config.compile_timing == "stored" else "paired"
             if self.compile_mode == "paired":   # compiles while the candidate loads
-                self.judge.channel.send(cmd="compile")
+                self.judge.channel.send(msg.Compile())
                 self.compile_pending = True
 
     compile_pending = False
@@ -530,7 +532,7 @@ class _Evaluation:
             if not answer["ok"]:
                 self.compile_error = answer["error"]
                 self.compile_mode = "off"
-        self.candidate.send(cmd="init", output_bytes=self.output_bytes)
+        self.candidate.send(msg.Init(output_bytes=self.output_bytes))
         init = self._ask(self.candidate, self.config.timeout_verify, "verify")
         if not init["ok"]:
             raise _Failed("verify", init["message"], init.get("rule"))
@@ -596,7 +598,7 @@ class _Evaluation:
         with self.lock.held(shared=True, label=f"harness.{phase}.prepare"):
             asked = self._traced(f"{phase}.lock_shared", asked)
             # the inputs first (drawing them costs more, and varies more, than many kernels take)
-            self.candidate.send(cmd="prepare", seed=call.seed, transform=call.transform, save=save)
+            self.candidate.send(msg.Prepare(seed=call.seed, transform=call.transform, save=save))
             ready = self._ask(self.candidate, timeout, phase)
         asked = self._traced(f"{phase}.prepare", asked)
         if not ready["ok"]:
@@ -608,13 +610,13 @@ class _Evaluation:
             cpu_start = self.candidate.cpu_seconds() if self.backend == "cpu" else None
             start = time.perf_counter()
             sent = time.monotonic()   # on the lock log's clock (diagnosis: CUDA_AGENT_LOG_ROUNDS)
-            self.candidate.send(cmd="call", index=call.index, seed=call.seed, transform=call.transform,
-                                        save=save, null=call.kind == "null", slot=call.index % 2, release=not save)
+            self.candidate.send(msg.CandidateCall(index=call.index, seed=call.seed, transform=call.transform, save=save,
+                                                  null=call.kind == "null", slot=call.index % 2, release=not save))
             out = self._ask(self.candidate, timeout, phase)
             wall_ms = self._outside_clock(start, cpu_start)
             if out.get("timed"):   # timing is over and the device idle: its checks run beside others' work
                 hold.share()
-                self.candidate.send(cmd="finish")
+                self.candidate.send(msg.Finish())
                 out = self._ask(self.candidate, timeout, phase)
             out["sent"] = sent
         asked = self._traced(f"{phase}.call", asked)
@@ -626,7 +628,7 @@ class _Evaluation:
             self.null_walls.append(wall_ms)
             return None
         if save and not out.get("staged"):   # its output to the box's file, now that the device is let go
-            self.candidate.send(cmd="write", index=call.index)
+            self.candidate.send(msg.Write(index=call.index))
             written = self._ask(self.candidate, timeout, phase)
             if not written["ok"]:
                 raise _Failed(phase, written["message"], written.get("rule"))
@@ -647,7 +649,7 @@ class _Evaluation:
         asked = time.perf_counter()
         with self.lock.held(shared=True, label=f"harness.{phase}.prepare"):
             asked = self._traced(f"{phase}.lock_shared", asked)
-            self.judge.channel.send(cmd="draw", index=call.index, seed=call.seed, transform=call.transform, slot=slot)
+            self.judge.channel.send(msg.Draw(index=call.index, seed=call.seed, transform=call.transform, slot=slot))
             drawn = self._ask(self.judge, self.config.timeout_reference, "task")
         asked = self._traced(f"{phase}.prepare", asked)
         if "task_error" in drawn:
@@ -662,8 +664,8 @@ class _Evaluation:
             asked = self._traced(f"{phase}.lock_call", asked)
             cpu_start = self.candidate.cpu_seconds()
             sent = time.monotonic()   # on the lock log's clock (diagnosis: CUDA_AGENT_LOG_ROUNDS)
-            self.candidate.send(cmd="call", index=call.index, seed=call.seed, transform=call.transform, save=save,
-                                null=call.kind == "null", inputs={"slot": slot, "layout": drawn["layout"]})
+            self.candidate.send(msg.CandidateCall(index=call.index, seed=call.seed, transform=call.transform, save=save,
+                                                  null=call.kind == "null", inputs={"slot": slot, "layout": drawn["layout"]}))
             out = self._ask(self.candidate, timeout, phase)
             cpu_end = self.candidate.cpu_seconds()
             if not save:   # the measured part is over: reading and checking go beside others' work
@@ -678,7 +680,7 @@ class _Evaluation:
                 except (UnreadableOutput, OSError, ValueError, KeyError, TypeError) as exc:
                     read = exc
             if out["ok"]:
-                self.candidate.send(cmd="finish")
+                self.candidate.send(msg.Finish())
                 out = self._ask(self.candidate, timeout, phase)
         asked = self._traced(f"{phase}.call", asked)
         self._check_processes(phase)
@@ -781,7 +783,7 @@ class _Evaluation:
         pipe.drain()
         self._inputs_kept("verify")
         if self.strict:
-            self.judge.channel.send(cmd="dependence")
+            self.judge.channel.send(msg.Dependence())
             message = self._ask(self.judge, self.config.timeout_verify, "verify").get("message")
             if message:
                 raise _Failed("verify", message, rule="input-independent")
@@ -830,14 +832,14 @@ class _Evaluation:
                         keep = max(5, int(self.config.profile_budget_s / max(per_call, 1e-9)))
                         calls = self._shortened(calls, keep)
                     budget_checked = True
-            self.candidate.send(cmd="final")   # its dispatcher's tables checked while the judge finishes
+            self.candidate.send(msg.Final())   # its dispatcher's tables checked while the judge finishes
             pipe.drain()
             final = self._ask(self.candidate, self.config.timeout_verify, "profile")
             if not final["ok"]:
                 raise _Failed("profile", final["message"], final.get("rule"))
             self._inputs_kept("profile")
             if self.strict:
-                self.judge.channel.send(cmd="dependence", later=True)
+                self.judge.channel.send(msg.Dependence(later=True))
                 message = self._ask(self.judge, self.config.timeout_verify, "profile").get("message")
                 if message:
                     raise _Failed("profile", message, rule="input-independent")
@@ -863,7 +865,7 @@ class _Evaluation:
         """The judge's word on the inputs it put into the candidate's slots (the CPU path)."""
         if not self.outside:
             return
-        self.judge.channel.send(cmd="inputs_kept")
+        self.judge.channel.send(msg.InputsKept())
         mutated = self._ask(self.judge, self.config.timeout_reference, "task").get("mutated")
         if mutated:
             raise _Failed(phase, f"forward modified its inputs (input set {mutated[0]}); inputs must be left "
@@ -1039,7 +1041,7 @@ class _Evaluation:
             self.result.baseline_source = "stored"
             return
         self.say("re-timing the torch.compile baseline (the stored one no longer agrees)")
-        self.judge.channel.send(cmd="compile")
+        self.judge.channel.send(msg.Compile())
         answer = self._ask(self.judge, self.config.timeout_reference, "profile")
         if not answer["ok"]:
             self.compile_error = answer["error"]
@@ -1047,7 +1049,7 @@ class _Evaluation:
             return
         pairs = []
         for _ in range(max(5, len(self.rounds))):   # the judge holds the device for its timed runs
-            self.judge.channel.send(cmd="call", seed=_fresh_seed(), transform=None, time=True, compile=True)
+            self.judge.channel.send(msg.JudgeCall(seed=_fresh_seed(), transform=None, time=True, compile=True))
             pairs.append(self._ask(self.judge, self.config.timeout_reference, "profile"))
         fresh_eager = Timing.from_samples(call_times([p["eager_ms"] for p in pairs],
                                                      [p.get("eager_host_ms") for p in pairs]))
@@ -1133,8 +1135,8 @@ class _JudgePipe:
             return
         evaluation = self.evaluation
         asked = time.perf_counter()
-        evaluation.judge.channel.send(cmd="calls", items=[evaluation._judge_request(call, out)
-                                                          for call, out in self.queued])
+        evaluation.judge.channel.send(msg.JudgeCalls(items=[evaluation._judge_request(call, out)
+                                                            for call, out in self.queued]))
         evaluation._traced(f"{self.phase}.judge_send", asked)
         self.in_flight, self.queued = self.queued, []
 
@@ -1219,7 +1221,7 @@ def measure_baselines(task: Task, config: EvalConfig | None = None, *, gpu: int 
         compiled = {"ok": False, "error": "not asked for"}
         if config.compile_baseline:
             say("compiling the torch.compile baseline")
-            run.judge.channel.send(cmd="compile")
+            run.judge.channel.send(msg.Compile())
             compiled = run._ask(run.judge, config.timeout_reference, "task")
         mark = lap("compile", mark)
         say("timing eager" + (" and torch.compile" if compiled["ok"] else ""))
@@ -1232,7 +1234,7 @@ def measure_baselines(task: Task, config: EvalConfig | None = None, *, gpu: int 
         i = 0
         while i < warmup + timed:
             asked = time.monotonic()
-            run.judge.channel.send(cmd="call", seed=_fresh_seed(), transform=None, time=True, compile=compiled["ok"])
+            run.judge.channel.send(msg.JudgeCall(seed=_fresh_seed(), transform=None, time=True, compile=compiled["ok"]))
             answer = run._ask(run.judge, config.timeout_reference, "task")   # the judge locks the device itself
             waited += answer.get("lock_wait_s", 0.0)
             held.append(time.monotonic() - asked - answer.get("lock_wait_s", 0.0))
