@@ -23,7 +23,7 @@ TRANSIENT_OUTPUTS = 4        # outputs' worth beside a batch: a forward's interm
 
 
 def judge_bytes(footprint: dict | None, batch: int, group_bytes: int) -> int:
-    """What a judge's batch of timed calls holds at once (worker._Judge): the inputs drawn for the
+    """What a judge's batch of timed calls holds at once (workers/judge._Judge): the inputs drawn for the
     group (up to `group_bytes` of them, at most `batch` calls), each call's reference output, and room
     for intermediates. `footprint`: the task's one input set and one output in bytes
     (tasks.footprint), None when unknown (then nothing). A batch paired with torch.compile draws twice

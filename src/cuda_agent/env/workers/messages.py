@@ -337,6 +337,7 @@ def read_command(raw: dict, table) -> Command:
 
 def read_answer(raw: dict, expected: type[Message]) -> dict:
     """The fields of `raw` once it validates as `expected` (or as a build request, where the candidate
-    may make one): anything else raises ValueError."""
+    may make one): anything else raises ValueError. Strictly: JSON's types as they are (no "yes" for
+    true, no 1.0 for a count)."""
     model = BuildRequest if getattr(expected, "may_build", False) and "request" in raw else expected
-    return model.model_validate(raw).fields()
+    return model.model_validate(raw, strict=True).fields()
