@@ -665,7 +665,8 @@ class _Evaluation:
             cpu_start = self.candidate.cpu_seconds()
             sent = time.monotonic()   # on the lock log's clock (diagnosis: CUDA_AGENT_LOG_ROUNDS)
             self.candidate.send(msg.CandidateCall(index=call.index, seed=call.seed, transform=call.transform, save=save,
-                                                  null=call.kind == "null", inputs={"slot": slot, "layout": drawn["layout"]}))
+                                                  null=call.kind == "null",
+                                                  inputs={"slot": slot, "layout": drawn["layout"]}))
             out = self._ask(self.candidate, timeout, phase)
             cpu_end = self.candidate.cpu_seconds()
             if not save:   # the measured part is over: reading and checking go beside others' work

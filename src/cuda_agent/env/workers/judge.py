@@ -444,7 +444,7 @@ def _dependence(judge: _Judge, cmd: Dependence) -> DependenceVerdict:
 HANDLERS = {
     Compile: lambda judge, cmd: Compiled(**judge.compile()),
     JudgeCall: lambda judge, cmd: Verdict(**_judge_answers(judge, [cmd])[0]),
-    JudgeCalls: lambda judge, cmd: Verdicts(answers=_judge_answers(judge, cmd.items)),   # in order; ends at a task error
+    JudgeCalls: lambda judge, cmd: Verdicts(answers=_judge_answers(judge, cmd.items)),   # ends at a task error
     Draw: lambda judge, cmd: Drawn(**judge.draw(cmd)),
     InputsKept: lambda judge, cmd: Kept(**judge.inputs_kept()),
     Dependence: _dependence,
