@@ -11,6 +11,7 @@ used (the judge's comparison), not per element here.
 
 from __future__ import annotations
 
+from dataclasses import is_dataclass
 from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -19,15 +20,10 @@ from cuda_agent.env.config import EvalConfig
 
 
 class Message(BaseModel):
-    # `constants`: an infinite error (`max_abs_error`) travels as the JSON of `json.dumps`, not as null
-    model_config = ConfigDict(extra="forbid", ser_json_inf_nan="constants")
-
-    def wire(self) -> dict:
-        """The fields its sender set, as JSON values."""
-        return self.model_dump(mode="json", exclude_unset=True)
+    model_config = ConfigDict(extra="forbid")
 
     def fields(self) -> dict:
-        """The fields its sender set, as a dict (nested messages too): what the harness reads."""
+        """The fields its sender set, nested messages as dicts: what the other end reads."""
         out = {}
         for name in self.model_fields_set:
             value = getattr(self, name)
@@ -36,6 +32,15 @@ class Message(BaseModel):
             elif isinstance(value, list) and value and isinstance(value[0], Message):
                 value = [item.fields() for item in value]
             out[name] = value
+        return out
+
+    def wire(self) -> dict:
+        """`fields()` for `json.dumps`: a job's EvalConfig as JSON values. Payloads (samples, layouts)
+        go as they are, never copied: a call's answer carries thousands of numbers."""
+        out = self.fields()
+        for name, value in out.items():
+            if is_dataclass(value):
+                out[name] = self.model_dump(mode="json", include={name})[name]
         return out
 
 
