@@ -4,7 +4,7 @@ A command names itself in `cmd` (a job, the first message, has none) and declare
 expects (`answer`); the worker finds its handler by the command's type (`read_command` refuses any
 other), the harness validates every answer against the model its last command expects (`read_answer`
 refuses a malformed or unexpected one as forged: the candidate's answers are untrusted). On the wire a
-message is the JSON object of the fields its sender set, so a default is never sent for nothing.
+message is the JSON object of the fields its sender set (a default is not sent; `cmd` always is).
 Large payloads (samples, output layouts) are typed `Any`: their contents are checked where they are
 used (the judge's comparison), not per element here.
 """
