@@ -29,7 +29,7 @@ def _line(message: msg.Message) -> dict:
 
 def test_a_job_round_trips_with_its_config_as_the_model():
     job = msg.JudgeJob(task_code="x = 1", task_name="t", backend="cpu", config=CONFIG, box="/box",
-                       footprint={"input_bytes": 4, "output_bytes": 8}, batch=8)
+                       footprint={"input_bytes": 4, "output_bytes": None}, batch=8)
     back = msg.JudgeJob.model_validate(_line(job))
     assert back == job
     assert isinstance(back.config, EvalConfig) and back.config == CONFIG

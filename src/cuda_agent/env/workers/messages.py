@@ -185,7 +185,7 @@ class JudgeJob(Command):
     save_init: bool = True        # the reference's weights to the box, for the candidate
     lock: str | None = None
     hold_lib: str | None = None
-    footprint: dict[str, int] | None = None
+    footprint: dict[str, int | None] | None = None   # bytes of one input set and one output (None: not tensors)
     batch: int = 1
 
 
