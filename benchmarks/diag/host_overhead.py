@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT / "src"))
 from cuda_agent.env.measure import timing  # noqa: E402
 from cuda_agent.env.builds.compiler import build_extension  # noqa: E402
 from cuda_agent.env.rules.guard import COUNTER, NativeGuard, build_guard, poison_allocator  # noqa: E402
-from cuda_agent.env.workers.worker import load_candidate  # noqa: E402
+from cuda_agent.env.workers.candidate import load_candidate  # noqa: E402
 
 EXAMPLE = ROOT / "src" / "cuda_agent" / "examples" / "bias_relu"
 

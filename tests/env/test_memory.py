@@ -15,7 +15,7 @@ from cuda_agent.env.infra.memory import (CONTEXTS, POISON_FILL, REFERENCE_OUTPUT
 from cuda_agent.env.infra.reserve import judge_bytes
 from cuda_agent.env.run.schedule import JUDGE_BATCH
 from cuda_agent.env.run.worker_run import _footprint
-from cuda_agent.env.workers.worker import GROUP_BYTES
+from cuda_agent.env.workers.judge import GROUP_BYTES
 from cuda_agent.tasks import load_task
 from cuda_agent.tasks.footprint import Footprint, estimate_footprint
 from tests.env.helpers import example_task

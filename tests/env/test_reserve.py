@@ -6,15 +6,16 @@ from __future__ import annotations
 
 import fcntl
 import os
+from dataclasses import replace
 
 import torch
 
 from cuda_agent.env import EvalConfig
-from cuda_agent.env.run.schedule import JUDGE_BATCH
-from cuda_agent.env.run.worker_run import _footprint
 from cuda_agent.env.infra.memory import TRANSIENT_OUTPUTS
 from cuda_agent.env.infra.reserve import judge_bytes, reserve
-from cuda_agent.env.workers.worker import GROUP_BYTES
+from cuda_agent.env.run.schedule import JUDGE_BATCH
+from cuda_agent.env.run.worker_run import _footprint
+from cuda_agent.env.workers.judge import GROUP_BYTES
 from cuda_agent.tasks import load_task
 from cuda_agent.tasks.footprint import estimate_footprint
 from tests.env.helpers import example_task
@@ -59,7 +60,8 @@ def test_the_judges_job_sizes_it_by_the_tasks_footprint(kernelbench):
 def test_the_judge_asks_for_its_memory_inside_its_set_ups_shared_hold(tmp_path, monkeypatch):
     """Memory asked for without the lock slowed other evaluations' timed calls (reserve.py): the
     judge asks for it while it holds the device's lock, which another holder then cannot take alone."""
-    from cuda_agent.env.workers import worker
+    from cuda_agent.env.workers import judge
+    from cuda_agent.env.workers.messages import JudgeJob
 
     lock = tmp_path / "cpu.lock"
     asked = []
@@ -75,9 +77,9 @@ def test_the_judge_asks_for_its_memory_inside_its_set_ups_shared_hold(tmp_path, 
             os.close(probe)   # lets go of the probe's lock too, if it got it
         return 0
 
-    monkeypatch.setattr(worker, "reserve", recording_reserve)
+    monkeypatch.setattr(judge, "reserve", recording_reserve)
     task = example_task()
     footprint = {"input_bytes": 1 << 20, "output_bytes": 1 << 18}
-    worker._Judge(dict(config=dict(EvalConfig(backend="cpu").to_dict(), seed=1), box=str(tmp_path), backend="cpu",
-                       task_code=task.code, task_name=task.name, lock=str(lock), footprint=footprint, batch=8))
+    judge._Judge(JudgeJob(config=replace(EvalConfig(backend="cpu"), seed=1), box=str(tmp_path), backend="cpu",
+                          task_code=task.code, task_name=task.name, lock=str(lock), footprint=footprint, batch=8))
     assert asked == [("lock held", judge_bytes(footprint, 8, GROUP_BYTES))]

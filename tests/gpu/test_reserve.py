@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from cuda_agent.env.infra.reserve import judge_bytes, reserve
-from cuda_agent.env.workers.worker import GROUP_BYTES
+from cuda_agent.env.workers.judge import GROUP_BYTES
 
 pytestmark = pytest.mark.gpu
 DEVICE = torch.device("cuda", 0)

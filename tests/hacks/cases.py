@@ -24,7 +24,7 @@ KERNELS = HERE / "kernels"
 
 # The timing schedule every case runs under (see hack_config); a few cheats count on it.
 TRIALS, WARMUP, ITERS = 3, 2, 5
-SPOTS = max(2, ITERS // 10)  # guarded calls the harness hides among the timed ones (worker.py)
+SPOTS = max(2, ITERS // 10)  # guarded calls the harness hides among the timed ones (workers/candidate.py)
 LOOP_END = TRIALS + WARMUP + ITERS + SPOTS  # call number of the last call in the timing loop
 
 ROWS = (

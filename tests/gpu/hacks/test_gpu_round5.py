@@ -2,7 +2,7 @@
 unusual ways: a process-wide stream change left in place, a query of the current stream that tells held
 (timed) calls from unheld ones (the hold queues a kernel on the current stream before the forward runs:
 env/measure/hold.py), a Python number that nothing compares after verification, the worker's candidate class
-patched through `__main__`; CUDA graphs, two joined streams, TF32 cuBLAS, weight caches and workspaces
+patched through its module; CUDA graphs, two joined streams, TF32 cuBLAS, weight caches and workspaces
 kept across calls, kernels launched from a `torch.autograd.Function`, Python-number outputs.
 Run with `-m gpu`. The kernels are tests/gpu/solutions/round5/ (one build shared by every case)."""
 

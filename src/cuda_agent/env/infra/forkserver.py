@@ -3,7 +3,7 @@
 Importing torch is most of a worker's start (about 2.4 s of CPU on a CI core), and a pool or a test
 suite starts a judge per evaluation. The judge runs only the task's code and is never sandboxed, so
 it can come from a fork: the server (`python -m cuda_agent.env.infra.forkserver`, one per harness process,
-started on first use) imports `cuda_agent.env.workers.worker` once, never touches CUDA, and forks each judge
+started on first use) imports `cuda_agent.env.workers.main` once, never touches CUDA, and forks each judge
 on request. Every judge is still a process of its own for one evaluation, in a session of its own
 (killed with its group, as a started one is), with the environment and folder it was asked for.
 
@@ -36,7 +36,7 @@ _MAX_REQUEST = 1 << 20
 
 
 def _serve(sock: socket.socket) -> None:
-    importlib.import_module("cuda_agent.env.workers.worker")   # the import every judge would otherwise pay
+    importlib.import_module("cuda_agent.env.workers.main")   # the import every judge would otherwise pay
 
     status_fds: dict[int, int] = {}
 
@@ -85,7 +85,7 @@ def _serve(sock: socket.socket) -> None:
 
 def _become_worker(request: dict, sock: socket.socket, stdin_fd: int, protocol_fd: int, log_fd: int,
                    server_fds: list[int], staging_fd: int | None = None) -> None:
-    """In the forked child: what `python -m cuda_agent.env.workers.worker ROLE` would be. Never returns."""
+    """In the forked child: what `python -m cuda_agent.env.workers ROLE` would be. Never returns."""
     try:
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGCHLD])
@@ -107,13 +107,13 @@ def _become_worker(request: dict, sock: socket.socket, stdin_fd: int, protocol_f
         if staging_fd is not None:   # its number here, not the harness's
             os.environ[STAGING_FD_ENV] = str(staging_fd)
         os.chdir(request["cwd"])
-        sys.argv = ["cuda_agent.env.workers.worker", request["role"]]
+        sys.argv = ["cuda_agent.env.workers", request["role"]]
         import random
 
         random.seed()   # not the server's state, shared by every fork
-        from cuda_agent.env.workers import worker
+        from cuda_agent.env.workers.main import main as worker_main
 
-        worker.main()
+        worker_main()
     finally:
         os._exit(1)   # main() ends the process itself; anything else is a failure to start
 

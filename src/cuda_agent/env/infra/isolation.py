@@ -1,6 +1,6 @@
 """Starting and stopping worker processes: own process group, own GPU, optional sandbox.
 
-A worker is `python -m cuda_agent.env.workers.worker ROLE`, the candidate inside bubblewrap (sandbox.py).
+A worker is `python -m cuda_agent.env.workers ROLE`, the candidate inside bubblewrap (sandbox.py).
 An evaluation's folder holds the harness's own files (the workers' logs) and `box/`, the only place
 the candidate can write: its solution, the reference's initial weights (written by the judge) and
 the outputs it hands over. A worker is killed with its whole process group; a sandboxed one with
@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cuda_agent.env.workers.messages import Command
 from cuda_agent.env.workers.protocol import PROTOCOL_FD_ENV, STAGING_FD_ENV, ParentChannel
 
 # Startup is importing torch and (on CUDA) creating a context; generous, but finite.
@@ -92,14 +93,14 @@ class Worker:
         if self.main_pid and not self.stopped:
             self.stopped = stop(self.main_pid, wait)
 
-    def send(self, **message) -> None:
-        """A command to the worker, which is resumed first if it was stopped."""
+    def send(self, message: Command) -> None:
+        """A command to the worker (messages.py), which is resumed first if it was stopped."""
         if self.stopped:
             from cuda_agent.env.measure.outside import resume
 
             resume(self.main_pid)
             self.stopped = False
-        self.channel.send(**message)
+        self.channel.send(message)
 
     def extra_processes(self) -> list[int]:
         """Processes started below the worker since it was ready (none for an honest candidate)."""
@@ -202,7 +203,7 @@ def start_worker(role: str, job_dir: Path, backend: str, gpu: int | None,
 
             proc = fork_worker(role, env, cwd, write_fd, log.fileno(), staging_fd)
         else:
-            cmd = [*(wrap or []), sys.executable, "-m", "cuda_agent.env.workers.worker", role]
+            cmd = [*(wrap or []), sys.executable, "-m", "cuda_agent.env.workers", role]
             passed = (*keep, staging_fd) if staging_fd is not None else tuple(keep)
             proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
                                     pass_fds=passed, env=env, cwd=cwd, start_new_session=True)

@@ -21,6 +21,7 @@ from cuda_agent.env.result import EvalResult, Timing
 from cuda_agent.env.run.baselines import BaselineEntry, BaselineStore, task_entry, task_key
 from cuda_agent.env.run.schedule import _fresh_seed, baseline_calls
 from cuda_agent.env.run.worker_run import WorkerRun, _Failed, job_root
+from cuda_agent.env.workers import messages as msg
 from cuda_agent.tasks.task import Task, TaskError
 
 
@@ -82,7 +83,7 @@ class _BaselineMeasurement(WorkerRun):
         compiled = {"ok": False, "error": "not asked for"}
         if config.compile_baseline:
             say("compiling the torch.compile baseline")
-            self.judge.channel.send(cmd="compile")
+            self.judge.channel.send(msg.Compile())
             compiled = self._ask(self.judge, config.timeout_reference, "task")
         mark = self._step("compile", mark)
         say("timing eager" + (" and torch.compile" if compiled["ok"] else ""))
@@ -95,7 +96,7 @@ class _BaselineMeasurement(WorkerRun):
         i = 0
         while i < warmup + timed:
             asked = time.monotonic()
-            self.judge.channel.send(cmd="call", seed=_fresh_seed(), transform=None, time=True, compile=compiled["ok"])
+            self.judge.channel.send(msg.JudgeCall(seed=_fresh_seed(), transform=None, time=True, compile=compiled["ok"]))
             answer = self._ask(self.judge, config.timeout_reference, "task")   # the judge locks the device itself
             waited += answer.get("lock_wait_s", 0.0)
             held.append(time.monotonic() - asked - answer.get("lock_wait_s", 0.0))

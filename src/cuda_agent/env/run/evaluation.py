@@ -35,6 +35,7 @@ from typing import Callable
 from cuda_agent.env.builds.handed import hand
 from cuda_agent.env.config import EvalConfig
 from cuda_agent.env.result import EvalError, EvalResult, Timing
+from cuda_agent.env.rules import registry as rules
 from cuda_agent.env.rules.verify import FP32_PRECISION_WARNING, share
 from cuda_agent.env.run.judge_pipe import JudgePipe
 from cuda_agent.env.run.measures import check_clock, less_overhead, precise_enough
@@ -44,9 +45,9 @@ from cuda_agent.env.run.scoring import note_noise, paired_speedup, round_times, 
 from cuda_agent.env.run.serving import BuildServing, _LinkRefused
 from cuda_agent.env.run.stored import StoredBaselines
 from cuda_agent.env.run.worker_run import WorkerRun, _Failed, _staging, _start_pair, job_root
+from cuda_agent.env.workers import messages as msg
 from cuda_agent.tasks.solution import Solution, missing_model_new
 from cuda_agent.tasks.task import Task, TaskError, strip_reference_model
-from cuda_agent.env.rules import registry as rules
 
 
 @lru_cache(maxsize=256)
@@ -104,7 +105,7 @@ class _Evaluation(BuildServing, CallRounds, StoredBaselines, WorkerRun):
         self.solution, self.stop_after = solution, stop_after
         self.strict = config.protocol == "strict"
         self.index = 0
-        self.seeds = [self.cfg["seed"] + i for i in range(config.num_correct_trials)]
+        self.seeds = [self.cfg.seed + i for i in range(config.num_correct_trials)]
         self.result.seeds = self.seeds
         self.rounds: list[dict] = []       # what each timed call measured
         self.null_walls: list[float] = []
@@ -159,10 +160,10 @@ class _Evaluation(BuildServing, CallRounds, StoredBaselines, WorkerRun):
         self._wait_ready(self.candidate)
         begun = self._traced("compile.candidate_ready", begun)
         self.link_refusal = None
-        self.candidate.send(task_inputs_code=inputs_code, solution_dir=str(solution_dir),
-                            backend=self.backend, config=self.cfg, box=str(self.box),
-                            prebuilt=prebuilt, guard_lib=guard_path,
-                            hold_lib=(hold := self._hold_path()) and str(hand(Path(hold), self.box)))
+        self.candidate.send(msg.CandidateJob(task_inputs_code=inputs_code, solution_dir=str(solution_dir),
+                                             backend=self.backend, config=self.cfg, box=str(self.box),
+                                             prebuilt=prebuilt, guard_lib=guard_path,
+                                             hold_lib=(hold := self._hold_path()) and str(hand(Path(hold), self.box))))
         if need_judge:
             self._start_judge()
             begun = self._traced("compile.judge_setup", begun)
@@ -195,7 +196,7 @@ class _Evaluation(BuildServing, CallRounds, StoredBaselines, WorkerRun):
             self.stored = self._stored_baseline()
             self.compile_mode = "stored" if self.stored and self.config.compile_timing == "stored" else "paired"
             if self.compile_mode == "paired":   # compiles while the candidate loads
-                self.judge.channel.send(cmd="compile")
+                self.judge.channel.send(msg.Compile())
                 self.compile_pending = True
 
     compile_pending = False
@@ -208,7 +209,7 @@ class _Evaluation(BuildServing, CallRounds, StoredBaselines, WorkerRun):
             if not answer["ok"]:
                 self.compile_error = answer["error"]
                 self.compile_mode = "off"
-        self.candidate.send(cmd="init", output_bytes=self.output_bytes)
+        self.candidate.send(msg.Init(output_bytes=self.output_bytes))
         init = self._ask(self.candidate, self.config.timeout_verify, "verify")
         if not init["ok"]:
             raise _Failed("verify", init["message"], init.get("rule"))
@@ -263,7 +264,7 @@ class _Evaluation(BuildServing, CallRounds, StoredBaselines, WorkerRun):
         pipe.drain()
         self._inputs_kept("verify")
         if self.strict:
-            self.judge.channel.send(cmd="dependence")
+            self.judge.channel.send(msg.Dependence())
             message = self._ask(self.judge, self.config.timeout_verify, "verify").get("message")
             if message:
                 raise _Failed("verify", message, rule=rules.INPUT_INDEPENDENT)
@@ -312,14 +313,14 @@ class _Evaluation(BuildServing, CallRounds, StoredBaselines, WorkerRun):
                         keep = max(5, int(self.config.profile_budget_s / max(per_call, 1e-9)))
                         calls = shortened(calls, keep)
                     budget_checked = True
-            self.candidate.send(cmd="final")   # its dispatcher's tables checked while the judge finishes
+            self.candidate.send(msg.Final())   # its dispatcher's tables checked while the judge finishes
             pipe.drain()
             final = self._ask(self.candidate, self.config.timeout_verify, "profile")
             if not final["ok"]:
                 raise _Failed("profile", final["message"], final.get("rule"))
             self._inputs_kept("profile")
             if self.strict:
-                self.judge.channel.send(cmd="dependence", later=True)
+                self.judge.channel.send(msg.Dependence(later=True))
                 message = self._ask(self.judge, self.config.timeout_verify, "profile").get("message")
                 if message:
                     raise _Failed("profile", message, rule=rules.INPUT_INDEPENDENT)
@@ -338,7 +339,7 @@ class _Evaluation(BuildServing, CallRounds, StoredBaselines, WorkerRun):
         """The judge's word on the inputs it put into the candidate's slots (the CPU path)."""
         if not self.outside:
             return
-        self.judge.channel.send(cmd="inputs_kept")
+        self.judge.channel.send(msg.InputsKept())
         mutated = self._ask(self.judge, self.config.timeout_reference, "task").get("mutated")
         if mutated:
             raise _Failed(phase, f"forward modified its inputs (input set {mutated[0]}); inputs must be left "

@@ -9,6 +9,7 @@ from typing import Callable
 from cuda_agent.env.run.rounds import CallRounds
 from cuda_agent.env.run.schedule import Call
 from cuda_agent.env.run.worker_run import _Failed
+from cuda_agent.env.workers import messages as msg
 
 
 class JudgePipe:
@@ -57,8 +58,8 @@ class JudgePipe:
             return
         evaluation = self.evaluation
         asked = time.perf_counter()
-        evaluation.judge.channel.send(cmd="calls", items=[evaluation._judge_request(call, out)
-                                                          for call, out in self.queued])
+        evaluation.judge.channel.send(msg.JudgeCalls(items=[evaluation._judge_request(call, out)
+                                                            for call, out in self.queued]))
         evaluation._traced(f"{self.phase}.judge_send", asked)
         self.in_flight, self.queued = self.queued, []
 

@@ -10,11 +10,11 @@ import statistics
 from cuda_agent.env.config import EvalConfig
 from cuda_agent.env.measure.hold import call_times, floor_precise
 from cuda_agent.env.measure.stats import median_precision
+from cuda_agent.env.rules import registry as rules
 from cuda_agent.env.run.judge_pipe import JudgePipe
 from cuda_agent.env.run.schedule import JUDGE_BATCH
 from cuda_agent.env.run.scoring import paired_ratios, round_times, side_measures
 from cuda_agent.env.run.worker_run import _Failed
-from cuda_agent.env.rules import registry as rules
 
 CLOCK_ALLOWANCE_MS = 3.0   # per call: what the harness's own work may differ between empty and real calls
 MIN_CALL_MS = 1e-4         # a call measured from outside, less the overhead, is never counted as free

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import time
 
+from cuda_agent.env.rules import registry as rules
 from cuda_agent.env.run.schedule import Call
 from cuda_agent.env.run.worker_run import _Failed
-from cuda_agent.env.rules import registry as rules
+from cuda_agent.env.workers import messages as msg
 
 
 class CallRounds:
@@ -60,7 +61,7 @@ class CallRounds:
     def _inside_prepare(self, call: Call, phase: str, timeout: float) -> dict:
         save = call.kind == "verify"
         # the inputs first (drawing them costs more, and varies more, than many kernels take)
-        self.candidate.send(cmd="prepare", seed=call.seed, transform=call.transform, save=save)
+        self.candidate.send(msg.Prepare(seed=call.seed, transform=call.transform, save=save))
         return self._ask(self.candidate, timeout, phase)
 
     def _inside_ready(self, call: Call, phase: str, ready: dict) -> bool:
@@ -75,13 +76,13 @@ class CallRounds:
         cpu_start = self.candidate.cpu_seconds() if self.backend == "cpu" else None
         start = time.perf_counter()
         sent = time.monotonic()   # on the lock log's clock (diagnosis: CUDA_AGENT_LOG_ROUNDS)
-        self.candidate.send(cmd="call", index=call.index, seed=call.seed, transform=call.transform,
-                            save=save, null=call.kind == "null", slot=call.index % 2, release=not save)
+        self.candidate.send(msg.CandidateCall(index=call.index, seed=call.seed, transform=call.transform, save=save,
+                                                  null=call.kind == "null", slot=call.index % 2, release=not save))
         out = self._ask(self.candidate, timeout, phase)
         wall_ms = self._outside_clock(start, cpu_start)
         if out.get("timed"):   # timing is over and the device idle: its checks run beside others' work
             hold.share()
-            self.candidate.send(cmd="finish")
+            self.candidate.send(msg.Finish())
             out = self._ask(self.candidate, timeout, phase)
         out["sent"] = sent
         return out, wall_ms, None
@@ -90,7 +91,7 @@ class CallRounds:
                        asked: float) -> dict:
         save = call.kind == "verify"
         if save and not out.get("staged"):   # its output to the box's file, now that the device is let go
-            self.candidate.send(cmd="write", index=call.index)
+            self.candidate.send(msg.Write(index=call.index))
             written = self._ask(self.candidate, timeout, phase)
             if not written["ok"]:
                 raise _Failed(phase, written["message"], written.get("rule"))
@@ -106,7 +107,7 @@ class CallRounds:
 
     def _outside_prepare(self, call: Call, phase: str, timeout: float) -> dict:
         slot = call.index % 2
-        self.judge.channel.send(cmd="draw", index=call.index, seed=call.seed, transform=call.transform, slot=slot)
+        self.judge.channel.send(msg.Draw(index=call.index, seed=call.seed, transform=call.transform, slot=slot))
         return self._ask(self.judge, self.config.timeout_reference, "task")
 
     def _outside_ready(self, call: Call, phase: str, drawn: dict) -> bool:
@@ -127,8 +128,9 @@ class CallRounds:
         read = None
         cpu_start = self.candidate.cpu_seconds()
         sent = time.monotonic()   # on the lock log's clock (diagnosis: CUDA_AGENT_LOG_ROUNDS)
-        self.candidate.send(cmd="call", index=call.index, seed=call.seed, transform=call.transform, save=save,
-                            null=call.kind == "null", inputs={"slot": slot, "layout": drawn["layout"]})
+        self.candidate.send(msg.CandidateCall(index=call.index, seed=call.seed, transform=call.transform, save=save,
+                                                  null=call.kind == "null",
+                                                  inputs={"slot": slot, "layout": drawn["layout"]}))
         out = self._ask(self.candidate, timeout, phase)
         cpu_end = self.candidate.cpu_seconds()
         if not save:   # the measured part is over: reading and checking go beside others' work
@@ -143,7 +145,7 @@ class CallRounds:
             except (UnreadableOutput, OSError, ValueError, KeyError, TypeError) as exc:
                 read = exc
         if out["ok"]:
-            self.candidate.send(cmd="finish")
+            self.candidate.send(msg.Finish())
             out = self._ask(self.candidate, timeout, phase)
         out["sent"] = sent
         wall_ms = (cpu_end - cpu_start) * 1e3 if cpu_start is not None and cpu_end is not None else float("nan")

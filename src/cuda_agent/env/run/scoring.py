@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import statistics
 
+from cuda_agent.env import reward
 from cuda_agent.env.measure.hold import call_times
 from cuda_agent.env.measure.stats import median_precision
 from cuda_agent.env.result import EvalResult
-from cuda_agent.env import reward
 
 
 def score(result: EvalResult, partial: bool = False) -> None:

@@ -13,16 +13,18 @@ import secrets
 import shutil
 import time
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
 from cuda_agent.env.config import EvalConfig
 from cuda_agent.env.infra.isolation import Worker, box_of, start_worker
 from cuda_agent.env.result import EvalError, EvalResult
+from cuda_agent.env.rules import registry as rules
 from cuda_agent.env.run.schedule import JUDGE_BATCH
+from cuda_agent.env.workers import messages as msg
 from cuda_agent.env.workers.protocol import ChildDied, ChildTimeout, ForgedMessage
 from cuda_agent.tasks.task import Task
-from cuda_agent.env.rules import registry as rules
 
 
 def _footprint(task: Task) -> dict | None:
@@ -111,7 +113,7 @@ class WorkerRun:
         self.clock = self.started = time.monotonic()
         self.lock = DeviceLock.of(backend, gpu)
         base = config.seed if config.seed is not None else secrets.randbelow(1 << 31)
-        self.cfg = dict(config.to_dict(), seed=base)
+        self.cfg = replace(config, seed=base)   # what the workers get: the settings, the seed decided
         # CUDA_AGENT_TRACE_CALLS=1: where the harness's side of the rounds waits, summed per step
         # (phase_seconds "trace.*"), beside the workers' own per-call traces in the log
         self.trace: dict[str, float] | None = {} if os.environ.get("CUDA_AGENT_TRACE_CALLS") == "1" else None
@@ -141,7 +143,7 @@ class WorkerRun:
                 if message.get("request") != "build":
                     worker.stop(wait=self.backend == "cpu")   # nothing of it runs until its next command
                     return message
-                worker.send(**self._serve_build(message))
+                worker.send(msg.BuildReply(**self._serve_build(message)))
         except ChildTimeout:
             what = "the task's reference" if worker.role == "judge" else "the solution"
             raise _Failed("task" if worker.role == "judge" else phase,
@@ -208,9 +210,10 @@ class WorkerRun:
 
     def _send_judge_job(self, candidate: bool = True) -> None:
         self._wait_ready(self.judge)
-        self.judge.channel.send(task_code=self.task.code, task_name=self.task.name, backend=self.backend,
-                                config=self.cfg, box=str(self.box), save_init=candidate, lock=str(self.lock.path),
-                                hold_lib=self._hold_path(), footprint=_footprint(self.task), batch=JUDGE_BATCH)
+        self.judge.channel.send(msg.JudgeJob(task_code=self.task.code, task_name=self.task.name, backend=self.backend,
+                                             config=self.cfg, box=str(self.box), save_init=candidate,
+                                             lock=str(self.lock.path), hold_lib=self._hold_path(),
+                                             footprint=_footprint(self.task), batch=JUDGE_BATCH))
 
     def _judge_ready(self) -> None:
         """The judge's answer to its job: the task's reference ran."""

@@ -1,9 +1,10 @@
-"""JSON-lines messages between the harness and its worker processes.
+"""JSON-lines messages between the harness and its worker processes (their models: messages.py).
 
 The parent writes commands to the child's stdin; the child answers on a dedicated pipe (its fd
 number in CUDA_AGENT_PROTOCOL_FD), so nothing a candidate prints can forge a harness message.
 Every command carries a fresh nonce that the answer must echo, so a line written to that pipe by
-candidate code (found through /proc/self/fd, say) is recognised as forged.
+candidate code (found through /proc/self/fd, say) is recognised as forged, and so is an answer that
+is not the one the command expects (`messages.read_answer`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import secrets
 import select
 import subprocess
 import time
+
+from cuda_agent.env.workers.messages import Command, Message, Ready, read_answer
 
 PROTOCOL_FD_ENV = "CUDA_AGENT_PROTOCOL_FD"
 STAGING_FD_ENV = "CUDA_AGENT_STAGING_FD"   # a pair of workers' shared staging file (transfer.Staging)
@@ -32,11 +35,12 @@ class ChildChannel:
         os.dup2(devnull, 0)
         self._nonce = None
 
-    def send(self, **message) -> None:
-        self._out.write(json.dumps({**message, "nonce": self._nonce}) + "\n")
+    def send(self, message: Message) -> None:
+        self._out.write(json.dumps({**message.wire(), "nonce": self._nonce}) + "\n")
         self._out.flush()
 
     def receive(self) -> dict:
+        """The next command, as sent (the worker reads it with `messages.read_command`)."""
         line = self._in.readline()
         if not line:
             raise EOFError("harness closed the channel")
@@ -54,7 +58,8 @@ class ChildTimeout(RuntimeError):
 
 
 class ForgedMessage(RuntimeError):
-    """An answer that does not echo the nonce of the command it claims to answer."""
+    """An answer that does not echo the nonce of the command it claims to answer, or that is not
+    the answer that command expects."""
 
 
 class ParentChannel:
@@ -65,16 +70,20 @@ class ParentChannel:
         self._fd = read_fd
         self._buffer = b""
         self._nonce = None  # the worker's first line (ready) precedes any command
+        self._expect: type[Message] = Ready
 
-    def send(self, **message) -> None:
+    def send(self, message: Command) -> None:
         self._nonce = secrets.token_hex(16)
+        if message.answer is not None:   # a build's reply leaves the command's own answer expected
+            self._expect = message.answer
         try:
-            self.proc.stdin.write((json.dumps({**message, "nonce": self._nonce}) + "\n").encode())
+            self.proc.stdin.write((json.dumps({**message.wire(), "nonce": self._nonce}) + "\n").encode())
             self.proc.stdin.flush()
         except (BrokenPipeError, OSError):
             raise ChildDied("worker exited") from None
 
     def receive(self, timeout: float) -> dict:
+        """The answer to the last command, validated (its fields as a dict)."""
         deadline = time.monotonic() + timeout
         while b"\n" not in self._buffer:
             remaining = deadline - time.monotonic()
@@ -100,13 +109,24 @@ class ParentChannel:
         if not isinstance(message, dict) or message.pop("nonce", None) != self._nonce:
             raise ForgedMessage("a message on the harness channel that answers no command of ours")
         self._nonce = None  # one answer per command
-        return message
+        try:
+            return read_answer(message, self._expect)
+        except ValueError as exc:   # pydantic's ValidationError is one
+            raise ForgedMessage(f"a malformed answer on the harness channel ({_first_error(exc)})") from None
 
     def close(self) -> None:
         try:
             os.close(self._fd)
         except OSError:
             pass
+
+
+def _first_error(exc: ValueError) -> str:
+    errors = getattr(exc, "errors", None)
+    if callable(errors):
+        first = errors()[0]
+        return f"{'.'.join(map(str, first['loc'])) or 'message'}: {first['msg']}"
+    return str(exc)[:200]
 
 
 def _describe_exit(code: int | None) -> str:

@@ -1,0 +1,5 @@
+"""`python -m cuda_agent.env.workers judge|candidate`: a worker process (main.py)."""
+
+from cuda_agent.env.workers.main import main
+
+main()

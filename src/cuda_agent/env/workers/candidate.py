@@ -1,0 +1,443 @@
+"""The candidate worker (sandboxed, one per evaluation): `python -m cuda_agent.env.workers candidate`.
+
+It builds nothing: it loads the libraries the harness built, then for every call draws its inputs,
+runs `ModelNew` under the runtime guard, times it, samples its output and reports. It never holds
+the reference model or its outputs. Every call is treated alike: it cannot tell a checked call from a
+timed one, and cannot prepare for a call before the harness sends its seed. Its commands and answers
+are the models of messages.py.
+
+The names imported below are bound when this module is imported, before any of the solution's code
+runs (main.py imports it first): a solution that patches the modules they come from does not reach
+what the worker calls.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import torch
+
+from cuda_agent.env.measure import timing  # captures clocks and sync before candidate code can patch them
+from cuda_agent.env.rules.verify import take_samples as _take_samples  # bound before candidate code runs, likewise
+from cuda_agent.env.rules.verify import tensors_in
+from cuda_agent.env.workers.transfer import Staging  # likewise
+from cuda_agent.env.workers.transfer import host_copies as _host_copies
+from cuda_agent.env.workers.transfer import output_layout as _output_layout
+from cuda_agent.env.workers.transfer import write_host as _write_host
+from cuda_agent.env.workers.draws import draw_inputs
+from cuda_agent.env.measure.hold import Timer, load_hold
+from cuda_agent.env.workers import common
+from cuda_agent.env.workers.common import device_of, short_traceback
+from cuda_agent.env.workers.messages import (Answer, BuildReply, BuildRequest, CallAnswer, CandidateCall,
+                                             CandidateJob, Final, Finish, Init, Initialised, Loaded, Prepare,
+                                             UnknownMessage, Write, read_command)
+from cuda_agent.env.workers.protocol import ChildChannel
+from cuda_agent.env.rules import registry as rules
+
+
+def locate(out) -> dict:
+    """Where the output is, for the harness to read from outside this process: its layout, its
+    structure and Python numbers, and each tensor's address, dtype, shape and strides."""
+    from cuda_agent.env.rules.verify import scalars_in, structure
+
+    tree, tensors = _output_layout(out)
+    located = []
+    for t in tensors:
+        readable = t.layout == torch.strided and not t.is_meta and t.device.type == "cpu"
+        located.append({"address": t.data_ptr() if readable and t.numel() else 0,
+                        "dtype": str(t.dtype).removeprefix("torch."), "shape": list(t.shape),
+                        "strides": list(t.stride()) if readable else [0] * t.dim()})
+    return {"tree": tree, "structure": structure(out), "scalars": scalars_in(out), "tensors": located}
+
+
+def _finish(raw: dict) -> bool:
+    """Whether the harness's command is `finish` (go on after the first answer of a call)."""
+    try:
+        return isinstance(read_command(raw, (Finish,)), Finish)
+    except UnknownMessage:
+        return False
+
+
+def load_candidate(solution_dir: Path, build, prebuilt: dict[str, str] | None = None, fast_build: bool = True):
+    """Load the solution: its prebuilt workspace extension (`prebuilt`: module name -> .so, built by
+    the harness), then `model_new.py`, whose load_inline/load calls go through `build`.
+    Returns (ModelNew class, builder)."""
+    from cuda_agent.env.builds.compiler import BuildError, load_module
+    from cuda_agent.env.builds.inline import InlineBuilder
+    from cuda_agent.tasks.task import load_task_module
+
+    builder = InlineBuilder(build)
+    if fast_build:
+        builder.install()
+    else:  # torch's own loader in a fresh build folder, as other harnesses do (for comparisons)
+        os.environ["TORCH_EXTENSIONS_DIR"] = str(solution_dir.parent / "torch_extensions")
+        builder.install_counting_only()
+    for name, so_path in (prebuilt or {}).items():
+        sys.modules[name] = builder.add(name, load_module(name, Path(so_path)))  # `import name`: the counting proxy
+    sys.path.insert(0, str(solution_dir))
+    entry = solution_dir / "model_new.py"
+    source = entry.read_text()
+    if not source.strip():
+        raise BuildError("model_new.py is empty: define `class ModelNew(nn.Module)` there (see SKILL.md)")
+    try:
+        module = load_task_module(source, "model_new", filename=str(entry))
+    except ModuleNotFoundError as exc:
+        if exc.name == "cuda_extension":  # the workspace form without any kernels yet
+            raise BuildError("model_new.py imports cuda_extension, but kernels/ holds no .cu or .cpp files "
+                             "to build it from: write your kernels and binding there first") from None
+        raise
+    if not hasattr(module, "ModelNew"):
+        raise BuildError("model_new.py defines no `ModelNew` class: the harness constructs `ModelNew(*init_inputs)`")
+    return module.ModelNew, builder
+
+
+def remote_build(chan: ChildChannel):
+    """A `build` for InlineBuilder that asks the harness to compile: the candidate never writes the
+    shared build cache, so it cannot plant a module that another evaluation would load."""
+    from cuda_agent.env.builds.compiler import BuildError
+
+    def build(name: str, files: dict[str, str], **flags) -> Path:
+        chan.send(BuildRequest(request="build", name=name, files=files, **flags))
+        reply = BuildReply.model_validate(chan.receive())
+        if not reply.ok:
+            raise BuildError(reply.message or "the build failed")
+        return Path(reply.path)
+    return build
+
+
+def _dispatcher_tables() -> dict[str, str]:
+    """Every ATen operator's registrations, to notice a solution registering kernels into `aten`."""
+    return {name: torch._C._dispatch_dump(name) for name in torch._C._dispatch_get_all_op_names()
+            if name.startswith("aten::")}
+
+
+def _changed_aten_ops(before: dict[str, str]) -> list[str]:
+    after = _dispatcher_tables()
+    return sorted(name for name, table in after.items() if before.get(name) != table)
+
+
+class _Candidate:
+    """The candidate's state across calls: its model, guard, watches and the counts seen so far."""
+
+    def __init__(self, job: CandidateJob, chan: ChildChannel, tables: dict[str, str]):
+        """`tables`: the dispatcher's registrations before any of the solution's code (`_dispatcher_tables`),
+        with the harness's thread pools started (both done while the worker waited for its job)."""
+        from cuda_agent.env.rules.guard import COUNTER, NativeGuard, ThreadWatch
+
+        self.chan, self.job = chan, job
+        self.cfg, self.box = job.config, Path(job.box)
+        self.device = device_of(job.backend)
+        self.guard = NativeGuard(Path(job.guard_lib)) if self.cfg.guard else None
+        COUNTER.guard = self.guard
+        self.threads = ThreadWatch()
+        self.tables = tables
+        self.flush = timing.L2Flusher(self.device, self.cfg.flush_l2)
+        self.timer = Timer(load_hold(job.hold_lib))   # bound before the solution's code is loaded
+        self.model = None
+        self.task_module = None
+        self.calls_per_forward: list[int] = []
+        self.last_shape = None
+        self.null_output = None   # what an empty call returns (_empty_forward)
+        self.prepared = None        # (seed, inputs, sentinel, trace) of the call about to be made
+        self.unwritten = None       # the last verification call's output in host memory, until `write`
+        self.unwritten_index = None
+        self.staging = Staging.from_environment()   # verification outputs' slots shared with the judge
+
+    # -- setup ---------------------------------------------------------------------------------
+
+    def load(self):
+        from cuda_agent.env.builds.compiler import BuildError
+
+        try:
+            self.model_class, builder = load_candidate(Path(self.job.solution_dir), remote_build(self.chan),
+                                                       self.job.prebuilt, self.cfg.fast_build)
+        except BuildError as exc:
+            return {"ok": False, "phase": "compile", "message": exc.summary}
+        except SyntaxError as exc:
+            return {"ok": False, "phase": "compile",
+                    "message": f"SyntaxError in {Path(exc.filename or 'model_new.py').name} line {exc.lineno}: "
+                               f"{exc.msg}\n    {(exc.text or '').strip()}"}
+        except Exception as exc:
+            return {"ok": False, "phase": "compile", "message": short_traceback(exc)}
+        problem = self._dispatcher_changed("TORCH_LIBRARY_IMPL(aten, ...)")
+        if problem:
+            return {**problem, "phase": "compile"}
+        return {"ok": True, "phase": "compile", "extensions": builder.built}
+
+    def init_model(self, output_bytes: int | None = None):
+        """The model, from the reference's initial weights; the staging file's slots made ready for
+        outputs of `output_bytes` (the reference's), before any call holds the device."""
+        from cuda_agent.tasks.task import load_task_module
+
+        if self.staging is not None and isinstance(output_bytes, int) and 0 <= output_bytes:
+            self.staging.prepare(output_bytes, self.device)
+
+        self.task_module = load_task_module(self.job.task_inputs_code, "task_inputs", filename="<task inputs>")
+        init = torch.load(self.box / "reference_init.pt", map_location="cpu", weights_only=False)
+        torch.manual_seed(self.cfg.seed)
+        model = self.model_class(*init["init_inputs"])
+        weights = "none"
+        if init["state_dict"]:
+            weights = "seed"   # parameter names differ: identical seeding made the weights match instead
+            try:
+                model.load_state_dict(init["state_dict"])
+                weights = "state_dict"
+            except (RuntimeError, KeyError):
+                pass
+        self.model = model.to(self.device).eval()
+        problem = self._dispatcher_changed("__init__")
+        if problem:
+            return problem
+        self.threads.mark()
+        return {"ok": True, "weights": weights, "staging": self.staging is not None}
+
+    def _dispatcher_changed(self, when: str) -> dict | None:
+        """The dispatcher's ATen tables against those taken before any of the solution's code ran: a
+        kernel registered for a PyTorch operator at load, in `__init__` or while running is refused."""
+        overridden = _changed_aten_ops(self.tables) if self.cfg.guard else []
+        if not overridden:
+            return None
+        return {"ok": False, "rule": rules.ATEN_OVERRIDE.name,
+                "message": f"the solution registered its own kernel for PyTorch's {overridden[0]} ({when}); "
+                           "register your kernels in a namespace of your own"}
+
+    def final(self) -> dict:
+        """After the timed calls: the dispatcher's tables once more."""
+        return self._dispatcher_changed("while its calls ran") or {"ok": True}
+
+    # -- one call ------------------------------------------------------------------------------
+
+    def prepare(self, cmd: Prepare) -> dict:
+        """The first half of a call: its inputs drawn and the memory poisoned, before the harness
+        starts its own clock for the call itself (drawing large inputs costs more, and varies more,
+        than many kernels take)."""
+        from cuda_agent.env.rules.guard import InputSentinel, poison_allocator
+
+        self._check_threads()
+        trace = common.trace()
+        inputs = draw_inputs(self.task_module, cmd.seed, self.device, cmd.transform)
+        sentinel = InputSentinel(inputs, full=cmd.save)   # verification calls: bit for bit
+        trace and trace.lap("draw", self.device)
+        poison_allocator(self.device)
+        timing.device_synchronize(self.device)   # done before the harness lets another evaluation time
+        trace and trace.lap("poison", self.device)
+        self.prepared = (cmd.seed, inputs, sentinel, trace)
+        self.threads.mark()
+        return {"ok": True}
+
+    def _check_threads(self) -> None:
+        from cuda_agent.env.rules.guard import Rejected
+
+        if self.threads.worked_since_mark():
+            raise Rejected(rules.BACKGROUND_THREAD, "a thread the solution started kept working outside forward "
+                                                "(after it returned or before the next call); all work must "
+                                                "finish inside forward")
+
+    def call(self, cmd: CandidateCall) -> dict:
+        """One call of the schedule. An empty call (`null`) goes through every step but the forward
+        itself, so the harness can tell its own overhead from the solution's time.
+
+        Its inputs: drawn by the judge into the staging file (`inputs` names the slot: the CPU
+        backend), seen here only now; or drawn by `prepare` from the call's seed. With judge-drawn
+        inputs the answer locates the output (`locate`) and the harness reads it from outside while
+        this process is stopped; otherwise this process samples it."""
+        from cuda_agent.env.rules.guard import COUNTER, python_threads
+
+        given = cmd.inputs
+        if given is not None:
+            if self.staging is None:
+                raise RuntimeError("inputs in a staging slot, but this worker has no staging file")
+            inputs, sentinel, trace = self.staging.take(given.slot, given.layout, self.device, copy=False), \
+                None, common.trace()
+        else:
+            if self.prepared is None or self.prepared[0] != cmd.seed:
+                raise RuntimeError("a call without its prepare (the harness sends prepare first)")
+            _, inputs, sentinel, trace = self.prepared
+        self.prepared = None
+        self._check_threads()
+        null = cmd.null
+        fn = self._empty_forward if null else self.model
+        threads_before = python_threads()
+        calls_before = COUNTER.calls
+        if self.guard is not None:
+            self.guard.begin(inputs)
+            fn = self.guard.watching(fn)
+        save = cmd.save and given is None
+
+        def right_after(out):
+            # On the current stream, before anything waits for the device: work a kernel left running
+            # on another stream has not landed in these values yet (and fails the comparison).
+            if given is not None:   # read from outside instead
+                return None, None
+            return _take_samples(out), timing.clone_args(out) if save else None
+
+        # Timed calls (and the spot checks and empty calls among them) are held alike; a verification
+        # call is not timed, and runs unheld: the first launch of a kernel CUDA loads lazily waits for
+        # the device, and under the hold that wait lasted the hold's whole timeout, the lock held.
+        hold = None if cmd.save else self.timer.active_hold()
+        stream = torch.cuda.current_stream(self.device) if self.device.type == "cuda" else None
+        stamps = [("begin", timing._perf_counter())] if trace else None
+        try:
+            with torch.no_grad():
+                ms, host_ms, out, (samples, snapshot) = timing.time_once(
+                    fn, inputs, self.device, self.flush, after=right_after,
+                    settle_s=self.cfg.settle_ms / 1e3, hold=hold, stamps=stamps)
+        finally:
+            if self.guard is not None:
+                self.guard.end()
+        self.timer.note(hold)
+        trace and trace.lap("timed", self.device)
+        timing.device_synchronize(self.device)   # nothing of this call may run while the judge times
+        if stream is not None and torch.cuda.current_stream(self.device) != stream:
+            from cuda_agent.env.rules.guard import Rejected
+
+            raise Rejected(rules.STREAM_CHANGED, "forward left another CUDA stream current: work on streams of your "
+                                             "own is fine (join them before returning), but the caller's stream "
+                                             "must be current again when forward returns")
+        if given is not None:   # the output fixed, located for the harness, which reads it while we are stopped
+            self.chan.send(CallAnswer(ok=True, timed=True, output=locate(out)))
+            if not _finish(self.chan.receive()):
+                raise RuntimeError("the harness did not say go on after reading the output")
+            calls, problem = self._inspect(out, inputs, calls_before, threads_before, sentinel)
+        else:
+            if cmd.release:   # the harness shares the rest of its hold of the device, then says go on
+                self.chan.send(CallAnswer(ok=True, timed=True))
+            try:
+                calls, problem = self._inspect(out, inputs, calls_before, threads_before, sentinel)
+            finally:   # its go-on read first, so whatever this call answers next answers that command
+                if cmd.release and not _finish(self.chan.receive()):
+                    raise RuntimeError("the harness did not say go on after the timed part of a call")
+        self.threads.mark()
+        if trace:
+            trace.lap("inspect", self.device)
+            steps = " ".join(f"{name}={(t - stamps[i][1]) * 1e3:.3f}" for i, (name, t) in enumerate(stamps[1:]))
+            encode = timing._perf_counter()
+            size = len(json.dumps(samples))
+            print(f"call trace {'null' if null else 'real'} ms={ms:.3f} {trace} | {steps} | samples "
+                  f"{size} B encoded in {(timing._perf_counter() - encode) * 1e3:.3f}", file=sys.stderr, flush=True)
+        if null:   # the same reply as a real call's (its size is part of the overhead measured)
+            return {"ok": True, "ms": ms, "host_ms": host_ms, "samples": samples, "calls": calls,
+                    "timer": self.timer.mode}
+        if problem is not None:
+            raise problem
+        self._count(calls)
+        tensors = tensors_in(out)
+        if tensors:
+            self.last_shape = (tuple(tensors[0].shape), tensors[0].dtype)
+        answer = {"ok": True, "ms": ms, "host_ms": host_ms, "samples": samples, "calls": calls,
+                  "timer": self.timer.mode}
+        if save:   # the whole output, for the judge: into its staging slot, or to host memory now and
+            # to its file on `write` (no staging file, or an output larger than a slot)
+            answer["layout"], tensors = _output_layout(snapshot)
+            slot = cmd.slot
+            if self.staging is not None and slot in (0, 1) and self.staging.fits(tensors):
+                self.staging.put(slot, tensors)
+                answer["staged"] = True
+            else:
+                self.unwritten, self.unwritten_index = _host_copies(tensors), cmd.index
+            if trace:
+                trace.lap("output", self.device)
+                print(f"call trace output {trace}", file=sys.stderr, flush=True)
+        return answer
+
+    def write(self, cmd: Write) -> dict:
+        """The last verification call's output to its file in the box (raw bytes), once the harness
+        has let go of the device: writing 128 MB takes longer than most kernels' whole schedule."""
+        if self.unwritten is None or cmd.index != self.unwritten_index:
+            raise RuntimeError("a write without its verification call (the harness sends call first)")
+        host, self.unwritten = self.unwritten, None
+        _write_host(host, self.box / f"out_{cmd.index}.bin")
+        return {"ok": True}
+
+    def _empty_forward(self, *inputs):
+        """An output of the last real one's shape, made once: an empty call measures the harness's own
+        steps, not an allocation (on the CPU, MALLOC_PERTURB_ makes a fresh 4 MB output cost 2-3 ms)."""
+        shape, dtype = self.last_shape or ((1,), torch.float32)
+        if self.null_output is None or (tuple(self.null_output.shape), self.null_output.dtype) != (shape, dtype):
+            self.null_output = torch.empty(shape, dtype=dtype, device=self.device)
+        return self.null_output
+
+    def _inspect(self, out, inputs, calls_before, threads_before, sentinel):
+        """(extension calls of this forward, the first rule it broke or None)."""
+        from cuda_agent.env.rules.guard import COUNTER, Rejected, check_output, new_python_thread, violation_message
+
+        calls = COUNTER.calls - calls_before
+        found = None
+        if self.guard is not None:
+            found = self.guard.violation()
+            calls += self.guard.custom_calls()
+        leftover = new_python_thread(threads_before)
+        try:
+            if found:
+                raise Rejected(found[0], violation_message(*found))
+            if self.cfg.guard and calls == 0:
+                raise Rejected(rules.NO_CUSTOM_KERNEL, "forward never called the solution's compiled extension: "
+                                                   "the output must come from your own kernels")
+            if leftover:
+                raise Rejected(rules.BACKGROUND_THREAD, f"forward left a thread running ({leftover}); "
+                                                    "all work must finish inside forward")
+            check_output(out, inputs, self.device)
+            if self.guard is not None:
+                for t in tensors_in(out):
+                    if t.numel() and not self.guard.is_kernel_tensor(t):
+                        raise Rejected(rules.OUTPUT_NOT_FROM_KERNEL,
+                                       "forward returned a tensor that none of the solution's kernels produced or "
+                                       "wrote (computed in Python or by a library?); outputs must come from your "
+                                       "kernels")
+            if sentinel is not None and sentinel.changed():
+                raise Rejected(rules.INPUT_MUTATION, "forward modified one of its input tensors; inputs must be "
+                                                 "left unchanged")
+        except Rejected as problem:
+            return calls, problem
+        return calls, None
+
+    def _count(self, calls: int) -> None:
+        """Every call must call the kernels equally often (the first may do one-time work)."""
+        from cuda_agent.env.rules.guard import Rejected
+
+        self.calls_per_forward.append(calls)
+        steady = self.calls_per_forward[1:]
+        if self.cfg.guard and steady and any(c != steady[0] for c in steady):
+            raise Rejected(rules.BEHAVIOUR_CHANGED, f"forward called its kernels {steady[-1]} times in one call and "
+                                                f"{steady[0]} times in another: every call must do the same work")
+
+
+# the candidate's dispatch table: a command's type -> its handler (any other command ends the worker);
+# each looks its method up when called
+HANDLERS = {
+    Init: lambda candidate, cmd: Initialised(**candidate.init_model(cmd.output_bytes)),
+    Prepare: lambda candidate, cmd: Answer(**candidate.prepare(cmd)),
+    CandidateCall: lambda candidate, cmd: CallAnswer(**candidate.call(cmd)),
+    Write: lambda candidate, cmd: Answer(**candidate.write(cmd)),
+    Final: lambda candidate, cmd: Answer(**candidate.final()),
+}
+
+
+def run_candidate(chan: ChildChannel) -> None:
+    from cuda_agent.env.rules.guard import Rejected, warm_harness_threads
+
+    # before the job, which a spare worker waits for: off the evaluation's path (about 0.07 s)
+    warm_harness_threads(device_of(os.environ.get("CUDA_AGENT_WORKER_BACKEND", "cpu")))
+    tables = _dispatcher_tables()
+    job = CandidateJob.model_validate(chan.receive())
+    candidate = _Candidate(job, chan, tables)
+    built = Loaded(**candidate.load())
+    chan.send(built)
+    if not built.ok:
+        return
+    while True:
+        try:
+            cmd = read_command(chan.receive(), HANDLERS)
+        except UnknownMessage:
+            return
+        try:
+            chan.send(HANDLERS[type(cmd)](candidate, cmd))
+        except Rejected as exc:
+            chan.send(Answer(ok=False, message=str(exc), rule=exc.rule))
+            return
+        except Exception as exc:
+            chan.send(Answer(ok=False, message=short_traceback(exc)))
+            return

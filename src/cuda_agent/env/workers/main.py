@@ -1,0 +1,71 @@
+"""A worker process's entry (`python -m cuda_agent.env.workers judge|candidate`, or a judge forked by
+infra/forkserver.py): its device set up, its ready message, then the role's loop (judge.py,
+candidate.py), each driven call by call by the harness (env/run/evaluation.py), which alone knows
+the schedule. Each gets a fresh process per evaluation.
+
+Both roles' modules are imported here, before any job arrives: the candidate's bindings are made
+before the solution's code runs, and the fork server's judges start with everything imported.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import torch
+
+from cuda_agent.env.measure import timing  # captures clocks and sync before candidate code can patch them
+from cuda_agent.env.workers import common
+from cuda_agent.env.workers.candidate import run_candidate
+from cuda_agent.env.workers.judge import run_judge
+from cuda_agent.env.workers.messages import Ready
+from cuda_agent.env.workers.protocol import ChildChannel
+
+
+def warm_harness_kernels(device: torch.device) -> None:
+    """The harness's own device work once on a few elements, before any job: CUDA loads each kernel
+    at its first launch (milliseconds each, waiting for the device), which would otherwise happen in
+    an evaluation's first calls while they hold the device's lock. Like creating the CUDA context, this
+    runs without the lock: a few kernels on 64 elements, once per worker."""
+    from cuda_agent.env.workers.draws import TRANSFORMS, structured
+    from cuda_agent.env.rules.guard import InputSentinel
+    from cuda_agent.env.rules.verify import Tolerance, compare_outputs, output_scale, take_samples
+
+    x = torch.randn(64, device=device)
+    for transform in TRANSFORMS:                                        # the structured input sets
+        structured([x], transform, seed=1)
+    torch.empty(64, device=device).fill_(float("nan"))                  # the allocator's poison
+    out = torch.relu(x)
+    take_samples(out, count=16)                                         # random positions, gather, copy back
+    for full in (True, False):                                          # the input sentinel, both kinds
+        InputSentinel([x], full=full).changed()
+    compare_outputs(out, out.clone(), Tolerance(relative_to_scale=True))  # the judge's comparison
+    compare_outputs(out, out + 1, Tolerance())
+    output_scale(out)
+    bool(torch.isfinite(out).all())
+    timing.device_synchronize(device)
+
+
+def main() -> None:
+    import faulthandler
+
+    common.TRACE_CALLS = os.environ.get("CUDA_AGENT_TRACE_CALLS") == "1"
+    faulthandler.enable()  # a crashing kernel leaves the Python stack that called it in the log
+    role = sys.argv[1]
+    chan = ChildChannel()
+    started = time.monotonic()
+    if os.environ.get("CUDA_AGENT_WORKER_BACKEND") == "cpu":
+        torch.set_num_threads(1)   # eager and the candidate alike, each timed by its CPU time
+    if os.environ.get("CUDA_AGENT_WORKER_BACKEND") == "cuda" and torch.cuda.is_available():
+        torch.empty(1, device="cuda")  # create the context now, while no job waits for us
+        warm_harness_kernels(torch.device("cuda"))
+    chan.send(Ready(ready=True, pid=os.getpid(), device_setup=[started, time.monotonic()]))
+    try:
+        (run_judge if role == "judge" else run_candidate)(chan)
+    except EOFError:
+        pass
+    # Skip interpreter teardown: candidate extensions and threads may hang or crash in it.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)

@@ -1,0 +1,348 @@
+"""The messages between the harness and its workers, one pydantic model each.
+
+A command names itself in `cmd` (a job, the first message, has none) and declares the answer it
+expects (`answer`); the worker finds its handler by the command's type (`read_command` refuses any
+other), the harness validates every answer against the model its last command expects (`read_answer`
+refuses a malformed or unexpected one as forged: the candidate's answers are untrusted). On the wire a
+message is the JSON object of the fields its sender set (a default is not sent; `cmd` always is).
+Large payloads (samples, output layouts) are typed `Any`: their contents are checked where they are
+used (the judge's comparison), not per element here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import is_dataclass
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from cuda_agent.env.config import EvalConfig
+
+
+class Message(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    def fields(self) -> dict:
+        """The fields its sender set, nested messages as dicts: what the other end reads."""
+        out = {}
+        for name in self.model_fields_set:
+            value = getattr(self, name)
+            if isinstance(value, Message):
+                value = value.fields()
+            elif isinstance(value, list) and value and isinstance(value[0], Message):
+                value = [item.fields() for item in value]
+            out[name] = value
+        return out
+
+    def wire(self) -> dict:
+        """`fields()` for `json.dumps`: a job's EvalConfig as JSON values. Payloads (samples, layouts)
+        go as they are, never copied: a call's answer carries thousands of numbers."""
+        out = self.fields()
+        for name, value in out.items():
+            if is_dataclass(value):
+                out[name] = self.model_dump(mode="json", include={name})[name]
+        return out
+
+
+class UnknownMessage(ValueError):
+    """A command of a type the worker has no handler for, or one that does not validate."""
+
+
+# -- answers ------------------------------------------------------------------------------------
+
+
+class Ready(Message):
+    """A worker's first line: started (its pid, and when its device set-up began and ended)."""
+    ready: bool
+    pid: int
+    device_setup: list[float]
+
+
+class Answer(Message):
+    """What every candidate answer may be: done, or failed (`message`, and the rule it broke)."""
+    may_build: ClassVar[bool] = True   # the candidate may ask for a build before it answers
+    ok: bool
+    message: str | None = None
+    rule: str | None = None
+
+
+class Loaded(Answer):
+    """The candidate's solution loaded (`extensions`: the builds its load_inline calls made)."""
+    phase: str | None = None
+    extensions: Any = None
+
+
+class Initialised(Answer):
+    """The candidate's model made from the reference's weights (`weights`: how they were matched)."""
+    weights: str | None = None
+    staging: bool | None = None
+
+
+class CallAnswer(Answer):
+    """A candidate's call: its times, its samples (or its output located, read from outside), its
+    extension calls; `timed`: the timed part is over and the rest waits for `finish`."""
+    timed: bool | None = None
+    ms: float | None = None
+    host_ms: float | None = None
+    samples: Any = None
+    calls: int | None = None
+    timer: str | None = None
+    layout: Any = None
+    staged: bool | None = None
+    output: Any = None
+
+
+class BuildRequest(Message):
+    """The candidate's load_inline/load call, compiled by the harness (answered by `BuildReply`)."""
+    request: Literal["build"]
+    name: Any = None   # checked by the harness's build service, which refuses a malformed request
+    files: Any = None
+    extra_cflags: Any = None
+    extra_cuda_cflags: Any = None
+    extra_ldflags: Any = None
+    extra_include_paths: Any = None
+
+
+class JudgeAnswer(Message):
+    may_build: ClassVar[bool] = False
+
+
+class JudgeSetUp(JudgeAnswer):
+    """The judge's answer to its job: the reference ran (its device, the bytes of an output and of a
+    call's inputs, a staging slot's size), or the task is broken (`message`)."""
+    ok: bool
+    message: str | None = None
+    device: str | None = None
+    output_bytes: int | None = None
+    input_bytes: int | None = None
+    slot_bytes: int | None = None
+
+
+class Compiled(JudgeAnswer):
+    ok: bool
+    error: str | None = None
+
+
+class Verdict(JudgeAnswer):
+    """The judge on one call: the comparison's outcome, the reference's times for a timed call, or
+    the task's own failure (`task_error`)."""
+    ok: bool
+    skipped: str | None = None
+    task_error: str | None = None
+    message: str | None = None
+    rule: str | None = None
+    max_abs_error: float | None = None
+    nonfinite: bool | None = None
+    fp32_relative_error: float | None = None
+    worst: list | None = None
+    eager_ms: float | None = None
+    eager_host_ms: float | None = None
+    compile_ms: float | None = None
+    compile_host_ms: float | None = None
+    timers: dict[str, Any] | None = None
+    lock_wait_s: float | None = None
+
+
+class Verdicts(JudgeAnswer):
+    answers: list[Verdict]
+
+
+class Drawn(JudgeAnswer):
+    """A call's inputs put into a staging slot (`layout`; None: the structured set does not apply)."""
+    ok: bool
+    layout: Any = None
+    message: str | None = None
+    task_error: str | None = None
+
+
+class Kept(JudgeAnswer):
+    mutated: list[int]
+
+
+class DependenceVerdict(JudgeAnswer):
+    message: str | None = None
+
+
+# -- commands -----------------------------------------------------------------------------------
+
+
+class Command(Message):
+    answer: ClassVar[type[Message] | None] = None   # None: the answer of the command before it
+
+    def model_post_init(self, _context) -> None:
+        if "cmd" in type(self).model_fields:   # always on the wire: the worker dispatches on it
+            self.model_fields_set.add("cmd")
+
+
+class JudgeJob(Command):
+    """The judge's job: the task, the evaluation's settings (its seed decided), its lock and hold."""
+    answer: ClassVar = JudgeSetUp
+    task_code: str
+    task_name: str
+    backend: str
+    config: EvalConfig
+    box: str
+    save_init: bool = True        # the reference's weights to the box, for the candidate
+    lock: str | None = None
+    hold_lib: str | None = None
+    footprint: dict[str, int | None] | None = None   # bytes of one input set and one output (None: not tensors)
+    batch: int = 1
+
+
+class CandidateJob(Command):
+    """The candidate's job: the solution to load, the task's input code, the harness's libraries."""
+    answer: ClassVar = Loaded
+    task_inputs_code: str
+    solution_dir: str
+    backend: str
+    config: EvalConfig
+    box: str
+    prebuilt: dict[str, str] = {}
+    guard_lib: str | None = None
+    hold_lib: str | None = None
+
+
+class BuildReply(Command):
+    """The harness's answer to a `BuildRequest`: the library's path, or why it was refused."""
+    ok: bool
+    path: str | None = None
+    message: str | None = None
+
+
+class Compile(Command):
+    """torch.compile the reference (the compile baseline)."""
+    answer: ClassVar = Compiled
+    cmd: Literal["compile"] = "compile"
+
+
+class Compare(Message):
+    """The candidate's output for the judge: a file (`path`, with its `layout`; `slot`: in the staging
+    file instead) or its samples."""
+    path: str | None = None
+    layout: Any = None
+    slot: int | None = None
+    samples: Any = None
+
+    def has(self, name: str) -> bool:
+        """Whether the harness sent `name` (a key's presence decides the comparison, whatever its value)."""
+        return name in self.model_fields_set
+
+
+class JudgeCall(Command):
+    """One call for the judge: the same draw (`seed`, `transform`, or the inputs it drew for `index`),
+    whether to time the references on it, the output to compare."""
+    answer: ClassVar = Verdict
+    cmd: Literal["call"] = "call"
+    seed: int
+    transform: str | None = None
+    index: int | None = None
+    time: bool = False
+    compile: bool = False
+    compare: Compare | None = None
+    dependence: bool = False
+
+
+class JudgeCalls(Command):
+    """A batch of calls, answered in order; it ends at the first task error."""
+    answer: ClassVar = Verdicts
+    cmd: Literal["calls"] = "calls"
+    items: list[JudgeCall]
+
+
+class Draw(Command):
+    """A call's inputs drawn by the judge into a staging slot (the CPU backend's calls from outside)."""
+    answer: ClassVar = Drawn
+    cmd: Literal["draw"] = "draw"
+    index: int
+    seed: int
+    transform: str | None = None
+    slot: int
+
+
+class InputsKept(Command):
+    """Which calls' inputs the candidate changed in their slots."""
+    answer: ClassVar = Kept
+    cmd: Literal["inputs_kept"] = "inputs_kept"
+
+
+class Dependence(Command):
+    """Whether the outputs depend on the inputs (`later`: on the timed calls' samples)."""
+    answer: ClassVar = DependenceVerdict
+    cmd: Literal["dependence"] = "dependence"
+    later: bool = False
+
+
+class Init(Command):
+    answer: ClassVar = Initialised
+    cmd: Literal["init"] = "init"
+    output_bytes: int | None = None
+
+
+class Prepare(Command):
+    """A call's first half: its inputs drawn and the memory poisoned, before the harness's clock."""
+    answer: ClassVar = Answer
+    cmd: Literal["prepare"] = "prepare"
+    seed: int
+    transform: str | None = None
+    save: bool = False
+
+
+class StagedInputs(Message):
+    slot: int
+    layout: Any
+
+
+class CandidateCall(Command):
+    """A call of the schedule (`null`: an empty one; `save`: a verification call, its output kept;
+    `inputs`: drawn by the judge into a staging slot; `release`: answer once its timed part is over)."""
+    answer: ClassVar = CallAnswer
+    cmd: Literal["call"] = "call"
+    index: int
+    seed: int
+    transform: str | None = None
+    save: bool = False
+    null: bool = False
+    slot: int | None = None
+    release: bool = False
+    inputs: StagedInputs | None = None
+
+
+class Finish(Command):
+    """Go on: the harness has read or shared what the call's first answer let it."""
+    answer: ClassVar = CallAnswer
+    cmd: Literal["finish"] = "finish"
+
+
+class Write(Command):
+    answer: ClassVar = Answer
+    cmd: Literal["write"] = "write"
+    index: int
+
+
+class Final(Command):
+    """After the timed calls: the dispatcher's tables checked once more."""
+    answer: ClassVar = Answer
+    cmd: Literal["final"] = "final"
+
+
+# -- reading ------------------------------------------------------------------------------------
+
+
+def read_command(raw: dict, table) -> Command:
+    """The command `raw` is, if `table` (a worker's dispatch table, keyed by command type) has it."""
+    kinds = {model.model_fields["cmd"].default: model for model in table}
+    model = kinds.get(raw.get("cmd")) if isinstance(raw, dict) else None
+    if model is None:
+        raise UnknownMessage(f"no handler for a command {raw.get('cmd') if isinstance(raw, dict) else raw!r}")
+    try:
+        return model.model_validate(raw)
+    except ValidationError as exc:
+        raise UnknownMessage(f"a malformed {model.__name__} command: {exc}") from None
+
+
+def read_answer(raw: dict, expected: type[Message]) -> dict:
+    """The fields of `raw` once it validates as `expected` (or as a build request, where the candidate
+    may make one): anything else raises ValueError. Strictly: JSON's types as they are (no "yes" for
+    true, no 1.0 for a count)."""
+    model = BuildRequest if getattr(expected, "may_build", False) and "request" in raw else expected
+    return model.model_validate(raw, strict=True).fields()
