@@ -14,8 +14,8 @@ import pytest
 import torch
 
 from cuda_agent.env.measure import outside
-from cuda_agent.env.rules.verify import (Tolerance, compare_sampled, random_positions, sample_reference,
-                                   scalars_in, take_samples)
+from cuda_agent.env.rules.samples import compare_sampled, random_positions, sample_reference, take_samples
+from cuda_agent.env.rules.verify import Tolerance, scalars_in
 
 # A child that reports where its arrays are, then (on a line of input) starts a thread that spins
 # and counts into one of them; a second line changes an array; a third exits.

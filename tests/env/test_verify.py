@@ -3,9 +3,11 @@ import math
 import pytest
 import torch
 
-from cuda_agent.env.rules.verify import (Dependence, ForgedSamples, Tolerance, compare_outputs, compare_sampled,
-                                   compare_samples, decode_samples, sample_reference, start_sample_reference,
-                                   is_dense, pack_samples, take_samples)
+from cuda_agent.env.rules.dependence import Dependence
+from cuda_agent.env.rules.samples import (ForgedSamples, compare_sampled, compare_samples, decode_samples,
+                                          pack_samples, sample_reference, start_sample_reference,
+                                          take_samples)
+from cuda_agent.env.rules.verify import Tolerance, compare_outputs, is_dense
 
 PUBLISHED = Tolerance(1e-2, 1e-2)
 STRICT = Tolerance(1e-2, 1e-2, relative_to_scale=True)

@@ -133,7 +133,7 @@ if owner is not None:
     owner.cfg["guard"] = False    # and no count of kernel calls
 """
 
-# positions the harness's sampler reads once its seed is a constant (verify.random_positions)
+# positions the harness's sampler reads once its seed is a constant (samples.random_positions)
 KNOWN_POSITIONS = f"""
 self.calls = 0
 self.positions = torch.randint(0, {GEMM_OUTPUT}, (2048,), generator=torch.Generator().manual_seed({SAMPLER_SEED}))

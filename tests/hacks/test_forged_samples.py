@@ -23,10 +23,10 @@ from cuda_agent.env import evaluate
 from tests.hacks.cases import assert_rejected, hack_config, plain_model_new
 from tests.hacks.cases_wave import task, wave_workspace
 
-# where the forged sampler goes: the verify module's attribute (what the worker used to look up at
+# where the forged sampler goes: the samples module's attribute (what the worker used to look up at
 # each call), or the candidate worker's own binding of it
 TARGETS = {
-    "module": "import cuda_agent.env.rules.verify as _where\nNAME = 'take_samples'",
+    "module": "import cuda_agent.env.rules.samples as _where\nNAME = 'take_samples'",
     "worker": "import sys\n_where = sys.modules['cuda_agent.env.workers.candidate']\nNAME = '_take_samples'",
 }
 # what the forged sampler does to the samples, chosen by model_new.py's FORGE (one library per target)

@@ -220,11 +220,11 @@ class Memory:
 
 def read_samples(memory: Memory, output: dict, count: int) -> dict:
     """The candidate's located output (`output`: its structure, located tensors and Python numbers) as
-    a sample record the judge compares (verify.compare_sampled's format), its positions drawn here:
+    a sample record the judge compares (samples.compare_sampled's format), its positions drawn here:
     every element of a tensor of at most `count` elements, else `count` of them."""
     import torch
 
-    from cuda_agent.env.rules.verify import pack_samples, random_positions
+    from cuda_agent.env.rules.samples import pack_samples, random_positions
 
     tensors = []
     for entry in output.get("tensors") or []:

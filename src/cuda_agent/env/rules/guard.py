@@ -28,7 +28,8 @@ import torch
 
 from cuda_agent.env.measure.outside import thread_cpu_seconds
 from cuda_agent.env.rules import registry as rules
-from cuda_agent.env.rules.verify import random_positions, tensors_in
+from cuda_agent.env.rules.samples import random_positions
+from cuda_agent.env.rules.verify import tensors_in
 
 ALLOWED_OPS = frozenset({
     # allocation

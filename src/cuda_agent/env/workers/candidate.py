@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from cuda_agent.env.measure import timing  # captures clocks and sync before candidate code can patch them
-from cuda_agent.env.rules.verify import take_samples as _take_samples  # bound before candidate code runs, likewise
+from cuda_agent.env.rules.samples import take_samples as _take_samples  # bound before candidate code runs, likewise
 from cuda_agent.env.rules.verify import tensors_in
 from cuda_agent.env.workers.transfer import Staging  # likewise
 from cuda_agent.env.workers.transfer import host_copies as _host_copies

@@ -52,12 +52,13 @@ class _Judge:
 
     def __init__(self, job: JudgeJob):
         from cuda_agent.env.rules import verify
+        from cuda_agent.env.rules.dependence import Dependence
         from cuda_agent.tasks.task import load_task_module
 
         self.cfg, self.box = job.config, Path(job.box)
         self.device = device_of(job.backend)
         self.tol = verify.Tolerance(self.cfg.atol, self.cfg.rtol, relative_to_scale=self.cfg.protocol == "strict")
-        self.dependence = verify.Dependence(seed=self.cfg.seed)
+        self.dependence = Dependence(seed=self.cfg.seed)
         self.compiled = None
         self.lock = DeviceLock(job.lock) if job.lock else None
         self.lock_wait_s = 0.0   # of the call in hand, for the harness's account of device time
@@ -187,7 +188,7 @@ class _Judge:
         """A call on its way; a verification call's output file read first, without the device:
         reading 128 MB outlasts most kernels."""
         from cuda_agent.env.workers.transfer import UnreadableOutput, read_output
-        from cuda_agent.env.rules.verify import decode_samples
+        from cuda_agent.env.rules.samples import decode_samples
 
         part = _JudgeCall(cmd, common.trace())
         compare = part.compare
@@ -225,13 +226,13 @@ class _Judge:
 
     def _sample(self, part: "_JudgeCall") -> None:
         """For a call checked by samples: the reference read where the candidate's output was sampled,
-        inside the hold that computed it (verify.sample_reference); comparing then needs no device."""
+        inside the hold that computed it (samples.sample_reference); comparing then needs no device."""
         self._start_sample(part)
         self._finish_sample(part)
 
     def _start_sample(self, part: "_JudgeCall") -> None:
         """`_sample`'s device work, launched (the hold's end waits for it); `_finish_sample` after."""
-        from cuda_agent.env.rules.verify import start_sample_reference
+        from cuda_agent.env.rules.samples import start_sample_reference
 
         compare = part.compare
         if not compare.has("samples"):
@@ -256,7 +257,7 @@ class _Judge:
 
     @staticmethod
     def _finish_sample(part: "_JudgeCall") -> None:
-        from cuda_agent.env.rules.verify import PendingReference
+        from cuda_agent.env.rules.samples import PendingReference
 
         if isinstance(part.sampled, PendingReference):
             try:
@@ -265,7 +266,7 @@ class _Judge:
                 part.sampled = exc
 
     def _settle(self, group: list["_JudgeCall"]) -> list[dict]:
-        from cuda_agent.env.rules.verify import PendingReference
+        from cuda_agent.env.rules.samples import PendingReference
 
         timed = [part for part in group if part.timed and part.answer is None]
         began, waited = timing._perf_counter(), self.lock_wait_s
@@ -344,7 +345,8 @@ class _Judge:
     def _compare(self, part: "_JudgeCall") -> dict:
         """The candidate's output (read from its file by `_load`, or its samples, against the reference
         read by `_sample`) against the reference: the verdict's fields."""
-        from cuda_agent.env.rules.verify import ForgedSamples, compare_outputs, compare_sampled, compared_whole
+        from cuda_agent.env.rules.samples import ForgedSamples, compare_sampled, compared_whole
+        from cuda_agent.env.rules.verify import compare_outputs
 
         cmd, reference, trace = part.cmd, part.reference, part.trace
         transform = cmd.transform

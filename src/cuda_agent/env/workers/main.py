@@ -30,7 +30,8 @@ def warm_harness_kernels(device: torch.device) -> None:
     runs without the lock: a few kernels on 64 elements, once per worker."""
     from cuda_agent.env.workers.draws import TRANSFORMS, structured
     from cuda_agent.env.rules.guard import InputSentinel
-    from cuda_agent.env.rules.verify import Tolerance, compare_outputs, output_scale, take_samples
+    from cuda_agent.env.rules.samples import take_samples
+    from cuda_agent.env.rules.verify import Tolerance, compare_outputs, output_scale
 
     x = torch.randn(64, device=device)
     for transform in TRANSFORMS:                                        # the structured input sets
