@@ -14,7 +14,7 @@ from cuda_agent.env.infra.memory import (CONTEXTS, POISON_FILL, REFERENCE_OUTPUT
                                          measurement_memory)
 from cuda_agent.env.infra.reserve import judge_bytes
 from cuda_agent.env.run.schedule import JUDGE_BATCH
-from cuda_agent.env.run.worker_run import _footprint
+from cuda_agent.env.run.worker_run import job_footprint
 from cuda_agent.env.workers.judge import GROUP_BYTES
 from cuda_agent.tasks import load_task
 from cuda_agent.tasks.footprint import Footprint, estimate_footprint
@@ -67,7 +67,7 @@ def test_the_three_users_agree_on_each_task(kernelbench, tmp_path):
         model = evaluation_memory(fp, "cuda", trials)
         need = needed_bytes(fp, "cuda", trials)
         assert (need.host, need.device) == (model.host, model.device)
-        assert judge_bytes(_footprint(task), JUDGE_BATCH, GROUP_BYTES) == model.reserve(JUDGE_BATCH, GROUP_BYTES) > 0
+        assert judge_bytes(job_footprint(task), JUDGE_BATCH, GROUP_BYTES) == model.reserve(JUDGE_BATCH, GROUP_BYTES) > 0
         assert evaluation_need(fp, config) == model.admission
         assert measurement_need(fp) == measurement_memory(fp)
     assert evaluation_need(None, config) is None and measurement_need(None) is None

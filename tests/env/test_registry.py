@@ -35,7 +35,7 @@ NAMES = frozenset("""
 
 def literal_rule_names(source: str, static_pass: bool = False) -> list[tuple[int, str]]:
     """(line, name) for each rule named by a string literal where a check names its rule: the first
-    argument of `Rejected`, the third of `_Failed`, a `rule=` keyword, a `"rule":` entry of a dict, a
+    argument of `Rejected`, the third of `Failed`, a `rule=` keyword, a `"rule":` entry of a dict, a
     value assigned to `rule`, a comparison of `rule` / `.rule` with a string, and in the static pass a
     finding (`Finding`, `self.add`; other modules have findings of their own, which name no rule)."""
     found = []
@@ -54,7 +54,7 @@ def literal_rule_names(source: str, static_pass: bool = False) -> list[tuple[int
         if isinstance(node, ast.Call):
             func = node.func
             name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
-            first = {"Rejected": 0, "_Failed": 2}.get(name)
+            first = {"Rejected": 0, "Failed": 2}.get(name)
             own_add = name == "add" and isinstance(func.value, ast.Name) and func.value.id == "self"
             if static_pass and (name == "Finding" or own_add):
                 first = 0
@@ -101,8 +101,8 @@ def test_no_check_names_its_rule_by_a_string():
 def test_the_scan_finds_rules_named_by_strings():
     source = textwrap.dedent("""
         raise Rejected("made-up", "message")
-        raise _Failed("verify", "message", "also-made-up")
-        raise _Failed("verify", "message", rule="third")
+        raise Failed("verify", "message", "also-made-up")
+        raise Failed("verify", "message", rule="third")
         reply = {"ok": False, "rule": "fourth"}
         if rule == "fifth":
             self.add("sixth", node, "message")

@@ -14,7 +14,7 @@ from cuda_agent.env import EvalConfig
 from cuda_agent.env.infra.memory import TRANSIENT_OUTPUTS
 from cuda_agent.env.infra.reserve import judge_bytes, reserve
 from cuda_agent.env.run.schedule import JUDGE_BATCH
-from cuda_agent.env.run.worker_run import _footprint
+from cuda_agent.env.run.worker_run import job_footprint
 from cuda_agent.env.workers.judge import GROUP_BYTES
 from cuda_agent.tasks import load_task
 from cuda_agent.tasks.footprint import estimate_footprint
@@ -50,7 +50,7 @@ def test_nothing_is_set_aside_on_the_cpu():
 
 def test_the_judges_job_sizes_it_by_the_tasks_footprint(kernelbench):
     task = load_task("level1/19", kernelbench)
-    found = _footprint(task)
+    found = job_footprint(task)
     measured = estimate_footprint(task)   # 19_ReLU: one tensor in, one of the same size out
     assert found == {"input_bytes": measured.input_bytes, "output_bytes": measured.output_bytes}
     assert found["input_bytes"] == found["output_bytes"] > 0

@@ -19,8 +19,8 @@ from typing import Callable
 from cuda_agent.env.config import EvalConfig
 from cuda_agent.env.result import EvalResult, Timing
 from cuda_agent.env.run.baselines import BaselineEntry, BaselineStore, task_entry, task_key
-from cuda_agent.env.run.schedule import _fresh_seed, baseline_calls
-from cuda_agent.env.run.worker_run import WorkerRun, _Failed, job_root
+from cuda_agent.env.run.schedule import fresh_seed, baseline_calls
+from cuda_agent.env.run.worker_run import WorkerRun, Failed, job_root
 from cuda_agent.env.workers import messages as msg
 from cuda_agent.tasks.task import Task, TaskError
 
@@ -51,7 +51,7 @@ def measure_baselines(task: Task, config: EvalConfig | None = None, *, gpu: int 
     try:
         entry = run.measure(started, calls, store)
         return BaselineRun(entry, None, time.monotonic() - started, run.steps)
-    except _Failed as failure:
+    except Failed as failure:
         return BaselineRun(None, failure.error.message, time.monotonic() - started, run.steps)
     except TaskError as exc:
         return BaselineRun(None, str(exc), time.monotonic() - started, run.steps)
@@ -73,7 +73,7 @@ class _BaselineMeasurement(WorkerRun):
         return now
 
     def measure(self, started: float, calls: int | None, store: bool) -> BaselineEntry:
-        """The task's eager and torch.compile times (a failure raises _Failed or TaskError)."""
+        """The task's eager and torch.compile times (a failure raises Failed or TaskError)."""
         task, config, backend, say = self.task, self.config, self.backend, self.say
         task.check_syntax()
         self.judge = self._start("judge")
@@ -96,12 +96,12 @@ class _BaselineMeasurement(WorkerRun):
         i = 0
         while i < warmup + timed:
             asked = time.monotonic()
-            self.judge.channel.send(msg.JudgeCall(seed=_fresh_seed(), transform=None, time=True, compile=compiled["ok"]))
+            self.judge.channel.send(msg.JudgeCall(seed=fresh_seed(), transform=None, time=True, compile=compiled["ok"]))
             answer = self._ask(self.judge, config.timeout_reference, "task")   # the judge locks the device itself
             waited += answer.get("lock_wait_s", 0.0)
             held.append(time.monotonic() - asked - answer.get("lock_wait_s", 0.0))
             if "task_error" in answer:
-                raise _Failed("task", answer["task_error"])
+                raise Failed("task", answer["task_error"])
             if i >= warmup:   # the first calls warm up
                 pairs.append(answer)
             elif calls is None and i == min(2, warmup - 1):   # slow calls: fewer of them (baseline_calls)

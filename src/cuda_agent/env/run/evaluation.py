@@ -42,9 +42,9 @@ from cuda_agent.env.run.measures import check_clock, less_overhead, precise_enou
 from cuda_agent.env.run.rounds import CallRounds
 from cuda_agent.env.run.schedule import JUDGE_BATCH, NULL_CALLS, Call, shortened, timing_calls, verification_calls
 from cuda_agent.env.run.scoring import note_noise, paired_speedup, round_times, score
-from cuda_agent.env.run.serving import BuildServing, _LinkRefused
+from cuda_agent.env.run.serving import BuildServing, LinkRefused
 from cuda_agent.env.run.stored import StoredBaselines
-from cuda_agent.env.run.worker_run import WorkerRun, _Failed, _staging, _start_pair, job_root
+from cuda_agent.env.run.worker_run import WorkerRun, Failed, pair_staging, start_pair, job_root
 from cuda_agent.env.workers import messages as msg
 from cuda_agent.tasks.solution import Solution, missing_model_new
 from cuda_agent.tasks.task import Task, TaskError, strip_reference_model
@@ -82,10 +82,10 @@ def evaluate(task: Task, solution: Solution, config: EvalConfig | None = None, *
     if pair:
         evaluation.judge, evaluation.candidate = pair.judge, pair.candidate
     if config.prewarm:  # the next evaluation's workers start while this one runs
-        spares.prepare(key, lambda folder: _start_pair(config, backend, folder, gpu), job_root(), int(config.prewarm))
+        spares.prepare(key, lambda folder: start_pair(config, backend, folder, gpu), job_root(), int(config.prewarm))
     try:
         evaluation.run()
-    except _Failed as failure:
+    except Failed as failure:
         result.error = failure.error
         result.correct = False  # whatever passed before, a rejection at any phase stands
     except Exception:  # a bug of ours: still a structured answer, never a crashed caller
@@ -122,20 +122,20 @@ class _Evaluation(BuildServing, CallRounds, StoredBaselines, WorkerRun):
             self.task.check_syntax()
             inputs_code = strip_reference_model(self.task.code)
         except TaskError as exc:
-            raise _Failed("task", str(exc))
+            raise Failed("task", str(exc))
         problem = missing_model_new(self.solution)
         if problem:
-            raise _Failed("compile", problem)
+            raise Failed("compile", problem)
         self._static_check()
         too_big = _too_large(self.task, self.backend, self.config.num_correct_trials)
         if too_big:
-            raise _Failed("task", too_big, rule=rules.TOO_LARGE)
+            raise Failed("task", too_big, rule=rules.TOO_LARGE)
         solution_dir = self.solution.write(self.box / "solution")
         guard_lib, kernels = self._start_builds()
         need_judge = self.stop_after != "compile"
         begun = time.perf_counter()
         if self.candidate is None:  # not handed a pre-started pair
-            with _staging() as fd:
+            with pair_staging() as fd:
                 self.judge = self._start("judge", fd) if need_judge else None
                 self.candidate = self._start("candidate", fd)
         if need_judge:   # the judge sets up (the task's model, its first run) while the candidate loads
@@ -146,16 +146,16 @@ class _Evaluation(BuildServing, CallRounds, StoredBaselines, WorkerRun):
             guard_path = str(hand(guard_lib.result(), self.box))   # the harness's libraries too: handed
             if kernels is not None:
                 prebuilt["cuda_extension"] = str(kernels.result())
-        except _LinkRefused as refused:
+        except LinkRefused as refused:
             self._task_first(need_judge)
-            raise _Failed("compile", str(refused), rule=rules.NATIVE_SYMBOL) from None
+            raise Failed("compile", str(refused), rule=rules.NATIVE_SYMBOL) from None
         except Exception as exc:
             from cuda_agent.env.builds.compiler import BuildError
 
             if not isinstance(exc, BuildError):
                 raise
             self._task_first(need_judge)
-            raise _Failed("compile", exc.summary) from None
+            raise Failed("compile", exc.summary) from None
         begun = self._traced("compile.builds", begun)
         self._wait_ready(self.candidate)
         begun = self._traced("compile.candidate_ready", begun)
@@ -172,7 +172,7 @@ class _Evaluation(BuildServing, CallRounds, StoredBaselines, WorkerRun):
         self._lap("compile")
         if not built["ok"]:
             rule = built.get("rule") or (rules.NATIVE_SYMBOL if self.link_refusal else None)
-            raise _Failed("compile", built["message"], rule)
+            raise Failed("compile", built["message"], rule)
         self.result.compiled = True
         if self.stop_after == "compile":
             return
@@ -212,7 +212,7 @@ class _Evaluation(BuildServing, CallRounds, StoredBaselines, WorkerRun):
         self.candidate.send(msg.Init(output_bytes=self.output_bytes))
         init = self._ask(self.candidate, self.config.timeout_verify, "verify")
         if not init["ok"]:
-            raise _Failed("verify", init["message"], init.get("rule"))
+            raise Failed("verify", init["message"], init.get("rule"))
         self.result.weights = init["weights"]
         if self.backend == "cpu":   # inputs from the judge, outputs and times read from outside
             self.outside = self.inputs_fit and bool(init.get("staging")) and self._open_memory()
@@ -247,7 +247,7 @@ class _Evaluation(BuildServing, CallRounds, StoredBaselines, WorkerRun):
         rejections = [f for f in findings if f.reject]
         if rejections and self.config.guard:
             self._lap("compile")
-            raise _Failed("compile", "the solution was rejected before running:\n" +
+            raise Failed("compile", "the solution was rejected before running:\n" +
                           "\n".join(f.describe() for f in rejections[:5]), rule=f"static:{rejections[0].rule}")
 
 
@@ -267,7 +267,7 @@ class _Evaluation(BuildServing, CallRounds, StoredBaselines, WorkerRun):
             self.judge.channel.send(msg.Dependence())
             message = self._ask(self.judge, self.config.timeout_verify, "verify").get("message")
             if message:
-                raise _Failed("verify", message, rule=rules.INPUT_INDEPENDENT)
+                raise Failed("verify", message, rule=rules.INPUT_INDEPENDENT)
         self.result.correct = True
         self._lap("verify")
 
@@ -298,7 +298,7 @@ class _Evaluation(BuildServing, CallRounds, StoredBaselines, WorkerRun):
                 call = calls[done]
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
-                    raise _Failed("profile", f"timing took longer than {self.config.timeout_profile:g} s",
+                    raise Failed("profile", f"timing took longer than {self.config.timeout_profile:g} s",
                                   rule=rules.TIMEOUT)
                 out = pipe.run(call, min(self.config.timeout_verify, remaining))
                 done += 1
@@ -317,14 +317,14 @@ class _Evaluation(BuildServing, CallRounds, StoredBaselines, WorkerRun):
             pipe.drain()
             final = self._ask(self.candidate, self.config.timeout_verify, "profile")
             if not final["ok"]:
-                raise _Failed("profile", final["message"], final.get("rule"))
+                raise Failed("profile", final["message"], final.get("rule"))
             self._inputs_kept("profile")
             if self.strict:
                 self.judge.channel.send(msg.Dependence(later=True))
                 message = self._ask(self.judge, self.config.timeout_verify, "profile").get("message")
                 if message:
-                    raise _Failed("profile", message, rule=rules.INPUT_INDEPENDENT)
-        except _Failed:
+                    raise Failed("profile", message, rule=rules.INPUT_INDEPENDENT)
+        except Failed:
             self.result.correct = False
             raise
         if self.outside:
@@ -342,7 +342,7 @@ class _Evaluation(BuildServing, CallRounds, StoredBaselines, WorkerRun):
         self.judge.channel.send(msg.InputsKept())
         mutated = self._ask(self.judge, self.config.timeout_reference, "task").get("mutated")
         if mutated:
-            raise _Failed(phase, f"forward modified its inputs (input set {mutated[0]}); inputs must be left "
+            raise Failed(phase, f"forward modified its inputs (input set {mutated[0]}); inputs must be left "
                                  "unchanged", rule=rules.INPUT_MUTATION)
 
     def _kill_candidate(self) -> None:

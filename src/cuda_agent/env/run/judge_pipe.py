@@ -8,7 +8,7 @@ from typing import Callable
 
 from cuda_agent.env.run.rounds import CallRounds
 from cuda_agent.env.run.schedule import Call
-from cuda_agent.env.run.worker_run import _Failed
+from cuda_agent.env.run.worker_run import Failed
 from cuda_agent.env.workers import messages as msg
 
 
@@ -30,7 +30,7 @@ class JudgePipe:
             self._collect()
         try:
             out = self.evaluation._candidate_round(call, self.phase, timeout)
-        except _Failed:
+        except Failed:
             self.drain()   # a verdict on an earlier call comes first, as in the schedule
             raise
         self.add(call, out)
@@ -76,4 +76,4 @@ class JudgePipe:
             if verdict is not None and self.on_verdict is not None:
                 self.on_verdict(call, verdict)
         if len(answers) != len(batch):
-            raise _Failed("internal", f"the judge answered {len(answers)} of {len(batch)} calls")
+            raise Failed("internal", f"the judge answered {len(answers)} of {len(batch)} calls")

@@ -14,7 +14,7 @@ from cuda_agent.env.rules import registry as rules
 from cuda_agent.env.run.judge_pipe import JudgePipe
 from cuda_agent.env.run.schedule import JUDGE_BATCH
 from cuda_agent.env.run.scoring import paired_ratios, round_times, side_measures
-from cuda_agent.env.run.worker_run import _Failed
+from cuda_agent.env.run.worker_run import Failed
 
 CLOCK_ALLOWANCE_MS = 3.0   # per call: what the harness's own work may differ between empty and real calls
 MIN_CALL_MS = 1e-4         # a call measured from outside, less the overhead, is never counted as free
@@ -78,6 +78,6 @@ def check_clock(config: EvalConfig, outside: bool, rounds: list[dict], null_wall
     implied = statistics.median(r["wall"] for r in rounds) - overhead
     reported = statistics.median(round_times(rounds, "kernel"))
     if implied - reported > allowance and reported < 0.5 * (implied - allowance):
-        raise _Failed("profile", f"a timed call took {implied:.2f} ms by the harness's measure (less its own "
+        raise Failed("profile", f"a timed call took {implied:.2f} ms by the harness's measure (less its own "
                                  f"overhead) but the solution's process measured {reported:.2f} ms: its clock "
                                  "disagrees with the harness's", rule=rules.CLOCK_DISAGREEMENT)

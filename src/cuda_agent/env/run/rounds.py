@@ -13,7 +13,7 @@ import time
 
 from cuda_agent.env.rules import registry as rules
 from cuda_agent.env.run.schedule import Call
-from cuda_agent.env.run.worker_run import _Failed
+from cuda_agent.env.run.worker_run import Failed
 from cuda_agent.env.workers import messages as msg
 
 
@@ -50,7 +50,7 @@ class CallRounds:
         self._check_processes(phase)
         asked = self._traced(f"{phase}.check_processes", asked)
         if not out["ok"]:
-            raise _Failed(phase, out["message"], out.get("rule"))
+            raise Failed(phase, out["message"], out.get("rule"))
         if call.kind == "null":
             self.null_walls.append(wall_ms)
             return None
@@ -66,7 +66,7 @@ class CallRounds:
 
     def _inside_ready(self, call: Call, phase: str, ready: dict) -> bool:
         if not ready["ok"]:
-            raise _Failed(phase, ready["message"], ready.get("rule"))
+            raise Failed(phase, ready["message"], ready.get("rule"))
         return True
 
     def _inside_call(self, call: Call, phase: str, timeout: float, hold, ready: dict) -> tuple[dict, float, None]:
@@ -94,7 +94,7 @@ class CallRounds:
             self.candidate.send(msg.Write(index=call.index))
             written = self._ask(self.candidate, timeout, phase)
             if not written["ok"]:
-                raise _Failed(phase, written["message"], written.get("rule"))
+                raise Failed(phase, written["message"], written.get("rule"))
             self._traced(f"{phase}.write", asked)
         out["wall_ms"] = wall_ms
         return out
@@ -112,9 +112,9 @@ class CallRounds:
 
     def _outside_ready(self, call: Call, phase: str, drawn: dict) -> bool:
         if "task_error" in drawn:
-            raise _Failed("task", f"the task's inputs could not be drawn: {drawn['task_error']}")
+            raise Failed("task", f"the task's inputs could not be drawn: {drawn['task_error']}")
         if not drawn["ok"]:
-            raise _Failed("internal", drawn["message"])
+            raise Failed("internal", drawn["message"])
         if drawn["layout"] is None:   # a structured set this task's inputs do not admit
             self.result.skipped_sets.append(f"{call.transform}: the task's inputs do not admit it")
             return False
@@ -154,7 +154,7 @@ class CallRounds:
     def _outside_settle(self, call: Call, phase: str, timeout: float, out: dict, wall_ms: float, read,
                         asked: float) -> dict:
         if isinstance(read, Exception):
-            raise _Failed(phase, f"the output could not be read from the solution's memory ({read}): return "
+            raise Failed(phase, f"the output could not be read from the solution's memory ({read}): return "
                                  "plain CPU tensors or Python numbers", rule=rules.UNCOMPARABLE_OUTPUT)
         out.update(read, wall_ms=wall_ms, read_outside=True)
         return out
@@ -176,7 +176,7 @@ class CallRounds:
             return
         extras = self.candidate.extra_processes()
         if extras:
-            raise _Failed(phase, f"the solution started {len(extras)} process(es) of its own; kernels run in the "
+            raise Failed(phase, f"the solution started {len(extras)} process(es) of its own; kernels run in the "
                                  "calling process and finish inside forward", rule=rules.EXTRA_PROCESS)
 
     # -- the judge's half -------------------------------------------------------------------------
@@ -200,7 +200,7 @@ class CallRounds:
     def _judged(self, call: Call, phase: str, out: dict, verdict: dict) -> dict | None:
         """The judge's verdict on one call: a rejection raises; a timed call's measures are kept."""
         if "task_error" in verdict:
-            raise _Failed("task", f"the task's reference failed on an input set: {verdict['task_error']}")
+            raise Failed("task", f"the task's reference failed on an input set: {verdict['task_error']}")
         if call.kind == "verify":
             (self.box / f"out_{call.index}.bin").unlink(missing_ok=True)
             (self.job_dir / f"out_{call.index}.bin").unlink(missing_ok=True)
@@ -225,13 +225,13 @@ class CallRounds:
         where = f"on input set {call.index}" + (f" (structured: {call.transform})" if call.transform else
                                                 f" (seed {call.seed})" if call.kind == "verify" else "")
         if verdict.get("rule"):
-            raise _Failed(phase, f"{where}: {verdict['message']}", verdict["rule"])
+            raise Failed(phase, f"{where}: {verdict['message']}", verdict["rule"])
         if call.transform and verdict.get("nonfinite"):
-            raise _Failed(phase, f"wrong output {where}: {verdict['message']}; the reference stays finite on these "
+            raise Failed(phase, f"wrong output {where}: {verdict['message']}; the reference stays finite on these "
                                  "inputs (scaled or spiked values): compute stably (e.g. subtract the max before exp)",
                           rule=rules.NUMERICALLY_FRAGILE)
         if call.kind == "verify":
-            raise _Failed(phase, f"wrong output {where}: {verdict['message']}", rule=rules.CORRECTNESS)
-        raise _Failed(phase, f"an output produced while timing is wrong for its inputs, although verification "
+            raise Failed(phase, f"wrong output {where}: {verdict['message']}", rule=rules.CORRECTNESS)
+        raise Failed(phase, f"an output produced while timing is wrong for its inputs, although verification "
                              f"passed (results cached, work skipped or approximated?): {verdict['message']}",
                       rule=rules.RECHECK_AFTER_TIMING)

@@ -31,7 +31,7 @@ class Call:
     index: int = 0
 
 
-def _fresh_seed() -> int:
+def fresh_seed() -> int:
     return secrets.randbelow(1 << 62)
 
 
@@ -40,18 +40,18 @@ def verification_calls(seeds: list[int], strict: bool) -> list[Call]:
 
     calls = [Call("verify", seed) for seed in seeds]
     if strict:
-        calls += [Call("verify", _fresh_seed(), transform) for transform in TRANSFORMS]
+        calls += [Call("verify", fresh_seed(), transform) for transform in TRANSFORMS]
     return calls
 
 
 def timing_calls(warmup: int, iters: int, strict: bool, null_calls: int, rng: random.Random) -> list[Call]:
     """Warm-up, then timed calls; structured spot checks (strict) and empty calls at random places.
     The counts vary a little from evaluation to evaluation, so no solution can count on them."""
-    warm = [Call("warmup", _fresh_seed()) for _ in range(warmup + rng.randrange(4))]
-    body = [Call("timed", _fresh_seed()) for _ in range(iters + rng.randrange(max(2, iters // 10)))]
+    warm = [Call("warmup", fresh_seed()) for _ in range(warmup + rng.randrange(4))]
+    body = [Call("timed", fresh_seed()) for _ in range(iters + rng.randrange(max(2, iters // 10)))]
     extras = [Call("null", 0) for _ in range(null_calls)]
     if strict:
-        extras += [Call("spot", _fresh_seed(), "spikes") for _ in range(max(2, iters // 20))]
+        extras += [Call("spot", fresh_seed(), "spikes") for _ in range(max(2, iters // 20))]
     for extra in extras:
         body.insert(rng.randrange(len(body) + 1), extra)
     return warm + body

@@ -13,7 +13,7 @@ from cuda_agent.env.builds.handed import hand
 MAX_BUILD_REQUESTS = 16    # load_inline/load calls one candidate may ask the harness to build
 
 
-class _LinkRefused(Exception):
+class LinkRefused(Exception):
     """A built library imports a symbol a solution may not use (symbols.py)."""
 
 
@@ -62,7 +62,7 @@ class BuildServing:
             except ToolMissing as exc:
                 raise BuildError(str(exc)) from None
             if findings:
-                raise _LinkRefused("the built library imports what a solution may not use:\n" +
+                raise LinkRefused("the built library imports what a solution may not use:\n" +
                                    "\n".join(f.describe() for f in findings[:12]))
 
         report = build_extension(name, files, self.backend, build_cache, max_jobs=self.config.max_jobs,
@@ -86,7 +86,7 @@ class BuildServing:
             return {"ok": False, "message": "malformed build request"}
         try:
             return {"ok": True, "path": str(self._build(name, files, **flags))}
-        except _LinkRefused as refused:
+        except LinkRefused as refused:
             self.link_refusal = str(refused)
             return {"ok": False, "message": str(refused)}
         except BuildError as exc:

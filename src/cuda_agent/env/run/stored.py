@@ -8,7 +8,7 @@ from __future__ import annotations
 from cuda_agent.env.measure.hold import call_times
 from cuda_agent.env.result import Timing
 from cuda_agent.env.run.baselines import BaselineStore, agrees, task_entry, task_key
-from cuda_agent.env.run.schedule import _fresh_seed
+from cuda_agent.env.run.schedule import fresh_seed
 from cuda_agent.env.workers import messages as msg
 
 
@@ -52,7 +52,7 @@ class StoredBaselines:
             return
         pairs = []
         for _ in range(max(5, len(self.rounds))):   # the judge holds the device for its timed runs
-            self.judge.channel.send(msg.JudgeCall(seed=_fresh_seed(), transform=None, time=True, compile=True))
+            self.judge.channel.send(msg.JudgeCall(seed=fresh_seed(), transform=None, time=True, compile=True))
             pairs.append(self._ask(self.judge, self.config.timeout_reference, "profile"))
         fresh_eager = Timing.from_samples(call_times([p["eager_ms"] for p in pairs],
                                                      [p.get("eager_host_ms") for p in pairs]))

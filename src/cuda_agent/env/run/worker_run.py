@@ -27,7 +27,7 @@ from cuda_agent.env.workers.protocol import ChildDied, ChildTimeout, ForgedMessa
 from cuda_agent.tasks.task import Task
 
 
-def _footprint(task: Task) -> dict | None:
+def job_footprint(task: Task) -> dict | None:
     """The task's one input set and one output in bytes (on the meta device, once per task), by which
     the judge sizes the memory it asks for in its set-up (reserve.py)."""
     from cuda_agent.tasks.footprint import estimate_footprint
@@ -36,7 +36,7 @@ def _footprint(task: Task) -> dict | None:
     return None if found is None else {"input_bytes": found.input_bytes, "output_bytes": found.output_bytes}
 
 
-class _Failed(Exception):
+class Failed(Exception):
     """Ends an evaluation (or a baseline run) early with a structured error."""
 
     def __init__(self, phase: str, message: str, rule: rules.Rule | str | None = None):
@@ -68,10 +68,10 @@ def _start_worker(role: str, config: EvalConfig, backend: str, job_dir: Path, gp
     return start_worker(role, job_dir, backend, gpu, wrap, staging_fd)
 
 
-def _start_pair(config: EvalConfig, backend: str, job_dir: Path, gpu: int | None):
+def start_pair(config: EvalConfig, backend: str, job_dir: Path, gpu: int | None):
     from cuda_agent.env.infra.spares import WorkerPair
 
-    with _staging() as fd:
+    with pair_staging() as fd:
         judge = _start_worker("judge", config, backend, job_dir, gpu, fd)
         try:
             return WorkerPair(job_dir, judge, _start_worker("candidate", config, backend, job_dir, gpu, fd))
@@ -81,7 +81,7 @@ def _start_pair(config: EvalConfig, backend: str, job_dir: Path, gpu: int | None
 
 
 @contextmanager
-def _staging():
+def pair_staging():
     """The staging file a pair of workers shares (transfer.create_staging), ours only until both have it."""
     from cuda_agent.env.workers.transfer import create_staging
 
@@ -146,16 +146,16 @@ class WorkerRun:
                 worker.send(msg.BuildReply(**self._serve_build(message)))
         except ChildTimeout:
             what = "the task's reference" if worker.role == "judge" else "the solution"
-            raise _Failed("task" if worker.role == "judge" else phase,
+            raise Failed("task" if worker.role == "judge" else phase,
                           f"{what} timed out after {timeout:g} s in the {phase} phase "
                           "(an infinite loop or a hung kernel?)", rule=rules.TIMEOUT) from None
         except ForgedMessage as forged:
-            raise _Failed("task" if worker.role == "judge" else phase,
+            raise Failed("task" if worker.role == "judge" else phase,
                           f"{forged}: the solution wrote to the harness's own channel", rule=rules.PROTOCOL_FORGERY) from None
         except ChildDied as died:
             tail = worker.log_tail()
             phase = "task" if worker.role == "judge" else phase
-            raise _Failed(phase, f"{died} during the {phase} phase" + (f"; its last output:\n{tail}" if tail else ""),
+            raise Failed(phase, f"{died} during the {phase} phase" + (f"; its last output:\n{tail}" if tail else ""),
                           rule=rules.CRASH) from None
 
     def _serve_build(self, request: dict) -> dict:
@@ -178,13 +178,13 @@ class WorkerRun:
             from cuda_agent.env.infra.doctor import Machine, check_sandbox
 
             fix = check_sandbox(Machine(), self.config.sandbox).line()
-            raise _Failed("internal", f"{exc}\n{fix}", rule=rules.SANDBOX) from None
+            raise Failed("internal", f"{exc}\n{fix}", rule=rules.SANDBOX) from None
 
     def _wait_ready(self, worker: Worker) -> None:
         try:
             worker.wait_ready()
         except (ChildDied, ChildTimeout) as exc:
-            raise _Failed("internal", f"could not start the {worker.role} worker: {exc}\n{worker.log_tail()}")
+            raise Failed("internal", f"could not start the {worker.role} worker: {exc}\n{worker.log_tail()}")
         if self.trace is not None:   # how long the worker took to start (a spare's head start is beside it)
             for step, seconds in worker.startup.items():
                 self.trace[f"startup.{worker.role}.{step}"] = seconds
@@ -206,21 +206,21 @@ class WorkerRun:
         try:
             return self.hold_lib.result() if self.hold_lib is not None else self._hold_library()
         except BuildError as exc:   # the harness's own helper: ours to fix, never the solution's
-            raise _Failed("internal", f"the device hold did not build: {exc.summary}") from None
+            raise Failed("internal", f"the device hold did not build: {exc.summary}") from None
 
     def _send_judge_job(self, candidate: bool = True) -> None:
         self._wait_ready(self.judge)
         self.judge.channel.send(msg.JudgeJob(task_code=self.task.code, task_name=self.task.name, backend=self.backend,
                                              config=self.cfg, box=str(self.box), save_init=candidate,
                                              lock=str(self.lock.path), hold_lib=self._hold_path(),
-                                             footprint=_footprint(self.task), batch=JUDGE_BATCH))
+                                             footprint=job_footprint(self.task), batch=JUDGE_BATCH))
 
     def _judge_ready(self) -> None:
         """The judge's answer to its job: the task's reference ran."""
         self.say("computing the reference")
         reference = self._ask(self.judge, self.config.timeout_reference, "task")
         if not reference["ok"]:
-            raise _Failed("task", f"the task's reference failed: {reference['message']}")
+            raise Failed("task", f"the task's reference failed: {reference['message']}")
         self.result.device = reference["device"]
         self.output_bytes = reference.get("output_bytes")
         # a call's inputs can go through the pair's staging file (the CPU backend's calls from outside)
