@@ -226,7 +226,7 @@ def _pch(tc: Toolchain, cache_dir: Path) -> Path:
 
 
 def header_ready(backend: str, cache_dir: Path) -> bool:
-    """Whether the precompiled torch header exists (else the next C++ build precompiles it, ~1 min)."""
+    """Whether the precompiled torch header exists (else the next C++ build precompiles it first)."""
     return (Path(cache_dir) / "pch" / toolchain(backend).key / "torch_extension_pch.h.gch").exists()
 
 
