@@ -1,12 +1,11 @@
 """A device's lock: timed work alone on the device, everything else of the evaluations beside each other.
 
-A timed call holds the lock exclusively, so no other evaluation's work lands on the device while it is
-timed; the short device work around it (draws, verification calls, comparisons) holds it shared and
-waits for its own device work before letting go. A waiting writer closes a gate to new shared holders,
-so shared sections cannot starve a timed call, and `Hold.share()` turns the rest of an exclusive hold
-shared with nobody getting in between. Each holder opens the files itself (flock's locks belong to an
-open file), so threads of one process exclude each other as processes do. CUDA_AGENT_LOCK_LOG=FILE
-records every hold (read by `benchmarks/lock_occupancy.py`). The design: docs/environment.md.
+A timed call holds the lock exclusively; the short device work around it (draws, verification calls,
+comparisons) holds it shared and waits for its own device work before letting go. A waiting writer
+closes a gate to new shared holders, so shared sections cannot starve a timed call, and `Hold.share()`
+turns the rest of an exclusive hold shared with nobody getting in between. Each holder opens the files
+itself (flock's locks belong to an open file), so threads of one process exclude each other as
+processes do. CUDA_AGENT_LOCK_LOG=FILE records every hold; the design is in docs/environment.md.
 """
 
 from __future__ import annotations

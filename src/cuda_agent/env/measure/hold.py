@@ -1,21 +1,16 @@
 """The device hold: timing a forward pass by the GPU's work alone, not the host's path to it.
 
-A timed call is queued behind a hold (native/hold.cu, NVBench's "blocking kernel"): a kernel that
-fills every SM and spins until the host opens a gate in pinned memory. The host queues the start
-event, the forward and the end event behind it, then opens the gate, so the events measure the
-forward's device work back to back, without the host's cold and load-dependent path to its first
-launch. The host's time to queue the forward is measured too, and each call counts the larger of its
-device time and its side's host floor (`call_times`: a low quantile of that side's host times), so a
-launch-bound forward is not flattered and the neighbours' noise is left out.
+A timed call is queued behind a hold (native/hold.cu, NVBench's "blocking kernel"): a kernel that fills
+every SM and spins until the host opens a gate in pinned memory. The host queues the start event, the
+forward and the end event behind it, then opens the gate, so the events measure the forward's device
+work back to back, without the host's cold and load-dependent path to its first launch. Each call counts
+the larger of its device time and its side's host floor (`call_times`: a low quantile of the side's
+times to queue a forward), so a launch-bound forward is not flattered and the neighbours' noise is left out.
 
-- Work sent to another stream cannot run before the clock starts: the hold fills every SM to its
-  thread limit, and the host waits until all of its blocks are resident before calling the forward.
-- A forward that waits for the device inside (`.item()`, a synchronize, a lazily loaded kernel's
-  first launch) would wait for a gate that opens only after it returns: the hold gives up after
-  `timeout_s`, the call is timed unheld, and after `Timer.PATIENCE` such calls in a row that side is
-  timed unheld from then on.
-
-docs/environment.md ("The device hold") has the details.
+- The host waits until all of the hold's blocks are resident before calling the forward, so work sent
+  to another stream cannot run before the clock starts.
+- A forward that waits for the device inside (`.item()`, a synchronize) would wait for the gate: the
+  hold gives up after `timeout_s` and the call is timed unheld (`Timer`). docs/environment.md has more.
 """
 
 from __future__ import annotations

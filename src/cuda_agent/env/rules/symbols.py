@@ -2,12 +2,10 @@
 
 Whatever a library calls in PyTorch or the C library it must import by name, so the harness reads the
 undefined symbols of every library it built for a solution (`nm -D`) and its `syscall` instructions,
-and refuses, naming the symbol: ATen's kernels reached past the dispatcher, the guard's machinery,
-processes, loaders, memory protection, signals and timers, and the Python C-API that runs code,
-imports modules or reaches the interpreter's state. What the toolchain links in by itself is not the
-solution's (a wrapper's static libstdc++ imports `syscall`): a library's imports are checked less
-those of a minimal extension (`toolchain_imports`), the objects built from its own sources in full.
-The list and the evidence for it: docs/verification.md, "Link-level check".
+and refuses, naming the symbol, those listed in docs/verification.md ("Link-level check"). What the
+toolchain links in by itself is not the solution's (a wrapper's static libstdc++ imports `syscall`):
+a library's imports are checked less those of a minimal extension (`toolchain_imports`), the objects
+built from its own sources in full.
 """
 
 from __future__ import annotations

@@ -1,12 +1,11 @@
 """The baseline store: eager and torch.compile timings per task, device, torch version and settings.
 
-Every evaluation times eager itself, paired call by call with the candidate on the same inputs, so the
-eager speedup never rests on a stored number. The store saves torch.compile's time (its compilation
-costs seconds to minutes per task): an evaluation reuses it only while the eager time it just measured
-agrees with the one stored beside it (within `AGREEMENT`), scaled by their ratio; otherwise it times
-torch.compile afresh, paired with eager, and replaces the entry. Only the harness writes here (the
-sandbox does not see this folder); entries carry the task's source, so `cuda-agent cache verify` can
-re-time a sample of them.
+Every evaluation times eager itself, paired call by call with the candidate, so the eager speedup never
+rests on a stored number. The store saves torch.compile's time (its compilation costs seconds to
+minutes): an evaluation reuses it only while the eager time it just measured agrees with the one stored
+beside it (within `AGREEMENT`), scaled by their ratio; otherwise it times torch.compile afresh and
+replaces the entry. Only the harness writes here (the sandbox does not see this folder); entries carry
+the task's source, so `cuda-agent cache verify` can re-time a sample of them.
 """
 
 from __future__ import annotations
