@@ -3,7 +3,7 @@
     from cuda_agent.env import evaluate, EvalConfig
     result = evaluate(task, solution, EvalConfig(backend="cpu"))   # EvalResult (plain data)
 
-For many concurrent rollouts, `EvalPool` runs evaluations as asyncio calls, one job per GPU.
+For many concurrent rollouts, `EvalPool` runs evaluations as asyncio calls, several in flight per GPU.
 Names are imported lazily so that the worker process, which imports submodules, starts fast.
 """
 

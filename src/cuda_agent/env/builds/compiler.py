@@ -1,15 +1,11 @@
-"""Fast, cached builds of PyTorch extensions.
+"""Fast, cached builds of PyTorch extensions, so a kernel-only edit rebuilds only the kernel.
 
-Agents recompile dozens of times per task, so a kernel-only edit must rebuild only the kernel:
-
-- every translation unit is compiled on its own into a content-addressed object
-  (`cache/obj/<hash>.o`, keyed by its source, the headers beside it, flags and toolchain), so an
-  unchanged binding is never recompiled, across evaluations and processes;
-- C++ files that include `torch/extension.h` use a precompiled header built once per toolchain;
-- changed units compile in parallel; linking is a single quick `g++ -shared` into a private
-  folder (`cache/staging/`), and the library is published into `cache/lib/<hash>/NAME.so` only once
-  the caller's `check` accepts it (a refused library is deleted, never published);
-- writes are atomic (temp file + rename), so concurrent workers can share one cache.
+- Every translation unit is compiled on its own into a content-addressed object (`cache/obj/<hash>.o`,
+  keyed by its source, the headers beside it, flags and toolchain), shared across processes.
+- C++ files that include `torch/extension.h` use a precompiled header built once per toolchain.
+- Changed units compile in parallel; the link goes to a private folder (`cache/staging/`), and the
+  library is published into `cache/lib/<hash>/NAME.so` only once the caller's `check` accepts it.
+- Writes are atomic (temp file + rename), so concurrent workers share one cache.
 
 Compiler output is reduced to the first few errors with file:line for an LLM to read.
 """
@@ -226,7 +222,7 @@ def _pch(tc: Toolchain, cache_dir: Path) -> Path:
 
 
 def header_ready(backend: str, cache_dir: Path) -> bool:
-    """Whether the precompiled torch header exists (else the next C++ build precompiles it, ~1 min)."""
+    """Whether the precompiled torch header exists (else the next C++ build precompiles it first)."""
     return (Path(cache_dir) / "pch" / toolchain(backend).key / "torch_extension_pch.h.gch").exists()
 
 

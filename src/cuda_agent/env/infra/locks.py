@@ -1,26 +1,11 @@
 """A device's lock: timed work alone on the device, everything else of the evaluations beside each other.
 
-Evaluations overlap everything but timing. A call that is timed (the candidate's timed, warm-up,
-empty and spot calls, the judge's eager and torch.compile runs) holds the device's lock exclusively,
-so no other evaluation's work lands on the GPU (or the CPU cores, for the CPU backend) while it is
-timed. The short device work around it (drawing a call's inputs, poisoning the allocator,
-verification calls, comparing outputs) holds the lock shared: the rounds of several evaluations
-run side by side and only their timed parts take turns. Whoever holds the lock shared waits for its
-device work to finish before letting go.
-
-Writers come first: one waiting for the exclusive lock closes a gate that new shared holders pass
-through, so a stream of short shared sections cannot starve a timed call. Each holder opens the
-files itself (flock's locks belong to an open file), so threads of one process exclude each other
-as processes do.
-
-An exclusive holder whose timed part is over can `share()` the rest of its hold (a timed call's
-checks after its forward): flock converts a lock by letting go and taking it again, which is safe
-here because the holder keeps the gate closed meanwhile, so nobody can take the lock in between;
-then it opens the gate to other shared holders, and the next writer waits for it as for any reader.
-
-CUDA_AGENT_LOCK_LOG=FILE records every hold (who, shared or not, asked, got, let go: the system's
-monotonic clock, common to all processes) for `benchmarks/lock_occupancy.py`, which tells how busy
-the device's lock is and who keeps it.
+A timed call holds the lock exclusively; the short device work around it (draws, verification calls,
+comparisons) holds it shared and waits for its own device work before letting go. A waiting writer
+closes a gate to new shared holders, so shared sections cannot starve a timed call, and `Hold.share()`
+turns the rest of an exclusive hold shared with nobody getting in between. Each holder opens the files
+itself (flock's locks belong to an open file), so threads of one process exclude each other as
+processes do. CUDA_AGENT_LOCK_LOG=FILE records every hold; the design is in docs/environment.md.
 """
 
 from __future__ import annotations

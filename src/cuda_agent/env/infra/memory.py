@@ -1,21 +1,16 @@
 """The memory one evaluation holds, stated once, from a task's footprint (tasks.footprint: one input
 set, one output, the weights; an unknown output counts as large as the inputs, unknown weights as none).
+Two processes and the staging between them hold, at the same time:
 
-Two processes hold, at the same time:
 - the judge: the weights, an input set, every reference output (on a GPU up to
   REFERENCE_OUTPUTS_ON_GPU of them, the rest in host memory), a fresh reference output to compare a
   timed call with, and the candidate's output loaded from staging;
 - the candidate: the weights, an input set and its output;
 - staging: the candidate's output on its way to the judge, in RAM-backed shared memory (host).
+
 On the CPU backend all of it is host memory. Activations inside the forward come on top: this is a
-lower bound, which the capacity check (capacity.py) holds against the machine.
-
-The judge's reserve (reserve.py): what its batch of timed calls holds at once (the inputs drawn for
-the group, each call's reference output, room for intermediates), asked for in one block in its set-up.
-
-Bench's admission (bench/memory.py) reserves, per evaluation on a GPU, the device bytes above plus two
-CUDA contexts and the candidate's poisoned allocator fill; per baseline measurement (a judge alone),
-the weights, an input set, the eager and the torch.compile output, plus one context and workspaces.
+lower bound, held against the machine by capacity.py; the judge's reserve (reserve.py) and bench's
+admission (bench/memory.py) are sized from it too.
 """
 
 from __future__ import annotations

@@ -3,12 +3,9 @@
     pool = EvalPool(EvalConfig())                 # every visible GPU (or CPU slots)
     results = await asyncio.gather(*(pool.evaluate(t, s) for t, s in jobs))
 
-Each job runs `evaluate` (its own judge and candidate processes). Only the timed calls of an
-evaluation hold the GPU (`locks.py`), so while one evaluation times, others on the same GPU build,
-start their workers, verify or write files: `per_device` evaluations (default 3 on CUDA) run at once
-per GPU, and with `EvalConfig.prewarm` three times that many worker pairs wait started for each GPU.
-With several GPUs, each GPU's evaluations run in a harness process of their own (`device_host.py`),
-so that no GPU's evaluations wait on another's for the interpreter. Results are plain `EvalResult` data.
+Only the timed calls of an evaluation hold the GPU (`locks.py`), so `per_device` evaluations (default 3
+on CUDA) run at once per GPU, with spare worker pairs started ahead when `EvalConfig.prewarm` asks.
+With several GPUs, each GPU's evaluations run in a harness process of their own (`device_host.py`).
 Across machines, `cuda_agent.env.infra.service` runs one pool per GPU behind Ray.
 """
 

@@ -1,18 +1,13 @@
 """The candidate's sandbox: bubblewrap, with its own namespaces and nothing of the harness in reach.
 
-- Its own PID namespace and /proc: the candidate sees no process but its own, so `/proc/<pid>/root`,
-  `/cwd`, `/fd` and `/mem` of the harness are out of reach; every process it starts dies with the
-  namespace's init when the harness kills the sandbox (nothing outlives it to disturb later timing).
-- No capability (`--cap-drop ALL`), and an unprivileged user (uid 65534) in a user namespace
-  where the kernel allows one; no network, IPC or UTS sharing; a new session (no terminal).
-- A seccomp filter (x86-64) that refuses the system calls that reach into other processes or
-  change the sandbox itself: ptrace, process_vm_readv/writev, perf_event_open, bpf, keyctl, mount,
-  unshare, setns and the like (EPERM).
-- Writable: its own folder (the job's `box`) alone. The file system is read-only; `/tmp`, `/dev`
-  (with `/dev/shm`, where other jobs live) and the cache folder (the build cache included) are
-  private and empty. The libraries it loads are those the harness hands it (handed.py): the job's
-  `libs` folder is bound read-only, and the harness places each one there. GPU device files are
-  bound on CUDA hosts.
+- Its own PID namespace and /proc: the harness's `/proc/<pid>/root`, `cwd`, `fd` and `mem` are out
+  of reach, and everything the candidate starts dies with the namespace's init when the sandbox is
+  killed (nothing outlives it to disturb later timing).
+- No capability, an unprivileged user (uid 65534) where user namespaces work, no network, IPC or UTS
+  sharing, a new session; a seccomp filter (x86-64) refuses the system calls that reach into other
+  processes or change the sandbox (ptrace, process_vm_*, perf_event_open, bpf, mount, setns, ...).
+- Writable: the job's `box` alone. `/tmp`, `/dev/shm` and the cache are private and empty; the
+  libraries it loads are those the harness hands it (handed.py) in the read-only `libs` folder.
 
 `EvalConfig.sandbox`: "auto" (default) and "bwrap" require bubblewrap and fail clearly without it;
 "none" runs unsandboxed, which the user must ask for.

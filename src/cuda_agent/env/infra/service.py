@@ -4,22 +4,11 @@
     result = await service.evaluate(task, solution)             # the EvalPool interface
     service.shutdown()
 
-One actor per GPU of the cluster, each owning a pipelined `EvalPool` for its GPU (`per_device`
-evaluations in flight, prewarmed worker pairs); the client sends each evaluation to the actor with
-the fewest in flight. RL rollout workers and `cuda-agent bench --ray ADDRESS` share this client.
-On the CPU backend, `actors` CPU actors stand in for the GPUs (tests, CPU-sized tasks).
-
-Placement, for sharing a cluster with a trainer (RL rollouts must not time kernels on the rollout's
-GPUs): by default each actor asks Ray for one GPU. With `gpu_resource`, actors run only on the nodes
-that advertise that custom resource (`ray start ... --resources='{"cuda_agent_eval_gpu": 2}'`),
-one per unit, each on one of the node's physical `devices` (default 0, 1, ...), which the actor
-makes its only visible GPU: such GPUs need not be Ray GPUs at all (`--num-gpus` leaves them out),
-so no trainer placement group can take them. `name` makes the actors named and shared: every
-client with the same name (every rollout worker of a run) uses the same actors.
-
-Every node needs cuda-agent installed (same version) and, for the candidate sandbox, bubblewrap.
-Builds and baselines are cached on each node in its own cache folder (`cache_dir`, the same path on
-every node; default: each node's `CUDA_AGENT_CACHE` or ~/.cache/cuda-agent), not the client's.
+One actor per GPU of the cluster (on the CPU backend, `actors` CPU slots), each owning a pipelined
+`EvalPool`; the client sends each evaluation to the actor with the fewest in flight. `gpu_resource`
+places the actors only on GPUs a node advertises as that custom resource, so a trainer's placement
+groups cannot take them; `name` makes them shared by every client with that name (docs/rl.md). Every
+node needs cuda-agent (same version) and bubblewrap, and keeps its own build and baseline cache.
 """
 
 from __future__ import annotations
@@ -78,7 +67,8 @@ class EvalService:
                  devices: list[int] | None = None, name: str | None = None):
         """`address`: a Ray cluster ("auto", "ray://host:10001") or "local" for a fresh local one.
         `actors`: how many (default: one per GPU of the cluster, or per unit of `gpu_resource`; 1
-        on the CPU backend). `gpu_resource`, `devices`, `name`: placement (see the module)."""
+        on the CPU backend). `gpu_resource`, `name`: placement (see the module); `devices`: the physical
+        GPUs of a `gpu_resource` node the actors take, one each (default 0, 1, ...)."""
         ray = _ray()
         self.config = config or EvalConfig()
         self.backend = self.config.resolved_backend() if self.config.backend else "cuda"

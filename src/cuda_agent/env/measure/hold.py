@@ -1,31 +1,16 @@
 """The device hold: timing a forward pass by the GPU's work alone, not the host's path to it.
 
-CUDA events around a call measure from the moment the start event is reached on the GPU; when the
-GPU is idle that is at once, and the GPU then waits for the host to reach its first launch (Python,
-the dispatcher, the guard's bookkeeping). That wait was most of the spread between evaluations: a
-worker that slept on its pipe between calls takes two to three times as long to reach the launch as
-one in a hot loop, and by tens of microseconds more or less from run to run (docs/benchmarks.md).
+A timed call is queued behind a hold (native/hold.cu, NVBench's "blocking kernel"): a kernel that fills
+every SM and spins until the host opens a gate in pinned memory. The host queues the start event, the
+forward and the end event behind it, then opens the gate, so the events measure the forward's device
+work back to back, without the host's cold and load-dependent path to its first launch. Each call counts
+the larger of its device time and its side's host floor (`call_times`: a low quantile of the side's
+times to queue a forward), so a launch-bound forward is not flattered and the neighbours' noise is left out.
 
-So a timed call is queued behind a hold (native/hold.cu, NVBench's "blocking kernel"): a kernel
-that fills every SM and spins until the host opens a gate in pinned memory. The host queues the
-start event, the whole forward and the end event behind it, then opens the gate: the events measure
-the forward's device work back to back. The host's own time to queue it is measured too, so a
-forward that is bound by its launches is not flattered: each call counts the larger of its device
-time and the host's time as the side's fastest calls show it (`call_times`: a low quantile of that
-side's host times over the evaluation), not that call's own host time. The host's path to the launch
-runs cold in every call (the worker slept on its pipe, other evaluations' processes had the caches),
-and under load it varied from call to call more than the device's work: three to four evaluations
-per GPU made 40-60 % of a 0.093 ms kernel's calls over 5 % slow, 97-99 % of them by their host time,
-and medians 8-17 % apart; the device time alone stayed within 0.5 % (docs/benchmarks.md, eleventh
-session). The quantile keeps what a launch-bound forward costs and drops what the neighbours cost.
-
-- Work the solution sends to another stream cannot run before the clock starts: the hold fills
-  every SM to its thread limit, and the host waits until all of its blocks are resident before
-  calling the forward.
-- A forward that waits for the device inside (`.item()`, a synchronize, and the first launch of a
-  kernel CUDA loads lazily) would wait for a gate that only opens after it returns: the hold gives up
-  after `timeout_s`, the call is timed as if unheld (host time included), and after `Timer.PATIENCE`
-  such calls in a row that side is timed without the hold from then on.
+- The host waits until all of the hold's blocks are resident before calling the forward, so work sent
+  to another stream cannot run before the clock starts.
+- A forward that waits for the device inside (`.item()`, a synchronize) would wait for the gate: the
+  hold gives up after `timeout_s` and the call is timed unheld (`Timer`). docs/environment.md has more.
 """
 
 from __future__ import annotations
@@ -85,13 +70,10 @@ class DeviceHold:
 class Timer:
     """How one side of an evaluation (the candidate, or the judge's references) times its calls: held
     while the hold works for its forward, unheld once `PATIENCE` calls in a row had to be let go by
-    the timeout (a forward that waits for the device inside). Fewer are forgiven: the first launch of
-    a kernel that CUDA loads lazily waits for the device too, and so does a forward whose output the
-    caching allocator has no block for yet (cudaMalloc synchronises): the judge times a batch of up to
-    eight calls whose outputs are all kept, so on a cold allocator eight in a row can wait (seen on an
-    H100: with a patience of two, one evaluation in six timed eager cuBLAS unheld, 8 % slower; the
-    judge now asks for that memory in its set-up, reserve.py, where the task's footprint is known). Unheld
-    is never faster for the same call: it adds the host's path to the launch to the device's work."""
+    the timeout (a forward that waits for the device inside). A smaller patience would unhold honest
+    forwards: a lazily loaded kernel's first launch waits for the device, and so does each output the
+    caching allocator has no block for yet (cudaMalloc synchronises), up to eight in a judge's batch.
+    Unheld is never faster for the same call: it adds the host's path to the launch."""
 
     PATIENCE = 12
 
@@ -139,7 +121,7 @@ def floor_precise(device_ms: list[float | None], host_ms: list[float | None], pr
 
 def load_hold(path: str | None) -> DeviceHold | None:
     """The hold from the library the harness built (None on the CPU backend or when it is off). A hold
-    that cannot be set up on this GPU leaves the worker timing unheld, which is what it did before."""
+    that cannot be set up on this GPU leaves the worker timing unheld."""
     if not path:
         return None
     try:

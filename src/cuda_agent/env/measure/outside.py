@@ -2,11 +2,10 @@
 its CPU time, and its output read from its memory.
 
 Nothing here runs in the candidate's process, so nothing the candidate does can change what it
-reports. The candidate is stopped (SIGSTOP) whenever it is not answering a command: no thread of
-its own, no signal handler and no timer of its process runs between calls. On the CPU backend a
-call's time is the CPU time all of the process's threads used while it answered (the kernel's
-scheduler statistics), and its output is read through `/proc/PID/mem` while it is stopped, at
-positions drawn here after it answered.
+reports. The candidate is stopped (SIGSTOP) whenever it is not answering a command, so none of its
+threads, signal handlers or timers runs between calls. On the CPU backend a call's time is the CPU
+time all of its threads used while it answered (the kernel's scheduler statistics), and its output
+is read through `/proc/PID/mem` while it is stopped, at positions drawn here after it answered.
 """
 
 from __future__ import annotations

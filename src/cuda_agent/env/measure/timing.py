@@ -85,18 +85,13 @@ def time_once(fn: Callable, args: list, device: torch.device, flush: "L2Flusher 
               cpu_clock: Callable[[], float] | None = None) -> tuple[float, float | None, Any, Any]:
     """One timed call: (milliseconds, the host's milliseconds or None, output, after(output)).
 
-    The caches are flushed and the device synchronised first; on CUDA the call is timed with events
-    on the current stream (KernelBench's method: no device-wide sync inside the timed region). With a
-    `hold` (hold.py) the events and the whole forward are queued behind a kernel that keeps the GPU
-    until the host has queued them, so they measure the device's work alone, and the host's own time
-    to queue the forward comes beside it (hold.call_times weighs the two). Unheld, the host's time is
-    None: the events include its path to the launch. `after` runs right after the end
-    event is recorded (and the hold let go) and before anything waits for the device: the harness
-    reads samples of the output there, so work left running on another stream shows up as wrong values.
-    `stamps` (diagnosis): gets (step, host clock) at each step, nothing waited for on their account.
-    `cpu_clock`: the clock of a CPU call (default the wall clock; the judge passes its thread's CPU
-    time, the measure the harness takes of the candidate from outside).
-    """
+    Caches flushed and the device synchronised first; on CUDA, events on the current stream
+    (KernelBench's method: no device-wide sync inside the timed region). With a `hold` the events
+    measure the device's work alone and the host's time to queue the forward comes beside it
+    (hold.call_times weighs the two); unheld, the host's time is None. `after` runs right after the
+    end event (and the hold's release), before anything waits for the device, so samples read there
+    show work left running on another stream. `stamps` (diagnosis) gets (step, host clock) per step;
+    `cpu_clock` is a CPU call's clock (default the wall clock)."""
     note = stamps.append if stamps is not None else (lambda _: None)
     if flush is not None:
         flush()

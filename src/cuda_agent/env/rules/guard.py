@@ -61,7 +61,7 @@ class Rejected(Exception):
 
 
 def build_guard(cache_dir: Path) -> Path:
-    """The guard library, built once per toolchain by the harness (about 20 s)."""
+    """The guard library, built once per toolchain by the harness and kept in its cache."""
     from cuda_agent.env.builds.compiler import build_native_library
 
     return build_native_library("cuda_agent_guard", GUARD_SOURCE.read_text(), Path(cache_dir))

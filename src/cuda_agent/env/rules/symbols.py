@@ -1,36 +1,11 @@
 """What a built solution library may link against: the check that no source trick can dodge.
 
-A token scan of the sources is easy to get around (macros, function pointers, pasted names), but
-whatever the library calls in PyTorch or the C library it must import by name, and the dynamic
-linker resolves it by that name. So the harness reads the undefined symbols of every library it
-built for a solution (`nm -D`) and refuses, naming the symbol:
-
-- ATen's own kernels reached past the dispatcher: `at::cpu::mm`, `at::cuda::add_out`,
-  `at::native::*`, `at::_ops::*::redispatch`, and the dispatcher's internals (`c10::Dispatcher`,
-  `c10::KernelFunction`, operator handles). Calls through `at::_ops::X::call` (what `torch::add`
-  and `x.relu()` compile to) stay allowed: they pass the runtime guard, which refuses them there.
-- Anything that turns the runtime guard off: RecordFunction switches, callback registration, the
-  thread-local state setters.
-- Processes, loaders and memory protection: `fork`, `exec*`, `dlopen`/`dlsym`,
-  `dl_iterate_phdr`, `mprotect`, `ptrace`, `process_vm_*`, raw `syscall` (and the `syscall`
-  instruction itself, found by disassembling the library's code).
-- Signals and timers (`signal`, `sigaction`, `raise`, `setitimer`, `timer_create`, ...): their
-  handlers run the solution's code outside its calls.
-- The Python C-API that runs code, imports modules or reaches the interpreter's state (`PyRun_*`,
-  `PyImport_*`, `PySys_*`, frames, tracing hooks, ...): what `pybind11::exec` and
-  `py::module_::import` compile to. What pybind11 itself imports in every binding stays allowed
-  (`_DENIED_PYTHON` says which and why).
-
-What the toolchain links in by itself is not the solution's: a compiler wrapper that links
-libstdc++ statically (seen on a GPU machine) makes every library import `syscall` (libstdc++'s
-futex waits). So the library's imports are checked less those of a minimal extension built with the
-same toolchain (`toolchain_imports`), and the objects compiled from the solution's own sources are
-checked in full, so its own code is held to every rule whatever the toolchain brings (but the
-Python C-API the minimal extension imports: pybind11 is compiled into the solution's objects).
-
-Allocation, tensor metadata, streams (a stream guard imports `setCurrentCUDAStream`), threads,
-`TORCH_CHECK`, custom operators (`torch::Library`), pybind11, cuBLAS, cuDNN and the CUDA runtime
-stay allowed, as do ATen's handle getters for them.
+Whatever a library calls in PyTorch or the C library it must import by name, so the harness reads the
+undefined symbols of every library it built for a solution (`nm -D`) and its `syscall` instructions,
+and refuses, naming the symbol, those listed in docs/verification.md ("Link-level check"). What the
+toolchain links in by itself is not the solution's (a wrapper's static libstdc++ imports `syscall`):
+a library's imports are checked less those of a minimal extension (`toolchain_imports`), the objects
+built from its own sources in full.
 """
 
 from __future__ import annotations
@@ -81,14 +56,11 @@ _DENIED_SIGNALS = {
     "adjtime", "adjtimex", "clock_adjtime", "PyOS_setsig", "PyErr_SetInterrupt", "PyErr_SetInterruptEx",
 }
 # The Python C-API that runs code, imports modules or reaches the interpreter's state (frames, sys,
-# other threads, tracing, watchers, pending calls). No honest binding imports any of it: measured on
-# the examples' bindings (CPU and CUDA, workspace and load_inline), the hack suite's honest bindings,
-# KernelBench solutions and a CUDA stream / graph / std::thread binding, built with torch's pybind11.
-# Allowed on that evidence, each imported by pybind11 itself in every binding: PyEval_GetBuiltins
-# (where its internals live, get_internals), PyInterpreterState_GetDict (likewise, newer internals),
-# PyFrame_GetBack / GetCode / GetLineNumber (the traceback text of a Python error raised through a
-# binding), PyGILState_* / PyThreadState_New / PyEval_SaveThread / AcquireThread (gil_scoped_*), and
-# PyObject_CallFunctionObjArgs, PyObject_GetAttrString (calls and attributes: what every binding does).
+# other threads, tracing, watchers, pending calls): no honest binding imports any of it. The few that
+# pybind11 itself imports in every binding stay allowed: PyEval_GetBuiltins, PyInterpreterState_GetDict
+# (its internals), PyFrame_GetBack / GetCode / GetLineNumber (a Python error's traceback), the GIL's
+# PyGILState_* / PyThreadState_New / PyEval_SaveThread / AcquireThread, and plain calls and attributes
+# (docs/verification.md, "Link-level check", lists the bindings this was checked on).
 _DENIED_PYTHON = [
     (re.compile(r"^_?Py(Run|Compile|AST|Parser|Marshal)_\w+$|^_?Py_Compile\w*$|^Py_CompileString\w*$|"
                 r"^PyEval_(EvalCode|EvalFrame)\w*$|^_PyEval_\w+$|^Py(Function|Code|Unstable_Code)_New\w*$|"

@@ -7,12 +7,9 @@
 - dependence.py: whether outputs follow the inputs the way the reference's do (strict protocol).
 
 Tolerances: `atol + rtol * |ref|` per element, raised to a floor for half-precision dtypes. In the
-strict protocol the absolute part follows the output's magnitude (its RMS):
-- below 1 it shrinks with it: a softmax over 65536 columns has values near 1.5e-5, and `1 / dim`
-  everywhere would be within an absolute 1e-2 of it;
-- on a structured input set whose outputs are larger than on the task's own draws (inputs scaled by
-  100, spikes) it grows in proportion, so float32's cancellation error in an honest kernel's large
-  sums is judged as it is on the task's own draws.
+strict protocol the absolute part follows the output's magnitude (its RMS): it shrinks below 1, so
+`1 / dim` does not pass for a softmax over 65536 columns, and grows on structured input sets with
+larger outputs, so an honest kernel's float32 cancellation is judged as on the task's own draws.
 """
 
 from __future__ import annotations

@@ -1,15 +1,11 @@
 """The baseline store: eager and torch.compile timings per task, device, torch version and settings.
 
-Every evaluation times the eager reference itself, call by call interleaved with the candidate on
-the very same inputs, so the eager speedup never rests on a stored number. What the store saves is
-torch.compile's time, whose compilation costs seconds to minutes per task: an evaluation reuses a
-stored compile time only while the eager time it just measured agrees with the eager time stored
-beside it (within `AGREEMENT`), scaled by their ratio; otherwise it times torch.compile afresh, paired
-with eager, and replaces the entry.
-
-Only the harness writes here: the candidate's sandbox does not even see this folder, and every
-process a candidate started is dead before any baseline is timed. Entries carry the task's source,
-so `cuda-agent cache verify` can re-time a sample of them.
+Every evaluation times eager itself, paired call by call with the candidate, so the eager speedup never
+rests on a stored number. The store saves torch.compile's time (its compilation costs seconds to
+minutes): an evaluation reuses it only while the eager time it just measured agrees with the one stored
+beside it (within `AGREEMENT`), scaled by their ratio; otherwise it times torch.compile afresh and
+replaces the entry. Only the harness writes here (the sandbox does not see this folder); entries carry
+the task's source, so `cuda-agent cache verify` can re-time a sample of them.
 """
 
 from __future__ import annotations
@@ -25,8 +21,7 @@ from cuda_agent.env.result import Timing
 from cuda_agent.tasks.task import Task
 
 # The ratio scaling absorbs the machine's drift, so the window only has to catch another machine
-# state or a tampered entry. A 0.08 ms eager median moved 12 % over five evaluations on an H100 by
-# noise alone, and a 15 % window re-timed torch.compile (10-15 s) for nothing.
+# state or a tampered entry; a narrow one would re-time torch.compile for the noise of a small eager time.
 AGREEMENT = 0.5
 
 
@@ -59,7 +54,7 @@ def timing_settings(config, backend: str) -> dict:
         settings["settle_ms"] = config.settle_ms
     if backend == "cuda" and config.hold:   # held calls measure less than unheld ones: never mixed; and
         # since each held call counts its side's host floor, not its own host time (hold.call_times),
-        # launch-bound baselines measure less than those stored before: kept apart too
+        # launch-bound baselines measure less than with their own host time: kept apart too
         settings["timer"] = "held-floor"
     if backend == "cpu":   # one thread's CPU time (eager alike), not a wall clock: never mixed with those
         settings["timer"] = "cpu-time-1-thread"

@@ -61,15 +61,11 @@ def check_clock(config: EvalConfig, outside: bool, rounds: list[dict], null_wall
     The harness's own measure of a call (`_outside_clock`), less its own overhead (the median empty
     call), must account for what was reported, up to the noise of that overhead: a kernel well above
     the noise that claims less than half of it is rejected. Medians, so outliers do not decide.
-
-    The allowance is at least 3 ms: a real call does work an empty one does not (the extension's
-    allocations and launches, the guard's bookkeeping, the output checks, the garbage they leave);
-    measured on an H100, 1.6 ms more than an empty call for a 128 MB input and a 0.14 ms kernel
-    (the draw then inside the measure), and on a loaded 2-core CPU up to 1.8 ms more main-thread
-    CPU for a kernel of 0.1-0.6 ms. The inputs are drawn before the harness's clock starts
-    (`prepare`), so the overhead is the call's own, not the draw's. Forged clocks are caught on
-    kernels of several milliseconds; below that, the link and static checks stand before a
-    forged timer."""
+    The allowance (at least `CLOCK_ALLOWANCE_MS`) covers what a real call does and an empty one does
+    not (the extension's allocations and launches, the guard's bookkeeping, the output checks); the
+    inputs are drawn before the harness's clock starts (`prepare`), so the draw is not in it. Forged
+    clocks are caught on kernels of several milliseconds; below that, the link and static checks
+    stand before a forged timer."""
     if outside or not config.clock_check or len(null_walls) < 3 or not rounds:
         return   # outside: the harness's measure is the time itself
     overhead = statistics.median(null_walls)
