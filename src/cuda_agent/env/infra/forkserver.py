@@ -1,8 +1,7 @@
 """Judges forked from a process that has imported torch already: a small fork server.
 
-Importing torch is most of a worker's start (about 2.4 s of CPU on a CI core), and a pool or a test
-suite starts a judge per evaluation. The judge runs only the task's code and is never sandboxed, so
-it can come from a fork: the server (`python -m cuda_agent.env.infra.forkserver`, one per harness process,
+Importing torch is most of a worker's start, and every evaluation starts a judge. The judge runs
+only the task's code and is never sandboxed, so it can come from a fork: the server (`python -m cuda_agent.env.infra.forkserver`, one per harness process,
 started on first use) imports `cuda_agent.env.workers.main` once, never touches CUDA, and forks each judge
 on request. Every judge is still a process of its own for one evaluation, in a session of its own
 (killed with its group, as a started one is), with the environment and folder it was asked for.

@@ -2,9 +2,8 @@
 the candidate's box, and a layout (JSON: the tree of lists, dicts and numbers, each tensor's dtype
 and shape) that travels with the candidate's answer.
 
-torch.save / torch.load spent about 0.3 s on a 128 MB output (pickling, a zip archive, two copies
-on the way in, pageable copies to and from the GPU), nine times per strict verification. Raw bytes
-go through pinned host buffers instead. Neither half is trusted by the judge: the layout is parsed
+Raw bytes go through pinned host buffers (no pickling, archive or pageable copies: a strict
+verification hands over nine outputs). Neither half is trusted by the judge: the layout is parsed
 strictly (known dtypes, whole shapes, a bounded tree, sizes that add up to the file's exactly) and
 the file is opened without following links and read into memory of the judge's own (a mapping of a
 file in the candidate's folder could be truncated under the reader, and crash it).
