@@ -60,8 +60,11 @@ def test_which_record_answers_which_command(tmp_path, relu_task, fake_evaluator)
     ws.profile()
     verified = ws.verify()   # the profile verified these files before timing them
     assert verified.answered_by == "profile" and verified.text.startswith("verify: PASSED")
-    assert "(unchanged since the last profile, which built and verified the same files: " + ANSWERED in verified.text
-    assert ws.compile().answered_by == "profile"
+    assert verified.text.endswith("(unchanged since the last profile, which verified these files before timing "
+                                  "them: " + ANSWERED + ")")
+    compiled = ws.compile()
+    assert compiled.answered_by == "profile" and compiled.text == (
+        "compile: OK\n(unchanged since the last profile, which built these files too: " + ANSWERED + ")")
     assert ws.profile().answered_by == "profile" and len(fake_evaluator.calls) == 3
 
 
@@ -78,6 +81,22 @@ def test_a_profile_that_failed_after_verification_does_not_answer_verify(tmp_pat
     assert ws.profile().answered_by == "profile"   # the same files fail the same way
     verified = ws.verify()
     assert verified.answered_by is None and verified.ok and len(fake_evaluator.calls) == 2
+
+
+def test_compile_answered_by_a_failed_verify_says_only_what_compile_would(tmp_path, relu_task, fake_evaluator):
+    ws = make(tmp_path, relu_task, fake_evaluator)
+    (ws.root / "model_new.py").write_text(RELU_MODEL_NEW.replace("return cuda_extension.relu(x)",
+                                                                "raise NotImplementedError"))
+    verified = ws.verify()
+    assert not verified.ok and verified.result.error.phase == "verify"
+    compiled = ws.compile()
+    assert compiled.ok and compiled.answered_by == "verify" and len(fake_evaluator.calls) == 1
+    assert compiled.text.startswith("compile: OK\n(unchanged since the last verify, which built these files too")
+    assert compiled.result.error is None and verified.result.error is not None   # the record itself is untouched
+    (ws.root / "kernels" / "relu_binding.cpp").write_text(RELU_BINDING + "#error planted\n")
+    ws.verify()
+    compiled = ws.compile()   # a build failure is compile's answer too
+    assert not compiled.ok and compiled.answered_by == "verify" and "planted" in compiled.text
 
 
 @pytest.mark.parametrize("error", [EvalError("internal", "a bug of ours"),
@@ -184,7 +203,7 @@ def test_scripts_answer_an_unchanged_workspace_from_their_records(tmp_path, relu
     assert answered_s < evaluated_s / 2, (answered_s, evaluated_s)
     compiled, _ = run_script(ws, "compile")   # the verify built and imported the same files
     assert compiled.returncode == 0 and compiled.stdout.startswith("compile: OK")
-    assert "(unchanged since the last verify, which verified the same files: " + ANSWERED in compiled.stdout
+    assert "(unchanged since the last verify, which built these files too: " + ANSWERED in compiled.stdout
     records, _ = ws.read_records(0)   # each answer is still recorded, for a session's claims
     assert [r["command"] for r in records] == ["verify", "verify", "compile"]
 

@@ -193,7 +193,7 @@ class Workspace:
         key = record_key(self.task, solution, self.backend, self.eval_config) + _evaluator_tag(self.evaluator)
         found = self.records.find(command, key)
         if found is not None:
-            source, result = found
+            source, result = found[0], _as_command(command, *found)
         else:
             result = _run_command(command, self.task, solution, self.eval_config, self.evaluator)
             self.records.keep(command, key, result)
@@ -243,11 +243,17 @@ class Workspace:
 
 def answered_note(command: str, source: str) -> str:
     """The line that says a command was answered from a record, not evaluated."""
-    how = f"the last {source}" if source == command else f"the last {source}, which {_DID[source]} the same files"
+    how = (f"the last {command}" if source == command else
+           f"the last {source}, which built these files too" if command == "compile" else
+           f"the last {source}, which verified these files before timing them")
     return f"(unchanged since {how}: answered from its record, not evaluated again)"
 
 
-_DID = {"verify": "verified", "profile": "built and verified"}
+def _as_command(command: str, source: str, result: EvalResult) -> EvalResult:
+    """A record made by `source` as `command`'s answer: compile's is the build and import only."""
+    if command == "compile" and source != "compile" and result.error is not None and result.error.phase != "compile":
+        return replace(result, error=None)
+    return result
 
 
 def _evaluator_tag(evaluator: Evaluator) -> str:
