@@ -153,6 +153,17 @@ def test_the_tools_never_answer_from_the_file_the_agent_can_write(tmp_path, relu
     assert Workspace.open(ws.root, evaluator=fake_evaluator).verify().answered_by is None   # a fresh object: no records
 
 
+def test_code_stamps_follow_size_and_time(tmp_path):
+    from cuda_agent.agent.run_records import _installed, _stamp
+
+    source = tmp_path / "evaluation.py"
+    source.write_text("x = 1\n")
+    before = _stamp([source], relative_to=tmp_path)
+    os.utime(source, ns=(source.stat().st_atime_ns, source.stat().st_mtime_ns + 1))
+    assert _stamp([source], relative_to=tmp_path) != before   # touched: other code
+    assert set(_installed()) == {"torch", "package"} and all(_installed().values())
+
+
 def test_the_disk_records_keep_the_newest_keys(tmp_path):
     records = RunRecords(tmp_path / "records.json")
     result = EvalResult(task="t", backend="cpu", compiled=True, correct=True)

@@ -3,9 +3,9 @@ evaluated (the solution's files) and the settings that decide the answer.
 
 A command whose key has a record answers from it instead of evaluating again. The key is a digest
 of the solution's files (`model_new.py` and `kernels/`, byte for byte) and of the settings: the task,
-the backend, the whole `EvalConfig`, the `CUDA_AGENT_*` environment, the interpreter, the host, the
-torch version and a stamp of the installed cuda_agent package (its files' sizes and times), so a
-record is never used under other settings or by other code of ours.
+the backend, the whole `EvalConfig`, the `CUDA_AGENT_*` environment, the interpreter, the host, and
+stamps (sizes and times) of torch's version file and of the cuda_agent package's sources, so a record
+is never used under other settings or by other code of ours.
 
 What answers what: `compile` from a record of compile, verify or profile (each built and imported
 the same files); `verify` from a verify record, or from a profile record whose verification decided
@@ -59,20 +59,31 @@ def _machine() -> dict:
 
 @lru_cache(maxsize=1)
 def _installed() -> dict:
-    """The torch version and a stamp of our own package's files (edited code is other code)."""
-    from importlib import metadata
+    """Stamps (sizes and times) of torch's version file and of our own package's sources: another torch
+    or edited code of ours is other settings. Read from the files, not imported (a script answering
+    from a record never imports torch)."""
+    from importlib.util import find_spec
 
-    try:
-        torch = metadata.version("torch")
-    except metadata.PackageNotFoundError:
-        torch = None
+    spec = find_spec("torch")
+    torch = _stamp([Path(spec.origin).with_name("version.py")]) if spec and spec.origin else None
     package = Path(__file__).resolve().parents[1]
+    sources = []
+    for folder, dirs, files in os.walk(package):
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+        sources += [Path(folder, f) for f in sorted(files) if f.endswith((".py", ".cpp", ".cu", ".h"))]
+    return {"torch": torch, "package": _stamp(sources, relative_to=package)}
+
+
+def _stamp(paths: list[Path], relative_to: Path | None = None) -> str:
     h = hashlib.sha256()
-    for path in sorted(package.rglob("*")):
-        if path.suffix in (".py", ".cpp", ".cu", ".h") and path.is_file():
+    for path in paths:
+        try:
             st = path.stat()
-            h.update(f"{path.relative_to(package)}:{st.st_size}:{st.st_mtime_ns};".encode())
-    return {"torch": torch, "package": h.hexdigest()}
+        except OSError:
+            continue
+        name = path.relative_to(relative_to) if relative_to else path
+        h.update(f"{name}:{st.st_size}:{st.st_mtime_ns};".encode())
+    return h.hexdigest()
 
 
 def reusable(result: EvalResult) -> bool:
