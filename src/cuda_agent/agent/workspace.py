@@ -251,8 +251,8 @@ def answered_note(command: str, source: str) -> str:
 
 def _as_command(command: str, source: str, result: EvalResult) -> EvalResult:
     """A record made by `source` as `command`'s answer: compile's is the build and import only."""
-    if command == "compile" and source != "compile" and result.error is not None and result.error.phase != "compile":
-        return replace(result, error=None)
+    if command == "compile" and source != "compile" and result.compiled and result.error is not None:
+        return replace(result, error=None)   # what failed after the build is not compile's to say
     return result
 
 
