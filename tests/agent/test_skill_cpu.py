@@ -78,3 +78,38 @@ def test_compile_warns_where_pragma_omp_is_ignored(tmp_path, relu_task, real_eva
     (ws.root / "kernels" / "relu_binding.cpp").write_text(RELU_BINDING)   # without it: no warning
     proc = subprocess.run([str(ws.root / "compile")], cwd=ws.root, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0 and proc.stdout.strip() == "compile: OK", proc.stdout
+
+
+OMP_INLINE = """import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+source = \"\"\"
+torch::Tensor relu(torch::Tensor x) {
+    auto y = torch::empty_like(x);
+    const float* in = x.data_ptr<float>();
+    float* out = y.data_ptr<float>();
+    #pragma omp parallel for
+    for (int64_t i = 0; i < x.numel(); ++i) out[i] = in[i] > 0.f ? in[i] : 0.f;
+    return y;
+}
+\"\"\"
+ext = load_inline("omp_relu", cpp_sources=source, functions=["relu"], extra_cflags=["-O2"])
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return ext.relu(x)
+"""
+
+
+def test_compile_warns_for_load_inline_without_fopenmp(tmp_path, relu_task, real_eval_config):
+    ws = cpu_workspace(tmp_path, relu_task, real_eval_config)
+    (ws.root / "model_new.py").write_text(OMP_INLINE)
+    proc = subprocess.run([str(ws.root / "compile")], cwd=ws.root, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert any(line.startswith("warning: omp_relu/main.cpp: `#pragma omp` is ignored: the build has no -fopenmp")
+               for line in proc.stdout.splitlines()), proc.stdout

@@ -87,7 +87,8 @@ class BuildServing:
                 and all(isinstance(k, str) and isinstance(v, str) for k, v in files.items())
                 and all(v is None or (isinstance(v, list) and all(isinstance(f, str) for f in v)) for v in flags.values())):
             return {"ok": False, "message": "malformed build request"}
-        self._note_openmp(files, [*(flags["extra_cflags"] or []), *(flags["extra_cuda_cflags"] or [])])
+        self._note_openmp({f"{name}/{path}": text for path, text in files.items()},
+                          [*(flags["extra_cflags"] or []), *(flags["extra_cuda_cflags"] or [])])
         try:
             return {"ok": True, "path": str(self._build(name, files, **flags))}
         except _LinkRefused as refused:
