@@ -41,9 +41,10 @@ def test_mcp_stdio_lists_and_calls_tools(tmp_path, relu_task, real_eval_config):
             stub = await client.call_tool("verify", {})   # the real environment; the starting point fails
             await client.call_tool("write", {"path": "model_new.py", "content": RELU_MODEL_NEW})
             verify = await client.call_tool("verify", {})
-            return listed, names, write, read, bash, denied, bad, stub, verify
+            again = await client.call_tool("verify", {})   # nothing changed
+            return listed, names, write, read, bash, denied, bad, stub, verify, again
 
-    listed, names, write, read, bash, denied, bad, stub, verify = anyio.run(session)
+    listed, names, write, read, bash, denied, bad, stub, verify, again = anyio.run(session)
     assert names == {"compile", "verify", "profile", "bash", "read", "write", "edit", "multi_edit", "glob", "grep",
                      "submit"}
     schema = next(t for t in listed.tools if t.name == "edit").input_schema
@@ -55,12 +56,14 @@ def test_mcp_stdio_lists_and_calls_tools(tmp_path, relu_task, real_eval_config):
     assert bad.is_error and "needs old_string, new_string" in text_of(bad)
     assert stub.is_error and text_of(stub).startswith("verify: FAILED")
     assert not verify.is_error and text_of(verify).startswith("verify: PASSED"), text_of(verify)
+    assert not again.is_error and text_of(again) == text_of(verify) + (
+        "\n(unchanged since the last verify: answered from its record, not evaluated again)")
     assert (ws.root / "kernels" / "relu_binding.cpp").read_text() == RELU_BINDING
     # the server stopped with the client, before submit: the episode was recorded, unscored
     (traj,) = read_jsonl(default_trajectories(ws))
     assert traj.stop_reason == "stopped" and traj.reward is None and traj.infra_error.startswith("not scored")
     assert [c.name for t in traj.turns for c in t.tool_calls] == ["write", "read", "bash", "write", "edit", "verify",
-                                                                  "write", "verify"]
+                                                                  "write", "verify", "verify"]
     assert traj.best["trusted"] and traj.best["files"]["model_new.py"] == RELU_MODEL_NEW
 
 

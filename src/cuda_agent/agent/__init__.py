@@ -13,19 +13,32 @@ Split as in inspect_ai: the task (`cuda_agent.tasks`), the solver (this loop and
 scorer (`cuda_agent.env.evaluate`, which alone decides the reward).
 """
 
-from cuda_agent.agent.context import ContextBudget
-from cuda_agent.agent.loop import AgentConfig, EpisodeResult, run_episode
-from cuda_agent.agent.session import KernelSession, Opening, Outcome, SessionError, SessionLimits, Step, StepInfo
-from cuda_agent.agent.sft import SFTFilter, export_sft
-from cuda_agent.agent.tools import AGENT_TOOLS, MCP_TOOLS, Tool, ToolLimits, call_tool
-from cuda_agent.agent.trajectory import Trajectory, append_jsonl, read_jsonl
-from cuda_agent.agent.workspace import Workspace, WorkspaceError
-from cuda_agent.llm import ChatClient, ClientError, Completion, OpenAIClient, TransformersClient
+# Names resolve on first use (PEP 562): a workspace's `./verify` imports only what it runs, not the
+# loop, the tools and the clients.
+_WHERE = {
+    "cuda_agent.agent.context": ("ContextBudget",),
+    "cuda_agent.agent.loop": ("AgentConfig", "EpisodeResult", "run_episode"),
+    "cuda_agent.agent.session": ("KernelSession", "Opening", "Outcome", "SessionError", "SessionLimits", "Step",
+                                 "StepInfo"),
+    "cuda_agent.agent.sft": ("SFTFilter", "export_sft"),
+    "cuda_agent.agent.tools": ("AGENT_TOOLS", "MCP_TOOLS", "Tool", "ToolLimits", "call_tool"),
+    "cuda_agent.agent.trajectory": ("Trajectory", "append_jsonl", "read_jsonl"),
+    "cuda_agent.agent.workspace": ("Workspace", "WorkspaceError"),
+    "cuda_agent.llm": ("ChatClient", "ClientError", "Completion", "OpenAIClient", "TransformersClient"),
+}
+_MODULE_OF = {name: module for module, names in _WHERE.items() for name in names}
+__all__ = list(_MODULE_OF)
 
-__all__ = [
-    "ChatClient", "ClientError", "Completion", "OpenAIClient", "TransformersClient",
-    "ContextBudget", "AgentConfig", "EpisodeResult", "run_episode",
-    "KernelSession", "Opening", "Outcome", "SessionError", "SessionLimits", "Step", "StepInfo",
-    "SFTFilter", "export_sft", "AGENT_TOOLS", "MCP_TOOLS", "Tool", "ToolLimits", "call_tool",
-    "Trajectory", "append_jsonl", "read_jsonl", "Workspace", "WorkspaceError",
-]
+
+def __getattr__(name: str):
+    if name not in _MODULE_OF:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(_MODULE_OF[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

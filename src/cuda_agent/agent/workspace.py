@@ -9,7 +9,8 @@
                          protected commands: thin scripts that run `python -m
                          cuda_agent.agent.workspace_cli`, so their code lives in the installed
                          package, out of the agent's reach
-      .cuda_agent/       metadata, pristine copies of the protected files, results of the commands
+      .cuda_agent/       metadata, pristine copies of the protected files, results of the commands,
+                         the records that answer a command on unchanged files (run_records.py)
 
 Protected files are restored from pristine copies before each command and, in a session, after every
 tool call. The score does not rest on them: the best solution is re-evaluated from a clean copy
@@ -32,6 +33,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
+from cuda_agent.agent.run_records import RunRecords, record_key
 from cuda_agent.agent.skill import skill_text
 from cuda_agent.env.config import EvalConfig
 from cuda_agent.env.result import EvalError, EvalResult
@@ -42,6 +44,7 @@ from cuda_agent.tasks.parsing import parse
 META_DIR = ".cuda_agent"
 META_FILE = f"{META_DIR}/workspace.json"
 RESULTS_FILE = f"{META_DIR}/results.jsonl"
+RECORDS_FILE = f"{META_DIR}/records.json"   # the scripts' records (run_records.py); the tools keep theirs in memory
 COMMANDS = ("compile", "verify", "profile")
 PROTECTED = ("model.py", "SKILL.md", *COMMANDS)
 
@@ -69,6 +72,7 @@ class CommandResult:
     result: EvalResult | None = None
     solution: Solution | None = None   # the snapshot that was evaluated
     seconds: float = 0.0
+    answered_by: str | None = None     # the command whose record answered (nothing was evaluated)
 
 
 @dataclass
@@ -79,6 +83,7 @@ class Workspace:
     eval_config: EvalConfig
     evaluator: Evaluator = default_evaluator
     originals: dict[str, str] = field(default_factory=dict)   # protected file -> pristine text
+    records: RunRecords = field(default_factory=RunRecords)   # answers for unchanged files (in memory)
 
     # -- creation and loading ---------------------------------------------------------------
 
@@ -185,12 +190,21 @@ class Workspace:
             solution = self.snapshot()
         except (OSError, ValueError) as exc:
             return CommandResult(command, False, f"{command}: FAILED\n{exc}", seconds=time.perf_counter() - start)
-        result = _run_command(command, self.task, solution, self.eval_config, self.evaluator)
+        key = record_key(self.task, solution, self.backend, self.eval_config) + _evaluator_tag(self.evaluator)
+        found = self.records.find(command, key)
+        if found is not None:
+            source, result = found[0], _as_command(command, *found)
+        else:
+            result = _run_command(command, self.task, solution, self.eval_config, self.evaluator)
+            self.records.keep(command, key, result)
         ok = _command_ok(command, result)
         text = format_result(command, result)
+        if found is not None:
+            text += "\n" + answered_note(command, source)
         if restored:
             text += f"\nnote: protected files were modified and have been restored: {', '.join(restored)}"
-        return CommandResult(command, ok, text, result, solution, time.perf_counter() - start)
+        return CommandResult(command, ok, text, result, solution, time.perf_counter() - start,
+                             answered_by=found[0] if found else None)
 
     def read_records(self, offset: int = 0) -> tuple[list[dict], int]:
         """Records appended to .cuda_agent/results.jsonl since byte `offset`; returns the new offset.
@@ -225,6 +239,26 @@ class Workspace:
                            "files": outcome.solution.files, "result": outcome.result.to_dict()})
         with open(self.root / RESULTS_FILE, "a") as fh:
             fh.write(line + "\n")
+
+
+def answered_note(command: str, source: str) -> str:
+    """The line that says a command was answered from a record, not evaluated."""
+    how = (f"the last {command}" if source == command else
+           f"the last {source}, which built these files too" if command == "compile" else
+           f"the last {source}, which verified these files before timing them")
+    return f"(unchanged since {how}: answered from its record, not evaluated again)"
+
+
+def _as_command(command: str, source: str, result: EvalResult) -> EvalResult:
+    """A record made by `source` as `command`'s answer: compile's is the build and import only."""
+    if command == "compile" and source != "compile" and result.compiled and result.error is not None:
+        return replace(result, error=None)   # what failed after the build is not compile's to say
+    return result
+
+
+def _evaluator_tag(evaluator: Evaluator) -> str:
+    # another evaluator (a pool, a fake) may answer otherwise: its records are its own
+    return "" if evaluator is default_evaluator else f":{type(evaluator).__qualname__}@{id(evaluator)}"
 
 
 def _run_command(command: str, task: Task, solution: Solution, base: EvalConfig,

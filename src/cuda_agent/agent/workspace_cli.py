@@ -2,7 +2,9 @@
 
 The workspace's `compile`, `verify` and `profile` scripts only exec this module, so what the
 commands do is decided by the installed package, not by anything the agent can edit. Prints a
-short summary for the model; exit status 0 on success, 1 on failure, 2 on misuse.
+short summary for the model; exit status 0 on success, 1 on failure, 2 on misuse. A command on files
+unchanged since a command that answers it is answered from that one's record in `.cuda_agent/`
+(run_records.py), and says so.
 """
 
 from __future__ import annotations
@@ -11,7 +13,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from cuda_agent.agent.workspace import COMMANDS, META_FILE, Workspace, WorkspaceError
+from cuda_agent.agent.run_records import RunRecords
+from cuda_agent.agent.workspace import COMMANDS, META_FILE, RECORDS_FILE, Workspace, WorkspaceError
 
 
 def find_root(start: Path) -> Path:
@@ -31,6 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     except WorkspaceError as exc:
         print(f"{args.command}: {exc}", file=sys.stderr)
         return 2
+    ws.records = RunRecords(ws.root / RECORDS_FILE)   # each script is a process: its records are on disk
     outcome = ws.run(args.command)
     ws.record(outcome)
     print(outcome.text)

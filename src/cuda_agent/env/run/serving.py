@@ -6,10 +6,12 @@ against before it is published and handed in (handed.py).
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from cuda_agent.env.builds.handed import hand
 
+_OPENMP = re.compile(r"^\s*#\s*pragma\s+omp\b", re.M)
 MAX_BUILD_REQUESTS = 16    # load_inline/load calls one candidate may ask the harness to build
 
 
@@ -44,6 +46,7 @@ class BuildServing:
             self.say("building kernels" + (" (precompiling torch headers first: once per machine, about a minute)"
                                            if first else ""))
             kernels = pool.submit(self._build, "cuda_extension", self._kernel_sources())
+            self._note_openmp(self._kernel_sources(), [])
         pool.shutdown(wait=False)
         return guard_lib, kernels
 
@@ -84,6 +87,8 @@ class BuildServing:
                 and all(isinstance(k, str) and isinstance(v, str) for k, v in files.items())
                 and all(v is None or (isinstance(v, list) and all(isinstance(f, str) for f in v)) for v in flags.values())):
             return {"ok": False, "message": "malformed build request"}
+        self._note_openmp({f"{name}/{path}": text for path, text in files.items()},
+                          [*(flags["extra_cflags"] or []), *(flags["extra_cuda_cflags"] or [])])
         try:
             return {"ok": True, "path": str(self._build(name, files, **flags))}
         except LinkRefused as refused:
@@ -91,6 +96,18 @@ class BuildServing:
             return {"ok": False, "message": str(refused)}
         except BuildError as exc:
             return {"ok": False, "message": exc.summary}
+
+    def _note_openmp(self, files: dict[str, str], cflags: list[str]) -> None:
+        """A warning where a source asks for OpenMP that its build does not enable: the compiler drops
+        `#pragma omp` without a word. On the CPU backend threads would not help anyway."""
+        if any("-fopenmp" in flag for flag in cflags):   # also -Xcompiler=-fopenmp
+            return
+        users = sorted(path for path, text in files.items() if _OPENMP.search(text))
+        if users:
+            why = ("; and threads cannot lower a time here: the CPU backend counts the CPU time of all of "
+                   "your process's threads (see SKILL.md)" if self.backend == "cpu" else "")
+            self.result.warnings.append(f"{', '.join(users)}: `#pragma omp` is ignored: the build has no "
+                                        f"-fopenmp, so this code runs on one thread{why}")
 
     def _kernel_sources(self) -> dict[str, str]:
         from cuda_agent.tasks.solution import KERNEL_SUFFIXES
