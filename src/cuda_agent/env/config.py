@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
+
 
 
 def default_cache_dir() -> Path:
@@ -109,12 +111,16 @@ class EvalConfig:
         return self.iters if self.iters is not None else (100 if backend == "cuda" else 20)
 
     def to_dict(self) -> dict:
-        d = asdict(self)
-        d["cache_dir"] = str(self.cache_dir)
-        return d
+        return _adapter().dump_python(self, mode="json")   # JSON values (the cache folder as text)
 
     @classmethod
     def from_dict(cls, d: dict) -> "EvalConfig":
-        d = dict(d)
-        d["cache_dir"] = Path(d["cache_dir"])
-        return cls(**d)
+        """Validated by pydantic, then by `__post_init__`'s checks."""
+        return _adapter().validate_python(d)
+
+
+@cache
+def _adapter():
+    from pydantic import TypeAdapter   # on first use: commands that never serialise do not pay its import
+
+    return TypeAdapter(EvalConfig)

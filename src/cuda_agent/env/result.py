@@ -1,8 +1,13 @@
-"""Evaluation results: plain data, JSON-ready, identical whichever process produced them."""
+"""Evaluation results: plain data, JSON-ready, identical whichever process produced them.
+
+Serialised and validated by pydantic (`to_dict` / `from_dict`), never field by field by hand.
+"""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
+from functools import cache
+
 
 # Phases, in order. "task" means the task itself is broken (not the candidate's fault).
 PHASES = ("task", "compile", "verify", "profile", "internal")
@@ -72,12 +77,15 @@ class EvalResult:
         return self.error is not None and self.error.phase == "task"
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return _adapter().dump_python(self)   # Python values: an infinite error stays infinite
 
     @classmethod
     def from_dict(cls, d: dict) -> "EvalResult":
-        d = dict(d)
-        if d.get("error"):
-            d["error"] = EvalError(**d["error"])
-        d["timings"] = {k: Timing(**v) for k, v in (d.get("timings") or {}).items()}
-        return cls(**d)
+        return _adapter().validate_python(d)
+
+
+@cache
+def _adapter():
+    from pydantic import TypeAdapter   # on first use: commands that never serialise do not pay its import
+
+    return TypeAdapter(EvalResult)
