@@ -30,6 +30,7 @@ from tests.hacks.cases_round5 import _r
 #   deep_json: the first verification call's answer is a JSON array nested 100000 deep
 #   locate_huge: every output located as 2**55 elements of stride 0 (4 bytes of memory; read whole, more
 #   than any address space holds, so that no machine tries)
+#   output_list: the located output (a dict) sent inside a list (`output` is typed Any)
 #   skip_inspect: the worker's own verdict on each call (the guard's, _Candidate._inspect) is "one
 #   extension call, nothing broken"
 #   huge_int: the first verification call's answer has a count of 5001 digits
@@ -76,6 +77,8 @@ def _send(self, message):
     if name == "CallAnswer" and mode == "locate_huge" and isinstance(raw.get("output"), dict):
         for tensor in raw["output"].get("tensors") or []:
             tensor["shape"], tensor["strides"] = [1 << 55], [0]
+    if name == "CallAnswer" and mode == "output_list" and "output" in raw:
+        raw["output"] = [raw["output"]]
     if name == "CallAnswer" and isinstance(raw.get("ms"), float):
         if mode in ("deep_json", "huge_int"):
             line = ("[" * 100000 + "]" * 100000 if mode == "deep_json"
@@ -174,6 +177,9 @@ HACKS_ROUND6 += [
 ]
 
 HACKS_ROUND6 += [
+    Case("r6_output_located_in_a_list", "peeking at the harness", _forged("output_list"),
+         rules=("uncomparable-output", "protocol-forgery"), invented=True,
+         what="the call's located output wrapped in a list: valid (Any), the harness calls its .get"),
     Case("r6_output_located_huge", "peeking at the harness",
          _forged("locate_huge", "gemm", "return cuda_extension.gemm(a, b)"), rules=("uncomparable-output",),
          invented=True, what="the output located as 2**55 float32 of stride 0: a span of 4 bytes passes the "

@@ -30,6 +30,8 @@ OPEN = {
     "r6_answer_with_huge_int": JSON + ": ValueError on an int of over 4300 digits (an internal error)",
     "r6_guard_verdict_skipped": "the guard's verdict is decided in the candidate's process (_Candidate._inspect) "
                                 "and reached through the builtins' exec: torch.matmul accepted, reward 1",
+    "r6_output_located_in_a_list": "CallAnswer.output is Any; outside.read_samples calls output.get: "
+                                   "AttributeError, not among the errors _outside_call catches (internal error)",
     "r6_output_located_huge": "outside.read_tensor bounds the span, not the element count: a stride-0 shape "
                               "allocates numel elements in the harness; MemoryError is not caught (internal error)",
 }
