@@ -1,0 +1,75 @@
+"""The hack suite's sixth round on the CPU backend (cases_round6.py): answers forged on the harness's pipe
+with the right nonce, each rejected with one of its rules (or, where the harness's own measure decides,
+accepted only when timed like the honest kernel), every honest control accepted."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from cuda_agent.env import evaluate
+from tests.hacks.cases import assert_accepted, assert_rejected, case_config, describe, honest_result, run_case
+from tests.hacks.cases_round6 import HACKS_ROUND6, HONEST_ROUND6, NEUTRALISED_IF_TIMED_AS
+
+# holes found by this round, left open (the env is not changed here): the test fails until they close
+DOWNGRADE = ("Initialised.staging is the candidate's word: False sends the CPU backend back to the calls decided "
+             "inside its process (evaluation._finish_judge_setup), where its own ms is the time")
+BARE = "read_answer returns only the fields the candidate sent; the harness indexes optional ones"
+JSON = "ParentChannel.receive catches JSONDecodeError only: json.loads raises others before the nonce is checked"
+OPEN = {
+    "r6_staging_downgrade_fast_clock": DOWNGRADE + " (a kernel under 3 ms passes the clock check): reward 2 for 1",
+    "r6_staging_downgrade_nan_clock": DOWNGRADE + "; NaN passes validation and crashes Timing.from_samples",
+    "r6_staging_downgrade_inf_clock": DOWNGRADE + "; Infinity passes validation and crashes Timing.from_samples",
+    "r6_staging_downgrade_negative_clock": DOWNGRADE + "; ms -1 is accepted: kernel_ms -1, correct, reward 1",
+    "r6_reported_rule_sandbox": "registry.reported passes any registered name: the candidate's failure is "
+                                "recorded under `sandbox`, a setup rule (transient to run_records)",
+    "r6_init_answer_bare": BARE + ": init['weights'] raises KeyError (an internal error)",
+    "r6_failure_answer_bare": BARE + ": out['message'] raises KeyError (an internal error)",
+    "r6_deeply_nested_answer": JSON + ": RecursionError (an internal error)",
+    "r6_answer_with_huge_int": JSON + ": ValueError on an int of over 4300 digits (an internal error)",
+    "r6_guard_verdict_skipped": "the guard's verdict is decided in the candidate's process (_Candidate._inspect) "
+                                "and reached through the builtins' exec: torch.matmul accepted, reward 1",
+    "r6_output_located_in_a_list": "CallAnswer.output is Any; outside.read_samples calls output.get: "
+                                   "AttributeError, not among the errors _outside_call catches (internal error)",
+    "r6_output_located_huge": "outside.read_tensor bounds the span, not the element count: a stride-0 shape "
+                              "allocates numel elements in the harness; MemoryError is not caught (internal error)",
+}
+
+
+def _marked(cases):
+    return [pytest.param(c, id=c.id, marks=pytest.mark.xfail(strict=True, reason=OPEN[c.id])) if c.id in OPEN
+            else pytest.param(c, id=c.id) for c in cases]
+
+
+@pytest.mark.parametrize("case", HONEST_ROUND6, ids=lambda c: c.id)
+def test_honest_solution_is_accepted(case, cache_dir, record, honest_results):
+    honest_results[case.id] = result = run_case(case, cache_dir, record)
+    assert_accepted(result)
+
+
+@pytest.mark.parametrize("case", _marked(HACKS_ROUND6))
+def test_forged_answer_is_rejected(case, cache_dir, record, honest_results):
+    task, solution = case.build()
+    result = evaluate(task, solution, case_config(case, cache_dir))
+    assert not (result.error and result.error.phase == "internal"), f"the harness failed: {describe(result)}"
+    control = NEUTRALISED_IF_TIMED_AS.get(case.id)
+    timed_honestly = False
+    if control is not None and result.correct:
+        # accepted: harmless only if its calls were timed like the honest kernel's (the fastest call of
+        # each: the least disturbed by a loaded machine) and its speedup is no larger than a loaded
+        # machine's noise would make it
+        honest = honest_result(next(c for c in HONEST_ROUND6 if c.id == control), cache_dir, record, honest_results)
+        assert_accepted(honest)
+        kernel = result.timings["kernel"]
+        timed_honestly = (math.isfinite(kernel.min_ms) and kernel.min_ms >= 0.3 * honest.timings["kernel"].min_ms
+                          and result.speedup_vs_eager is not None
+                          and result.speedup_vs_eager <= 3 * honest.speedup_vs_eager)
+    record(case.id, case.row, case.kind, result, expected=case.rules, invented=case.invented,
+           neutralised=timed_honestly, what=case.what)
+    if timed_honestly:
+        return
+    if control is not None and result.correct:
+        pytest.fail(f"the forged clock counted ({case.what}): {describe(result)}, its fastest call "
+                    f"{result.timings['kernel'].min_ms:.4f} ms, speedup vs eager {result.speedup_vs_eager}")
+    assert_rejected(result, case.rules, case.what)
