@@ -90,6 +90,10 @@ def test_answers_round_trip_as_the_fields_their_sender_set():
     ({"ms": 0.1}, "no outcome"),
     ({"ok": True, "answers": []}, "another command's answer"),
     ({"request": "build", "name": "x", "files": {}, "path": "/tmp/x.so"}, "a build request with more in it"),
+    ({"ok": True, "ms": float("nan")}, "a time that is not a number"),
+    ({"ok": True, "ms": float("inf")}, "an infinite time"),
+    ({"ok": True, "host_ms": -1.0}, "a negative time"),
+    ({"ok": False}, "a failure without its message"),
 ])
 def test_a_malformed_answer_is_refused(raw, why):
     with pytest.raises(ValueError):
@@ -176,3 +180,37 @@ def test_a_worker_ends_on_a_command_outside_its_dispatch_table(tmp_path):
         assert worker.proc.wait(10) == 0
     finally:
         worker.kill()
+
+
+def test_an_initialised_answer_says_how_weights_matched_and_whether_it_has_staging():
+    assert msg.read_answer({"ok": True, "weights": "seed", "staging": True}, msg.Initialised)["staging"] is True
+    for bare in ({"ok": True}, {"ok": True, "weights": "seed"}):
+        with pytest.raises(ValueError):
+            msg.read_answer(bare, msg.Initialised)
+
+
+@pytest.mark.parametrize("line", ["[" * 100_000 + "]" * 100_000, '{"ok": true, "calls": ' + "9" * 5001 + "}"])
+def test_a_line_the_json_parser_cannot_take_is_forged_not_a_crash(line):
+    import threading
+
+    chan, worker_end, proc = _channel()
+    writer = threading.Thread(target=lambda: worker_end.write(line + "\n"))   # longer than a pipe holds
+    writer.start()
+    try:
+        with pytest.raises(ForgedMessage, match="malformed line"):
+            chan.receive(5)
+        writer.join(5)
+    finally:
+        proc.kill()
+        proc.wait()
+        worker_end.close()
+        chan.close()
+
+
+def test_a_worker_reports_only_the_rules_its_own_checks_decide():
+    from cuda_agent.env.rules import registry as rules
+
+    assert rules.reported("torch-op") == "torch-op" and rules.reported("forged-samples") == "forged-samples"
+    for decided_by_the_harness in ("sandbox", "too-large", "timeout", "crash", "clock-disagreement", "static:ctypes"):
+        assert rules.reported(decided_by_the_harness) == "protocol-forgery"
+    assert rules.reported(rules.TIMEOUT) == "timeout"   # the harness's own

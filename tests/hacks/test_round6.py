@@ -12,28 +12,11 @@ from cuda_agent.env import evaluate
 from tests.hacks.cases import assert_accepted, assert_rejected, case_config, describe, honest_result, run_case
 from tests.hacks.cases_round6 import HACKS_ROUND6, HONEST_ROUND6, NEUTRALISED_IF_TIMED_AS
 
-# holes found by this round, left open (the env is not changed here): the test fails until they close
-DOWNGRADE = ("Initialised.staging is the candidate's word: False sends the CPU backend back to the calls decided "
-             "inside its process (evaluation._finish_judge_setup), where its own ms is the time")
-BARE = "read_answer returns only the fields the candidate sent; the harness indexes optional ones"
-JSON = "ParentChannel.receive catches JSONDecodeError only: json.loads raises others before the nonce is checked"
+# holes found by this round and still open (docs/verification.md, "What remains open"): each test fails
+# until its hole closes; the round's other holes were closed in the same session
 OPEN = {
-    "r6_staging_downgrade_fast_clock": DOWNGRADE + " (a kernel under 3 ms passes the clock check): reward 2 for 1",
-    "r6_staging_downgrade_nan_clock": DOWNGRADE + "; NaN passes validation and crashes Timing.from_samples",
-    "r6_staging_downgrade_inf_clock": DOWNGRADE + "; Infinity passes validation and crashes Timing.from_samples",
-    "r6_staging_downgrade_negative_clock": DOWNGRADE + "; ms -1 is accepted: kernel_ms -1, correct, reward 1",
-    "r6_reported_rule_sandbox": "registry.reported passes any registered name: the candidate's failure is "
-                                "recorded under `sandbox`, a setup rule (transient to run_records)",
-    "r6_init_answer_bare": BARE + ": init['weights'] raises KeyError (an internal error)",
-    "r6_failure_answer_bare": BARE + ": out['message'] raises KeyError (an internal error)",
-    "r6_deeply_nested_answer": JSON + ": RecursionError (an internal error)",
-    "r6_answer_with_huge_int": JSON + ": ValueError on an int of over 4300 digits (an internal error)",
     "r6_guard_verdict_skipped": "the guard's verdict is decided in the candidate's process (_Candidate._inspect) "
                                 "and reached through the builtins' exec: torch.matmul accepted, reward 1",
-    "r6_output_located_in_a_list": "CallAnswer.output is Any; outside.read_samples calls output.get: "
-                                   "AttributeError, not among the errors _outside_call catches (internal error)",
-    "r6_output_located_huge": "outside.read_tensor bounds the span, not the element count: a stride-0 shape "
-                              "allocates numel elements in the harness; MemoryError is not caught (internal error)",
 }
 
 

@@ -43,6 +43,7 @@ class Worker:
     # (diagnosis) seconds from spawn to its main (imports), its device set-up, and from spawn to ready
     startup: dict[str, float] = field(default_factory=dict)
     stopped: bool = False                              # SIGSTOPped between commands (`stop`)
+    has_staging: bool = False                          # handed the pair's staging file (the harness's own fact)
 
     def log_tail(self, limit: int = 2000) -> str:
         try:
@@ -211,4 +212,4 @@ def start_worker(role: str, job_dir: Path, backend: str, gpu: int | None,
         for fd in keep:
             os.close(fd)
         log.close()
-    return Worker(role, proc, ParentChannel(proc, read_fd), log_path, spawned)
+    return Worker(role, proc, ParentChannel(proc, read_fd), log_path, spawned, has_staging=staging_fd is not None)

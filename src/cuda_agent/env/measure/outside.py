@@ -276,10 +276,15 @@ def layout_of(tree: Any, located: list[Located]) -> dict:
     return layout
 
 
-def write_whole(memory: Memory, output: dict, path: Path) -> dict:
+def write_whole(memory: Memory, output: dict, path: Path, limit_bytes: int | None = None) -> dict:
     """Every tensor of the located output read whole into `path` (transfer's raw format: each tensor's
-    row-major bytes in order, at the offsets `transfer.read_output` expects); its layout back."""
+    row-major bytes in order, at the offsets `transfer.read_output` expects); its layout back.
+    `limit_bytes`: the most the harness reads (the reference's output, with room): a located output
+    claims its sizes, and a broadcast one (stride 0) spans few bytes for any number of elements."""
     located = [Located.parse(entry) for entry in output.get("tensors") or []]
+    total = sum(where.numel * where.itemsize for where in located)
+    if limit_bytes is not None and total > limit_bytes:
+        raise UnreadableOutput(f"an output of {total} bytes, more than the reference's ({limit_bytes} with room)")
     layout = layout_of(output.get("tree"), located)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
     with os.fdopen(fd, "wb") as fh:

@@ -67,11 +67,16 @@ def name_of(rule: Rule | str | None) -> str | None:
     return name
 
 
+REPORTABLE_PHASES = frozenset({"load", "call", "output"})   # what a worker's own checks decide
+
+
 def reported(rule: Rule | str | None) -> str | None:
-    """The name of a rule a worker's answer reports. A worker's own checks name registered rules only
-    (`Rejected` refuses any other), so a name no rule has was written by candidate code in the worker's
-    process: the answer is forged, and the candidate's failure says so instead of failing the harness."""
-    if isinstance(rule, str) and rule not in RULES:
+    """The name of a rule a worker's answer reports (a name: a `Rule` is the harness's own). A worker's
+    checks name registered rules of the load, call and output phases only (`Rejected` refuses any other
+    name), so another name was written by candidate code in the worker's process (a rule it does not
+    exist for, or one the harness alone decides, such as `sandbox` or `timeout`): the answer is
+    forged, and the candidate's failure says so instead of failing the harness or passing for another."""
+    if isinstance(rule, str) and (rule not in RULES or RULES[rule].phase not in REPORTABLE_PHASES):
         return PROTOCOL_FORGERY.name
     return name_of(rule)
 

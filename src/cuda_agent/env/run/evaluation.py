@@ -215,7 +215,11 @@ class _Evaluation(BuildServing, CallRounds, StoredBaselines, WorkerRun):
             raise Failed("verify", init["message"], init.get("rule"))
         self.result.weights = init["weights"]
         if self.backend == "cpu":   # inputs from the judge, outputs and times read from outside
-            self.outside = self.inputs_fit and bool(init.get("staging")) and self._open_memory()
+            handed = self.candidate.has_staging   # decided by what the harness gave, never by the answer
+            if handed and init.get("staging") is not True:
+                raise Failed("verify", "the solution's process answered that it has no staging file, but the harness "
+                                       "handed it one", rule=rules.PROTOCOL_FORGERY)
+            self.outside = self.inputs_fit and handed and self._open_memory()
             if not self.outside:
                 self.result.warnings.append("verdicts and times decided inside the solution's process: no staging "
                                             "file, inputs larger than its slots, or no access to the solution's "

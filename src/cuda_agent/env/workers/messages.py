@@ -12,11 +12,14 @@ used (the judge's comparison), not per element here.
 from __future__ import annotations
 
 from dataclasses import is_dataclass
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from cuda_agent.env.config import EvalConfig
+
+
+Milliseconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]   # a time a worker reports
 
 
 class Message(BaseModel):
@@ -65,6 +68,12 @@ class Answer(Message):
     message: str | None = None
     rule: str | None = None
 
+    @model_validator(mode="after")
+    def _says_why(self):
+        if not self.ok and not isinstance(self.message, str):
+            raise ValueError("a failure answer without its message")
+        return self
+
 
 class Loaded(Answer):
     """The candidate's solution loaded (`extensions`: the builds its load_inline calls made)."""
@@ -77,13 +86,19 @@ class Initialised(Answer):
     weights: str | None = None
     staging: bool | None = None
 
+    @model_validator(mode="after")
+    def _complete(self):
+        if self.ok and (self.weights is None or self.staging is None):
+            raise ValueError("a done answer without how the weights were matched and whether it has staging")
+        return self
+
 
 class CallAnswer(Answer):
     """A candidate's call: its times, its samples (or its output located, read from outside), its
     extension calls; `timed`: the timed part is over and the rest waits for `finish`."""
     timed: bool | None = None
-    ms: float | None = None
-    host_ms: float | None = None
+    ms: Milliseconds | None = None
+    host_ms: Milliseconds | None = None
     samples: Any = None
     calls: int | None = None
     timer: str | None = None

@@ -22,6 +22,9 @@ PROTOCOL_FD_ENV = "CUDA_AGENT_PROTOCOL_FD"
 STAGING_FD_ENV = "CUDA_AGENT_STAGING_FD"   # a pair of workers' shared staging file (transfer.Staging)
 
 
+MAX_LINE_BYTES = 64 << 20   # an honest answer is far smaller (samples travel packed, outputs by location)
+
+
 class ChildChannel:
     """The worker's end."""
 
@@ -96,6 +99,8 @@ class ParentChannel:
                     self.proc.wait()
                     raise ChildDied(_describe_exit(self.proc.returncode))
                 self._buffer += chunk
+                if len(self._buffer) > MAX_LINE_BYTES and b"\n" not in self._buffer:
+                    raise ForgedMessage(f"a line of over {MAX_LINE_BYTES >> 20} MiB on the harness channel")
             elif self.proc.poll() is not None:
                 # drain anything written just before exit
                 ready, _, _ = select.select([self._fd], [], [], 0.1)
@@ -104,7 +109,7 @@ class ParentChannel:
         line, self._buffer = self._buffer.split(b"\n", 1)
         try:
             message = json.loads(line)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):   # not JSON, nested past the parser's depth, digits past its limit
             raise ForgedMessage("a malformed line on the harness channel") from None
         if not isinstance(message, dict) or message.pop("nonce", None) != self._nonce:
             raise ForgedMessage("a message on the harness channel that answers no command of ours")
