@@ -252,7 +252,7 @@ class _Evaluation(BuildServing, CallRounds, StoredBaselines, WorkerRun):
         if rejections and self.config.guard:
             self._lap("compile")
             raise Failed("compile", "the solution was rejected before running:\n" +
-                          "\n".join(f.describe() for f in rejections[:5]), rule=f"static:{rejections[0].rule}")
+                          "\n".join(f.describe() for f in rejections[:5]), rule=rules.RULES[f"static:{rejections[0].rule}"])
 
 
     # -- phases ------------------------------------------------------------------------------
