@@ -766,3 +766,13 @@ CASES = HONEST + HACKS
 BY_ID = {case.id: case for case in CASES}
 assert len(BY_ID) == len(CASES), "case ids must be unique"
 assert all(case.row in ROWS for case in HACKS), "each hack names a row of hacks.md"
+
+
+# Python a forging library runs (reached from C++): the mode model_new.py names in `FORGE`, else "none"
+MODE_FROM_FORGE = """def _mode():
+    for module in list(sys.modules.values()):
+        found = getattr(module, "__dict__", {}).get("FORGE")
+        if isinstance(found, str):
+            return found
+    return "none"
+"""

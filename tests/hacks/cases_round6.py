@@ -15,7 +15,7 @@ round 5's honest dot product (tasks/dot_item.py), well under a millisecond, or i
 
 from __future__ import annotations
 
-from tests.hacks.cases import Case
+from tests.hacks.cases import MODE_FROM_FORGE, Case
 from tests.hacks.cases_round5 import _r
 
 # What the forging library does to the worker's messages, by FORGE:
@@ -43,13 +43,7 @@ _protocol = sys.modules["cuda_agent.env.workers.protocol"]
 _real_send = _protocol.ChildChannel.send
 
 
-def _mode():
-    for module in list(sys.modules.values()):
-        found = getattr(module, "__dict__", {}).get("FORGE")
-        if isinstance(found, str):
-            return found
-    return "none"
-
+''' + MODE_FROM_FORGE + r'''
 
 def _clock(ms, mode):
     if mode.endswith("_fast"):

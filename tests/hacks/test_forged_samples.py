@@ -20,7 +20,7 @@ from __future__ import annotations
 import pytest
 
 from cuda_agent.env import evaluate
-from tests.hacks.cases import assert_rejected, hack_config, plain_model_new
+from tests.hacks.cases import MODE_FROM_FORGE, assert_rejected, hack_config, plain_model_new
 from tests.hacks.cases_wave import task, wave_workspace
 
 # where the forged sampler goes: the samples module's attribute (what the worker used to look up at
@@ -34,13 +34,7 @@ FORGER = """
 _real = getattr(_where, NAME)
 
 
-def _mode():
-    for module in list(sys.modules.values()):
-        found = getattr(module, "__dict__", {}).get("FORGE")
-        if isinstance(found, str):
-            return found
-    return "none"
-
+""" + MODE_FROM_FORGE + """
 
 def _forged(out, *args, **kwargs):
     taken = _real(out, *args, **kwargs)
