@@ -71,7 +71,7 @@ class ParentChannel:
     def __init__(self, proc: subprocess.Popen, read_fd: int):
         self.proc = proc
         self._fd = read_fd
-        self._buffer = b""
+        self._buffer = bytearray()   # grows in place: a long line is not copied once per chunk
         self._nonce = None  # the worker's first line (ready) precedes any command
         self._expect: type[Message] = Ready
 
@@ -88,7 +88,8 @@ class ParentChannel:
     def receive(self, timeout: float) -> dict:
         """The answer to the last command, validated (its fields as a dict)."""
         deadline = time.monotonic() + timeout
-        while b"\n" not in self._buffer:
+        ended = b"\n" in self._buffer   # an earlier read may have brought the next line already
+        while not ended:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise ChildTimeout(f"no answer within {timeout:g} s")
@@ -99,14 +100,16 @@ class ParentChannel:
                     self.proc.wait()
                     raise ChildDied(_describe_exit(self.proc.returncode))
                 self._buffer += chunk
-                if len(self._buffer) > MAX_LINE_BYTES and b"\n" not in self._buffer:
+                ended = b"\n" in chunk   # only the new bytes can end the line: the buffer is not rescanned
+                if not ended and len(self._buffer) > MAX_LINE_BYTES:
                     raise ForgedMessage(f"a line of over {MAX_LINE_BYTES >> 20} MiB on the harness channel")
             elif self.proc.poll() is not None:
                 # drain anything written just before exit
                 ready, _, _ = select.select([self._fd], [], [], 0.1)
                 if not ready:
                     raise ChildDied(_describe_exit(self.proc.returncode))
-        line, self._buffer = self._buffer.split(b"\n", 1)
+        line, rest = self._buffer.split(b"\n", 1)
+        self._buffer = bytearray(rest)
         try:
             message = json.loads(line)
         except (ValueError, RecursionError):   # not JSON, nested past the parser's depth, digits past its limit
