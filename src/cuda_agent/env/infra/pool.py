@@ -56,15 +56,15 @@ class EvalPool:
         self._threads = ThreadPoolExecutor(max_workers=len(self.slots), thread_name_prefix="eval-pool")
         if processes is None:
             processes = self.backend == "cuda" and len(devices) > 1
-        self._hosts: dict[int, DeviceHost] | None = None   # slot index of a device -> its process
+        self._hosts: list[DeviceHost] | None = None   # each device's process, in `devices`' order
         if processes:
-            self._hosts = {index: DeviceHost(device, self.per_device) for index, device in enumerate(devices)}
+            self._hosts = [DeviceHost(device, self.per_device) for device in devices]
             atexit.register(self.close)
 
     def close(self) -> None:
         """Stop the devices' harness processes (with `processes`), after what they run."""
         hosts, self._hosts = self._hosts, None
-        for host in (hosts or {}).values():
+        for host in hosts or []:
             host.close()
 
     @property
