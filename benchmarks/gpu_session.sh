@@ -82,6 +82,14 @@ for step in $STEPS; do
         --plain-edits "${PLAIN_EDITS:-1}" ${TURNAROUND_ARGS:-} --json "$OUT/turnaround.json" ;;
     baseline|bench)   # time-boxed and resumable: the same step again continues where the last call stopped
       STEPS=$step bash "$(dirname "$0")/bench_gpu.sh" ;;
+    ops6k)   # one part of the Ops-6K build (docs/synthesis.md, "Building Ops-6K"): the run saved in
+      # data/ops6k/build.tar.xz goes on for OPS6K_SECONDS, and its state comes back as $OUT/build.tar.xz
+      # (copy it over data/ops6k/build.tar.xz and commit: the next part, on any machine, starts there)
+      rm -rf /tmp/ops6k && mkdir -p /tmp/ops6k
+      [ -f data/ops6k/build.tar.xz ] && tar -xJf data/ops6k/build.tar.xz -C /tmp/ops6k
+      run ops6k $(( ${OPS6K_SECONDS:-480} + 90 )) python3 benchmarks/synth_gpu.py --num "${OPS6K_NUM:-6000}" \
+        --out /tmp/ops6k --budget-seconds "${OPS6K_SECONDS:-480}" --kernelbench .kb ${OPS6K_ARGS:-}
+      tar -cJf "$OUT/build.tar.xz" -C /tmp/ops6k --exclude='work/kernelbench_trees_*' . ;;
     rl)
       run rl 570 python3 benchmarks/rl_sanity.py --backend cuda --steps "${RL_STEPS:-40}" --out "$OUT/rl" ;;
   esac

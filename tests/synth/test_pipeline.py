@@ -141,3 +141,34 @@ def test_written_tasks_evaluate_in_the_environment_with_their_reference(seeded_o
     result = env.evaluate(task, solution, env.EvalConfig(backend="cpu", guard=False, iters=5, warmup=1))
     assert result.error is None, result.error
     assert result.correct and result.eager_ms > 0 and result.compile_ms > 0
+
+
+def test_a_candidate_that_found_the_device_full_is_tried_again_not_dropped(kernelbench, tmp_path, catalog_file):
+    """Workers share a GPU: an out-of-memory error while others held it is not the task's fault."""
+    from cuda_agent.synth import pipeline
+    from cuda_agent.synth.filters import DEVICE_BUSY
+    from tests.synth.conftest import InlinePool
+
+    tries: dict[str, int] = {}
+
+    def busy_at_first(job):   # each candidate finds the device full twice, then runs
+        cid = job["candidate"]["id"]
+        tries[cid] = tries.get(cid, 0) + 1
+        if tries[cid] <= 2:
+            return {"id": cid, "ok": False, "reason": DEVICE_BUSY, "detail": "full", "seconds": 0.0}
+        return pipeline.run_filters(job)
+
+    out = seeded_folder(tmp_path / "out", catalog_file)
+    summary = synthesize(config(out, kernelbench, num=3), pool_factory=lambda fn, *a: InlinePool(busy_at_first, *a))
+    assert summary["written"] == 3
+    journal = [json.loads(x) for x in (out / "work" / "results.jsonl").read_text().splitlines()]
+    assert journal and all(r["reason"] != DEVICE_BUSY for r in journal)
+    assert max(tries.values()) == 3
+
+    def always_busy(job):
+        return {"id": job["candidate"]["id"], "ok": False, "reason": DEVICE_BUSY, "detail": "full", "seconds": 0.0}
+
+    stuck = seeded_folder(tmp_path / "stuck", catalog_file)
+    synthesize(config(stuck, kernelbench, num=1, max_attempts_factor=1.0), pool_factory=lambda fn, *a: InlinePool(always_busy, *a))
+    journal = [json.loads(x) for x in (stuck / "work" / "results.jsonl").read_text().splitlines()]
+    assert journal and all(r["reason"] == DEVICE_BUSY for r in journal)

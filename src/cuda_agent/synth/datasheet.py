@@ -16,7 +16,7 @@ STAGES = [   # (stage, reasons it can give), in pipeline order
     ("decontaminate", ("kernelbench_similar",)),
     ("filters", ("eager_error", "oom", "runtime_below_window", "runtime_above_window", "nondeterministic",
                  "nonfinite_output", "constant_output", "low_variation", "compile_error", "compile_mismatch",
-                 "timeout", "crashed", "internal_error")),
+                 "timeout", "crashed", "device_busy", "internal_error")),
 ]
 
 

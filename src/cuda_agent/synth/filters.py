@@ -46,6 +46,9 @@ class FilterConfig:
     to_dict = asdict
 
 
+DEVICE_BUSY = "device_busy"   # out of memory while other processes held the device: tried again later
+
+
 class Drop(Exception):
     def __init__(self, reason: str, detail: str = ""):
         super().__init__(reason)
@@ -122,6 +125,8 @@ def _fit_window(candidate: dict, catalog_ops, cfg: FilterConfig, device) -> tupl
         except Drop:
             raise
         except torch.OutOfMemoryError:
+            if _others_hold_the_device(device):
+                raise Drop(DEVICE_BUSY, _busy_detail(device)) from None
             if attempt == 0:
                 raise Drop("oom", "does not fit at its base size") from None
             raise Drop("runtime_above_window", f"out of memory at batch {batch}") from None
@@ -197,6 +202,21 @@ def _check_compile(module, model, cfg: FilterConfig, device) -> float | None:
         torch._dynamo.reset()
 
 
+def _others_hold_the_device(device: torch.device, share: float = 0.1) -> bool:
+    """Whether other processes hold more than `share` of the GPU (workers share one): an out-of-memory
+    error is then theirs as much as the task's, and the task is tried again rather than dropped."""
+    if device.type != "cuda":
+        return False
+    free, total = torch.cuda.mem_get_info(device)
+    others = total - free - torch.cuda.memory_reserved(device)
+    return others > share * total
+
+
+def _busy_detail(device: torch.device) -> str:
+    free, total = torch.cuda.mem_get_info(device)
+    return f"out of memory with {free / 2**30:.1f} of {total / 2**30:.1f} GiB free (other workers held the rest)"
+
+
 def run_filters(job: dict) -> dict:
     """Worker entry point: one candidate in, one plain-dict verdict out (never raises)."""
     cfg = FilterConfig(**{**job["config"], "window_ms": tuple(job["config"]["window_ms"])})
@@ -217,6 +237,9 @@ def run_filters(job: dict) -> dict:
                       compile_ms=None if compile_ms is None else round(compile_ms, 5), rescales=rescales)
     except Drop as drop:
         result.update(reason=drop.reason, detail=drop.detail)
+    except torch.OutOfMemoryError as exc:   # past the base-size fit: the device was full, or the task is
+        busy = _others_hold_the_device(device)
+        result.update(reason=DEVICE_BUSY if busy else "oom", detail=_busy_detail(device) if busy else _short(exc))
     except Exception as exc:  # noqa: BLE001 - a bug of ours, recorded rather than fatal
         result.update(reason="internal_error", detail=_short(exc) + "\n" + traceback.format_exc()[-800:])
     finally:

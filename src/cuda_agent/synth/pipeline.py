@@ -14,6 +14,7 @@ import json
 import math
 import os
 import random
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -21,7 +22,7 @@ from cuda_agent.synth import decontaminate as dc
 from cuda_agent.synth.catalog import Catalog, build_catalog
 from cuda_agent.synth.compose import PROFILES, ComposeError, compose_chain, render_candidate
 from cuda_agent.synth.dedupe import Deduper
-from cuda_agent.synth.filters import FilterConfig, run_filters
+from cuda_agent.synth.filters import DEVICE_BUSY, FilterConfig, run_filters
 from cuda_agent.synth.preflight import kernelbench_problem
 
 # The published mix (CUDA-Agent-Ops-6K): chain length -> share in percent.
@@ -29,6 +30,7 @@ DEFAULT_MIX = {"1": 3.4, "2": 83.8, "3": 7.6, "4": 2.8, "5": 1.2, "transformers"
 CLASSES = ("1", "2", "3", "4", "5", "transformers")
 DEFAULT_WINDOW = {"cuda": (1.0, 100.0), "cpu": (0.1, 10.0)}
 DEFAULT_TIMEOUT = {"cuda": 600.0, "cpu": 300.0}
+MAX_BUSY_TRIES = 3   # a candidate that found the GPU full this often is recorded as `device_busy`
 
 
 @dataclass
@@ -191,6 +193,7 @@ class Pipeline:
         self.results = _Journal(self.work / "results.jsonl")
         self.by_id: dict[str, dict] = {}
         self.deficits: dict[str, tuple[int, str]] = {}   # class -> (tasks handed over, heir class)
+        self.busy_tries: Counter = Counter()   # candidate id -> times it found the device full
         self._replay()
 
     # -- setup ---------------------------------------------------------------------------------
@@ -356,10 +359,14 @@ class Pipeline:
         return ProcessPool(run_filters, self.cfg.workers, self.cfg.task_timeout_s, env_for_slot=env)
 
     def _record(self, result: dict) -> None:
-        self.results.append(result)
         rec = self.by_id[result["id"]]
         cls = self.classes[rec["class"]]
         cls.in_flight -= 1
+        if result["reason"] == DEVICE_BUSY and self.busy_tries[rec["id"]] < MAX_BUSY_TRIES:
+            self.busy_tries[rec["id"]] += 1   # not journalled: a resumed run tries it afresh
+            cls.pending.append(rec)
+            return
+        self.results.append(result)
         if result["ok"]:
             cls.accepted.append((rec["j"], rec["id"]))
             cls.accepted.sort()
