@@ -62,21 +62,19 @@ def percent(fraction: float) -> str:
 
 
 def describe(sol: SpeedOfLight, device: str) -> list[str]:
-    """Two lines for a policy: the task's work, and the candidate's rates against the device's peak."""
-    flops = (f"{_amount(sol.flops, 'FLOP')}" if sol.flops else
-             "no FLOPs counted (no matmul, convolution or attention)")
-    lines = [f"  work: {flops}, {_amount(sol.bytes, 'B')} moved at least ({sol.dtype}: inputs and weights "
-             "read once, outputs written once)"]
-    rates = f"{_amount(sol.achieved_gbps * 1e9, 'B/s')}" + (
+    """Two lines for a policy: the task's work, and the kernel's fraction of the device's peak with its rates."""
+    flops = _amount(sol.flops, "FLOP") if sol.flops else "no FLOPs counted (no matmul, convolution or attention)"
+    lines = [f"  work: {flops}, {_amount(sol.bytes, 'B')} moved at least ({sol.dtype}; inputs and weights read "
+             "once, outputs written once)"]
+    rates = _amount(sol.achieved_gbps * 1e9, "B/s") + (
         f", {_amount(sol.achieved_gflops * 1e9, 'FLOP/s')}" if sol.achieved_gflops else "")
     if sol.fraction is None:
-        lines.append(f"  speed of light: your kernel {rates}; no peak is known for {device or 'this device'} "
-                     "(tabled: H100, H200; the CPU is measured), so no fraction")
+        lines.append(f"  speed of light: no peak is known for {device or 'this device'} (tabled: H100, H200; the "
+                     f"CPU is measured), so no fraction; you reach {rates}")
         return lines
-    limit = "memory bandwidth" if sol.bound == "memory" else f"{sol.dtype} FLOP rate"
-    floor = "bytes / peak bandwidth" if sol.bound == "memory" else "FLOPs / peak FLOP rate"
-    lines.append(f"  speed of light: your kernel {rates} = {percent(sol.fraction)} of the {limit} of "
-                 f"{sol.peak} ({sol.bound}-bound: {floor} {sol.floor_ms:.3g} ms against your {sol.kernel_ms:.4g} ms)")
+    limit, over = ("memory bandwidth", "bytes") if sol.bound == "memory" else (f"{sol.dtype} FLOP peak", "FLOPs")
+    lines.append(f"  speed of light: {percent(sol.fraction)} of the {limit} of {sol.peak}: {sol.bound}-bound, "
+                 f"{over} / peak {sol.floor_ms:.3g} ms against your {sol.kernel_ms:.4g} ms; you reach {rates}")
     if sol.flops and sol.peak_gflops is None:
         lines.append(f"  (no {sol.dtype} FLOP peak for this device: the memory bound alone)")
     return lines
