@@ -75,6 +75,9 @@ def describe(sol: SpeedOfLight, device: str) -> list[str]:
     limit, over = ("memory bandwidth", "bytes") if sol.bound == "memory" else (f"{sol.dtype} FLOP peak", "FLOPs")
     lines.append(f"  speed of light: {percent(sol.fraction)} of the {limit} of {sol.peak}: {sol.bound}-bound, "
                  f"{over} / peak {sol.floor_ms:.3g} ms against your {sol.kernel_ms:.4g} ms; you reach {rates}")
+    if sol.fraction > 1:   # the reference's FLOPs or bytes are not the least the task needs
+        lines.append("  (above 100 %: your kernel does less work than the reference's forward counts, e.g. another "
+                     "algorithm, or the output computed from fewer of the inputs)")
     if sol.flops and sol.peak_gflops is None:
         lines.append(f"  (no {sol.dtype} FLOP peak for this device: the memory bound alone)")
     return lines
