@@ -226,3 +226,10 @@ def test_a_candidate_cannot_change_its_work_or_the_peak(cache_dir):
     assert Peak(**json.loads(peak_file.read_text())) == peak
     assert sol.flops is None and sol.bytes == 4 * (512 * 1024 * 2 + 1024)   # x, bias read; out written
     assert sol.kernel_ms == result.kernel_ms and sol.fraction == pytest.approx(sol.floor_ms / result.kernel_ms)
+
+
+def test_a_cache_that_cannot_be_written_still_gives_the_measured_peak(tmp_path):
+    not_a_folder = tmp_path / "file"
+    not_a_folder.write_text("")
+    peak = Peak("measured here", 5.0, {"float32": 50.0})
+    assert cpu_peak(not_a_folder, measure=lambda: peak) == peak

@@ -132,8 +132,11 @@ def cpu_peak(cache_dir: Path, *, remeasure: bool = False, measure=measure_cpu_pe
         except (OSError, ValueError, TypeError):
             pass   # missing or unreadable: measured now
     peak = measure()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(json.dumps(asdict(peak)))
-    os.replace(tmp, path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+        tmp.write_text(json.dumps(asdict(peak)))
+        os.replace(tmp, path)
+    except OSError:
+        pass   # a read-only cache: measured again next time, never a failed evaluation
     return peak

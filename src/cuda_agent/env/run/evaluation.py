@@ -345,8 +345,11 @@ class _Evaluation(BuildServing, CallRounds, StoredBaselines, WorkerRun):
         (the task's source here, the device the judge names); feedback, never read by the reward."""
         from cuda_agent.env.measure.speed_of_light import speed_of_light
 
-        self.result.speed_of_light = speed_of_light(self.task, self.result.device, self.backend,
-                                                    self.result.kernel_ms, self.config.cache_dir)
+        try:
+            self.result.speed_of_light = speed_of_light(self.task, self.result.device, self.backend,
+                                                        self.result.kernel_ms, self.config.cache_dir)
+        except Exception as exc:   # feedback: it never fails an evaluation that was timed
+            self.result.warnings.append(f"speed of light not computed: {type(exc).__name__}: {exc}")
 
     def _inputs_kept(self, phase: str) -> None:
         """The judge's word on the inputs it put into the candidate's slots (the CPU path)."""
