@@ -6,6 +6,8 @@ import re
 from html.parser import HTMLParser
 from pathlib import Path
 
+import pytest
+
 from cuda_agent.bench.published import PUBLISHED
 from cuda_agent.bench.report import write_report
 from cuda_agent.bench.runner import run_folder
@@ -157,3 +159,48 @@ def test_baseline_figure_has_axis_labels_and_a_title(tmp_path, monkeypatch):
     assert ax.get_xlabel() and ax.get_ylabel() and ax.get_title()
     labels = tick_texts(ax)
     assert labels and all(re.fullmatch(r"\d+(\.\d+)?x", label) for label in labels), labels
+
+
+class MeasuringEvaluator(FakeEvaluator):
+    """FakeEvaluator whose correct results carry the speed of light the harness computes: the task's real
+    work held against a CPU peak of 10 GB/s and 100 GFLOP/s."""
+
+    async def evaluate(self, task, solution, config=None):
+        from cuda_agent.env.measure.peaks import Peak
+        from cuda_agent.env.measure.speed_of_light import held_against
+        from cuda_agent.env.measure.work import task_work
+
+        result = await super().evaluate(task, solution, config)
+        if result.correct:
+            result.speed_of_light = held_against(task_work(task), result.kernel_ms,
+                                                 Peak("test CPU (measured)", 10.0, {"float32": 100.0}))
+        return result
+
+
+def test_report_has_a_speed_of_light_column_and_figure(tmp_path, monkeypatch):
+    folder = make_folder(tmp_path / "solutions")
+    run_dir = run_folder(spec(tmp_path), folder, MeasuringEvaluator()).run_dir
+    md, page = write_report(run_dir)
+    markdown = md.read_text()
+    header = next(line for line in markdown.splitlines() if line.startswith("| task | verdict |"))
+    assert "| speed of light |" in header
+    # level1/1 (bias + ReLU, 4.2 MB) in 0.5 ms: 0.42 ms at 10 GB/s, 84 %; level1/3 (sigmoid, 4 KB) in 0.8 ms: 0.051 %
+    assert "| 84 % (memory) |" in next(line for line in markdown.splitlines() if line.startswith("| level1/1 |"))
+    assert "| 0.051 % (memory) |" in next(line for line in markdown.splitlines() if line.startswith("| level1/3 |"))
+    assert "speed_of_light" in markdown and "Speed of light" in markdown          # the figure and its caption
+    html = Page()
+    html.feed(page.read_text())
+    assert len(html.images) == 3
+
+    from cuda_agent.bench import plots
+    from cuda_agent.bench.runview import load_run
+
+    drawn = figures_drawn(monkeypatch)
+    plots.speed_of_light([load_run(run_dir)])
+    [fig] = drawn
+    [ax] = fig.axes
+    assert ax.get_xlabel() and ax.get_ylabel() and ax.get_title()
+    assert [list(c.get_offsets()[:, 1]) for c in ax.collections if len(c.get_offsets())] == [
+        pytest.approx([4198400 / 10e9 * 1e3 / 0.5, 4096 / 10e9 * 1e3 / 0.8])]    # sorted, highest first
+    labels = tick_texts(ax)
+    assert labels and all(re.fullmatch(r"[\d.]+ %", label) for label in labels), labels

@@ -226,3 +226,15 @@ def test_precision_is_given_in_percent_and_zero_times_every_call():
 
     assert precision_setting(0.75) == pytest.approx(EvalConfig().precision)   # the default, both ways
     assert precision_setting(2) == pytest.approx(0.02) and precision_setting(0) is None
+
+
+def test_cache_peak_measures_the_cpu_again(tmp_path):
+    from cuda_agent.env.measure.peaks import Peak, cpu_peak
+
+    stale = Peak("a stale measurement", 0.001, {"float32": 0.001})
+    cpu_peak(tmp_path, measure=lambda: stale)
+    result = run("cache", "peak", "--cache-dir", tmp_path)
+    assert result.exit_code == 0, result.output
+    fresh = cpu_peak(tmp_path, measure=lambda: pytest.fail("measured a third time"))
+    assert fresh != stale and "measured" in fresh.name and fresh.bandwidth_gbps > 0.001
+    assert f"{fresh.bandwidth_gbps:.1f} GB/s" in result.output

@@ -217,7 +217,7 @@ def test_cache_warm_precompiles_the_torch_header(cache_dir):
     assert proc.returncode == 0 and "cpu toolchain ready" in proc.stdout, proc.stderr
     assert list((cache_dir / "build" / "pch").glob("*/torch_extension_pch.h.gch"))
     proc = subprocess.run([*cmd, "defrost", "--cache-dir", str(cache_dir)], capture_output=True, text=True)
-    assert proc.returncode == 2 and "'info', 'clear', 'warm' or 'verify'" in proc.stderr
+    assert proc.returncode == 2 and "'info', 'clear', 'warm', 'verify' or 'peak'" in proc.stderr
 
 
 def test_compile_only_and_verify_only_runs(cache_dir):

@@ -344,6 +344,7 @@ def _profile_lines(r: EvalResult) -> list[str]:
              f"  your kernel    {_ms(r.kernel_ms)}",
              f"  eager PyTorch  {_ms(r.eager_ms)}" + _speedup(r.speedup_vs_eager),
              f"  torch.compile  {_ms(r.compile_ms)}" + _speedup(r.speedup_vs_compile)]
+    lines.extend(_speed_of_light_lines(r))
     if medians_disagree(r):
         lines.append(f"  ({PAIRED_NOTE})")
     lines.append(reward_line(r))
@@ -351,6 +352,15 @@ def _profile_lines(r: EvalResult) -> list[str]:
     if hint:
         lines.append(hint)
     return lines
+
+
+def _speed_of_light_lines(r: EvalResult) -> list[str]:
+    """The task's work and the kernel's fraction of the device's peak (env/measure/speed_of_light.py)."""
+    if r.speed_of_light is None:
+        return []
+    from cuda_agent.env.measure.speed_of_light import describe
+
+    return describe(r.speed_of_light, r.device)
 
 
 def _speedup(value: float | None) -> str:

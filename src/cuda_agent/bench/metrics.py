@@ -10,8 +10,10 @@ failure, `INFRASTRUCTURE`) say nothing of the policy: counted apart, in no denom
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from cuda_agent.bench.store import Attempt
 from cuda_agent.env.reward import is_faster_speedup
@@ -41,6 +43,15 @@ class TaskScore:
         if not self.correct:
             return None
         return self.best.speedup_vs_eager if baseline == "eager" else self.best.speedup_vs_compile
+
+    @cached_property
+    def speed_of_light(self) -> dict | None:
+        """The best attempt's speed of light (`EvalResult.speed_of_light`) where it is correct and held
+        against a known peak, else None. Feedback: no metric reads it."""
+        if not self.correct or not self.best.result:
+            return None
+        sol = json.loads(self.best.result).get("speed_of_light")
+        return sol if sol and sol.get("fraction") is not None else None
 
     def faster(self, baseline: str) -> bool:
         """Beaten by the reward's margin, read from the paired speedup as the reward reads it."""

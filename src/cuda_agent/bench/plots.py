@@ -148,3 +148,31 @@ def compile_over_eager(run: RunView, reference: dict[str, tuple[float, float]] |
     ax.set_ylabel("torch.compile / eager (above 1: compile slower)")
     ax.legend(fontsize=8)
     return _png(plt, fig)
+
+
+def _percent_axis(ax) -> None:
+    """Percentages on a log y axis (0.1 %, 1 %, 10 %, 100 %), never 10^k."""
+    from matplotlib.ticker import FuncFormatter
+
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{100 * y:g} %"))
+
+
+def speed_of_light(runs: list[RunView]) -> bytes:
+    """Each correct task's fraction of the device's peak, sorted from the highest, one series per run;
+    circles are memory-bound tasks, triangles compute-bound ones (log scale; the dotted line is the peak)."""
+    plt, fig, axes = _figure(9, 3.8)
+    ax = axes[0]
+    for r, run in enumerate(runs):
+        sols = sorted((s.speed_of_light for s in run.scores if s.speed_of_light), key=lambda d: -d["fraction"])
+        for bound, marker in (("memory", "o"), ("compute", "^")):
+            ranks = [i for i, sol in enumerate(sols, 1) if sol["bound"] == bound]
+            ax.scatter(ranks, [sols[i - 1]["fraction"] for i in ranks], s=14, marker=marker, color=f"C{r}",
+                       alpha=0.7, label=f"{run.name}, {bound}-bound" if ranks else None)
+    ax.axhline(1.0, color="grey", linewidth=0.8, linestyle=":")
+    ax.set_yscale("log")
+    _percent_axis(ax)
+    ax.set_title("speed of light per task (correct tasks, sorted)")
+    ax.set_xlabel("task rank (highest fraction first)")
+    ax.set_ylabel("fraction of the device's peak (log scale)")
+    ax.legend(fontsize=8)
+    return _png(plt, fig)

@@ -4,8 +4,9 @@
 
 Sections: the run (environment, settings, wall time), metrics per group and overall (one row per
 run when comparing), our overall rows beside the published figures, the speedup distribution and
-fast_p figures, verdict counts, the baselines the run measured (with KernelBench's own timings
-when given), and a per-task table linking each solution and trajectory.
+fast_p figures, each correct task's speed of light (fraction of the device's peak, sorted), verdict
+counts, the baselines the run measured (with KernelBench's own timings when given), and a per-task
+table (with its speed of light) linking each solution and trajectory.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from cuda_agent.bench.document import Document, Figure, Heading, Link, Paragraph
 from cuda_agent.bench.metrics import FAST_P, Metrics, geometric_mean, p_label
 from cuda_agent.bench.published import PUBLISHED, PUBLISHED_NOTE
 from cuda_agent.bench.runview import RunView, load_run
+from cuda_agent.env.measure.speed_of_light import percent
 from cuda_agent.env.reward import PERCENT
 
 ERROR_CHARS = 120
@@ -75,6 +77,11 @@ def build_document(runs: list[RunView], out: Path, reference: dict | None = None
             doc.add(Figure("fast_p", plots.fast_p_curves(scored),
                            "fast_p: share of tasks correct and faster than p times the baseline (solid: eager, "
                            "dashed: torch.compile)"))
+        if figures and any(s.speed_of_light for r in scored for s in r.scores):
+            doc.add(Figure("speed_of_light", plots.speed_of_light(scored),
+                           "Speed of light: each correct task's kernel time against the device's peak (the larger "
+                           "of bytes / peak bandwidth and FLOPs / peak FLOP rate, over the kernel's median time), "
+                           "tasks sorted; circles memory-bound, triangles compute-bound"))
         doc.add(Heading("Verdicts"), _verdict_table(scored))
     for run in runs:
         if run.baselines:
@@ -139,6 +146,11 @@ def _verdict_table(runs: list[RunView]) -> Table:
     return Table(["verdict (best attempt per task)"] + [r.name for r in runs], rows)
 
 
+def sol_cell(sol: dict | None) -> str | None:
+    """A task's speed of light as the per-task table writes it: the fraction of peak and the bound."""
+    return None if sol is None else f"{percent(sol['fraction'])} ({sol['bound']})"
+
+
 def _link(run: RunView, path: str | None, out: Path, text: str) -> Link | None:
     if not path:
         return None
@@ -150,7 +162,7 @@ def _task_table(runs: list[RunView], out: Path) -> Table:
     main = runs[0]
     others = {r.name: {s.key: s for s in r.scores} for r in runs[1:]}
     headers = ["task", "verdict", "attempts", "kernel ms", "eager ms", "compile ms", "vs eager", "vs compile",
-               "reward", "solution", "trajectory", "error"]
+               "reward", "speed of light", "solution", "trajectory", "error"]
     headers += [f"{name}: vs eager / vs compile" for name in others]
     rows = []
     for s in main.scores:
@@ -161,7 +173,7 @@ def _task_table(runs: list[RunView], out: Path) -> Table:
             error = (f"{b.error_phase}: " if b.error_phase else "") + first[:ERROR_CHARS]
         row = [s.key, s.verdict, str(s.attempts), ms(b.kernel_ms) if b else None, ms(b.eager_ms) if b else None,
                ms(b.compile_ms) if b else None, times(s.speedup("eager")), times(s.speedup("compile")),
-               None if b is None or b.reward is None else f"{b.reward:g}",
+               None if b is None or b.reward is None else f"{b.reward:g}", sol_cell(s.speed_of_light),
                _link(main, b.solution_path if b else None, out, "solution"),
                _link(main, b.trajectory_path if b else None, out, "trajectory"), error]
         for scores in others.values():

@@ -44,6 +44,24 @@ class Timing:
 
 
 @dataclass
+class SpeedOfLight:
+    """The task's work and the candidate's speed against the device's peak (env/measure/speed_of_light.py).
+    Feedback only: the reward never reads it."""
+    flops: int | None              # the reference forward's FLOPs (FlopCounterMode); None: it counted none
+    bytes: int                     # fewest bytes: inputs, weights and buffers read once, outputs written once
+    dtype: str                     # the floating dtype holding most of those bytes: whose FLOP peak applies
+    kernel_ms: float               # the candidate's median time the rates are computed from
+    achieved_gbps: float           # bytes / kernel_ms
+    achieved_gflops: float | None  # flops / kernel_ms
+    peak: str | None = None        # whose peak, and where it comes from; None: no peak known for the device
+    peak_gbps: float | None = None
+    peak_gflops: float | None = None   # for `dtype`; None: no FLOP peak for it (the memory bound alone)
+    floor_ms: float | None = None      # the larger of bytes / peak bandwidth and flops / peak FLOP rate
+    fraction: float | None = None      # floor_ms / kernel_ms: the larger of the two fractions of peak
+    bound: str | None = None           # "memory" | "compute": the bound that sets floor_ms
+
+
+@dataclass
 class EvalResult:
     task: str
     backend: str
@@ -71,6 +89,7 @@ class EvalResult:
     baseline_source: str | None = None     # torch.compile time: "paired" | "stored" | "re-timed"
     skipped_sets: list[str] = field(default_factory=list)   # structured input sets the reference rejects
     timer: dict[str, str] = field(default_factory=dict)    # CUDA: "held" | "unheld" per side (env/measure/hold.py)
+    speed_of_light: SpeedOfLight | None = None   # the work and the fraction of peak (feedback, not the reward)
 
     @property
     def task_error(self) -> bool:

@@ -102,7 +102,7 @@ def register(app: typer.Typer) -> None:
 
     @app.command("cache", epilog=CACHE_EXAMPLES)
     def cache_command(
-        action: str = typer.Argument(..., help="info, clear, warm or verify.", show_default=False),
+        action: str = typer.Argument(..., help="info, clear, warm, verify or peak.", show_default=False),
         cache_dir: Optional[Path] = cache_dir_option(),
         backend: Optional[str] = typer.Option(None, help="warm: cuda or cpu (default: cuda when a GPU is usable)."),
         sample: int = typer.Option(5, min=1, help="verify: how many stored baselines to re-time."),
@@ -112,6 +112,7 @@ def register(app: typer.Typer) -> None:
 
         info: each part's size. clear: delete builds and baselines. warm: precompile the torch header now.
         verify: re-time a sample of the stored eager / torch.compile baselines here, say which disagree.
+        peak: measure this machine's CPU peak (the speed of light's) again and keep it.
         """
         from cuda_agent.env.config import default_cache_dir
 
@@ -127,8 +128,13 @@ def register(app: typer.Typer) -> None:
             _cache_warm(root, backend)
         elif action == "verify":
             _verify_baselines(root, backend, sample, fix)
+        elif action == "peak":
+            from cuda_agent.env.measure.peaks import cpu_peak
+
+            peak = cpu_peak(root, remeasure=True)
+            typer.echo(f"{peak.name}: {peak.bandwidth_gbps:.1f} GB/s, {peak.gflops['float32']:.1f} GFLOP/s float32")
         else:
-            fail(f"action must be 'info', 'clear', 'warm' or 'verify', not {action!r}")
+            fail(f"action must be 'info', 'clear', 'warm', 'verify' or 'peak', not {action!r}")
 
     @app.command("doctor", epilog=DOCTOR_EXAMPLES)
     def doctor_command(
@@ -274,6 +280,11 @@ def print_result(result, compile_skipped: bool = False, file=None) -> None:
         console.print(table)
         if medians_disagree(result):
             console.print(f"[dim]{PAIRED_NOTE}[/dim]")
+    if result.speed_of_light is not None:
+        from cuda_agent.env.measure.speed_of_light import describe
+
+        for line in describe(result.speed_of_light, result.device):
+            console.print(escape(line.strip()))
     console.print(f"[bold]{escape(explain_reward(result, compile_skipped))}[/bold]")
     for warning in result.warnings:
         console.print(f"[yellow]warning:[/yellow] {escape(warning)}")

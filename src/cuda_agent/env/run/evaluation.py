@@ -181,6 +181,7 @@ class _Evaluation(BuildServing, CallRounds, StoredBaselines, WorkerRun):
         if self.stop_after == "verify":
             return
         self._profile()
+        self._speed_of_light()
         self._baselines()
 
     def _task_first(self, need_judge: bool) -> None:
@@ -338,6 +339,17 @@ class _Evaluation(BuildServing, CallRounds, StoredBaselines, WorkerRun):
         self.result.kernel_ms = kernel.median_ms
         check_clock(self.config, self.outside, self.rounds, self.null_walls)
         self._lap("profile")
+
+    def _speed_of_light(self) -> None:
+        """The task's work and the kernel's fraction of the device's peak, from the harness's side alone
+        (the task's source here, the device the judge names); feedback, never read by the reward."""
+        from cuda_agent.env.measure.speed_of_light import speed_of_light
+
+        try:
+            self.result.speed_of_light = speed_of_light(self.task, self.result.device, self.backend,
+                                                        self.result.kernel_ms, self.config.cache_dir)
+        except Exception as exc:   # feedback: it never fails an evaluation that was timed
+            self.result.warnings.append(f"speed of light not computed: {type(exc).__name__}: {exc}")
 
     def _inputs_kept(self, phase: str) -> None:
         """The judge's word on the inputs it put into the candidate's slots (the CPU path)."""
