@@ -52,8 +52,11 @@ def test_outputs_load_with_the_environment_loader(reference):
     assert len(tasks) == 8 and all(t.check_syntax() is None for t in tasks)
     sheet = (seeded_out / "datasheet.md").read_text()
     for heading in ("## Counts per stage", "## Drops by reason", "## Chain-length mix", "## Operator families",
-                    "## Runtime", "Random operators excluded"):
+                    "## Runtime", "Random operators excluded", "## Beside the published description",
+                    "## The five published filters", "| eager / torch.compile times |"):
         assert heading in sheet
+    checked = (seeded_out / "decontamination.csv").read_text().splitlines()
+    assert checked[0] == "id,kb_nearest,kb_similarity,dropped" and len(checked) > 8
     assert (seeded_out / "runtime_hist.png").stat().st_size > 1000
 
 

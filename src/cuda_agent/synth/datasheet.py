@@ -9,6 +9,7 @@ from collections import Counter
 from pathlib import Path
 
 from cuda_agent.env.reward import PERCENT, is_faster_speedup
+from cuda_agent.synth.published import beside_published, filter_counts, write_decontamination
 
 STAGES = [   # (stage, reasons it can give), in pipeline order
     ("compose", ("compose_failed", "invalid_source")),
@@ -76,6 +77,12 @@ def _histogram_png(path: Path, eager: list[float], compiled: list[float], window
     return True
 
 
+def _timed_on(cfg, device: str) -> str:
+    shared = f", {cfg.workers} filter workers sharing it" if cfg.backend == "cuda" else ""
+    return (f"medians per call on {device}{shared} (`time_callable`: fresh inputs per call"
+            + (", L2 flushed)" if cfg.backend == "cuda" else ")"))
+
+
 def write_datasheet(out: Path, cfg, catalog, candidates: list[dict], results: list[dict], rows: list[dict],
                     mix_used: dict, deficits: dict) -> dict:
     """Write OUT/datasheet.md and OUT/runtime_hist.png; return the headline numbers."""
@@ -111,7 +118,8 @@ def write_datasheet(out: Path, cfg, catalog, candidates: list[dict], results: li
               f"| eager runtime window | {cfg.window_ms[0]} to {cfg.window_ms[1]} ms |",
               f"| decontamination | {'AST similarity > ' + str(cfg.similarity_threshold) if cfg.decontaminate else 'off'} |",
               f"| torch.compile filter | {'on' if cfg.compile else 'off'} |",
-              f"| composer | {cfg.composer} |", ""]
+              f"| composer | {cfg.composer} |",
+              f"| eager / torch.compile times | {_timed_on(cfg, device)} |", ""]
 
     # Counts per stage
     lines += ["## Counts per stage", "", "| stage | in | dropped | out |", "|---|---:|---:|---:|"]
@@ -199,15 +207,19 @@ def write_datasheet(out: Path, cfg, catalog, candidates: list[dict], results: li
     sims = [r["kb_similarity"] for r in rows if r.get("kb_similarity") is not None]
     if sims:
         q = _quantiles(sims)
+        checked = write_decontamination(out / "decontamination.csv", candidates)
         lines += ["## Decontamination", "",
                   f"Nearest-KernelBench AST similarity of written tasks: p50 {q['p50']:.3f}, p90 {q['p90']:.3f}, "
                   f"max {q['max']:.3f} (threshold {cfg.similarity_threshold}; "
-                  f"{reasons['kernelbench_similar']} candidates dropped above it).", ""]
+                  f"{reasons['kernelbench_similar']} candidates dropped above it). Each of the {checked} candidates "
+                  "checked, with its nearest KernelBench program (levels 1-3): `decontamination.csv`.", ""]
 
     # Catalog
     kinds = Counter(op.kind for op in catalog.ops)
     why = Counter(v.split(":")[0] for v in catalog.excluded.values())
     randoms = catalog.random_ops()
+    lines += beside_published(rows, tuple(cfg.window_ms), cfg.similarity_threshold, len(randoms))
+    lines += filter_counts(candidates, results)
     lines += ["## Operator catalog", "",
               f"{len(catalog.ops)} operators ({', '.join(f'{n} {k}' for k, n in sorted(kinds.items()))})"
               f" and {len(catalog.blocks)} transformers blocks; {len(catalog.excluded)} candidates excluded:", "",
