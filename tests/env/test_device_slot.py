@@ -78,3 +78,21 @@ def test_the_comparison_in_parts_says_exactly_what_the_whole_one_says(monkeypatc
         assert "2 of 12000 elements" in parts.message and "[4, 7, 3]" in parts.message
     if case == "pass":
         assert parts.worst and parts.fp32_relative_error > 0
+
+
+def test_the_judge_is_sent_to_the_device_slot_only_when_the_harness_made_one(tmp_path):
+    from cuda_agent.env.run.rounds import CallRounds
+    from cuda_agent.env.run.schedule import Call
+
+    rounds = CallRounds.__new__(CallRounds)
+    rounds.box, rounds.compile_mode, rounds.strict = tmp_path, "off", True
+    call = Call("verify", seed=5, index=3)
+    layout = {"tensor": "float32", "shape": [4]}
+    for has_slot, answer, where in [(True, {"device": True, "layout": layout}, "device"),
+                                    (False, {"device": True, "layout": layout}, "path"),   # a claim alone: the file
+                                    (True, {"staged": True, "layout": layout}, "slot"),
+                                    (True, {"layout": layout}, "path")]:
+        rounds.device_slot = has_slot
+        compare = rounds._judge_request(call, answer)["compare"]
+        assert compare["layout"] == layout and compare["path"] == str(tmp_path / "out_3.bin")
+        assert ("device" in compare) == (where == "device") and ("slot" in compare) == (where == "slot")

@@ -9,7 +9,7 @@ from contextlib import asynccontextmanager
 from cuda_agent.bench.memory import AdmittedEvaluator, evaluation_need, footprints, measurement_need
 from cuda_agent.bench.selection import BenchTask
 from cuda_agent.env import EvalConfig
-from cuda_agent.env.infra.capacity import needed_bytes
+from cuda_agent.env.infra.capacity import needed_bytes, too_large
 from cuda_agent.env.infra.memory import (COMPARE_PART, CONTEXTS, POISON_FILL, evaluation_memory,
                                          measurement_memory, on_device_slot)
 from cuda_agent.env.infra.reserve import judge_bytes
@@ -68,6 +68,9 @@ def test_outputs_larger_than_a_staging_slot_pass_on_the_device(kernelbench):
         need = evaluation_memory(estimate_footprint(load_task(name, kernelbench)), "cuda", trials=5)
         assert need.device <= HEADROOM * h100 and need.admission <= USABLE * h100, name
     assert not on_device_slot(Footprint(MIB, 1 << 30, 0), "cuda")   # a staging slot's size still stages
+    l2norm = load_task("level1/39", kernelbench)    # the largest: 8 GiB in, 8 GiB out
+    assert too_large(l2norm, "cuda", 5, host=128 << 30, device=h100) is None
+    assert "GPU memory" in too_large(l2norm, "cuda", 5, host=128 << 30, device=h100 * 3 // 4)
 
 
 def test_unknown_output_counts_as_the_inputs_and_unknown_weights_as_none():
