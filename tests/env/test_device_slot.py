@@ -6,6 +6,8 @@ driver calls themselves run in tests/gpu/test_large_outputs.py)."""
 from __future__ import annotations
 
 import json
+import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -96,3 +98,43 @@ def test_the_judge_is_sent_to_the_device_slot_only_when_the_harness_made_one(tmp
         compare = rounds._judge_request(call, answer)["compare"]
         assert compare["layout"] == layout and compare["path"] == str(tmp_path / "out_3.bin")
         assert ("device" in compare) == (where == "device") and ("slot" in compare) == (where == "slot")
+
+
+def test_the_slot_descriptor_reaches_a_candidate_inside_the_sandbox(tmp_path):
+    """The hand-over itself, with a shared memory file standing in for the driver's descriptor: the
+    judge offers it on the box's socket, a process in the candidate's sandbox (PID, network and user
+    namespaces of its own) receives it and writes through it; the socket is gone after one taker."""
+    import mmap
+    import os
+    import subprocess
+    import sys
+
+    from cuda_agent.env import EvalConfig
+    from cuda_agent.env.infra.sandbox import sandbox_available, sandbox_prefix
+    from cuda_agent.env.workers.device_slot import SOCKET_NAME, offer
+
+    if not sandbox_available()[0]:
+        pytest.skip("bubblewrap is needed")
+    box = tmp_path / "box"
+    box.mkdir()
+    fd = os.memfd_create("stand-in")
+    os.ftruncate(fd, 4096)
+    offer(os.dup(fd), 4096, box)
+    child = (f"import mmap, os; from pathlib import Path\n"
+             f"from cuda_agent.env.workers.device_slot import receive\n"
+             f"size, fd = receive(Path({str(box)!r}))\n"
+             f"view = mmap.mmap(fd, size); view[:6] = b'judged'; print(size, os.getpid())\n")
+    wrap = sandbox_prefix(EvalConfig(sandbox="bwrap", cache_dir=tmp_path / "cache"), box)
+    src = str(Path(__file__).resolve().parents[2] / "src")
+    done = subprocess.run([*wrap, sys.executable, "-c", child], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": src})
+    assert done.returncode == 0, done.stderr[-2000:]
+    size, pid = done.stdout.split()
+    assert size == "4096" and int(pid) < 10   # its own PID namespace
+    assert mmap.mmap(fd, 4096)[:6] == b"judged"
+    for _ in range(100):   # the judge's thread removes the socket once it has handed the slot over
+        if not (box / SOCKET_NAME).exists():
+            break
+        time.sleep(0.05)
+    assert not (box / SOCKET_NAME).exists()
+    os.close(fd)

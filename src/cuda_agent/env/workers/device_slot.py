@@ -100,6 +100,46 @@ class _CudaArray:
                                          "strides": None, "version": 2}
 
 
+def offer(fd: int, nbytes: int, box: Path) -> None:
+    """The judge's: `fd` (with the slot's size) to the first process that connects to the box's
+    socket, from a thread of its own; the descriptor is closed and the socket removed after."""
+    path = box / SOCKET_NAME
+    path.unlink(missing_ok=True)
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(path))
+    server.listen(1)
+
+    def hand_over() -> None:
+        try:
+            conn, _ = server.accept()   # no time limit: the candidate connects once it has built and loaded
+            with conn:
+                socket.send_fds(conn, [str(nbytes).encode()], [fd])
+        except OSError:
+            pass   # nobody came (the candidate failed before): outputs go through files
+        finally:
+            os.close(fd)
+            server.close()
+            path.unlink(missing_ok=True)
+
+    threading.Thread(target=hand_over, daemon=True, name="device-slot").start()
+
+
+def receive(box: Path) -> tuple[int, int]:
+    """The candidate's: (the slot's size, its descriptor) from the judge's socket in the box."""
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+            conn.settimeout(CONNECT_TIMEOUT_S)
+            conn.connect(str(box / SOCKET_NAME))
+            data, fds, _, _ = socket.recv_fds(conn, 64, 1)
+    except OSError as exc:
+        raise DeviceSlotError(f"no slot from the judge: {exc}") from None
+    if len(fds) != 1 or not data.isdigit():
+        for fd in fds:
+            os.close(fd)
+        raise DeviceSlotError("the judge's answer carried no slot")
+    return int(data), fds[0]
+
+
 class DeviceSlot:
     """One slot of device memory shared by a judge (which made it) and its candidate (which mapped it)."""
 
@@ -134,26 +174,8 @@ class DeviceSlot:
         fd = ctypes.c_int(-1)
         _check(_cuda().cuMemExportToShareableHandle(ctypes.byref(fd), ctypes.c_uint64(handle.value), _POSIX_FD,
                                                     ctypes.c_uint64(0)), "cuMemExportToShareableHandle")
-        path = Path(box) / SOCKET_NAME
-        path.unlink(missing_ok=True)
-        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        server.bind(str(path))
-        server.listen(1)
-        threading.Thread(target=slot._hand_over, args=(server, fd.value, path), daemon=True,
-                         name="device-slot").start()
+        offer(fd.value, size, Path(box))
         return slot
-
-    def _hand_over(self, server: socket.socket, fd: int, path: Path) -> None:
-        try:
-            conn, _ = server.accept()   # no time limit: the candidate connects once it has built and loaded
-            with conn:
-                socket.send_fds(conn, [str(self.nbytes).encode()], [fd])
-        except OSError:
-            pass   # nobody came (the candidate failed before): outputs go through files
-        finally:
-            os.close(fd)
-            server.close()
-            path.unlink(missing_ok=True)
 
     # -- the candidate's: map it ------------------------------------------------------------------
 
@@ -161,24 +183,14 @@ class DeviceSlot:
     def connect(cls, box: Path, device: torch.device) -> "DeviceSlot":
         """The judge's slot, mapped here (DeviceSlotError when that cannot be)."""
         torch.empty(1, device=device)
-        try:
-            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
-                conn.settimeout(CONNECT_TIMEOUT_S)
-                conn.connect(str(Path(box) / SOCKET_NAME))
-                data, fds, _, _ = socket.recv_fds(conn, 64, 1)
-        except OSError as exc:
-            raise DeviceSlotError(f"no slot from the judge: {exc}") from None
-        if len(fds) != 1 or not data.isdigit():
-            for fd in fds:
-                os.close(fd)
-            raise DeviceSlotError("the judge's answer carried no slot")
+        nbytes, fd = receive(Path(box))
         handle = ctypes.c_uint64()
         try:
-            _check(_cuda().cuMemImportFromShareableHandle(ctypes.byref(handle), ctypes.c_void_p(fds[0]), _POSIX_FD),
+            _check(_cuda().cuMemImportFromShareableHandle(ctypes.byref(handle), ctypes.c_void_p(fd), _POSIX_FD),
                    "cuMemImportFromShareableHandle")
         finally:
-            os.close(fds[0])
-        return cls(handle.value, int(data), device)
+            os.close(fd)
+        return cls(handle.value, nbytes, device)
 
     # -- use -----------------------------------------------------------------------------------------
 
