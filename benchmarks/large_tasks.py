@@ -8,7 +8,8 @@ there is none, the reference itself with the guard off). All solutions are built
 (`stop_after="compile"`: nvcc and the torch headers once per machine), then the evaluations run one
 after the other (two at once would not fit an 80 GB GPU), with the default configuration (strict
 protocol, eager and torch.compile baselines) unless told otherwise. No task is started after
-`--budget` seconds; those left are listed.
+`--budget` seconds; those left are listed: name them (KEY ...) in a second run, whose builds are
+then cached.
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ def main() -> None:
         result = evaluate(task, solution, config, stop_after="compile")
         return key, time.perf_counter() - start, result.error
 
-    with ThreadPoolExecutor(4) as pool:
+    with ThreadPoolExecutor(8) as pool:
         for key, seconds, error in pool.map(build, runs):
             print(f"built {key} in {seconds:.1f} s" + (f": {error.phase}: {error.message[:300]}" if error else ""),
                   flush=True)
