@@ -24,7 +24,7 @@ from cuda_agent.env.measure import timing  # captures clocks and sync before can
 from cuda_agent.env.rules.samples import take_samples as _take_samples  # bound before candidate code runs, likewise
 from cuda_agent.env.rules.verify import tensors_in
 from cuda_agent.env.workers.transfer import Staging  # likewise
-from cuda_agent.env.workers.device_slot import DeviceSlot, DeviceSlotError  # likewise
+from cuda_agent.env.workers.device_slot import DeviceSlot  # likewise
 from cuda_agent.env.workers.transfer import host_copies as _host_copies
 from cuda_agent.env.workers.transfer import output_layout as _output_layout
 from cuda_agent.env.workers.transfer import write_host as _write_host
@@ -181,8 +181,8 @@ class _Candidate:
         if device_slot and self.device.type == "cuda":
             try:
                 self.device_slot = DeviceSlot.connect(self.box, self.device)
-            except (DeviceSlotError, OSError) as exc:   # outputs then go through files
-                slot_error = str(exc)[:500]
+            except Exception as exc:   # outputs then go through files
+                slot_error = f"{type(exc).__name__}: {str(exc)[:500]}"
 
         self.task_module = load_task_module(self.job.task_inputs_code, "task_inputs", filename="<task inputs>")
         init = torch.load(self.box / "reference_init.pt", map_location="cpu", weights_only=False)

@@ -99,12 +99,12 @@ class _Judge:
         a staging slot, which would otherwise go through files (device_slot.py)."""
         if self.device.type != "cuda" or nbytes <= STAGING_SLOT_BYTES:
             return None, None
-        from cuda_agent.env.workers.device_slot import DeviceSlot, DeviceSlotError
+        from cuda_agent.env.workers.device_slot import DeviceSlot
 
         try:
             return DeviceSlot.create(nbytes, self.device, self.box), None
-        except (DeviceSlotError, OSError) as exc:
-            return None, str(exc)[:500]
+        except Exception as exc:   # never the task's failure: its outputs then go through files
+            return None, f"{type(exc).__name__}: {str(exc)[:500]}"
 
     def draw(self, cmd: Draw) -> dict:
         """A call's inputs, drawn here and put into the staging slot the candidate reads them from
