@@ -9,9 +9,9 @@ from contextlib import asynccontextmanager
 from cuda_agent.bench.memory import AdmittedEvaluator, evaluation_need, footprints, measurement_need
 from cuda_agent.bench.selection import BenchTask
 from cuda_agent.env import EvalConfig
-from cuda_agent.env.infra.capacity import needed_bytes
-from cuda_agent.env.infra.memory import (CONTEXTS, POISON_FILL, REFERENCE_OUTPUTS_ON_GPU, evaluation_memory,
-                                         measurement_memory)
+from cuda_agent.env.infra.capacity import needed_bytes, too_large
+from cuda_agent.env.infra.memory import (COMPARE_PART, CONTEXTS, POISON_FILL, evaluation_memory,
+                                         measurement_memory, on_device_slot)
 from cuda_agent.env.infra.reserve import judge_bytes
 from cuda_agent.env.run.schedule import JUDGE_BATCH
 from cuda_agent.env.run.worker_run import job_footprint
@@ -31,20 +31,46 @@ def tasks(kernelbench):
 def test_the_model_counts_each_holder_once():
     fp = Footprint(input_bytes=100 * MIB, output_bytes=10 * MIB, param_bytes=MIB)
     gpu = evaluation_memory(fp, "cuda", trials=5)
-    assert gpu.judge_device == MIB + 100 * MIB + 2 * 10 * MIB + 5 * 10 * MIB   # weights, inputs, 2 + 5 outputs
-    assert gpu.candidate_device == MIB + 100 * MIB + 10 * MIB and gpu.staging == 10 * MIB
+    # the judge: weights, a timed call's two draws with their outputs (eager, torch.compile)
+    assert gpu.judge_device == MIB + 2 * (100 * MIB + 10 * MIB)
+    # the candidate: weights, inputs and their pristine copy, the output and its snapshot
+    assert gpu.candidate_device == MIB + 2 * 100 * MIB + 2 * 10 * MIB and gpu.staging == 10 * MIB
     assert (gpu.judge_host, gpu.candidate_host) == (0, 0) and gpu.host == 10 * MIB
     cpu = evaluation_memory(fp, "cpu", trials=5)
     assert cpu.device == 0 and cpu.host == gpu.host + gpu.device   # the same bytes, all in host memory
     assert gpu.admission == gpu.device + CONTEXTS + POISON_FILL
+    assert evaluation_memory(fp, "cuda", trials=50) == gpu   # references are computed when compared
     assert measurement_memory(fp) == MIB + 100 * MIB + 2 * 10 * MIB + (1 << 30)
 
 
-def test_reference_outputs_beyond_the_gpu_share_go_to_host_memory():
+def test_a_comparison_of_a_large_output_takes_a_part_beside_it():
     fp = Footprint(input_bytes=MIB, output_bytes=1 << 30, param_bytes=0)
-    gpu = evaluation_memory(fp, "cuda", trials=10)
-    assert gpu.judge_host == 10 * (1 << 30) - REFERENCE_OUTPUTS_ON_GPU
-    assert gpu.judge_device == MIB + 2 * (1 << 30) + REFERENCE_OUTPUTS_ON_GPU
+    gpu = evaluation_memory(fp, "cuda", trials=5)
+    assert gpu.judge_device == 2 * (1 << 30) + COMPARE_PART   # the reference, the candidate's copy, a part
+
+
+def test_outputs_larger_than_a_staging_slot_pass_on_the_device(kernelbench):
+    """6 GiB in, 6 GiB out (level1/19): the candidate's snapshot is written into the judge's device
+    slot (counted once, with the judge), nothing is staged in host memory; the whole evaluation fits an
+    80 GB H100 with the capacity check's headroom, and bench admits it alone on one."""
+    from cuda_agent.bench.memory import USABLE
+    from cuda_agent.env.infra.capacity import HEADROOM
+
+    relu = estimate_footprint(load_task("level1/19", kernelbench))
+    six = 6 << 30
+    assert on_device_slot(relu, "cuda") and not on_device_slot(relu, "cpu")
+    gpu = evaluation_memory(relu, "cuda", trials=5)
+    assert gpu.candidate_device == 3 * six and gpu.judge_device == 4 * six + six and gpu.host == 0
+    cpu = evaluation_memory(relu, "cpu", trials=5)
+    assert cpu.staging == six and cpu.candidate_host == 4 * six   # files and snapshots, as before
+    h100 = 85_520_809_984   # torch.cuda.get_device_properties(0).total_memory of an H100 80GB HBM3
+    for name in ("level1/19", "level1/36", "level1/38", "level1/39", "level1/47"):
+        need = evaluation_memory(estimate_footprint(load_task(name, kernelbench)), "cuda", trials=5)
+        assert need.device <= HEADROOM * h100 and need.admission <= USABLE * h100, name
+    assert not on_device_slot(Footprint(MIB, 1 << 30, 0), "cuda")   # a staging slot's size still stages
+    l2norm = load_task("level1/39", kernelbench)    # the largest: 8 GiB in, 8 GiB out
+    assert too_large(l2norm, "cuda", 5, host=128 << 30, device=h100) is None
+    assert "GPU memory" in too_large(l2norm, "cuda", 5, host=128 << 30, device=h100 * 3 // 4)
 
 
 def test_unknown_output_counts_as_the_inputs_and_unknown_weights_as_none():
@@ -92,9 +118,13 @@ def test_bench_admission_reserves_the_models_figure():
         async def evaluate(self, task, solution, config=None):
             return "done"
 
-    admitted = AdmittedEvaluator(Inner(), Budget(), {task.digest: fp}, slots=4)
+    large = Footprint(6 << 30, 6 << 30, 0)
+    admitted = AdmittedEvaluator(Inner(), Budget(), {task.digest: fp, "large": large}, slots=4)
     for trials in (5, 20):
         assert asyncio.run(admitted.evaluate(task, None, EvalConfig(num_correct_trials=trials))) == "done"
-    assert asked == [evaluation_memory(fp, "cuda", 5).admission, evaluation_memory(fp, "cuda", 20).admission]
-    assert asked[1] > asked[0]
+    task_large = type("T", (), {"digest": "large"})()
+    assert asyncio.run(admitted.evaluate(task_large, None, EvalConfig())) == "done"
+    assert asked == [evaluation_memory(fp, "cuda", 5).admission, evaluation_memory(fp, "cuda", 20).admission,
+                     evaluation_memory(large, "cuda", 5).admission]
+    assert asked[2] > asked[0]
 

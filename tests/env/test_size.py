@@ -41,13 +41,15 @@ def test_footprint_falls_back_when_meta_cannot_run_the_forward():
     assert estimate_footprint(broken) is None
 
 
-def test_needed_memory_counts_both_processes_and_every_reference_output():
+def test_needed_memory_counts_both_processes_at_their_peaks():
     fp = estimate_footprint(example_task())
     two_mb = 512 * 1024 * 4
+    # the judge's comparison (reference, copy, four outputs' temporaries) outweighs its timed draws here
+    judge, candidate = 4096 + 2 * two_mb + 4 * two_mb, 4096 + 4 * two_mb
     cpu = needed_bytes(fp, "cpu", trials=5)
-    assert cpu.host == 2 * (4096 + two_mb) + 3 * two_mb + 5 * two_mb + two_mb and cpu.device == 0
+    assert cpu.host == judge + candidate + two_mb and cpu.device == 0
     gpu = needed_bytes(fp, "cuda", trials=5)
-    assert gpu.device == 2 * (4096 + two_mb) + 3 * two_mb + 5 * two_mb and gpu.host == two_mb
+    assert gpu.device == judge + candidate and gpu.host == two_mb
 
 
 def test_too_large_names_sizes_memory_and_a_scale_that_fits(kernelbench):

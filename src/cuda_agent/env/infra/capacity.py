@@ -1,7 +1,7 @@
 """Whether a task's tensors fit this machine, decided before any process starts.
 
 The bytes an evaluation holds at once are `memory.evaluation_memory`'s (the judge, the candidate,
-staging; activations come on top, so a lower bound); held against the memory this machine has free
+what passes between them; activations come on top, so a lower bound); held against the memory this machine has free
 less a tenth for headroom, they turn an out-of-memory kill minutes into a run into a refusal naming
 the sizes and a `--scale` that fits.
 """
@@ -83,7 +83,7 @@ def too_large(task: Task, backend: str, trials: int, *, host: int | None = None,
     out = human_bytes(fp.output_bytes) if fp.output_bytes is not None else "unknown"
     message = (f"{task.name} is too large for this machine: one input set is {human_bytes(fp.input_bytes)}, "
                f"one output {out}, the weights {human_bytes(fp.param_bytes or 0)}; evaluating it holds at least "
-               f"{human_bytes(need)} of {what} at once ({trials} reference outputs, two processes) and "
+               f"{human_bytes(need)} of {what} at once (the judge and the candidate at their peaks) and "
                f"{human_bytes(have)} is available.")
     scale = fitting_scale(task, backend, trials, host, device)
     if scale is None:

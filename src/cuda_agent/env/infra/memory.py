@@ -1,16 +1,21 @@
 """The memory one evaluation holds, stated once, from a task's footprint (tasks.footprint: one input
 set, one output, the weights; an unknown output counts as large as the inputs, unknown weights as none).
-Two processes and the staging between them hold, at the same time:
+Two processes and what passes between them hold, at their peaks (a caching allocator keeps a peak):
 
-- the judge: the weights, an input set, every reference output (on a GPU up to
-  REFERENCE_OUTPUTS_ON_GPU of them, the rest in host memory), a fresh reference output to compare a
-  timed call with, and the candidate's output loaded from staging;
-- the candidate: the weights, an input set and its output;
-- staging: the candidate's output on its way to the judge, in RAM-backed shared memory (host).
+- the candidate: the weights, an input set and its pristine copy (a verification call checks its
+  inputs bit for bit), its output and that output's snapshot taken right after the call;
+- the judge: the weights, and the larger of a timed call's two draws with their outputs (eager and
+  torch.compile, each on inputs of its own) and a verification call's comparison (the reference, the
+  candidate's output copied into its own memory, and the comparison's temporaries, at most a part's);
+- in between: on CUDA, an output larger than a staging slot (protocol.STAGING_SLOT_BYTES) in the
+  judge's device slot (device_slot.py), which the candidate's snapshot is written into (counted once,
+  with the judge); a smaller one in the staging file (host, shared memory). Inputs never travel on
+  CUDA: each side draws its own from the call's seed.
 
-On the CPU backend all of it is host memory. Activations inside the forward come on top: this is a
-lower bound, held against the machine by capacity.py; the judge's reserve (reserve.py) and bench's
-admission (bench/memory.py) are sized from it too.
+Each reference output is computed when it is compared and let go after: the number of verification
+input sets does not add up. On the CPU backend all of it is host memory. Activations inside the
+forward come on top: this is a lower bound, held against the machine by capacity.py; the judge's
+reserve (reserve.py) and bench's admission (bench/memory.py) are sized from it too.
 """
 
 from __future__ import annotations
@@ -18,10 +23,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from cuda_agent.env.workers.protocol import STAGING_SLOT_BYTES
 from cuda_agent.tasks.footprint import Footprint
 
 GiB = 1 << 30
-REFERENCE_OUTPUTS_ON_GPU = 4 * GiB   # the judge moves reference outputs beyond this to host memory
+COMPARE_PART = 1 * GiB               # the most a comparison's temporaries take (verify.COMPARE_CHUNK parts)
 TRANSIENT_OUTPUTS = 4                # outputs' worth beside a judge's batch: intermediates, a comparison's
 CONTEXTS = 1 * GiB                   # the judge's and the candidate's CUDA contexts
 POISON_FILL = 2 * GiB                # the most guard.poison_allocator fills with NaN
@@ -71,18 +77,25 @@ def _sizes(fp: Footprint) -> tuple[int, int, int]:
     return fp.input_bytes, output, fp.param_bytes or 0
 
 
+def on_device_slot(fp: Footprint, backend: str) -> bool:
+    """Whether verification outputs of this task go through the judge's device slot (CUDA, an output
+    larger than a staging slot)."""
+    return backend == "cuda" and _sizes(fp)[1] > STAGING_SLOT_BYTES
+
+
 def evaluation_memory(fp: Footprint, backend: str, trials: int) -> EvalMemory:
-    """The model for one evaluation of a task with footprint `fp` verified on `trials` input sets."""
+    """The model for one evaluation of a task with footprint `fp` verified on `trials` input sets
+    (which do not change it: see above)."""
     inputs, out, params = _sizes(fp)
-    held = trials * out                                      # the judge's reference outputs
-    judge = params + inputs + 2 * out                        # + a fresh reference output, the loaded copy
-    candidate = params + inputs + out
+    slot = out if on_device_slot(fp, backend) else 0
+    candidate = params + 2 * inputs + out + (out - slot)     # the snapshot, unless it is in the slot
+    judge = params + max(2 * (inputs + out), 2 * out + min(TRANSIENT_OUTPUTS * out, COMPARE_PART)) + slot
+    staging = out - slot
     if backend == "cuda":
-        on_gpu = min(held, REFERENCE_OUTPUTS_ON_GPU)
-        return EvalMemory(judge_host=held - on_gpu, judge_device=judge + on_gpu, candidate_host=0,
-                          candidate_device=candidate, staging=out, input_bytes=inputs, output_bytes=out)
-    return EvalMemory(judge_host=judge + held, judge_device=0, candidate_host=candidate, candidate_device=0,
-                      staging=out, input_bytes=inputs, output_bytes=out)
+        return EvalMemory(judge_host=0, judge_device=judge, candidate_host=0, candidate_device=candidate,
+                          staging=staging, input_bytes=inputs, output_bytes=out)
+    return EvalMemory(judge_host=judge, judge_device=0, candidate_host=candidate, candidate_device=0,
+                      staging=staging, input_bytes=inputs, output_bytes=out)
 
 
 def measurement_memory(fp: Footprint) -> int:

@@ -234,7 +234,10 @@ def compare_tensors(ref: torch.Tensor, out: torch.Tensor, tol: Tolerance, where:
 
 
 def _outside(where, over, n_over, o, r, atol, rtol, max_err) -> Comparison:
-    idx = tuple(int(i) for i in torch.nonzero(over)[0])
+    return _outside_at(where, tuple(int(i) for i in torch.nonzero(over)[0]), n_over, o, r, atol, rtol, max_err)
+
+
+def _outside_at(where, idx, n_over, o, r, atol, rtol, max_err) -> Comparison:
     return Comparison(False, max_err,
                       f"{where}: {n_over} of {r.numel()} elements outside atol={atol:.3g}, rtol={rtol:g} "
                       f"(max abs error {max_err:.4g}; first at index {list(idx)}: got {float(o[idx]):.6g}, "
@@ -246,6 +249,8 @@ def _compare_finite(r: torch.Tensor, o: torch.Tensor, atol: float, rtol: float, 
     """The comparison when every value of both is finite (a finite largest difference says so: NaN
     and Inf make it NaN or Inf), in a few passes without the masks; None sends the caller to the
     general path, which handles non-finite values. Same verdicts, numbers and messages."""
+    if r.numel() > COMPARE_CHUNK:
+        return _compare_finite_chunked(r, o, atol, rtol, where, fp32)
     diff = (o - r).abs_()
     max_err = float(diff.max())
     if not math.isfinite(max_err):
@@ -260,6 +265,56 @@ def _compare_finite(r: torch.Tensor, o: torch.Tensor, atol: float, rtol: float, 
     if n_over:
         return _outside(where, over, n_over, o, r, atol, rtol, max_err)
     return Comparison(True, max_err, "", max_err / scale if scale > 0 else 0.0, worst=_nearest(diff, limit))
+
+
+COMPARE_CHUNK = 1 << 26   # elements: larger outputs are compared in parts (a few of them at a time in memory)
+
+
+def _compare_finite_chunked(r: torch.Tensor, o: torch.Tensor, atol: float, rtol: float, where: str,
+                            fp32: bool) -> Comparison | None:
+    """`_compare_finite` over COMPARE_CHUNK elements at a time, in row-major order: its temporaries
+    take a part's size, not the output's (a 6 GiB output beside the reference and the candidate's
+    copy). The same verdict, numbers and message: maxima, counts and the first element outside are
+    combined over the parts in order, and the worst element is the first of the largest share."""
+    rf, of = r.reshape(-1), o.reshape(-1)
+    maxes, scales, counts, lows, shares, worst = [], [], [], [], [], []
+    for start in range(0, rf.numel(), COMPARE_CHUNK):
+        rc, oc = rf[start:start + COMPARE_CHUNK], of[start:start + COMPARE_CHUNK]
+        diff = (oc - rc).abs_()
+        limit = rc.abs()
+        maxes.append(diff.max())
+        if fp32:
+            scales.append(limit.max())
+        limit.mul_(rtol).add_(atol)
+        counts.append((diff > limit).sum())
+        lows.append(limit.min())
+        share_ = diff / limit
+        at = share_.argmax()
+        shares.append(share_[at])
+        worst.append(torch.stack([diff[at], limit[at]]))
+    max_err = float(torch.stack(maxes).max())
+    if not math.isfinite(max_err):
+        return None
+    scale = float(torch.stack(scales).max()) if fp32 else 0.0
+    if not math.isfinite(scale):
+        return None
+    per_part = [int(c) for c in torch.stack(counts).cpu()]
+    n_over = sum(per_part)
+    if n_over:
+        part = next(i for i, c in enumerate(per_part) if c)
+        start = part * COMPARE_CHUNK
+        rc, oc = rf[start:start + COMPARE_CHUNK], of[start:start + COMPARE_CHUNK]
+        flat = start + int(torch.nonzero((oc - rc).abs_() > rc.abs().mul_(rtol).add_(atol))[0])
+        idx = []
+        for size in reversed(r.shape):
+            idx.append(flat % size)
+            flat //= size
+        return _outside_at(where, tuple(reversed(idx)), n_over, o, r, atol, rtol, max_err)
+    nearest = ()
+    if float(torch.stack(lows).min()) > 0:
+        error, allowed = worst[int(torch.stack(shares).argmax())].tolist()
+        nearest = (error, allowed)
+    return Comparison(True, max_err, "", max_err / scale if scale > 0 else 0.0, worst=nearest)
 
 
 def norm_of(ref: torch.Tensor) -> torch.Tensor:

@@ -210,10 +210,14 @@ class _Evaluation(BuildServing, CallRounds, StoredBaselines, WorkerRun):
             if not answer["ok"]:
                 self.compile_error = answer["error"]
                 self.compile_mode = "off"
-        self.candidate.send(msg.Init(output_bytes=self.output_bytes))
+        self.candidate.send(msg.Init(output_bytes=self.output_bytes, device_slot=self.device_slot))
         init = self._ask(self.candidate, self.config.timeout_verify, "verify")
         if not init["ok"]:
             raise Failed("verify", init["message"], init.get("rule"))
+        if self.device_slot and init.get("device_slot") is not True:
+            self.device_slot = False
+            self.result.warnings.append("large outputs go through files: the device slot was not mapped "
+                                        f"({init.get('device_slot_error') or 'no reason given'})")
         self.result.weights = init["weights"]
         if self.backend == "cpu":   # inputs from the judge, outputs and times read from outside
             handed = self.candidate.has_staging   # decided by what the harness gave, never by the answer
@@ -265,7 +269,9 @@ class _Evaluation(BuildServing, CallRounds, StoredBaselines, WorkerRun):
         pipe = JudgePipe(self, "verify", batch=1, on_verdict=self._note_accuracy)
         for n, call in enumerate(calls, 1):
             self.say(f"verifying: input set {n} of {len(calls)}")
-            pipe.run(call, self.config.timeout_verify)
+            out = pipe.run(call, self.config.timeout_verify)
+            if out is not None and out.get("device"):   # the slot is the judge's until its verdict
+                pipe.drain()
         pipe.drain()
         self._inputs_kept("verify")
         if self.strict:

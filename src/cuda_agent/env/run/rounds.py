@@ -90,7 +90,7 @@ class CallRounds:
     def _inside_settle(self, call: Call, phase: str, timeout: float, out: dict, wall_ms: float, read: None,
                        asked: float) -> dict:
         save = call.kind == "verify"
-        if save and not out.get("staged"):   # its output to the box's file, now that the device is let go
+        if save and not out.get("staged") and not out.get("device"):   # its output to the box's file, now that the device is let go
             self.candidate.send(msg.Write(index=call.index))
             written = self._ask(self.candidate, timeout, phase)
             if not written["ok"]:
@@ -198,6 +198,8 @@ class CallRounds:
             whole = {"path": out["path"], "layout": out["layout"]}
         elif out.get("staged"):   # in the staging file's slot of the call (transfer.Staging), not in the file
             whole["slot"] = call.index % 2
+        elif out.get("device") and self.device_slot:   # in the judge's device slot (device_slot.py)
+            whole["device"] = True
         return dict(index=call.index, seed=call.seed, transform=call.transform, time=timed,
                     compile=timed and self.compile_mode == "paired",
                     compare=whole if save else {"samples": out["samples"]},

@@ -225,6 +225,11 @@ class WorkerRun:
         self.output_bytes = reference.get("output_bytes")
         # a call's inputs can go through the pair's staging file (the CPU backend's calls from outside)
         self.inputs_fit = 0 <= (reference.get("input_bytes") or 0) <= (reference.get("slot_bytes") or -1)
+        # outputs larger than a staging slot: on the device, when the judge made its slot (device_slot.py)
+        self.device_slot = bool(reference.get("device_slot"))
+        if reference.get("device_slot_error"):
+            self.result.warnings.append(f"large outputs go through files: no device slot ({reference['device_slot_error']})")
 
     output_bytes: int | None = None   # the reference's output in a staging slot (the judge's first run)
     inputs_fit = False
+    device_slot = False   # the judge's device slot, mapped by the candidate too

@@ -24,6 +24,7 @@ from cuda_agent.env.measure import timing  # captures clocks and sync before can
 from cuda_agent.env.rules.samples import take_samples as _take_samples  # bound before candidate code runs, likewise
 from cuda_agent.env.rules.verify import tensors_in
 from cuda_agent.env.workers.transfer import Staging  # likewise
+from cuda_agent.env.workers.device_slot import DeviceSlot  # likewise
 from cuda_agent.env.workers.transfer import host_copies as _host_copies
 from cuda_agent.env.workers.transfer import output_layout as _output_layout
 from cuda_agent.env.workers.transfer import write_host as _write_host
@@ -145,6 +146,7 @@ class _Candidate:
         self.unwritten = None       # the last verification call's output in host memory, until `write`
         self.unwritten_index = None
         self.staging = Staging.from_environment()   # verification outputs' slots shared with the judge
+        self.device_slot = None   # the judge's device slot for outputs larger than a staging slot (CUDA)
 
     # -- setup ---------------------------------------------------------------------------------
 
@@ -167,13 +169,20 @@ class _Candidate:
             return {**problem, "phase": "compile"}
         return {"ok": True, "phase": "compile", "extensions": builder.built}
 
-    def init_model(self, output_bytes: int | None = None):
+    def init_model(self, output_bytes: int | None = None, device_slot: bool = False):
         """The model, from the reference's initial weights; the staging file's slots made ready for
-        outputs of `output_bytes` (the reference's), before any call holds the device."""
+        outputs of `output_bytes` (the reference's), before any call holds the device; the judge's
+        device slot mapped when the harness says there is one."""
         from cuda_agent.tasks.task import load_task_module
 
         if self.staging is not None and isinstance(output_bytes, int) and 0 <= output_bytes:
             self.staging.prepare(output_bytes, self.device)
+        slot_error = None
+        if device_slot and self.device.type == "cuda":
+            try:
+                self.device_slot = DeviceSlot.connect(self.box, self.device)
+            except Exception as exc:   # outputs then go through files
+                slot_error = f"{type(exc).__name__}: {str(exc)[:500]}"
 
         self.task_module = load_task_module(self.job.task_inputs_code, "task_inputs", filename="<task inputs>")
         init = torch.load(self.box / "reference_init.pt", map_location="cpu", weights_only=False)
@@ -192,7 +201,8 @@ class _Candidate:
         if problem:
             return problem
         self.threads.mark()
-        return {"ok": True, "weights": weights, "staging": self.staging is not None}
+        return {"ok": True, "weights": weights, "staging": self.staging is not None,
+                "device_slot": self.device_slot is not None, "device_slot_error": slot_error}
 
     def _dispatcher_changed(self, when: str) -> dict | None:
         """The dispatcher's ATen tables against those taken before any of the solution's code ran: a
@@ -272,7 +282,7 @@ class _Candidate:
             # on another stream has not landed in these values yet (and fails the comparison).
             if given is not None:   # read from outside instead
                 return None, None
-            return _take_samples(out), timing.clone_args(out) if save else None
+            return _take_samples(out), self._snapshot(out) if save else None
 
         # Timed calls (and the spot checks and empty calls among them) are held alike; a verification
         # call is not timed, and runs unheld: the first launch of a kernel CUDA loads lazily waits for
@@ -329,7 +339,9 @@ class _Candidate:
             self.last_shape = (tuple(tensors[0].shape), tensors[0].dtype)
         answer = {"ok": True, "ms": ms, "host_ms": host_ms, "samples": samples, "calls": calls,
                   "timer": self.timer.mode}
-        if save:   # the whole output, for the judge: into its staging slot, or to host memory now and
+        if isinstance(snapshot, _InDeviceSlot):   # already with the judge, on the device
+            answer["layout"], answer["device"] = snapshot.layout, True
+        elif save:   # the whole output, for the judge: into its staging slot, or to host memory now and
             # to its file on `write` (no staging file, or an output larger than a slot)
             answer["layout"], tensors = _output_layout(snapshot)
             slot = cmd.slot
@@ -342,6 +354,17 @@ class _Candidate:
                 trace.lap("output", self.device)
                 print(f"call trace output {trace}", file=sys.stderr, flush=True)
         return answer
+
+    def _snapshot(self, out):
+        """A verification call's output fixed right after the call, on its stream: copied into the
+        judge's device slot when it is larger than a host staging slot (nothing more of it is kept
+        here), else cloned."""
+        if self.device_slot is not None:
+            layout, tensors = _output_layout(out)
+            if self.device_slot.fits(tensors) and not (self.staging is not None and self.staging.fits(tensors)):
+                self.device_slot.put(tensors)
+                return _InDeviceSlot(layout)
+        return timing.clone_args(out)
 
     def write(self, cmd: Write) -> dict:
         """The last verification call's output to its file in the box (raw bytes), once the harness
@@ -405,10 +428,17 @@ class _Candidate:
                                                 f"{steady[0]} times in another: every call must do the same work")
 
 
+class _InDeviceSlot:
+    """A verification output copied into the device slot: its layout, for the judge."""
+
+    def __init__(self, layout: dict):
+        self.layout = layout
+
+
 # the candidate's dispatch table: a command's type -> its handler (any other command ends the worker);
 # each looks its method up when called
 HANDLERS = {
-    Init: lambda candidate, cmd: Initialised(**candidate.init_model(cmd.output_bytes)),
+    Init: lambda candidate, cmd: Initialised(**candidate.init_model(cmd.output_bytes, cmd.device_slot)),
     Prepare: lambda candidate, cmd: Answer(**candidate.prepare(cmd)),
     CandidateCall: lambda candidate, cmd: CallAnswer(**candidate.call(cmd)),
     Write: lambda candidate, cmd: Answer(**candidate.write(cmd)),

@@ -27,7 +27,7 @@ from cuda_agent.env.workers.messages import (Compile, Compare, Compiled, Depende
                                              InputsKept, JudgeCall, JudgeCalls, JudgeJob, JudgeSetUp, Kept,
                                              UnknownMessage, Verdict, Verdicts, read_command)
 from cuda_agent.env.workers.protocol import ChildChannel
-from cuda_agent.env.workers.transfer import Staging, staged_bytes
+from cuda_agent.env.workers.transfer import STAGING_SLOT_BYTES, Staging, staged_bytes
 from cuda_agent.env.rules import registry as rules
 
 
@@ -86,10 +86,25 @@ class _Judge:
             first = self.model(*inputs)
             del inputs
             self.flush = timing.L2Flusher(self.device, self.cfg.flush_l2)   # its buffer, likewise
+            # for the candidate's outputs (a baseline run has no candidate)
+            self.device_slot, self.device_slot_error = \
+                self._device_slot(staged_bytes(tensors_in(first))) if job.save_init else (None, None)
         # what a verification output takes in the staging file: its slots are made ready now, off the lock
         self.output_bytes = staged_bytes(tensors_in(first))
         if self.staging is not None:
             self.staging.prepare(self.output_bytes, self.device)
+
+    def _device_slot(self, nbytes: int):
+        """(the device slot for outputs of `nbytes`, or None; why not): on CUDA, for outputs larger than
+        a staging slot, which would otherwise go through files (device_slot.py)."""
+        if self.device.type != "cuda" or nbytes <= STAGING_SLOT_BYTES:
+            return None, None
+        from cuda_agent.env.workers.device_slot import DeviceSlot
+
+        try:
+            return DeviceSlot.create(nbytes, self.device, self.box), None
+        except Exception as exc:   # never the task's failure: its outputs then go through files
+            return None, f"{type(exc).__name__}: {str(exc)[:500]}"
 
     def draw(self, cmd: Draw) -> dict:
         """A call's inputs, drawn here and put into the staging slot the candidate reads them from
@@ -186,7 +201,8 @@ class _Judge:
 
     def _load(self, cmd: JudgeCall) -> "_JudgeCall":
         """A call on its way; a verification call's output file read first, without the device:
-        reading 128 MB outlasts most kernels."""
+        reading 128 MB outlasts most kernels (an output in the device slot is copied under a shared
+        hold instead)."""
         from cuda_agent.env.workers.transfer import UnreadableOutput, read_output
         from cuda_agent.env.rules.samples import decode_samples
 
@@ -194,7 +210,12 @@ class _Judge:
         compare = part.compare
         if compare.has("path"):
             try:
-                if compare.has("slot"):   # in the staging file (transfer.Staging), not in the file
+                if compare.has("device"):   # in the device slot: copied into the judge's own memory first
+                    if self.device_slot is None:
+                        raise UnreadableOutput("no device slot")
+                    with self._device(shared=True, label="load"):
+                        part.candidate = self.device_slot.take(compare.layout)
+                elif compare.has("slot"):   # in the staging file (transfer.Staging), not in the file
                     if self.staging is None:
                         raise UnreadableOutput("no staging file")
                     part.candidate = self.staging.take(compare.slot, compare.layout, self.device)
@@ -463,7 +484,8 @@ def run_judge(chan: ChildChannel) -> None:
         return
     name = torch.cuda.get_device_name(judge.device) if judge.device.type == "cuda" else "cpu"
     chan.send(JudgeSetUp(ok=True, device=name, output_bytes=judge.output_bytes, input_bytes=judge.input_bytes,
-                         slot_bytes=judge.staging.slot_bytes if judge.staging is not None else 0))
+                         slot_bytes=judge.staging.slot_bytes if judge.staging is not None else 0,
+                         device_slot=judge.device_slot is not None, device_slot_error=judge.device_slot_error))
     while True:
         try:
             cmd = read_command(chan.receive(), HANDLERS)

@@ -85,6 +85,8 @@ class Initialised(Answer):
     """The candidate's model made from the reference's weights (`weights`: how they were matched)."""
     weights: str | None = None
     staging: bool | None = None
+    device_slot: bool | None = None          # the judge's device slot mapped (device_slot.py)
+    device_slot_error: str | None = None     # or why not
 
     @model_validator(mode="after")
     def _complete(self):
@@ -104,6 +106,7 @@ class CallAnswer(Answer):
     timer: str | None = None
     layout: Any = None
     staged: bool | None = None
+    device: bool | None = None   # a verification output in the judge's device slot (device_slot.py)
     output: Any = None
 
 
@@ -131,6 +134,8 @@ class JudgeSetUp(JudgeAnswer):
     output_bytes: int | None = None
     input_bytes: int | None = None
     slot_bytes: int | None = None
+    device_slot: bool | None = None          # a device slot for outputs larger than a staging slot
+    device_slot_error: str | None = None     # why it could not be made
 
 
 class Compiled(JudgeAnswer):
@@ -232,10 +237,11 @@ class Compile(Command):
 
 class Compare(Message):
     """The candidate's output for the judge: a file (`path`, with its `layout`; `slot`: in the staging
-    file instead) or its samples."""
+    file instead; `device`: in the device slot instead) or its samples."""
     path: str | None = None
     layout: Any = None
     slot: int | None = None
+    device: bool | None = None
     samples: Any = None
 
     def has(self, name: str) -> bool:
@@ -291,6 +297,7 @@ class Init(Command):
     answer: ClassVar = Initialised
     cmd: Literal["init"] = "init"
     output_bytes: int | None = None
+    device_slot: bool = False   # map the judge's device slot (its socket in the box)
 
 
 class Prepare(Command):

@@ -20,6 +20,7 @@ from cuda_agent.env.workers.messages import Command, Message, Ready, read_answer
 
 PROTOCOL_FD_ENV = "CUDA_AGENT_PROTOCOL_FD"
 STAGING_FD_ENV = "CUDA_AGENT_STAGING_FD"   # a pair of workers' shared staging file (transfer.Staging)
+STAGING_SLOT_BYTES = 1 << 30   # per slot of it: larger outputs go through files, or on CUDA the device slot
 
 
 MAX_LINE_BYTES = 64 << 20   # an honest answer is far smaller (samples travel packed, outputs by location)

@@ -28,11 +28,12 @@ from typing import Any
 
 import torch
 
-from cuda_agent.env.workers.protocol import STAGING_FD_ENV
+from cuda_agent.env.workers.protocol import STAGING_FD_ENV, STAGING_SLOT_BYTES
 
 MAX_NODES = 100_000     # containers, numbers and tensors in one output's layout
 MAX_DEPTH = 64
-STAGING_SLOT_BYTES = 1 << 30   # per slot: larger outputs go through files (only written pages take memory)
+# STAGING_SLOT_BYTES (protocol.py) per slot: larger outputs go through files, or on CUDA the device slot
+# (device_slot.py); only written pages take memory
 _SEALS = fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW
 
 
