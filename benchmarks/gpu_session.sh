@@ -90,6 +90,15 @@ for step in $STEPS; do
       run ops6k $(( ${OPS6K_SECONDS:-480} + 90 )) python3 benchmarks/synth_gpu.py --num "${OPS6K_NUM:-6000}" \
         --out /tmp/ops6k --budget-seconds "${OPS6K_SECONDS:-480}" --kernelbench .kb ${OPS6K_ARGS:-}
       tar -cJf "$OUT/build.tar.xz" -C /tmp/ops6k --exclude='work/kernelbench_trees_*' . ;;
+    demo)   # what a policy sees on the GPU (docs/agent.md): a workspace for DEMO_TASK with its hand-written
+      # solution from benchmarks/kernelbench_solutions, then ./verify, ./profile and ./profile --ncu
+      task=${DEMO_TASK:-level2/76}; ws=/tmp/demo-workspace; rm -rf "$ws"
+      python3 -m cuda_agent.cli workspace "$task" "$ws" --kernelbench .kb --backend cuda > "$OUT/demo.txt" 2>&1
+      cp -r "benchmarks/kernelbench_solutions/$task/." "$ws/"
+      for cmd in ./verify ./profile "./profile --ncu"; do
+        echo "\$ $cmd" >> "$OUT/demo.txt"; (cd "$ws" && timeout 240 $cmd) >> "$OUT/demo.txt" 2>&1; echo "[exit $?]" >> "$OUT/demo.txt"
+      done
+      tail -"${TAIL:-60}" "$OUT/demo.txt" ;;
     rl)
       run rl 570 python3 benchmarks/rl_sanity.py --backend cuda --steps "${RL_STEPS:-40}" --out "$OUT/rl" ;;
   esac
