@@ -9,7 +9,7 @@ import statistics
 
 from cuda_agent.env import reward
 from cuda_agent.env.measure.hold import call_times
-from cuda_agent.env.measure.stats import median_precision
+from cuda_agent.env.measure.stats import median_interval
 from cuda_agent.env.result import EvalResult
 
 
@@ -55,16 +55,17 @@ def paired_speedup(rounds: list[dict], baseline: str) -> float | None:
 
 
 def speedup_interval(rounds: list[dict], baseline: str) -> tuple[float, float] | None:
-    """The paired speedup's 95 % confidence interval, (low, high): its median, give or take
-    `stats.median_precision` of it; the median alone where too few calls give no interval; None
-    where the baseline was not timed."""
+    """The paired speedup's 95 % confidence interval, (low, high): the order statistics around the
+    median of the per-call ratios that `stats.median_precision` measures (`stats.median_interval`);
+    the median alone where too few calls give no interval; None where the baseline was not timed."""
     ratios = paired_ratios(rounds, baseline)
     if not ratios:
         return None
-    speedup, half = statistics.median(ratios), median_precision(ratios)
-    if half == float("inf"):
+    interval = median_interval(ratios)
+    if interval is None:
+        speedup = statistics.median(ratios)
         return speedup, speedup
-    return speedup * (1 - half), speedup * (1 + half)
+    return interval
 
 
 def decision_open(rounds: list[dict], compile_scale: float | None = None) -> bool:
