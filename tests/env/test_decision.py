@@ -15,7 +15,7 @@ from cuda_agent.env import reward as policy
 from cuda_agent.env.config import EvalConfig
 from cuda_agent.env.explain import explain_reward, noise_text, reward_line, timing_rows
 from cuda_agent.env.measure.stats import median_precision
-from cuda_agent.env.result import EvalResult
+from cuda_agent.env.result import EvalResult, Timing
 from cuda_agent.env.run.measures import DECISION_CAP, calls_to_add, precise_enough
 from cuda_agent.env.run.scoring import decision_open, note_intervals, paired_ratios, paired_speedup, score, speedup_interval
 
@@ -108,6 +108,9 @@ def test_a_reward_decided_within_the_noise_says_so_once_with_its_interval():
     assert near.reward == policy.reward_from_speedups(True, near.speedup_vs_eager, None)   # the median decides
     said = noise_text(near)
     assert said.startswith(f"within noise: speedup vs eager {near.speedup_vs_eager:.3f}x, 95 % CI ")
+    near.timings["kernel"] = Timing.from_samples([1.0] * 60)
+    said = noise_text(near)
+    assert said.startswith("within noise after 60 timed calls: speedup vs eager ")
     assert f"includes the {policy.NEEDED:.3f}x margin: the reward was decided on the median" in said
     assert said in reward_line(near) and said in explain_reward(near)
     assert reward_line(near).startswith(f"  reward {near.reward:g} ")

@@ -88,7 +88,9 @@ def noise_text(result: EvalResult) -> str | None:
             if speedup and _holds_margin(result, key)]
     said = "; ".join(f"speedup vs {name} {speedup:.3f}x, 95 % CI {low:.3f}-{high:.3f} includes the {NEEDED:.3f}x "
                      "margin" for name, speedup, (low, high) in held)
-    return f"within noise: {said}: the reward was decided on the median (another run may decide otherwise)"
+    timing = result.timings.get("kernel")
+    after = f" after {timing.iters} timed calls" if timing else ""
+    return f"within noise{after}: {said}: the reward was decided on the median (another run may decide otherwise)"
 
 
 def _holds_margin(result: EvalResult, baseline: str) -> bool:
