@@ -59,7 +59,7 @@ def transcript() -> str:
         parts.append(step("1. The workspace, created for the example task on the CPU backend.",
                           "cuda-agent workspace src/cuda_agent/examples/bias_relu/model.py ws --backend cpu",
                           run([*cli, "workspace", str(EXAMPLE / "model.py"), str(ws), "--backend", "cpu"], Path(tmp), ws)))
-        parts.append(step("2. `./verify` on the untouched stub (its forward raises).", "./verify",
+        parts.append(step("2. `./verify` on the untouched stub (no kernels yet).", "./verify",
                           run(["./verify"], ws, ws)))
         solution = EXAMPLE / "solution_cpu"
         (ws / "model_new.py").write_text((solution / "model_new.py").read_text())
