@@ -78,3 +78,40 @@ def test_sft_export_skips_our_failures(tmp_path, relu_task, fake_evaluator):
     append_jsonl(path, ours)
     (back,) = read_jsonl(path)
     assert back.infra_error == ours.infra_error and back.summary()["infra_error"] == ours.infra_error
+
+
+def test_a_call_answered_from_a_record_is_marked_in_the_trajectory_and_the_sft_rows(tmp_path, relu_task,
+                                                                                     fake_evaluator):
+    """A profile on unchanged files is answered from the last one's record: the trajectory marks that
+    call (`answered_from_record`, one per result) and the SFT rows name it, so training data tells a
+    replayed result from a fresh evaluation."""
+    traj = make_trajectory(tmp_path / "ws", relu_task, fake_evaluator, extra=[say("", call("profile"))])
+    assert len(fake_evaluator.calls) == 2   # the first profile and the final clean re-evaluation: not the second
+    calls = [c for turn in traj.turns for c in turn.tool_calls if c.command == "profile"]
+    assert [c.answered_from_record for c in calls] == [[False], [True]]
+    replies = {m["tool_call_id"]: m["content"] for m in traj.messages if m["role"] == "tool"}
+    assert "answered from its record" in replies[calls[1].id] and "answered" not in replies[calls[0].id]
+    assert traj.answered_calls() == [calls[1].id]
+    back = Trajectory.from_dict(json.loads(json.dumps(traj.to_dict())))
+    assert back.answered_calls() == [calls[1].id]
+    out = tmp_path / "sft.parquet"
+    assert export_sft([traj], out)["kept"] == 1
+    assert pq.read_table(out).to_pylist()[0]["answered_from_record"] == [calls[1].id]
+
+
+def test_a_script_answered_from_its_record_is_marked_in_the_claims(tmp_path, relu_task, fake_evaluator):
+    """The scripts run through bash write their results to the workspace's records file, each marked
+    evaluated or answered; the session's claims carry the mark into the trajectory."""
+    from cuda_agent.agent.session import KernelSession
+
+    session = KernelSession(relu_task, tmp_path / "ws", evaluator=fake_evaluator,
+                            eval_config=EvalConfig(backend="cpu", cache_dir=tmp_path / "c"))
+    session.reset()
+    session.step([{"name": "write", "arguments": {"path": "kernels/relu_binding.cpp", "content": RELU_BINDING}},
+                  {"name": "write", "arguments": {"path": "model_new.py", "content": RELU_MODEL_NEW}}])
+    ws = session.workspace
+    for _ in range(2):   # what workspace_cli does for ./verify (records answer from the tools' memory too)
+        ws.record(ws.verify())
+    step = session.step([{"name": "bash", "arguments": {"command": "true"}}])
+    assert step.info.calls[0].command == "verify"
+    assert step.info.calls[0].answered_from_record == [False, True]

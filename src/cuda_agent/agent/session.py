@@ -285,6 +285,7 @@ class KernelSession:
             info.eval_seconds += command.seconds
             rec.command = command.command
             rec.env.append(command.result.to_dict())
+            rec.answered_from_record.append(command.answered_by is not None)
             if command.solution is not None and command.command in VERIFYING:
                 self._offer(Candidate(command.solution, command.result, record.turn, trusted=True), info)
         self._read_claims(record.turn, rec, info)
@@ -304,6 +305,7 @@ class KernelSession:
             if rec is not None:
                 rec.command = rec.command or r.get("command")
                 rec.env.append(r["result"].to_dict())
+                rec.answered_from_record.append(bool(r.get("answered_from_record")))
             if r.get("command") in VERIFYING:
                 self._offer(Candidate(r["solution"], r["result"], turn, trusted=False), info)
 

@@ -96,7 +96,9 @@ def to_sft_row(traj: Trajectory) -> dict:
     return {"messages": messages, "tools": traj.tools, "messages_json": json.dumps(compact),
             "tools_json": json.dumps(traj.tools), "id": traj.id, "task": traj.task.get("name", ""),
             "reward": float(traj.reward) if traj.reward is not None else None,
-            "speedup_vs_compile": traj.speedup_vs_compile, "num_turns": traj.num_turns}
+            "speedup_vs_compile": traj.speedup_vs_compile, "num_turns": traj.num_turns,
+            # tool calls answered from a record (unchanged files): a replayed result, not a fresh evaluation
+            "answered_from_record": traj.answered_calls()}
 
 
 def _schema():
@@ -126,10 +128,11 @@ def export_sft(trajectories: Iterable[Trajectory], path: str | os.PathLike,
         stats["kept"] += 1
     columns = {k: [r[k] for r in rows] for k in ("id", "task", "reward", "speedup_vs_compile", "num_turns",
                                                   "messages_json", "tools_json")}
+    columns["answered_from_record"] = pa.array([r["answered_from_record"] for r in rows], type=pa.list_(pa.string()))
     arrays = {"messages": pa.array([r["messages"] for r in rows], type=pa.list_(_schema()))}
     if rows:
         arrays["tools"] = pa.array([r["tools"] for r in rows])   # nested; schema inferred
-    table = pa.table({**arrays, **{k: pa.array(v) for k, v in columns.items()}})
+    table = pa.table({**arrays, **{k: v if isinstance(v, pa.Array) else pa.array(v) for k, v in columns.items()}})
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(table, path)
     return stats

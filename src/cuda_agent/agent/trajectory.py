@@ -28,6 +28,9 @@ class ToolCallRecord:
     output_chars: int = 0
     env: list[dict] = field(default_factory=list)   # EvalResult dicts this call produced
     command: str | None = None          # compile | verify | profile, when it ran one
+    # one per `env` entry: True where a command on unchanged files was answered from its record (a
+    # replayed result, nothing evaluated), False where it was evaluated afresh
+    answered_from_record: list[bool] = field(default_factory=list)
 
 
 @dataclass
@@ -75,6 +78,10 @@ class Trajectory:
                 if call.error:
                     counts[call.error] = counts.get(call.error, 0) + 1
         return counts
+
+    def answered_calls(self) -> list[str]:
+        """The ids of tool calls whose results were (all or in part) answered from a record, not evaluated."""
+        return [call.id for turn in self.turns for call in turn.tool_calls if any(call.answered_from_record)]
 
     def summary(self) -> dict:
         return {"id": self.id, "task": self.task.get("name"), "model": self.model, "turns": self.num_turns,

@@ -236,6 +236,7 @@ class Workspace:
         if outcome.result is None or outcome.solution is None:
             return
         line = json.dumps({"command": outcome.command, "time": time.time(), "ok": outcome.ok,
+                           "answered_from_record": outcome.answered_by is not None,
                            "files": outcome.solution.files, "result": outcome.result.to_dict()})
         with open(self.root / RESULTS_FILE, "a") as fh:
             fh.write(line + "\n")
@@ -342,8 +343,8 @@ def _profile_lines(r: EvalResult) -> list[str]:
 
     lines = ["profile: correct",
              f"  your kernel    {_ms(r.kernel_ms)}",
-             f"  eager PyTorch  {_ms(r.eager_ms)}" + _speedup(r.speedup_vs_eager),
-             f"  torch.compile  {_ms(r.compile_ms)}" + _speedup(r.speedup_vs_compile)]
+             f"  eager PyTorch  {_ms(r.eager_ms)}" + _speedup(r, "eager"),
+             f"  torch.compile  {_ms(r.compile_ms)}" + _speedup(r, "compile")]
     lines.extend(_speed_of_light_lines(r))
     if medians_disagree(r):
         lines.append(f"  ({PAIRED_NOTE})")
@@ -363,10 +364,16 @@ def _speed_of_light_lines(r: EvalResult) -> list[str]:
     return describe(r.speed_of_light, r.device)
 
 
-def _speedup(value: float | None) -> str:
+def _speedup(r: EvalResult, baseline: str) -> str:
+    """The paired speedup over one baseline ("eager" or "compile") in words, with its 95 % interval."""
+    from cuda_agent.env.explain import interval_text
     from cuda_agent.env.reward import speedup_words
 
-    return "" if value is None else f"   (you are {speedup_words(value)})"
+    value = r.speedup_vs_eager if baseline == "eager" else r.speedup_vs_compile
+    if value is None:
+        return ""
+    interval = interval_text(r, baseline)
+    return f"   (you are {speedup_words(value)}" + (f"; speedup 95 % CI {interval}" if interval else "") + ")"
 
 
 def _first_lines(text: str, n: int) -> str:

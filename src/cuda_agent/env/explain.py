@@ -3,7 +3,9 @@ workspace's profile lines and hint.
 
 Every verdict reads the paired speedups and the policy in `reward.py` (the margin, the milestones),
 as the reward does; the medians are shown as times only (their ratio can differ from the paired
-speedup)."""
+speedup). Each speedup comes with its 95 % interval where one is known, and a reward whose margin lies
+inside an interval that decides it says so ("within noise") and how it was decided, in one place
+(`noise_text`)."""
 
 from __future__ import annotations
 
@@ -25,13 +27,14 @@ class Row:
     ms: float | None
     speedup: str              # "3.33x" of the solution over this baseline (paired), or ""
     verdict: str              # whether the solution beats it by the margin, and what that earns
+    interval: str = ""        # "3.21-3.45x": the speedup's 95 % interval, or ""
 
 
 def timing_rows(result: EvalResult, compile_skipped: bool = False) -> list[Row]:
     """The solution and each baseline, with whether the solution beats it by the margin."""
     rows = [Row("solution", result.kernel_ms, "", "")]
-    for label, ms, speedup, reward in (("eager", result.eager_ms, result.speedup_vs_eager, 2),
-                                       ("torch.compile", result.compile_ms, result.speedup_vs_compile, 3)):
+    for label, key, ms, speedup, reward in (("eager", "eager", result.eager_ms, result.speedup_vs_eager, 2),
+                                            ("torch.compile", "compile", result.compile_ms, result.speedup_vs_compile, 3)):
         if ms is None:
             if label == "torch.compile" and result.eager_ms is not None:
                 why = "skipped" if compile_skipped else "unavailable"
@@ -44,7 +47,9 @@ def timing_rows(result: EvalResult, compile_skipped: bool = False) -> list[Row]:
             verdict = f"yes (reward {reward})"
         else:
             verdict = f"no (needs above {NEEDED:.2f}x)"
-        rows.append(Row(label, ms, text, verdict))
+        if verdict and result.within_noise and _holds_margin(result, key):
+            verdict += ", within noise"
+        rows.append(Row(label, ms, text, verdict, interval_text(result, key)))
     return rows
 
 
@@ -67,8 +72,40 @@ def tolerance_text(result: EvalResult) -> str | None:
     return f"worst error {error:.3g} of {allowed:.3g} allowed ({used:.3g} % of the tolerance)"
 
 
+def interval_text(result: EvalResult, baseline: str) -> str:
+    """A paired speedup's 95 % interval ("eager" or "compile"), "1.01-1.08x", or "" where none is known."""
+    interval = result.speedup_ci.get(baseline)
+    return f"{interval[0]:.2f}-{interval[1]:.2f}x" if interval else ""
+
+
+def noise_text(result: EvalResult) -> str | None:
+    """Where the reward was decided within the noise (`EvalResult.within_noise`): which interval holds
+    the margin, and how the reward was decided; None otherwise."""
+    if not result.within_noise:
+        return None
+    held = [(name, speedup, result.speedup_ci[key]) for name, key, speedup in
+            (("eager", "eager", result.speedup_vs_eager), ("torch.compile", "compile", result.speedup_vs_compile))
+            if speedup and _holds_margin(result, key)]
+    said = "; ".join(f"speedup vs {name} {speedup:.3f}x, 95 % CI {low:.3f}-{high:.3f} includes the {NEEDED:.3f}x "
+                     "margin" for name, speedup, (low, high) in held)
+    timing = result.timings.get("kernel")
+    after = f" after {timing.iters} timed calls" if timing else ""
+    return f"within noise{after}: {said}: the reward was decided on the median (another run may decide otherwise)"
+
+
+def _holds_margin(result: EvalResult, baseline: str) -> bool:
+    interval = result.speedup_ci.get(baseline)
+    return bool(interval) and interval[0] <= NEEDED <= interval[1]
+
+
 def explain_reward(result: EvalResult, compile_skipped: bool = False) -> str:
-    """One sentence: the reward and the reason for it."""
+    """One sentence: the reward and the reason for it (and, within the noise, `noise_text`)."""
+    sentence = _reward_reason(result, compile_skipped)
+    noise = noise_text(result) if result.correct and result.reward is not None else None
+    return f"{sentence}; {noise}" if noise else sentence
+
+
+def _reward_reason(result: EvalResult, compile_skipped: bool) -> str:
     if result.task_error:
         return "no reward: the task itself failed (its reference or inputs), not the solution"
     if result.reward is None:
@@ -97,10 +134,13 @@ def explain_reward(result: EvalResult, compile_skipped: bool = False) -> str:
 
 
 def reward_line(result: EvalResult) -> str:
-    """The workspace's reward line: the reward and what the most needs."""
+    """The workspace's reward line: the reward and what the most needs (and, within the noise,
+    `noise_text`)."""
     if result.reward is None:
         return "  reward n/a"
-    return f"  reward {result.reward:g} ({max(REWARDS)} = faster than eager and torch.compile by >{PERCENT})"
+    line = f"  reward {result.reward:g} ({max(REWARDS)} = faster than eager and torch.compile by >{PERCENT})"
+    noise = noise_text(result)
+    return f"{line}; {noise}" if noise else line
 
 
 def reward_hint(result: EvalResult) -> str | None:

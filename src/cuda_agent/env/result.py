@@ -73,7 +73,11 @@ class EvalResult:
     compile_ms: float | None = None
     speedup_vs_eager: float | None = None
     speedup_vs_compile: float | None = None
+    speedup_ci: dict[str, list[float]] = field(default_factory=dict)   # "eager", "compile": [low, high],
+                                                                       # each paired speedup's 95 % interval
     reward: float | None = None            # milestone reward; None when the task is broken
+    within_noise: bool = False             # the margin lies inside an interval that decides the reward:
+                                           # decided on the medians (env/run/scoring.py note_intervals)
     reward_continuous: float | None = None  # the paired speedup over torch.compile (ablations; reward.py)
     timings: dict[str, Timing] = field(default_factory=dict)   # "kernel", "eager", "compile"
     max_abs_error: list[float] = field(default_factory=list)   # per verification input set

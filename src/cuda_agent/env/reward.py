@@ -68,6 +68,17 @@ def reward_from_speedups(correct: bool, vs_eager: float | None, vs_compile: floa
     return 2 if is_faster_speedup(vs_eager, margin) else 1
 
 
+def reward_bounds(vs_eager: tuple[float, float] | None, vs_compile: tuple[float, float] | None,
+                  margin: float = MARGIN) -> tuple[int, int]:
+    """The milestone rewards of a correct solution at the low and at the high ends of its speedups'
+    intervals ((low, high), None where unknown): where they differ, the margin lies inside an
+    interval that decides the reward, and the reward decided on the medians could come out the
+    other way on another run."""
+    low = reward_from_speedups(True, *(ci[0] if ci else None for ci in (vs_eager, vs_compile)), margin)
+    high = reward_from_speedups(True, *(ci[1] if ci else None for ci in (vs_eager, vs_compile)), margin)
+    return low, high
+
+
 def continuous_from_speedup(correct: bool, vs_compile: float | None) -> float:
     """The continuous reward (ablations): the speedup over torch.compile for correct solutions, else 0."""
     return (vs_compile or 0.0) if correct else 0.0

@@ -274,9 +274,10 @@ def print_result(result, compile_skipped: bool = False, file=None) -> None:
         rule = f" \\[{escape(result.error.rule)}]" if result.error.rule else ""
         console.print(f"[red]{result.error.phase} failed{rule}:[/red]\n{escape(result.error.message)}")
     if result.kernel_ms is not None:
-        table = Table("", "median ms", "speedup", f"beaten by > {PERCENT}?")
+        table = Table("", "median ms", "speedup", "95 % CI", f"beaten by > {PERCENT}?")
         for row in timing_rows(result, compile_skipped):
-            table.add_row(row.label, f"{row.ms:.4f}" if row.ms is not None else "-", row.speedup, row.verdict)
+            table.add_row(row.label, f"{row.ms:.4f}" if row.ms is not None else "-", row.speedup, row.interval,
+                          row.verdict)
         console.print(table)
         if medians_disagree(result):
             console.print(f"[dim]{PAIRED_NOTE}[/dim]")

@@ -6,16 +6,29 @@ import math
 import statistics
 
 
-def _half_width(ordered: list[float], q: float, value: float) -> float:
-    """Half the 95 % interval of the q-quantile of `ordered` (sorted), relative to `value`: between the
-    order statistics of 1-based ranks floor(n q - r) and ceil(1 + n q + r), r = 1.96 sqrt(n q (1 - q))
-    (the binomial's normal approximation), clipped to the samples; inf for too few or a value <= 0."""
+def _interval(ordered: list[float], q: float) -> tuple[float, float] | None:
+    """The 95 % interval of the q-quantile of `ordered` (sorted): between the order statistics of
+    1-based ranks floor(n q - r) and ceil(1 + n q + r), r = 1.96 sqrt(n q (1 - q)) (the binomial's
+    normal approximation), clipped to the samples; None for too few (under 6)."""
     n = len(ordered)
-    if n < 6 or value <= 0:
-        return float("inf")
+    if n < 6:
+        return None
     reach = 1.96 * (n * q * (1 - q)) ** 0.5
-    low, high = max(0, math.floor(n * q - reach) - 1), min(n - 1, math.ceil(n * q + reach))
-    return (ordered[high] - ordered[low]) / 2 / value
+    return ordered[max(0, math.floor(n * q - reach) - 1)], ordered[min(n - 1, math.ceil(n * q + reach))]
+
+
+def _half_width(ordered: list[float], q: float, value: float) -> float:
+    """Half the width of `_interval`, relative to `value`; inf for too few samples or a value <= 0."""
+    interval = _interval(ordered, q)
+    if interval is None or value <= 0:
+        return float("inf")
+    return (interval[1] - interval[0]) / 2 / value
+
+
+def median_interval(samples: list[float]) -> tuple[float, float] | None:
+    """The median's distribution-free 95 % confidence interval, (low, high), the order statistics
+    `median_precision` measures; None for too few samples."""
+    return _interval(sorted(samples), 0.5)
 
 
 def median_precision(samples: list[float]) -> float:

@@ -38,10 +38,11 @@ from cuda_agent.env.result import EvalError, EvalResult, Timing
 from cuda_agent.env.rules import registry as rules
 from cuda_agent.env.rules.verify import FP32_PRECISION_WARNING, share
 from cuda_agent.env.run.judge_pipe import JudgePipe
-from cuda_agent.env.run.measures import check_clock, less_overhead, precise_enough
+from cuda_agent.env.run.measures import as_scored, calls_to_add, check_clock, less_overhead, precise_enough
 from cuda_agent.env.run.rounds import CallRounds
-from cuda_agent.env.run.schedule import JUDGE_BATCH, NULL_CALLS, Call, shortened, timing_calls, verification_calls
-from cuda_agent.env.run.scoring import note_noise, paired_speedup, round_times, score
+from cuda_agent.env.run.schedule import (JUDGE_BATCH, NULL_CALLS, Call, fresh_seed, shortened, timing_calls,
+                                         verification_calls)
+from cuda_agent.env.run.scoring import note_intervals, paired_speedup, round_times, score
 from cuda_agent.env.run.serving import BuildServing, LinkRefused
 from cuda_agent.env.run.stored import StoredBaselines
 from cuda_agent.env.run.worker_run import WorkerRun, Failed, pair_staging, start_pair, job_root
@@ -302,10 +303,10 @@ class _Evaluation(BuildServing, CallRounds, StoredBaselines, WorkerRun):
         calls = timing_calls(self.config.warmup, iters, self.strict, nulls, rng)
         pipe = JudgePipe(self, "profile", batch=JUDGE_BATCH)
         started, done = time.monotonic(), 0
-        budget_checked = False
+        budget_checked, budget = False, None
         measured: list[tuple] = []   # the candidate's timed calls so far, (device, host) ms (verdicts come later)
         try:
-            while done < len(calls):
+            while done < len(calls) or self._more_timed(calls, len(measured), iters, budget, pipe, started, deadline):
                 call = calls[done]
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
@@ -315,14 +316,15 @@ class _Evaluation(BuildServing, CallRounds, StoredBaselines, WorkerRun):
                 done += 1
                 if call.kind == "timed" and out is not None:
                     measured.append((out["wall_ms"] if out.get("read_outside") else out["ms"], out.get("host_ms")))
-                    if precise_enough(self.config, self.rounds, measured, pipe):   # the timed calls left are not needed
+                    if precise_enough(self.config, as_scored(self.rounds, self.null_walls, self.outside), measured,
+                                      pipe, self._compile_scale()):   # the timed calls left are not needed
                         calls = calls[:done] + [c for c in calls[done:] if c.kind != "timed"]
                 if not budget_checked and call.kind == "warmup" and done >= 2:
                     pipe.drain()   # the judge's part of these calls counts too
                     per_call = (time.monotonic() - started) / done
                     if per_call * len(calls) > self.config.profile_budget_s:   # slow calls: fewer timed ones
                         keep = max(5, int(self.config.profile_budget_s / max(per_call, 1e-9)))
-                        calls = shortened(calls, keep)
+                        calls, budget = shortened(calls, keep), keep
                     budget_checked = True
             self.candidate.send(msg.Final())   # its dispatcher's tables checked while the judge finishes
             pipe.drain()
@@ -356,6 +358,31 @@ class _Evaluation(BuildServing, CallRounds, StoredBaselines, WorkerRun):
                                                         self.result.kernel_ms, self.config.cache_dir)
         except Exception as exc:   # feedback: it never fails an evaluation that was timed
             self.result.warnings.append(f"speed of light not computed: {type(exc).__name__}: {exc}")
+
+    def _more_timed(self, calls: list[Call], timed: int, iters: int, budget: int | None, pipe: JudgePipe,
+                    started: float, deadline: float) -> bool:
+        """Once the schedule's calls are done: more timed calls at its end while the reward's margin
+        lies inside a speedup's interval that decides it (measures.calls_to_add), as many as fit in
+        what is left of the profile's time budget and timeout; False when none."""
+        if self.config.precision is None or not self.config.baselines or not calls:
+            return False
+        pipe.drain()   # every call judged: the decision reads them all
+        now = time.monotonic()
+        per_call = (now - started) / len(calls)
+        left = min(started + self.config.profile_budget_s, deadline) - now
+        room = int(left / max(per_call, 1e-9))
+        add = min(room, calls_to_add(self.config, as_scored(self.rounds, self.null_walls, self.outside), timed,
+                                     iters, budget, self._compile_scale()))
+        calls += [Call("timed", fresh_seed()) for _ in range(max(add, 0))]
+        return add > 0
+
+    def _compile_scale(self) -> float | None:
+        """Where torch.compile's time comes from the store: its speedup over eager's there (the speedup
+        over it is the eager one times this, `_baselines`)."""
+        if self.compile_mode != "stored" or not self.stored or self.stored[1].compile is None:
+            return None
+        entry = self.stored[1]
+        return entry.compile_ms / entry.eager_ms if entry.compile_ms and entry.eager_ms else None
 
     def _inputs_kept(self, phase: str) -> None:
         """The judge's word on the inputs it put into the candidate's slots (the CPU path)."""
@@ -410,7 +437,7 @@ class _Evaluation(BuildServing, CallRounds, StoredBaselines, WorkerRun):
         if self.result.compile_ms and self.result.speedup_vs_compile is None and self.result.speedup_vs_eager:
             # stored or re-timed: torch.compile's time relative to eager, applied to the paired speedup
             self.result.speedup_vs_compile = self.result.speedup_vs_eager * self.result.compile_ms / eager.median_ms
-        note_noise(self.result, self.rounds)
+        note_intervals(self.result, self.rounds)
         if self.config.compile_baseline and self.result.compile_ms is None:
             error = self.compile_error or (self.stored[1].compile_error if self.stored else None)
             self.result.warnings.append(f"torch.compile baseline unavailable: {error or 'not timed'}")

@@ -1,5 +1,6 @@
 """What the timed calls' measures say while timing runs and once it is over: whether the times are
-known well enough to stop (the precision rule), the harness's own overhead taken off the calls
+known well enough to stop (the precision rule), how many calls to add while the reward's margin lies
+inside a speedup's interval that decides it (the decision rule), the harness's own overhead taken off the calls
 measured from outside, and the clock check (the candidate's reported times against the harness's).
 """
 
@@ -13,20 +14,23 @@ from cuda_agent.env.measure.stats import median_precision
 from cuda_agent.env.rules import registry as rules
 from cuda_agent.env.run.judge_pipe import JudgePipe
 from cuda_agent.env.run.schedule import JUDGE_BATCH
-from cuda_agent.env.run.scoring import paired_ratios, round_times, side_measures
+from cuda_agent.env.run.scoring import decision_open, paired_ratios, round_times, side_measures
 from cuda_agent.env.run.worker_run import Failed
 
 CLOCK_ALLOWANCE_MS = 3.0   # per call: what the harness's own work may differ between empty and real calls
 MIN_CALL_MS = 1e-4         # a call measured from outside, less the overhead, is never counted as free
+DECISION_CAP = 3           # timing goes on for an open decision up to this many times `iters` timed calls
 
 
-def precise_enough(config: EvalConfig, rounds: list[dict], measured: list[tuple], pipe: JudgePipe) -> bool:
+def precise_enough(config: EvalConfig, rounds: list[dict], measured: list[tuple], pipe: JudgePipe,
+                   compile_scale: float | None = None) -> bool:
     """Whether the kernel's median time (`measured`: every timed call so far, its device and host
     times), its host floor where that decides (hold.floor_precise) and its median paired speedups
-    (the calls judged so far) are all known to within `precision` (`stats`). The calls left are
-    then dropped: at most `iters` are timed, at least `min_iters`. The judge's verdicts trail the
-    candidate by a batch or two: when the kernel is known well enough and a batch's worth of calls
-    awaits the judge, they are judged first."""
+    (the calls judged so far) are all known to within `precision` (`stats`), and the reward's
+    decision is not open (`scoring.decision_open`; `compile_scale` as there). The calls left are
+    then dropped: at most `iters` are timed (more while the decision is open: `calls_to_add`), at
+    least `min_iters`. The judge's verdicts trail the candidate by a batch or two: when the kernel is
+    known well enough and a batch's worth of calls awaits the judge, they are judged first."""
     precision = config.precision
     if precision is None or len(measured) < config.min_iters:
         return False
@@ -35,7 +39,32 @@ def precise_enough(config: EvalConfig, rounds: list[dict], measured: list[tuple]
         return False
     if config.baselines and pipe.pending() >= JUDGE_BATCH:
         pipe.drain()
-    return not config.baselines or speedups_precise(rounds, precision)
+    return not config.baselines or (speedups_precise(rounds, precision) and not decision_open(rounds, compile_scale))
+
+
+def calls_to_add(config: EvalConfig, rounds: list[dict], timed: int, iters: int, budget: int | None = None,
+                 compile_scale: float | None = None) -> int:
+    """Timed calls to add once the schedule's are done (all judged): while the reward's margin lies
+    inside a speedup's interval that decides it, half of `iters` more (at least a judge batch), up to
+    DECISION_CAP times `iters` timed calls in all (or `budget`, where slow calls cut the schedule);
+    none when the decision is confident, without baselines, or where `precision` is None (every call
+    of the schedule is timed, no more)."""
+    cap = DECISION_CAP * iters if budget is None else min(budget, DECISION_CAP * iters)
+    if config.precision is None or not config.baselines or timed >= cap:
+        return 0
+    if not decision_open(rounds, compile_scale):
+        return 0
+    return min(max(JUDGE_BATCH, iters // 2), cap - timed)
+
+
+def as_scored(rounds: list[dict], null_walls: list[float], outside: bool) -> list[dict]:
+    """The rounds as the result will read them: calls measured from outside less the harness's own
+    overhead (`less_overhead`, on copies), so the decisions while timing runs are the result's."""
+    if not outside:
+        return rounds
+    copies = [dict(entry) for entry in rounds]
+    less_overhead(copies, null_walls)
+    return copies
 
 
 def speedups_precise(rounds: list[dict], precision: float) -> bool:

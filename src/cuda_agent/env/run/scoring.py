@@ -1,5 +1,6 @@
 """What an evaluation's measures come to: the speedups (medians of per-call ratios, each pair of
-times from one round), the reward, and a warning where the reward was decided within the noise.
+times from one round), their 95 % intervals, the reward, and whether the reward's margin lies inside
+an interval that decides it.
 """
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ import statistics
 
 from cuda_agent.env import reward
 from cuda_agent.env.measure.hold import call_times
-from cuda_agent.env.measure.stats import median_precision
+from cuda_agent.env.measure.stats import median_interval
 from cuda_agent.env.result import EvalResult
 
 
@@ -53,16 +54,45 @@ def paired_speedup(rounds: list[dict], baseline: str) -> float | None:
     return statistics.median(ratios) if ratios else None
 
 
-def note_noise(result: EvalResult, rounds: list[dict]) -> None:
-    """A warning where a paired speedup's 95 % interval holds the reward's margin: the milestone
-    it decides could have come out the other way on another run."""
-    for baseline, name in (("eager", "eager"), ("compile", "torch.compile")):
-        ratios = paired_ratios(rounds, baseline)
-        if len(ratios) < 6:
-            continue
-        speedup, half = statistics.median(ratios), median_precision(ratios)
-        low, high = speedup * (1 - half), speedup * (1 + half)
-        if low < reward.NEEDED < high:
-            result.warnings.append(
-                f"noise: the speedup vs {name} ({speedup:.3f}x, 95 % interval {low:.3f}-{high:.3f}x) holds the "
-                f"{reward.PERCENT} margin ({reward.NEEDED:.3f}x): the reward was decided within the noise")
+def speedup_interval(rounds: list[dict], baseline: str) -> tuple[float, float] | None:
+    """The paired speedup's 95 % confidence interval, (low, high): the order statistics around the
+    median of the per-call ratios that `stats.median_precision` measures (`stats.median_interval`);
+    the median alone where too few calls give no interval; None where the baseline was not timed."""
+    ratios = paired_ratios(rounds, baseline)
+    if not ratios:
+        return None
+    interval = median_interval(ratios)
+    if interval is None:
+        speedup = statistics.median(ratios)
+        return speedup, speedup
+    return interval
+
+
+def decision_open(rounds: list[dict], compile_scale: float | None = None) -> bool:
+    """Whether the reward's margin lies inside a speedup's interval that decides the reward (its ends
+    give different rewards, `reward.reward_bounds`). `compile_scale`: where torch.compile's time comes
+    from the store, the speedup over it is the eager one times this (evaluation._baselines), and so
+    is its interval."""
+    eager = speedup_interval(rounds, "eager")
+    if eager is None:
+        return False
+    compiled = speedup_interval(rounds, "compile")
+    if compiled is None and compile_scale:
+        compiled = (eager[0] * compile_scale, eager[1] * compile_scale)
+    low, high = reward.reward_bounds(eager, compiled)
+    return low != high
+
+
+def note_intervals(result: EvalResult, rounds: list[dict]) -> None:
+    """Each paired speedup's 95 % interval (`speedup_ci`), and whether the reward was decided within
+    the noise (`within_noise`): the margin inside an interval that decides it, after timing went on
+    as far as it may (measures.calls_to_add). The reward stays the one the medians give."""
+    scale = None
+    if result.baseline_source != "paired" and result.speedup_vs_compile and result.speedup_vs_eager:
+        scale = result.speedup_vs_compile / result.speedup_vs_eager   # stored or re-timed (evaluation._baselines)
+    intervals = {"eager": speedup_interval(rounds, "eager"), "compile": speedup_interval(rounds, "compile")}
+    if intervals["compile"] is None and scale and intervals["eager"]:
+        intervals["compile"] = (intervals["eager"][0] * scale, intervals["eager"][1] * scale)
+    result.speedup_ci = {name: [low, high] for name, (low, high) in
+                         ((n, ci) for n, ci in intervals.items() if ci) if low != high}
+    result.within_noise = result.correct and decision_open(rounds, scale)

@@ -1,0 +1,136 @@
+"""The reward's decision and its noise: each paired speedup's 95 % interval, more timed calls while the
+margin lies inside an interval that decides the reward (up to a cap), and the words when it still does
+("within noise" and how the reward was decided). Rounds of timed calls are made up here, with a seeded
+spread around a chosen speedup, and go through the scoring, the stop rule and the texts as an
+evaluation's rounds do."""
+
+from __future__ import annotations
+
+import random
+import statistics
+
+import pytest
+
+from cuda_agent.env import reward as policy
+from cuda_agent.env.config import EvalConfig
+from cuda_agent.env.explain import explain_reward, noise_text, reward_line, timing_rows
+from cuda_agent.env.measure.stats import median_precision
+from cuda_agent.env.result import EvalResult, Timing
+from cuda_agent.env.run.measures import DECISION_CAP, calls_to_add, precise_enough
+from cuda_agent.env.run.scoring import decision_open, note_intervals, paired_ratios, paired_speedup, score, speedup_interval
+
+CONFIG = EvalConfig(backend="cpu", iters=20)
+
+
+def rounds(speedup: float, spread: float, n: int, seed: int = 0, compile_speedup: float | None = None) -> list[dict]:
+    """`n` timed calls of a 1 ms kernel whose eager time (and torch.compile's) is `speedup` times its
+    own, each call off by up to `spread` of it (uniform)."""
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        entry = {"kernel": 1.0, "eager": speedup * (1 + rng.uniform(-spread, spread))}
+        if compile_speedup:
+            entry["compile"] = compile_speedup * (1 + rng.uniform(-spread, spread))
+        out.append(entry)
+    return out
+
+
+def scored(timed: list[dict]) -> EvalResult:
+    """A correct result from these rounds, as evaluation._baselines and scoring.score make it."""
+    r = EvalResult(task="t", backend="cpu", compiled=True, correct=True, kernel_ms=1.0,
+                   eager_ms=statistics.median(e["eager"] for e in timed),
+                   speedup_vs_eager=paired_speedup(timed, "eager"))
+    if any("compile" in e for e in timed):
+        r.compile_ms = statistics.median(e["compile"] for e in timed)
+        r.speedup_vs_compile, r.baseline_source = paired_speedup(timed, "compile"), "paired"
+    note_intervals(r, timed)
+    score(r)
+    return r
+
+
+def test_the_interval_is_the_order_statistics_the_precision_measures():
+    timed = rounds(1.3, 0.2, 40)
+    low, high = speedup_interval(timed, "eager")
+    ratios = paired_ratios(timed, "eager")
+    median, half = statistics.median(ratios), median_precision(ratios)
+    assert low in ratios and high in ratios and low < median < high
+    assert (high - low) / 2 / median == pytest.approx(half, rel=1e-12)
+    # a few wild calls reach neither end: the interval never leaves the ratios' range
+    wild = timed[:34] + [{"kernel": 1.0, "eager": 50.0}] * 3 + [{"kernel": 1.0, "eager": 0.01}] * 3
+    assert 0.5 < speedup_interval(wild, "eager")[0] < speedup_interval(wild, "eager")[1] < 2
+    assert speedup_interval(rounds(1.3, 0.2, 4), "eager")[0] == speedup_interval(rounds(1.3, 0.2, 4), "eager")[1]
+    assert speedup_interval(timed, "compile") is None   # not timed
+
+
+def test_reward_bounds_differ_only_where_the_margin_decides():
+    assert policy.reward_bounds((1.01, 1.08), None) == (1, 2)
+    assert policy.reward_bounds((1.2, 1.5), (1.01, 1.08)) == (2, 3)
+    assert policy.reward_bounds((0.8, 0.9), (1.01, 1.08)) == (1, 1)   # eager decides: compile's noise does not
+    assert policy.reward_bounds((1.2, 1.5), (1.2, 1.3)) == (3, 3)
+
+
+def test_a_clear_decision_adds_no_calls_and_a_near_one_adds_up_to_the_cap():
+    clear = rounds(2.0, 0.05, 20)
+    assert not decision_open(clear) and calls_to_add(CONFIG, clear, 20, 20) == 0
+    near = rounds(1.05, 0.10, 20)
+    assert decision_open(near)
+    assert calls_to_add(CONFIG, near, 20, 20) == 10               # half of iters at a time
+    assert calls_to_add(CONFIG, near, 55, 20) == 5                # up to DECISION_CAP * iters in all
+    assert calls_to_add(CONFIG, near, DECISION_CAP * 20, 20) == 0
+    assert calls_to_add(CONFIG, near, 20, 20, budget=24) == 4     # slow calls: the budget's count
+    for config in (EvalConfig(backend="cpu", iters=20, precision=None), EvalConfig(backend="cpu", baselines=False)):
+        assert calls_to_add(config, near, 20, 20) == 0
+    # compile from the store: its speedup is eager's times the stored ratio, and so is its interval
+    eager_clear = rounds(1.5, 0.05, 20)
+    assert not decision_open(eager_clear) and decision_open(eager_clear, compile_scale=1.05 / 1.5)
+
+
+class _Pipe:
+    def pending(self) -> int:
+        return 0
+
+    def drain(self) -> None:
+        pass
+
+
+def test_timing_does_not_stop_early_while_the_decision_is_open():
+    config = EvalConfig(backend="cpu", iters=100, min_iters=10, precision=0.02)
+    measured = [(1.0, None)] * 40   # the kernel itself is known exactly
+    assert precise_enough(config, rounds(1.3, 0.005, 40), measured, _Pipe())
+    near = [{"kernel": 1.0, "eager": policy.NEEDED * (1 + 0.005 * (-1) ** i)} for i in range(40)]
+    assert speedup_interval(near, "eager")[0] < policy.NEEDED < speedup_interval(near, "eager")[1]
+    assert not precise_enough(config, near, measured, _Pipe())
+
+
+def test_a_reward_decided_within_the_noise_says_so_once_with_its_interval():
+    near = scored(rounds(1.05, 0.10, 60, seed=3))
+    assert near.within_noise and near.speedup_ci["eager"][0] < policy.NEEDED < near.speedup_ci["eager"][1]
+    assert near.reward == policy.reward_from_speedups(True, near.speedup_vs_eager, None)   # the median decides
+    said = noise_text(near)
+    assert said.startswith(f"within noise: speedup vs eager {near.speedup_vs_eager:.3f}x, 95 % CI ")
+    near.timings["kernel"] = Timing.from_samples([1.0] * 60)
+    said = noise_text(near)
+    assert said.startswith("within noise after 60 timed calls: speedup vs eager ")
+    assert f"includes the {policy.NEEDED:.3f}x margin: the reward was decided on the median" in said
+    assert said in reward_line(near) and said in explain_reward(near)
+    assert reward_line(near).startswith(f"  reward {near.reward:g} ")
+    eager_row = {row.label: row for row in timing_rows(near)}["eager"]
+    assert eager_row.verdict.endswith(", within noise") and eager_row.interval.endswith("x")
+
+    clear = scored(rounds(2.0, 0.10, 20, compile_speedup=1.5))
+    assert not clear.within_noise and noise_text(clear) is None and clear.reward == 3
+    assert "noise" not in reward_line(clear) and "noise" not in explain_reward(clear)
+    assert set(clear.speedup_ci) == {"eager", "compile"}
+    # eager clearly not beaten: torch.compile's interval holding the margin decides nothing
+    slow = scored(rounds(0.8, 0.02, 20, compile_speedup=1.05))
+    assert slow.reward == 1 and not slow.within_noise
+
+
+def test_the_workspace_profile_shows_each_interval():
+    from cuda_agent.agent.workspace import format_result
+
+    near = scored(rounds(1.05, 0.10, 60, seed=3))
+    text = format_result("profile", near)
+    low, high = near.speedup_ci["eager"]
+    assert f"; speedup 95 % CI {low:.2f}-{high:.2f}x)" in text
+    assert text.count("within noise") == 1 and f"reward {near.reward:g}" in text
