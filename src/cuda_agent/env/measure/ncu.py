@@ -136,9 +136,9 @@ def digest(launches: list[Launch], forwards: int, max_lines: int = MAX_LINES) ->
         lines.append(f"     memory {_pct(memory)} of peak, compute {_pct(compute)}: limited by "
                      f"{limiter(memory, compute)}")
         registers = mean("registers")
+        resources = "" if registers is None else (
+            f"; {registers:.0f} registers/thread; shared {_size(mean('static_shared'))} static + "
+            f"{_size(mean('dynamic_shared'))} dynamic per block")
         lines.append(f"     occupancy {_pct(mean('achieved_occupancy'))} achieved of "
-                     f"{_pct(mean('theoretical_occupancy'))}; {registers:.0f} registers/thread; shared "
-                     f"{_size(mean('static_shared'))} static + {_size(mean('dynamic_shared'))} dynamic per block; "
-                     f"grid {first.grid} block {first.block}" if registers is not None else
-                     f"     occupancy {_pct(mean('achieved_occupancy'))} achieved; grid {first.grid} block {first.block}")
+                     f"{_pct(mean('theoretical_occupancy'))}{resources}; grid {first.grid} block {first.block}")
     return lines
