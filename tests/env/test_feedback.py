@@ -107,3 +107,19 @@ def test_a_candidate_failing_in_the_profiler_pass_keeps_its_result(cache_dir):
     assert r.candidate_ops is None and r.reference_ops is not None
     assert r.feedback_notes == ["your kernels' profile: RuntimeError: called twice on the same inputs"]
     assert "note: your kernels' profile:" in format_result("profile", r)
+
+
+def test_the_eval_command_prints_the_graph_baseline_and_the_passs_notes():
+    import io
+
+    from cuda_agent.env.cli.commands import print_result
+    from cuda_agent.env.result import EvalResult
+
+    out = io.StringIO()
+    print_result(EvalResult(task="t", backend="cuda", correct=True, kernel_ms=1.0, eager_ms=2.0, graph_ms=1.25,
+                            feedback_notes=["the reference's profile: no answer"]), file=out)
+    assert "CUDA graph (eager, captured)  1.2500 ms  (not in the reward)" in out.getvalue()
+    assert "note: the reference's profile: no answer" in out.getvalue()
+    out = io.StringIO()
+    print_result(EvalResult(task="t", backend="cpu", correct=True, kernel_ms=1.0, eager_ms=2.0), file=out)
+    assert "CUDA graph" not in out.getvalue()

@@ -274,6 +274,10 @@ def print_result(result, compile_skipped: bool = False, file=None) -> None:
         console.print(table)
         if medians_disagree(result):
             console.print(f"[dim]{PAIRED_NOTE}[/dim]")
+    if result.graph_ms is not None:   # feedback after timing (env/run/feedback.py): never in the reward
+        console.print(f"CUDA graph (eager, captured)  {result.graph_ms:.4f} ms  [dim](not in the reward)[/dim]")
+    for note in result.feedback_notes:
+        console.print(f"[dim]note: {escape(note)}[/dim]")
     console.print(f"[bold]{escape(explain_reward(result, compile_skipped))}[/bold]")
     for warning in result.warnings:
         console.print(f"[yellow]warning:[/yellow] {escape(warning)}")
