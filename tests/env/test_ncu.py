@@ -25,13 +25,28 @@ def test_the_digest_ranks_kernels_by_time_and_names_what_limits_each():
     lines = digest(parse_csv(SAMPLE), forwards=2)
     assert lines[0].startswith("Nsight Compute: 3 kernel launches in 2 forward calls (2 kernels")
     assert lines[1] == "  1. reduce_rows: 0.01505 ms per forward (1 launch, 30.1 us each, 55% of the kernel time)"
-    assert lines[2].startswith("     memory 10% of peak, compute 4%: limited by latency")
+    assert lines[2] == "     memory 10% of peak, compute 4%: limited by latency (memory and compute both under 60% of peak)"
     assert lines[3] == ("     occupancy 6% achieved of 50%; 40 registers/thread; shared 2 KiB static + 0 B dynamic "
                         "per block; grid (64, 1, 1) block (128, 1, 1)")
     assert lines[4].startswith("  2. bias_relu_kernel<float>: 0.0125 ms per forward (2 launches, 12.5 us each")
     assert lines[5] == "     memory 84% of peak, compute 21%: limited by memory"
     assert "occupancy 88% achieved of 100%; 16 registers/thread" in lines[6]
     assert len(lines) == 7
+
+
+def test_a_report_recorded_on_an_h100_is_read_whole():
+    # ncu 2025.3.1 over two forwards of relu(x @ x.T + 1) inside the NVTX range (its extra range columns
+    # included): the sections' metrics as they print them
+    launches = parse_csv((Path(__file__).parent / "data" / "ncu_h100_matmul.csv").read_text())
+    assert len(launches) == 8 and len({launch.name for launch in launches}) == 4
+    gemm = launches[0]
+    assert gemm.name.startswith("sm80_xmma_gemm_f32f32") and gemm.duration_us == pytest.approx(22.62)
+    assert gemm.values["registers"] == 218 and gemm.values["dynamic_shared"] == pytest.approx(19200.0)
+    assert gemm.values["achieved_occupancy"] == 6.25 and gemm.grid == "(4, 8, 4)"
+    lines = digest(launches, forwards=2)
+    assert len(lines) == 13 and lines[1].startswith("  1. sm80_xmma_gemm_f32f32_f32f32_f32_tn...")
+    assert "(2 launches, 22.62 us each, 62% of the kernel time)" in lines[1]
+    assert lines[1].split(":")[0] != lines[4].split(":")[0]   # the two cuBLAS variants stay apart
 
 
 def test_the_digest_stays_within_its_lines():

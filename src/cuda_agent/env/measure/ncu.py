@@ -84,9 +84,14 @@ def parse_csv(text: str) -> list[Launch]:
 
 
 def _short_name(name: str, width: int = 70) -> str:
+    """A kernel's name without its arguments, its middle cut when long (library kernels that differ
+    only near the end, cuBLAS's split-K variants say, stay apart)."""
     name = re.sub(r"^void ", "", name)
     name = name.split("(")[0] if "(" in name else name
-    return name if len(name) <= width else name[: width - 3] + "..."
+    if len(name) <= width:
+        return name
+    head = width // 2
+    return name[:head] + "..." + name[-(width - head - 3):]
 
 
 def limiter(memory_pct: float | None, compute_pct: float | None) -> str:
@@ -95,7 +100,7 @@ def limiter(memory_pct: float | None, compute_pct: float | None) -> str:
     if memory_pct is None or compute_pct is None:
         return "unknown"
     if max(memory_pct, compute_pct) < BUSY:
-        return f"latency (neither memory nor compute above {BUSY:.0f}% of peak: too few warps or waits)"
+        return f"latency (memory and compute both under {BUSY:.0f}% of peak)"
     return "memory" if memory_pct >= compute_pct else "compute"
 
 

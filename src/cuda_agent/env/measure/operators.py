@@ -59,7 +59,12 @@ def profile_forward(forward: Callable[[], object], device, calls: int = 3, rows:
 def table(found: list[tuple[str, str, float, int]], clock: str, calls: int, rows: int) -> dict:
     """The table of (name, kind, self microseconds over all calls, count) rows: per forward, in
     milliseconds, the largest first; `total_ms` sums every row, shown or not."""
-    found = sorted((row for row in found if row[2] > 0), key=lambda row: -row[2])
+    merged: dict[tuple[str, str], list[float]] = {}   # the profiler may list one name in several rows
+    for name, kind, us, count in found:
+        if us > 0:
+            row = merged.setdefault((name, kind), [0.0, 0])
+            row[0], row[1] = row[0] + us, row[1] + count
+    found = sorted(((name, kind, us, count) for (name, kind), (us, count) in merged.items()), key=lambda row: -row[2])
     total = sum(row[2] for row in found)
     return {"clock": clock, "calls": calls, "total_ms": total / 1e3 / calls,
             "rows": [{"name": name[:NAME_CHARS], "kind": kind, "ms": us / 1e3 / calls, "calls": count / calls}
