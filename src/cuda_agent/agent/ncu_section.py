@@ -13,7 +13,7 @@ def ncu_section(ws: Workspace, outcome: CommandResult) -> str:
     if outcome.result is None or outcome.solution is None or not outcome.result.compiled:
         return "--ncu: nothing to profile (the solution did not build)"
     try:
-        return "\n".join(ncu_digest(ws.task, outcome.solution, ws.eval_config, gpu=ws.eval_config.device_index))
+        return "\n".join(ncu_digest(ws.task, outcome.solution, ws.eval_config))
     except NcuUnavailable as why:
         if ws.backend != "cuda":
             return f"--ncu: {why}"
