@@ -185,6 +185,7 @@ class _Evaluation(BuildServing, CallRounds, StoredBaselines, Feedback, WorkerRun
         self._profile()
         # feedback, once every timed call is over and its figures read (feedback.py)
         self._own_operators()
+        self._lap("feedback")
         self._baselines()
         self._graph_baseline()
         self._reference_operators()
