@@ -83,8 +83,10 @@ def test_the_pass_is_off_for_a_plain_evaluation_and_leaves_the_timing_alone(cach
     plain = evaluate(example_task(), cpu_workspace(), cpu_config(cache_dir))
     assert plain.correct and plain.reference_ops is None and plain.candidate_ops is None
     assert "where the time goes" not in format_result("profile", plain)
-    # the same timed schedule either way: the pass runs on calls of its own, after it
-    assert plain.timings["kernel"].iters == profiled.timings["kernel"].iters
+    # the same timed schedule either way (5 calls and at most one at random: cpu_config), paired call by
+    # call: the pass runs on calls of its own, after it
+    for r in (plain, profiled):
+        assert 5 <= r.timings["kernel"].iters <= 6 and r.timings["eager"].iters == r.timings["kernel"].iters
 
 
 def test_a_candidate_failing_in_the_profiler_pass_keeps_its_result(cache_dir):
