@@ -90,3 +90,16 @@ def test_the_workspace_script_takes_ncu_for_profile_only(tmp_path, capsys):
     with pytest.raises(SystemExit) as refused:
         main(["verify", "--ncu", "--workspace", str(tmp_path)])
     assert refused.value.code == 2 and "--ncu goes with profile" in capsys.readouterr().err
+
+
+def test_eval_ncu_says_why_off_the_gpu_and_keeps_stdout_json(capsys):
+    from cuda_agent.env import EvalConfig
+    from cuda_agent.env.cli.commands import _print_ncu
+    from cuda_agent.env.result import EvalResult
+    from cuda_agent.tasks import Solution
+    from tests.env.helpers import example_task
+
+    _print_ncu(example_task(), Solution({}), EvalConfig(backend="cpu"), EvalResult(task="t", backend="cpu",
+                                                                                    compiled=True), as_json=True)
+    out, err = capsys.readouterr()
+    assert out == "" and err == "--ncu: Nsight Compute profiles CUDA kernels: this evaluation runs on the CPU\n"
