@@ -365,8 +365,11 @@ def _where_time_goes_lines(r: EvalResult) -> list[str]:
     for title, table in tables:
         if table is None:
             continue
-        lines.append("  " + title.format(clock="GPU" if table.clock == "cuda" else "CPU", total=_ms(table.total_ms)) + ":")
+        clock = "GPU" if table.clock == "cuda" else "CPU"
+        lines.append("  " + title.format(clock=clock, total=_ms(table.total_ms)) + ":")
         width = max(len(_row_name(row.name)) for row in table.rows) if table.rows else 0
+        if not table.rows:
+            lines.append("    (no rows: the profiler recorded no time here)")
         for row in table.rows:
             share = f"{100 * row.ms / table.total_ms:3.0f}%" if table.total_ms else ""
             times = f"   x{row.calls:.3g} per call" if abs(row.calls - 1) > 1e-9 else ""

@@ -23,7 +23,7 @@ from cuda_agent.env.measure.ncu import RANGE, SECTIONS, NcuReportError, digest, 
 from cuda_agent.env.result import EvalResult
 from cuda_agent.env.run.serving import MAX_BUILD_REQUESTS, BuildServing
 from cuda_agent.env.run.worker_run import job_root
-from cuda_agent.env.workers.ncu_target import NEEDS_BUILD, REQUESTS, build_key
+from cuda_agent.env.workers.ncu_target import REQUESTS, build_key
 from cuda_agent.tasks.solution import Solution
 from cuda_agent.tasks.task import Task
 
@@ -67,9 +67,13 @@ def ncu_digest(task: Task, solution: Solution, config: EvalConfig, gpu: int | No
 def _profile(ncu: str, task: Task, solution: Solution, config: EvalConfig, box: Path, gpu: int | None,
              timeout: float) -> list[str]:
     from cuda_agent.env.builds.compiler import BuildError
-    from cuda_agent.env.infra.sandbox import sandbox_prefix
+    from cuda_agent.env.infra.sandbox import SandboxUnavailable, sandbox_prefix
 
     box.mkdir(parents=True, exist_ok=True)
+    try:
+        wrap = sandbox_prefix(config, box) or []
+    except SandboxUnavailable as exc:
+        return [f"ncu: {exc}"]
     builds = _Builds(config, solution, box)
     prebuilt = {}
     if solution.kernel_files:
@@ -80,7 +84,7 @@ def _profile(ncu: str, task: Task, solution: Solution, config: EvalConfig, box: 
     job = {"task_code": task.code, "solution_dir": str(solution.write(box / "solution")), "prebuilt": prebuilt,
            "builds": {}, "calls": CALLS, "seed": config.seed if config.seed is not None else 0}
     report = box / "report"
-    command = [*(sandbox_prefix(config, box) or []), ncu, "--target-processes", "all", "--nvtx",
+    command = [*wrap, ncu, "--target-processes", "all", "--nvtx",
                "--nvtx-include", f"{RANGE}/", *(f"--section={s}" for s in SECTIONS),
                "--launch-count", str(LAUNCHES), "-f", "-o", str(report),
                sys.executable, "-m", "cuda_agent.env.workers.ncu_target", str(box / "job.json")]
@@ -91,18 +95,26 @@ def _profile(ncu: str, task: Task, solution: Solution, config: EvalConfig, box: 
             run = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env, cwd=box)
         except subprocess.TimeoutExpired:
             return [f"ncu: the profiled run took longer than {timeout:g} s"]
-        if run.returncode != NEEDS_BUILD:
+        requests = box / REQUESTS   # written by the profiled process where it needs a build (NEEDS_BUILD)
+        if not requests.is_file():
             break
-        for request in json.loads((box / REQUESTS).read_text()):
+        try:   # written by the solution's process: checked like any build request (serving.py)
+            pending = None if requests.is_symlink() else json.loads(requests.read_text())
+        except ValueError:
+            pending = None
+        requests.unlink()
+        if not isinstance(pending, list) or not all(isinstance(request, dict) for request in pending):
+            return ["ncu: the profiled process asked for builds in a form the harness does not take"]
+        for request in pending:
             built = builds._serve_build(request)
             if not built["ok"]:
                 return [f"ncu: a load_inline build failed: {built['message'].splitlines()[0]}"]
             job["builds"][build_key(request["name"], request["files"], {k: request.get(k) for k in FLAGS})] = \
                 built["path"]
-    output = run.stdout + run.stderr
-    if run.returncode != 0 or not report.with_suffix(".ncu-rep").is_file():
+    output, written = run.stdout + run.stderr, report.with_suffix(".ncu-rep")
+    if run.returncode != 0 or not written.is_file() or written.is_symlink():
         return [f"ncu: the profiled run failed (exit {run.returncode}): {_ncu_error(output)}"]
-    csv_text = subprocess.run([ncu, "--import", str(report.with_suffix(".ncu-rep")), "--csv", "--page", "details"],
+    csv_text = subprocess.run([ncu, "--import", str(written), "--csv", "--page", "details"],
                               capture_output=True, text=True, timeout=timeout).stdout
     try:
         launches = parse_csv(csv_text)
