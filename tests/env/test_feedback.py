@@ -125,3 +125,18 @@ def test_the_eval_command_prints_the_graph_baseline_and_the_passs_notes():
     out = io.StringIO()
     print_result(EvalResult(task="t", backend="cpu", correct=True, kernel_ms=1.0, eager_ms=2.0), file=out)
     assert "CUDA graph" not in out.getvalue()
+
+
+def test_no_table_or_graph_time_reaches_the_reward():
+    from dataclasses import replace
+
+    from cuda_agent.env.result import EvalResult, OpRow, OpTable
+    from cuda_agent.env.run.scoring import score
+
+    base = EvalResult(task="t", backend="cuda", compiled=True, correct=True, kernel_ms=1.0, eager_ms=1.02,
+                      compile_ms=0.9, speedup_vs_eager=1.02, speedup_vs_compile=0.9)
+    # a candidate's process claiming a kernel 1000x faster, and a graph baseline far slower than eager
+    forged = replace(base, graph_ms=50.0, candidate_ops=OpTable("cuda", 3, 0.001, [OpRow("k", "kernel", 0.001, 1.0)]),
+                     reference_ops=OpTable("cuda", 3, 9.0, [OpRow("aten::mm", "op", 9.0, 1.0)]))
+    score(base), score(forged)
+    assert (forged.reward, forged.reward_continuous) == (base.reward, base.reward_continuous) == (1, 0.9)
