@@ -103,3 +103,46 @@ def test_eval_ncu_says_why_off_the_gpu_and_keeps_stdout_json(capsys):
                                                                                     compiled=True), as_json=True)
     out, err = capsys.readouterr()
     assert out == "" and err == "--ncu: Nsight Compute profiles CUDA kernels: this evaluation runs on the CPU\n"
+
+
+FAKE_NCU = '''#!{python}
+# Stands in for Nsight Compute: runs the profiled command as ncu would (the command after `-o REPORT`),
+# then writes the report, which `--import ... --csv` prints as the recorded CSV.
+import subprocess, sys
+args = sys.argv[1:]
+if "--import" in args:
+    print(open({sample!r}).read())
+    sys.exit(0)
+report = args[args.index("-o") + 1]
+with open({log!r}, "a") as log:
+    log.write(" ".join(args[:args.index("-o")]) + "\\n")
+    ran = subprocess.run(args[args.index("-o") + 2:], capture_output=True, text=True)
+    log.write(f"exit {{ran.returncode}}\\n" + ran.stderr[-2000:] + "\\n")
+open(report + ".ncu-rep", "w").write("report")
+'''
+
+
+def test_the_profiled_process_runs_as_ncu_is_told_and_its_report_is_digested(tmp_path, monkeypatch):
+    import stat
+    import sys
+
+    from cuda_agent.env import EvalConfig
+    from cuda_agent.env.run import ncu_run
+    from cuda_agent.tasks import Solution
+    from tests.env.helpers import example_task
+
+    ncu, log = tmp_path / "ncu", tmp_path / "ncu.log"
+    ncu.write_text(FAKE_NCU.format(python=sys.executable, sample=str(Path(__file__).parent / "data" / "ncu_details.csv"),
+                                   log=str(log)))
+    ncu.chmod(ncu.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setattr(ncu_run, "ncu_path", lambda: str(ncu))
+    plain = Solution({"model_new.py": "import torch\n\n\nclass ModelNew(torch.nn.Module):\n"
+                                      "    def __init__(self, features):\n        super().__init__()\n\n"
+                                      "    def forward(self, x):\n        return torch.relu(x)\n"})
+    lines = ncu_run.ncu_digest(example_task(), plain, EvalConfig(backend="cuda", sandbox="none", cache_dir=tmp_path))
+    assert lines[0].startswith("Nsight Compute: 3 kernel launches in 3 forward calls") and len(lines) == 7
+    told, exit_line = log.read_text().splitlines()[:2]
+    assert "--nvtx --nvtx-include cuda_agent_profiled/ --section=SpeedOfLight --section=Occupancy " \
+           "--section=LaunchStats --launch-count 48 -f" in told
+    # the profiled process loaded the solution and got as far as the device (none here)
+    assert exit_line != "exit 0" and "Torch not compiled with CUDA enabled" in log.read_text()
