@@ -129,6 +129,40 @@ def test_commands_report_and_record(tmp_path, relu_task, fake_evaluator):
     assert ws.read_records(offset) == ([], offset)
 
 
+def test_profile_asks_for_the_profilers_tables_unless_the_workspace_says_otherwise(tmp_path, relu_task,
+                                                                                 fake_evaluator):
+    ws = make(tmp_path, relu_task, fake_evaluator)
+    (ws.root / "kernels" / "relu_binding.cpp").write_text(RELU_BINDING)
+    (ws.root / "model_new.py").write_text(RELU_MODEL_NEW)
+    ws.verify(), ws.profile()
+    verify_config, profile_config = (c for _, c in fake_evaluator.calls)
+    assert verify_config.profile_ops is None and profile_config.profile_ops is True
+    off = Workspace.create(relu_task, tmp_path / "off", evaluator=fake_evaluator,
+                           eval_config=EvalConfig(backend="cpu", cache_dir=tmp_path / "c", profile_ops=False))
+    (off.root / "kernels" / "relu_binding.cpp").write_text(RELU_BINDING)
+    (off.root / "model_new.py").write_text(RELU_MODEL_NEW)
+    off.profile()
+    assert fake_evaluator.calls[-1][1].profile_ops is False
+
+
+def test_the_profile_shows_where_the_time_goes_and_the_graph_baseline():
+    from cuda_agent.env.result import OpRow, OpTable
+
+    r = EvalResult(task="t", backend="cuda", compiled=True, correct=True, kernel_ms=0.67, eager_ms=1.0,
+                   speedup_vs_eager=1.5, graph_ms=0.8, feedback_notes=["the reference's profile: no answer"],
+                   reference_ops=OpTable("cuda", 3, 1.0, [OpRow("aten::mm", "op", 0.6, 1.0),
+                                                          OpRow("aten::add", "op", 0.4, 2.0)]),
+                   candidate_ops=OpTable("cuda", 3, 0.67, [OpRow("void convert_weights(float const*, int)" + " " * 60,
+                                                                 "kernel", 0.318, 1.0)]))
+    text = format_result("profile", r)
+    assert "  CUDA graph     0.8 ms   (eager, captured; not in the reward)" in text
+    assert "  reference (eager PyTorch), GPU time per call 1 ms:" in text
+    assert "    aten::mm        0.6 ms  60%" in text and "0.4 ms  40%   x2 per call" in text
+    assert "  yours (as your process reported it), GPU time per call 0.67 ms:" in text
+    assert "    void convert_weights     0.318 ms  47%" in text   # a long signature cut at its arguments
+    assert text.endswith("  note: the reference's profile: no answer")
+
+
 def test_command_restores_tampered_task_first(tmp_path, relu_task, fake_evaluator):
     ws = make(tmp_path, relu_task, fake_evaluator)
     (ws.root / "model.py").chmod(0o644)

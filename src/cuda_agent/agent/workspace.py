@@ -274,7 +274,7 @@ def _run_command(command: str, task: Task, solution: Solution, base: EvalConfig,
 
                 return evaluate(task, solution, base, stop_after="verify")
             return evaluator(task, solution, replace(base, baselines=False))
-        return evaluator(task, solution, base)
+        return evaluator(task, solution, replace(base, profile_ops=True) if base.profile_ops is None else base)
     except Exception as exc:  # the environment itself failed; tell the model, do not crash the loop
         return EvalResult(task=task.name, backend=base.backend or "",
                           error=EvalError("internal", f"{type(exc).__name__}: {exc}"))
@@ -345,6 +345,8 @@ def _profile_lines(r: EvalResult) -> list[str]:
              f"  your kernel    {_ms(r.kernel_ms)}",
              f"  eager PyTorch  {_ms(r.eager_ms)}" + _speedup(r, "eager"),
              f"  torch.compile  {_ms(r.compile_ms)}" + _speedup(r, "compile")]
+    if r.graph_ms is not None:
+        lines.append(f"  CUDA graph     {_ms(r.graph_ms)}   (eager, captured; not in the reward)")
     lines.extend(_speed_of_light_lines(r))
     if medians_disagree(r):
         lines.append(f"  ({PAIRED_NOTE})")
@@ -352,6 +354,7 @@ def _profile_lines(r: EvalResult) -> list[str]:
     hint = reward_hint(r)
     if hint:
         lines.append(hint)
+    lines.extend(_where_time_goes_lines(r))
     return lines
 
 
@@ -362,6 +365,37 @@ def _speed_of_light_lines(r: EvalResult) -> list[str]:
     from cuda_agent.env.measure.speed_of_light import describe
 
     return describe(r.speed_of_light, r.device)
+
+
+def _where_time_goes_lines(r: EvalResult) -> list[str]:
+    """The profiler's tables (env/run/feedback.py): the reference's operators and your kernels, by self
+    time per call, from a few untimed calls after timing; and why one is missing."""
+    tables = [("reference (eager PyTorch), {clock} time per call {total}", r.reference_ops),
+              ("yours (as your process reported it), {clock} time per call {total}", r.candidate_ops)]
+    lines = []
+    for title, table in tables:
+        if table is None:
+            continue
+        clock = "GPU" if table.clock == "cuda" else "CPU"
+        lines.append("  " + title.format(clock=clock, total=_ms(table.total_ms)) + ":")
+        width = max(len(_row_name(row.name)) for row in table.rows) if table.rows else 0
+        if not table.rows:
+            lines.append("    (no rows: the profiler recorded no time here)")
+        for row in table.rows:
+            share = f"{100 * row.ms / table.total_ms:3.0f}%" if table.total_ms else ""
+            times = f"   x{row.calls:.3g} per call" if abs(row.calls - 1) > 1e-9 else ""
+            lines.append(f"    {_row_name(row.name):<{width}}  {_ms(row.ms):>11} {share}{times}")
+    if lines:
+        calls = (r.reference_ops or r.candidate_ops).calls
+        lines.insert(0, f"where the time goes (torch.profiler, {calls} untimed calls after timing):")
+    lines.extend(f"  note: {note}" for note in r.feedback_notes)
+    return lines
+
+
+def _row_name(name: str, width: int = 60) -> str:
+    """A kernel's name at most `width` characters: C++ signatures are cut at their argument list."""
+    short = name.split("(")[0] if len(name) > width and "(" in name else name
+    return short if len(short) <= width else short[: width - 3] + "..."
 
 
 def _speedup(r: EvalResult, baseline: str) -> str:

@@ -4,7 +4,8 @@ The workspace's `compile`, `verify` and `profile` scripts only exec this module,
 commands do is decided by the installed package, not by anything the agent can edit. Prints a
 short summary for the model; exit status 0 on success, 1 on failure, 2 on misuse. A command on files
 unchanged since a command that answers it is answered from that one's record in `.cuda_agent/`
-(run_records.py), and says so.
+(run_records.py), and says so. `profile --ncu` adds Nsight Compute's digest of the kernels
+(agent/ncu_section.py).
 """
 
 from __future__ import annotations
@@ -28,7 +29,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="workspace_cli", description=__doc__.splitlines()[0])
     parser.add_argument("command", choices=COMMANDS)
     parser.add_argument("--workspace", type=Path, default=None, help="workspace folder (default: find from cwd)")
+    parser.add_argument("--ncu", action="store_true",
+                        help="profile only: add Nsight Compute's digest of your kernels (GPU, where ncu is installed)")
     args = parser.parse_args(argv)
+    if args.ncu and args.command != "profile":
+        parser.error("--ncu goes with profile")
     try:
         ws = Workspace.open(find_root((args.workspace or Path.cwd()).resolve()))
     except WorkspaceError as exc:
@@ -38,6 +43,10 @@ def main(argv: list[str] | None = None) -> int:
     outcome = ws.run(args.command)
     ws.record(outcome)
     print(outcome.text)
+    if args.ncu:
+        from cuda_agent.agent.ncu_section import ncu_section
+
+        print(ncu_section(ws, outcome))
     return 0 if outcome.ok else 1
 
 

@@ -58,6 +58,12 @@ class EvalConfig:
     compile_baseline: bool = True       # include torch.compile (the slowest part on a cold cache)
     compile_timing: str = "stored"      # "stored": reuse the store's compile time while eager agrees with
                                         # it; "paired": compile and time it in this evaluation too
+    # Feedback after timing, never part of it (env/run/feedback.py): torch.profiler's tables of the
+    # reference's operators and the candidate's kernels (None: on for a workspace's `profile`, off for
+    # a plain evaluation, as in bench and RL scoring: it costs a second or two), and, on a GPU, the
+    # reference captured in a CUDA graph and timed (kept in the baseline store like torch.compile's).
+    profile_ops: bool | None = None
+    graph_baseline: bool = True
     clock_check: bool = True            # cross-check the candidate's clock with the harness's wall clock
     # Per-phase wall-clock limits (seconds).
     timeout_compile: float = 600.0
@@ -87,6 +93,7 @@ class EvalConfig:
         need("backend", self.backend in (None, "cuda", "cpu"), "must be 'cuda', 'cpu' or None (detect)")
         need("sandbox", self.sandbox in ("auto", "bwrap", "none"), "must be 'auto', 'bwrap' or 'none'")
         need("protocol", self.protocol in ("strict", "published"), "must be 'strict' or 'published'")
+        need("profile_ops", self.profile_ops in (None, True, False), "must be None, True or False")
         need("compile_timing", self.compile_timing in ("stored", "paired"), "must be 'stored' or 'paired'")
         need("num_correct_trials", whole(self.num_correct_trials, 1), "must be a whole number of at least 1")
         for name in ("iters", "max_jobs"):

@@ -62,6 +62,23 @@ class SpeedOfLight:
 
 
 @dataclass
+class OpRow:
+    name: str          # an operator (`aten::mm`), an extension's function, or a CUDA kernel
+    kind: str          # "op" | "extension" | "kernel"
+    ms: float          # self time per forward
+    calls: float       # calls per forward
+
+
+@dataclass
+class OpTable:
+    """Where a forward's time goes, by torch.profiler over a few calls after timing (never a timed one)."""
+    clock: str         # "cpu": CPU time; "cuda": the device's time
+    calls: int         # forwards profiled
+    total_ms: float    # every row's self time per forward, shown or not
+    rows: list[OpRow] = field(default_factory=list)
+
+
+@dataclass
 class EvalResult:
     task: str
     backend: str
@@ -94,6 +111,13 @@ class EvalResult:
     skipped_sets: list[str] = field(default_factory=list)   # structured input sets the reference rejects
     timer: dict[str, str] = field(default_factory=dict)    # CUDA: "held" | "unheld" per side (env/measure/hold.py)
     speed_of_light: SpeedOfLight | None = None   # the work and the fraction of peak (feedback, not the reward)
+    # Feedback, never read by the reward (env/run/feedback.py): the profiler's tables, the reference's
+    # operators and the candidate's own (as the candidate's process reported them: it could forge its
+    # own), and the reference captured in a CUDA graph; `feedback_notes` says why one is missing.
+    reference_ops: OpTable | None = None
+    candidate_ops: OpTable | None = None
+    graph_ms: float | None = None
+    feedback_notes: list[str] = field(default_factory=list)
 
     @property
     def task_error(self) -> bool:

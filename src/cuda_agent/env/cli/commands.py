@@ -63,6 +63,8 @@ def register(app: typer.Typer) -> None:
         no_compile_baseline: bool = no_compile_baseline_option(),
         no_sandbox: bool = no_sandbox_option(),
         cache_dir: Optional[Path] = cache_dir_option(),
+        ncu: bool = typer.Option(False, "--ncu", help="Then Nsight Compute's digest of the solution's kernels "
+                                                       "(GPU, ncu on PATH; feedback, not the reward)."),
     ):
         """Compile, verify and profile SOLUTION against TASK; print the verdict, the timings and the reward.
 
@@ -99,6 +101,8 @@ def register(app: typer.Typer) -> None:
             typer.echo(json.dumps(result.to_dict()))
         else:
             print_result(result, compile_skipped=no_compile_baseline)
+        if ncu:
+            _print_ncu(task_obj, solution_obj, config, result, as_json)
 
     @app.command("cache", epilog=CACHE_EXAMPLES)
     def cache_command(
@@ -254,6 +258,21 @@ def _cache_warm(root: Path, backend: str | None) -> None:
     typer.echo(f"{chosen} toolchain ready in {time.perf_counter() - start:.1f} s ({header.parent})")
 
 
+def _print_ncu(task, solution, config, result, as_json: bool) -> None:
+    """`eval --ncu`: Nsight Compute's digest after the evaluation (env/run/ncu_run.py), to stderr with
+    --json so that stdout stays one JSON object."""
+    from cuda_agent.env.run.ncu_run import NcuUnavailable, ncu_digest
+
+    if not result.compiled:
+        text = "--ncu: nothing to profile (the solution did not build)"
+    else:
+        try:
+            text = "\n".join(ncu_digest(task, solution, config))
+        except NcuUnavailable as why:
+            text = f"--ncu: {why}"
+    typer.echo(text, err=as_json)
+
+
 def print_result(result, compile_skipped: bool = False, file=None) -> None:
     from rich.console import Console
     from rich.markup import escape
@@ -286,6 +305,10 @@ def print_result(result, compile_skipped: bool = False, file=None) -> None:
 
         for line in describe(result.speed_of_light, result.device):
             console.print(escape(line.strip()))
+    if result.graph_ms is not None:   # feedback after timing (env/run/feedback.py): never in the reward
+        console.print(f"CUDA graph (eager, captured)  {result.graph_ms:.4f} ms  [dim](not in the reward)[/dim]")
+    for note in result.feedback_notes:
+        console.print(f"[dim]note: {escape(note)}[/dim]")
     console.print(f"[bold]{escape(explain_reward(result, compile_skipped))}[/bold]")
     for warning in result.warnings:
         console.print(f"[yellow]warning:[/yellow] {escape(warning)}")

@@ -36,6 +36,11 @@ class BaselineEntry:
     compile: dict | None = None    # Timing fields, or None with compile_error
     compile_error: str | None = None
     code: str = ""                 # the task's source (for `cache verify`)
+    # the CUDA-graph baseline (feedback.py): Timing fields and the eager median timed beside it, or
+    # why the reference could not be captured
+    graph: dict | None = None
+    graph_eager_ms: float | None = None
+    graph_error: str | None = None
     created: float = field(default_factory=time.time)
 
     @property

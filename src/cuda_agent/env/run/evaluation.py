@@ -16,7 +16,8 @@ on the same draws in between: the speedup is a ratio of paired measurements (sco
 caller's process never runs candidate code; every failure becomes an `EvalResult` with the phase
 that failed and a message an LLM can act on. This module runs the phases; its parts: the workers
 and their clock (worker_run.py), the builds served to the candidate (serving.py), the timing's
-stop rule and clock check (measures.py), the baseline store's use (stored.py).
+stop rule and clock check (measures.py), the baseline store's use (stored.py), the feedback after
+timing (feedback.py: the profiler's tables, the CUDA-graph baseline).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from cuda_agent.env.config import EvalConfig
 from cuda_agent.env.result import EvalError, EvalResult, Timing
 from cuda_agent.env.rules import registry as rules
 from cuda_agent.env.rules.verify import FP32_PRECISION_WARNING, share
+from cuda_agent.env.run.feedback import Feedback
 from cuda_agent.env.run.judge_pipe import JudgePipe
 from cuda_agent.env.run.measures import as_scored, calls_to_add, check_clock, less_overhead, precise_enough
 from cuda_agent.env.run.rounds import CallRounds
@@ -98,7 +100,7 @@ def evaluate(task: Task, solution: Solution, config: EvalConfig | None = None, *
     return result
 
 
-class _Evaluation(BuildServing, CallRounds, StoredBaselines, WorkerRun):
+class _Evaluation(BuildServing, CallRounds, StoredBaselines, Feedback, WorkerRun):
     """One evaluation's phases in order (`run`); its parts are the classes it is made of."""
 
     def __init__(self, task, solution, config, backend, job_dir, gpu, result, stop_after, say):
@@ -183,7 +185,13 @@ class _Evaluation(BuildServing, CallRounds, StoredBaselines, WorkerRun):
             return
         self._profile()
         self._speed_of_light()
+        # feedback, once every timed call is over and its figures read (feedback.py)
+        self._own_operators()
+        self._lap("feedback")
         self._baselines()
+        self._graph_baseline()
+        self._reference_operators()
+        self._lap("feedback")
 
     def _task_first(self, need_judge: bool) -> None:
         """Before a build's failure is reported: a broken task is reported instead (the judge's answer)."""

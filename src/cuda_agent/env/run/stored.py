@@ -5,6 +5,8 @@ time stored beside it, else re-timed; what an evaluation timed paired is stored 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from cuda_agent.env.measure.hold import call_times
 from cuda_agent.env.result import Timing
 from cuda_agent.env.run.baselines import BaselineStore, agrees, task_entry, task_key
@@ -29,7 +31,11 @@ class StoredBaselines:
     def _store_baseline(self, eager: Timing, compile_timing: Timing | None) -> None:
         entry = task_entry(self.task, self.result.device, self.config, self.backend, eager, compile_timing,
                            self.compile_error)
-        BaselineStore(self.config.cache_dir).put(self._store_key(), entry)
+        store = BaselineStore(self.config.cache_dir)
+        kept = store.get(self._store_key())
+        if kept is not None:   # the CUDA-graph baseline's fields stay (they carry their own eager time)
+            entry = replace(entry, graph=kept.graph, graph_eager_ms=kept.graph_eager_ms, graph_error=kept.graph_error)
+        store.put(self._store_key(), entry)
 
     def _use_stored(self, eager: Timing) -> None:
         """A stored compile time, trusted only while this evaluation's eager time agrees with the

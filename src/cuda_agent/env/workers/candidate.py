@@ -33,8 +33,8 @@ from cuda_agent.env.measure.hold import Timer, load_hold
 from cuda_agent.env.workers import common
 from cuda_agent.env.workers.common import device_of, short_traceback
 from cuda_agent.env.workers.messages import (Answer, BuildReply, BuildRequest, CallAnswer, CandidateCall,
-                                             CandidateJob, Final, Finish, Init, Initialised, Loaded, Prepare,
-                                             UnknownMessage, Write, read_command)
+                                             CandidateJob, Final, Finish, Init, Initialised, Loaded, OperatorTable,
+                                             OwnProfiled, Prepare, ProfileOwn, UnknownMessage, Write, read_command)
 from cuda_agent.env.workers.protocol import ChildChannel
 from cuda_agent.env.rules import registry as rules
 
@@ -164,6 +164,7 @@ class _Candidate:
                                f"{exc.msg}\n    {(exc.text or '').strip()}"}
         except Exception as exc:
             return {"ok": False, "phase": "compile", "message": short_traceback(exc)}
+        self.extensions = builder.modules   # the profiler pass names their functions (_profile_own)
         problem = self._dispatcher_changed("TORCH_LIBRARY_IMPL(aten, ...)")
         if problem:
             return {**problem, "phase": "compile"}
@@ -435,6 +436,19 @@ class _InDeviceSlot:
         self.layout = layout
 
 
+def _profile_own(candidate: _Candidate, cmd: ProfileOwn) -> OwnProfiled:
+    """The profiler over a few calls of the solution's forward, after every timed call: its kernels on
+    a GPU, its operators and extension functions on the CPU (operators.py). This process runs the
+    solution's code, which could write any table here: the harness shows it as feedback and never
+    lets it reach a time, a verdict or the reward."""
+    from cuda_agent.env.measure.operators import extension_functions, profile_forward
+
+    inputs = draw_inputs(candidate.task_module, candidate.cfg.seed, candidate.device)
+    table = profile_forward(lambda: candidate.model(*inputs), candidate.device, cmd.calls, cmd.rows, kernels=True,
+                            extensions=extension_functions(getattr(candidate, "extensions", {})))
+    return OwnProfiled(ok=True, table=OperatorTable(**table))
+
+
 # the candidate's dispatch table: a command's type -> its handler (any other command ends the worker);
 # each looks its method up when called
 HANDLERS = {
@@ -443,6 +457,7 @@ HANDLERS = {
     CandidateCall: lambda candidate, cmd: CallAnswer(**candidate.call(cmd)),
     Write: lambda candidate, cmd: Answer(**candidate.write(cmd)),
     Final: lambda candidate, cmd: Answer(**candidate.final()),
+    ProfileOwn: _profile_own,
 }
 
 

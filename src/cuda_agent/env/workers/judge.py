@@ -24,7 +24,8 @@ from cuda_agent.env.workers import common
 from cuda_agent.env.workers.common import device_of, short_traceback
 from cuda_agent.env.workers.draws import draw_inputs
 from cuda_agent.env.workers.messages import (Compile, Compare, Compiled, Dependence, DependenceVerdict, Draw, Drawn,
-                                             InputsKept, JudgeCall, JudgeCalls, JudgeJob, JudgeSetUp, Kept,
+                                             GraphTimed, InputsKept, JudgeCall, JudgeCalls, JudgeJob, JudgeSetUp,
+                                             Kept, OperatorTable, ProfileReference, ReferenceProfiled, TimeGraph,
                                              UnknownMessage, Verdict, Verdicts, read_command)
 from cuda_agent.env.workers.protocol import ChildChannel
 from cuda_agent.env.workers.transfer import STAGING_SLOT_BYTES, Staging, staged_bytes
@@ -464,6 +465,26 @@ def _dependence(judge: _Judge, cmd: Dependence) -> DependenceVerdict:
     return DependenceVerdict(message=message)
 
 
+def _profile_reference(judge: _Judge, cmd: ProfileReference) -> ReferenceProfiled:
+    """The reference's operators by self time, over calls of their own after every timed call
+    (feedback: operators.py); a failure here is the profiler's, never the task's."""
+    from cuda_agent.env.measure.operators import profile_forward
+
+    try:
+        with torch.no_grad(), judge._device(shared=True, label="operators"):
+            inputs = draw_inputs(judge.module, judge.cfg.seed, judge.device)
+            table = profile_forward(lambda: judge.model(*inputs), judge.device, cmd.calls, cmd.rows)
+    except Exception as exc:
+        return ReferenceProfiled(error=f"{type(exc).__name__}: {str(exc)[:200]}")
+    return ReferenceProfiled(table=OperatorTable(**table))
+
+
+def _time_graph(judge: _Judge, cmd: TimeGraph) -> GraphTimed:
+    from cuda_agent.env.workers.graphs import time_graph
+
+    return GraphTimed(**time_graph(judge, cmd.calls))
+
+
 # the judge's dispatch table: a command's type -> its handler (any other command ends the worker)
 HANDLERS = {
     Compile: lambda judge, cmd: Compiled(**judge.compile()),
@@ -472,6 +493,8 @@ HANDLERS = {
     Draw: lambda judge, cmd: Drawn(**judge.draw(cmd)),
     InputsKept: lambda judge, cmd: Kept(**judge.inputs_kept()),
     Dependence: _dependence,
+    ProfileReference: _profile_reference,
+    TimeGraph: _time_graph,
 }
 
 

@@ -163,6 +163,41 @@ class Verdict(JudgeAnswer):
     lock_wait_s: float | None = None
 
 
+class OperatorRow(Message):
+    """One row of a profiler table: an operator, an extension's function or a kernel, per forward."""
+    name: Annotated[str, Field(max_length=400)]
+    kind: Literal["op", "extension", "kernel"]
+    ms: Milliseconds
+    calls: Annotated[float, Field(ge=0, allow_inf_nan=False)]
+
+
+class OperatorTable(Message):
+    """Where a forward's time goes (operators.profile_forward): `clock` "cpu" or "cuda"."""
+    clock: Literal["cpu", "cuda"]
+    calls: Annotated[int, Field(ge=1)]
+    total_ms: Milliseconds
+    rows: Annotated[list[OperatorRow], Field(max_length=40)]
+
+
+class ReferenceProfiled(JudgeAnswer):
+    """The reference's operators (`table`), or why the profiler could not give them (`error`)."""
+    table: OperatorTable | None = None
+    error: str | None = None
+
+
+class OwnProfiled(Answer):
+    """The candidate's table of its own operators or kernels: its process's word, feedback only."""
+    table: OperatorTable | None = None
+
+
+class GraphTimed(JudgeAnswer):
+    """The reference captured in a CUDA graph, timed with eager on the same draws (device times of
+    each replay and each eager call, in order), or why it could not be captured (`error`)."""
+    graph_ms: list[Milliseconds] = []
+    eager_ms: list[Milliseconds] = []
+    error: str | None = None
+
+
 class Verdicts(JudgeAnswer):
     answers: list[Verdict]
 
@@ -339,6 +374,29 @@ class Write(Command):
     answer: ClassVar = Answer
     cmd: Literal["write"] = "write"
     index: int
+
+
+class ProfileReference(Command):
+    """The profiler over a few untimed calls of the reference (after every timed call)."""
+    answer: ClassVar = ReferenceProfiled
+    cmd: Literal["profile_reference"] = "profile_reference"
+    calls: int = 3
+    rows: int = 8
+
+
+class ProfileOwn(Command):
+    """The profiler over a few untimed calls of the candidate's forward (after every timed call)."""
+    answer: ClassVar = OwnProfiled
+    cmd: Literal["profile_own"] = "profile_own"
+    calls: int = 3
+    rows: int = 8
+
+
+class TimeGraph(Command):
+    """The reference's eager forward captured in a CUDA graph and timed `calls` times with eager."""
+    answer: ClassVar = GraphTimed
+    cmd: Literal["time_graph"] = "time_graph"
+    calls: int = 20
 
 
 class Final(Command):

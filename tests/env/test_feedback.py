@@ -1,0 +1,142 @@
+"""The feedback after timing: the profiler's tables of the reference and the candidate (CPU backend)."""
+
+import pytest
+import torch
+
+from cuda_agent.agent.workspace import format_result
+from cuda_agent.env import EvalConfig, evaluate
+from cuda_agent.env.measure.operators import extension_functions, profile_forward, table
+from cuda_agent.env.workers.messages import OwnProfiled, read_answer
+from tests.env.helpers import cpu_config, cpu_workspace, example_task
+
+CPU = torch.device("cpu")
+
+
+def test_the_reference_table_names_a_matmuls_top_operator_per_call():
+    x, w = torch.randn(256, 256), torch.randn(256, 256)
+    found = profile_forward(lambda: torch.relu(x @ w), CPU, calls=2, rows=8)
+    assert found["clock"] == "cpu" and found["calls"] == 2
+    names = [row["name"] for row in found["rows"]]
+    assert "aten::mm" in names and all("::" in name for name in names)   # operators, no Python frames
+    mm = next(row for row in found["rows"] if row["name"] == "aten::mm")
+    assert mm["calls"] == 1.0 and 0 < mm["ms"] <= found["total_ms"]
+    assert [row["ms"] for row in found["rows"]] == sorted((row["ms"] for row in found["rows"]), reverse=True)
+
+
+def test_a_table_keeps_its_largest_rows_per_forward_and_totals_them_all():
+    rows = [("aten::mm", "op", 9000.0, 3), ("aten::add", "op", 3000.0, 3), ("aten::relu", "op", 600.0, 6),
+            ("aten::view", "op", 0.0, 3)]
+    found = table(rows, "cpu", calls=3, rows=2)
+    assert [row["name"] for row in found["rows"]] == ["aten::mm", "aten::add"]
+    assert found["rows"][0]["ms"] == pytest.approx(3.0) and found["total_ms"] == pytest.approx(4.2)
+    assert table([("k" * 500, "kernel", 1.0, 1)], "cuda", 1, 8)["rows"][0]["name"] == "k" * 160
+
+
+def test_extension_functions_are_named_by_module():
+    class Proxy:   # an ExtensionProxy stands in front of the compiled module (its `_target`)
+        _target = type("Module", (), {"bias_relu": staticmethod(lambda x: x), "_private": staticmethod(len),
+                                      "VERSION": 3})
+    assert extension_functions({"cuda_extension": Proxy()}) == {"bias_relu": "cuda_extension.bias_relu"}
+
+
+def test_a_forged_candidate_table_is_refused_as_a_malformed_answer():
+    good = {"ok": True, "table": {"clock": "cpu", "calls": 3, "total_ms": 1.0,
+                                  "rows": [{"name": "cuda_extension.f", "kind": "extension", "ms": 1.0, "calls": 1.0}]}}
+    assert read_answer(good, OwnProfiled)["table"]["rows"][0]["name"] == "cuda_extension.f"
+    for bad_row in ({"name": "f", "kind": "op", "ms": -1.0, "calls": 1.0},
+                    {"name": "f", "kind": "reward", "ms": 1.0, "calls": 1.0},
+                    {"name": "f" * 1000, "kind": "op", "ms": 1.0, "calls": 1.0}):
+        with pytest.raises(ValueError):
+            read_answer({**good, "table": {**good["table"], "rows": [bad_row]}}, OwnProfiled)
+
+
+def test_the_switch_is_validated():
+    assert EvalConfig().profile_ops is None and EvalConfig(profile_ops=False).profile_ops is False
+    with pytest.raises(ValueError, match="profile_ops"):
+        EvalConfig(profile_ops="yes")
+
+
+@pytest.fixture(scope="module")
+def profiled(cache_dir):
+    return evaluate(example_task(), cpu_workspace(), cpu_config(cache_dir, profile_ops=True))
+
+
+def test_the_profile_shows_the_references_operators_and_the_candidates_extension(profiled):
+    r = profiled
+    assert r.error is None and r.correct, r.error
+    reference = [row.name for row in r.reference_ops.rows]
+    assert reference[0] in ("aten::add", "aten::clamp_min")   # the task is x + bias, then relu
+    assert "aten::add" in reference and r.reference_ops.clock == "cpu"
+    own = {row.name: row for row in r.candidate_ops.rows}
+    assert own["cuda_extension.bias_relu"].kind == "extension" and own["cuda_extension.bias_relu"].calls == 1.0
+    assert "aten::add" not in own   # the candidate's table is its own forward's
+    assert r.graph_ms is None and "graph" not in r.timings   # CPU: no CUDA-graph baseline, and no note
+    assert not r.feedback_notes and "feedback" in r.phase_seconds
+    text = format_result("profile", r)
+    assert "where the time goes (torch.profiler, 3 untimed calls after timing):" in text
+    assert "reference (eager PyTorch), CPU time per call" in text and "cuda_extension.bias_relu" in text
+    assert "CUDA graph" not in text
+    assert type(r).from_dict(r.to_dict()) == r   # the tables serialise with the result
+
+
+def test_the_pass_is_off_for_a_plain_evaluation_and_leaves_the_timing_alone(cache_dir, profiled):
+    plain = evaluate(example_task(), cpu_workspace(), cpu_config(cache_dir))
+    assert plain.correct and plain.reference_ops is None and plain.candidate_ops is None
+    assert "where the time goes" not in format_result("profile", plain)
+    # the same timed schedule either way (5 calls and at most one at random: cpu_config), paired call by
+    # call: the pass runs on calls of its own, after it
+    for r in (plain, profiled):
+        assert 5 <= r.timings["kernel"].iters <= 6 and r.timings["eager"].iters == r.timings["kernel"].iters
+
+
+def test_a_candidate_failing_in_the_profiler_pass_keeps_its_result(cache_dir):
+    # every call of the schedule has fresh inputs; the profiler pass calls forward again on the same ones
+    fails_on_the_same_inputs_twice = (
+        "import torch\nimport torch.nn as nn\nimport cuda_extension\n\n\n"
+        "class ModelNew(nn.Module):\n"
+        "    def __init__(self, features):\n"
+        "        super().__init__()\n"
+        "        self.bias = nn.Parameter(torch.randn(features))\n"
+        "        self.last = None\n\n"
+        "    def forward(self, x):\n"
+        "        if self.last == id(x):\n"
+        "            raise RuntimeError('called twice on the same inputs')\n"
+        "        self.last = id(x)\n"
+        "        return cuda_extension.bias_relu(x, self.bias)\n")
+    r = evaluate(example_task(), cpu_workspace(model_new=fails_on_the_same_inputs_twice),
+                 cpu_config(cache_dir, profile_ops=True))
+    assert r.error is None and r.correct and r.reward in (1, 2) and r.kernel_ms > 0
+    assert r.candidate_ops is None and r.reference_ops is not None
+    assert r.feedback_notes == ["your kernels' profile: RuntimeError: called twice on the same inputs"]
+    assert "note: your kernels' profile:" in format_result("profile", r)
+
+
+def test_the_eval_command_prints_the_graph_baseline_and_the_passs_notes():
+    import io
+
+    from cuda_agent.env.cli.commands import print_result
+    from cuda_agent.env.result import EvalResult
+
+    out = io.StringIO()
+    print_result(EvalResult(task="t", backend="cuda", correct=True, kernel_ms=1.0, eager_ms=2.0, graph_ms=1.25,
+                            feedback_notes=["the reference's profile: no answer"]), file=out)
+    assert "CUDA graph (eager, captured)  1.2500 ms  (not in the reward)" in out.getvalue()
+    assert "note: the reference's profile: no answer" in out.getvalue()
+    out = io.StringIO()
+    print_result(EvalResult(task="t", backend="cpu", correct=True, kernel_ms=1.0, eager_ms=2.0), file=out)
+    assert "CUDA graph" not in out.getvalue()
+
+
+def test_no_table_or_graph_time_reaches_the_reward():
+    from dataclasses import replace
+
+    from cuda_agent.env.result import EvalResult, OpRow, OpTable
+    from cuda_agent.env.run.scoring import score
+
+    base = EvalResult(task="t", backend="cuda", compiled=True, correct=True, kernel_ms=1.0, eager_ms=1.02,
+                      compile_ms=0.9, speedup_vs_eager=1.02, speedup_vs_compile=0.9)
+    # a candidate's process claiming a kernel 1000x faster, and a graph baseline far slower than eager
+    forged = replace(base, graph_ms=50.0, candidate_ops=OpTable("cuda", 3, 0.001, [OpRow("k", "kernel", 0.001, 1.0)]),
+                     reference_ops=OpTable("cuda", 3, 9.0, [OpRow("aten::mm", "op", 9.0, 1.0)]))
+    score(base), score(forged)
+    assert (forged.reward, forged.reward_continuous) == (base.reward, base.reward_continuous) == (1, 0.9)
