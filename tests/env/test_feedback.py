@@ -58,7 +58,8 @@ def test_the_switch_is_validated():
 
 @pytest.fixture(scope="module")
 def profiled(cache_dir):
-    return evaluate(example_task(), cpu_workspace(), cpu_config(cache_dir, profile_ops=True))
+    # precision None: exactly the schedule's timed calls (no calls added near the reward's margin)
+    return evaluate(example_task(), cpu_workspace(), cpu_config(cache_dir, profile_ops=True, precision=None))
 
 
 def test_the_profile_shows_the_references_operators_and_the_candidates_extension(profiled):
@@ -80,7 +81,7 @@ def test_the_profile_shows_the_references_operators_and_the_candidates_extension
 
 
 def test_the_pass_is_off_for_a_plain_evaluation_and_leaves_the_timing_alone(cache_dir, profiled):
-    plain = evaluate(example_task(), cpu_workspace(), cpu_config(cache_dir))
+    plain = evaluate(example_task(), cpu_workspace(), cpu_config(cache_dir, precision=None))
     assert plain.correct and plain.reference_ops is None and plain.candidate_ops is None
     assert "where the time goes" not in format_result("profile", plain)
     # the same timed schedule either way (5 calls and at most one at random: cpu_config), paired call by
