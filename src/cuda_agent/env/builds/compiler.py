@@ -30,6 +30,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Callable
 
+from cuda_agent.env.builds import nvcc_steps
+
 TRANSLATION_UNITS = (".cu", ".cpp", ".cc", ".cxx")
 HEADERS = (".h", ".hpp", ".cuh", ".inl")
 _TORCH_INCLUDE = re.compile(r'#\s*include\s*[<"](torch|ATen|c10)/')
@@ -85,6 +87,35 @@ def cuda_arch_flags() -> list[str]:
     return [f"-gencode=arch=compute_{arch},code=sm_{arch}"]
 
 
+# Faster linkers first; ld.bfd (the default) spends most of a kernel edit's link reading libtorch's
+# symbol tables. Each is used only where the compiler driver accepts it (`fast_linker`).
+LINKERS = ("mold", "lld", "gold")
+
+
+def fast_linker(cxx: str, which: Callable[[str], str | None] = shutil.which,
+                accepts: Callable[[str, str], bool] | None = None) -> list[str]:
+    """The `-fuse-ld=` flag of the fastest linker installed that `cxx` can drive, or none (the default
+    linker). CUDA_AGENT_LINKER names one (`bfd` or `default`: the compiler's own)."""
+    accepts = accepts or _driver_accepts_linker
+    wanted = os.environ.get("CUDA_AGENT_LINKER", "").strip()
+    if wanted in ("bfd", "default"):
+        return []
+    for linker in ([wanted] if wanted else LINKERS):
+        if which(f"ld.{linker}") or which(linker):
+            if accepts(cxx, linker):
+                return [f"-fuse-ld={linker}"]
+    return []
+
+
+def _driver_accepts_linker(cxx: str, linker: str) -> bool:
+    try:
+        proc = subprocess.run([cxx, f"-fuse-ld={linker}", "-Wl,--version"], capture_output=True, text=True,
+                              timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return proc.returncode == 0
+
+
 @dataclass(frozen=True)
 class Toolchain:
     backend: str
@@ -95,6 +126,7 @@ class Toolchain:
     cuda_flags: tuple[str, ...]
     ldflags: tuple[str, ...]
     key: str
+    linker: tuple[str, ...] = ()   # -fuse-ld= of the linker chosen (fast_linker): keys libraries, not objects
 
     @property
     def has_cuda(self) -> bool:
@@ -125,12 +157,13 @@ def toolchain(backend: str) -> Toolchain:
     common = ["-O3", "-std=c++20", "-fPIC", f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
               "-DTORCH_API_INCLUDE_EXTENSION_H"]
     include_flags = [flag for p in includes for flag in ("-isystem", p)]
+    linker = fast_linker(cxx)
     versions = [torch.__version__, sys.version, _tool_version(cxx)]
     if nvcc:
         versions.append(_tool_version(nvcc))
     key = _sha(backend, *versions, *include_flags, *common, *cuda_flags, *ldflags)
     return Toolchain(backend, cxx, nvcc, tuple(include_flags), tuple(common), tuple(cuda_flags),
-                     tuple(ldflags), key)
+                     tuple(ldflags), key, tuple(linker))
 
 
 def _tool_version(tool: str) -> str:
@@ -196,6 +229,28 @@ def _run(cmd: list[str], cwd: Path, what: str, timeout: float | None = None) -> 
     if proc.returncode != 0:
         log = f"$ {' '.join(cmd)}\n{proc.stdout}{proc.stderr}"
         raise BuildError(f"{what} failed:\n" + summarize_compiler_output(proc.stdout + proc.stderr), log)
+
+
+def _run_nvcc(cmd: list[str], cwd: Path, what: str, timeout: float | None = None) -> None:
+    """An nvcc compile with its host and device sides at once (nvcc_steps), where its steps have the
+    usual shape; else (or with CUDA_AGENT_NVCC_STEPS=0) nvcc as it is."""
+    if os.environ.get("CUDA_AGENT_NVCC_STEPS", "1") != "0":
+        keep = Path(tempfile.mkdtemp(prefix="cuda-agent-nvcc-"))
+        try:
+            steps = nvcc_steps.plan(cmd, cwd, keep, timeout)
+            if steps is not None:
+                nvcc_steps.run(steps, cwd, timeout)
+                return
+        except nvcc_steps.IdMismatch:
+            pass   # nvcc itself, below
+        except nvcc_steps.StepFailed as exc:
+            log = f"$ {' '.join(cmd)}\n{exc.output}"
+            raise BuildError(f"{what} failed:\n" + summarize_compiler_output(exc.output), log) from None
+        except subprocess.TimeoutExpired:
+            raise BuildError(f"{what} took longer than {timeout:g} s and was stopped") from None
+        finally:
+            shutil.rmtree(keep, ignore_errors=True)
+    _run(cmd, cwd, what, timeout)
 
 
 def _pch(tc: Toolchain, cache_dir: Path) -> Path:
@@ -337,7 +392,11 @@ def build_extension(name: str, files: dict[str, str], backend: str, cache_dir: P
         # a name of its own: two builds of the same unit at once (threads of one process, or processes)
         # each write their own file, and whichever lands last replaces an identical object
         tmp = obj.with_suffix(f".tmp{os.getpid()}.{uuid.uuid4().hex}.o")
-        _run([str(tmp) if c == "OUT" else c for c in cmd], src_dir, f"compiling {unit}", timeout)
+        command = [str(tmp) if c == "OUT" else c for c in cmd]
+        if unit.endswith(".cu"):
+            _run_nvcc(command, src_dir, f"compiling {unit}", timeout)
+        else:
+            _run(command, src_dir, f"compiling {unit}", timeout)
         os.replace(tmp, obj)
 
     workers = max_jobs or min(len(jobs), os.cpu_count() or 1)
@@ -352,7 +411,7 @@ def build_extension(name: str, files: dict[str, str], backend: str, cache_dir: P
         raise BuildError("\n\n".join(e.summary for e in errors), "\n".join(e.log for e in errors))
 
     objs = [str(obj) for _, _, obj in jobs]
-    link_flags = [*tc.ldflags, *extra_ldflags]
+    link_flags = [*tc.linker, *tc.ldflags, *extra_ldflags]
     lib_dir = cache_dir / "lib" / _sha(tc.key, name, *(Path(o).name for o in objs), *link_flags)   # by content
     so = lib_dir / f"{name}.so"
     objects = tuple(Path(o) for o in objs)
