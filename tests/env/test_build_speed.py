@@ -138,3 +138,40 @@ def test_the_fast_linker_links_what_the_default_one_links(cache_dir, tmp_path, m
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[[0.0, 0.0]]"
+
+
+def _object(tmp_path: Path, name: str, body: str) -> Path:
+    (tmp_path / f"{name}.cpp").write_text(f'extern "C" long {name}(long x) {{ {body} }}\n')
+    subprocess.run(["c++", "-O2", "-fPIC", "-c", f"{name}.cpp", "-o", f"{name}.o"], cwd=tmp_path, check=True)
+    return tmp_path / f"{name}.o"
+
+
+@pytest.mark.skipif(not shutil.which("objdump") or not shutil.which("c++"), reason="c++ and objdump build and read code")
+def test_the_syscall_scan_reads_the_code_bytes_first_and_disassembles_only_where_they_could_hide(tmp_path, monkeypatch):
+    """The link check's scan for system call instructions: code without their encodings is answered
+    from its bytes (no disassembly, the slow part for a large library); code with them is disassembled,
+    so bytes that only look like one (an immediate) are no instruction."""
+    from cuda_agent.env.rules import symbols
+
+    direct = {name: _object(tmp_path, name, f'asm volatile("{insn}"); return x;')
+              for name, insn in (("via_syscall", "syscall"), ("via_sysenter", "sysenter"), ("via_int80", "int $0x80"))}
+    look_alike = _object(tmp_path, "look_alike", 'long y; asm volatile("mov $0x050f, %0" : "=r"(y)); return x + y;')
+    clean = _object(tmp_path, "clean", "return x * 3 + 1;")
+    assert b"\x0f\x05" in look_alike.read_bytes()
+    assert all(symbols.has_syscall_instruction(obj) for obj in direct.values())
+    assert not symbols.has_syscall_instruction(look_alike)
+
+    real_run = subprocess.run
+    disassembled = []
+
+    def run(cmd, *args, **kwargs):
+        if "objdump" in str(cmd[0]):
+            disassembled.append(cmd[-1])
+        return real_run(cmd, *args, **kwargs)
+
+    monkeypatch.setattr(symbols.subprocess, "run", run)
+    assert not symbols.has_syscall_instruction(clean) and disassembled == []
+    not_elf = tmp_path / "not_elf.o"
+    not_elf.write_bytes(b"\x0f\x05 is not an ELF file")
+    symbols.has_syscall_instruction(not_elf)
+    assert disassembled == [str(not_elf)]            # a file it cannot read as ELF goes to objdump

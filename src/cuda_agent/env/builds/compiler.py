@@ -22,10 +22,11 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Callable
@@ -108,12 +109,18 @@ def fast_linker(cxx: str, which: Callable[[str], str | None] = shutil.which,
 
 
 def _driver_accepts_linker(cxx: str, linker: str) -> bool:
+    """Whether `cxx` links a small C++ shared library with `linker` (a linker can be installed and
+    still not find what the compiler's own setup links in, such as its libstdc++)."""
+    folder = Path(tempfile.mkdtemp(prefix="cuda-agent-linker-"))
     try:
-        proc = subprocess.run([cxx, f"-fuse-ld={linker}", "-Wl,--version"], capture_output=True, text=True,
-                              timeout=60)
+        (folder / "probe.cpp").write_text('#include <string>\nstd::string probe(int n) { return std::to_string(n); }\n')
+        proc = subprocess.run([cxx, f"-fuse-ld={linker}", "-shared", "-fPIC", "probe.cpp", "-o", "probe.so"],
+                              cwd=folder, capture_output=True, text=True, timeout=120)
+        return proc.returncode == 0 and (folder / "probe.so").exists()
     except (OSError, subprocess.SubprocessError):
         return False
-    return proc.returncode == 0
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @dataclass(frozen=True)
@@ -292,6 +299,7 @@ class BuildReport:
     compiled: list[str]         # units compiled this time (others came from the cache)
     cached: list[str]
     objects: tuple[Path, ...] = ()   # the objects compiled from the solution's own sources
+    seconds: dict[str, float] = field(default_factory=dict)   # wall time of "compile", "link", "check"
 
 
 def build_extension(name: str, files: dict[str, str], backend: str, cache_dir: Path, *,
@@ -399,6 +407,8 @@ def build_extension(name: str, files: dict[str, str], backend: str, cache_dir: P
             _run(command, src_dir, f"compiling {unit}", timeout)
         os.replace(tmp, obj)
 
+    seconds = {}
+    started = time.perf_counter()
     workers = max_jobs or min(len(jobs), os.cpu_count() or 1)
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
         errors = []
@@ -409,6 +419,7 @@ def build_extension(name: str, files: dict[str, str], backend: str, cache_dir: P
                 errors.append(exc)
     if errors:
         raise BuildError("\n\n".join(e.summary for e in errors), "\n".join(e.log for e in errors))
+    seconds["compile"] = time.perf_counter() - started
 
     objs = [str(obj) for _, _, obj in jobs]
     link_flags = [*tc.linker, *tc.ldflags, *extra_ldflags]
@@ -416,22 +427,28 @@ def build_extension(name: str, files: dict[str, str], backend: str, cache_dir: P
     so = lib_dir / f"{name}.so"
     objects = tuple(Path(o) for o in objs)
     if so.exists():
+        started = time.perf_counter()
         _checked(check, so, objects, lib_dir)
+        seconds["check"] = time.perf_counter() - started
     else:
         # linked and checked away from lib/: a library the check refuses is never published
         tmp_dir = Path(tempfile.mkdtemp(dir=_mkdir(cache_dir / "staging"), prefix="tmp-"))
+        started = time.perf_counter()
         try:
             _run([tc.cxx, "-shared", *objs, "-o", str(tmp_dir / f"{name}.so"), *link_flags], src_dir, "linking",
                  timeout)
         except BaseException:
             shutil.rmtree(tmp_dir, ignore_errors=True)
             raise
+        seconds["link"] = time.perf_counter() - started
+        started = time.perf_counter()
         _checked(check, tmp_dir / f"{name}.so", objects, tmp_dir)
+        seconds["check"] = time.perf_counter() - started
         try:
             tmp_dir.rename(_mkdir(lib_dir.parent) / lib_dir.name)
         except OSError:   # another process published the same library meanwhile
             shutil.rmtree(tmp_dir, ignore_errors=True)
-    return BuildReport(so, compiled, cached, objects)
+    return BuildReport(so, compiled, cached, objects, seconds)
 
 
 def _checked(check, library: Path, objects: tuple[Path, ...], folder: Path) -> None:

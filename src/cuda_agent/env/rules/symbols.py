@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import struct
 import subprocess
 from dataclasses import dataclass
 from functools import lru_cache
@@ -142,8 +143,35 @@ def check_symbol(symbol: str) -> str | None:
     return None
 
 
+# The encodings of `syscall`, `sysenter` and `int $0x80`: code without these bytes has none of them.
+_SYSCALL_BYTES = (b"\x0f\x05", b"\x0f\x34", b"\xcd\x80")
+
+
+def _executable_sections(path: Path) -> list[bytes] | None:
+    """The bytes of a 64-bit little-endian ELF file's executable sections; None for any other file."""
+    data = Path(path).read_bytes()
+    if data[:6] != b"\x7fELF\x02\x01":
+        return None
+    shoff, = struct.unpack_from("<Q", data, 0x28)
+    entsize, count = struct.unpack_from("<HH", data, 0x3A)
+    if entsize < 0x40 or shoff + entsize * count > len(data):
+        return None
+    sections = []
+    for i in range(count):
+        kind, flags, _addr, offset, size = struct.unpack_from("<IQQQQ", data, shoff + i * entsize + 4)
+        if flags & 0x4 and kind != 8:   # SHF_EXECINSTR, with contents (not SHT_NOBITS)
+            if offset + size > len(data):
+                return None
+            sections.append(data[offset:offset + size])
+    return sections
+
+
 def has_syscall_instruction(library: Path) -> bool:
-    """Whether the library's own code issues system calls directly (no libc symbol to see)."""
+    """Whether the library's own code issues system calls directly (no libc symbol to see). Code whose
+    bytes hold none of the instructions' encodings has none; other code is disassembled."""
+    sections = _executable_sections(Path(library))
+    if sections is not None and not any(pattern in code for code in sections for pattern in _SYSCALL_BYTES):
+        return False
     objdump = shutil.which("objdump")
     if objdump is None:
         raise ToolMissing("`objdump` (binutils) is needed to check built libraries: apt-get install binutils")
