@@ -14,7 +14,7 @@ Measured in one run, on the embedded bias+ReLU task, each line printed as soon a
                linker), alternating, with the seconds of each part
 
     python benchmarks/turnaround.py [--backend cuda] [--edits 5] [--plain-edits 1] [--build-edits 5]
-                                    [--json out.json]
+                                    [--only-build] [--json out.json]
 """
 
 from __future__ import annotations
@@ -78,8 +78,9 @@ class Recorder:
 BEFORE = {"CUDA_AGENT_NVCC_STEPS": "0", "CUDA_AGENT_LINKER": "bfd"}   # how a kernel edit built before
 
 
-def build_only(backend: str, cache: Path, i: int, before: bool) -> tuple[float, dict]:
-    """A kernel-only edit built by the builder alone, checked as evaluations check it."""
+def build_only(backend: str, cache: Path, i: int, before: bool, first: bool = False) -> tuple[float, dict]:
+    """A kernel-only edit built by the builder alone, checked as evaluations check it (`first`: the
+    binding may compile too)."""
     from cuda_agent.env.builds import compiler
     from cuda_agent.env.rules.symbols import check_library, toolchain_imports
 
@@ -104,7 +105,7 @@ def build_only(backend: str, cache: Path, i: int, before: bool) -> tuple[float, 
             else:
                 os.environ[k] = v
         compiler.toolchain.cache_clear()
-    assert report.compiled == [kernel], report.compiled
+    assert first or report.compiled == [kernel], report.compiled
     return wall, report.seconds
 
 
@@ -124,13 +125,16 @@ def main() -> None:
     parser.add_argument("--plain-edits", type=int, default=1)
     parser.add_argument("--build-edits", type=int, default=5, help="kernel edits built by the builder alone, "
                         "now and as before (alternating); 0: none")
+    parser.add_argument("--only-build", action="store_true", help="the toolchain and the build-only edits alone "
+                        "(no evaluation: no GPU or sandbox needed)")
+    parser.add_argument("--cache-dir", type=Path, default=None, help="default: a fresh folder (a cold toolchain)")
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--no-inline", action="store_true",
                         help="skip our builder on the single-file form (its .cu includes torch headers: ~1 min per build under nvcc)")
     args = parser.parse_args()
 
     task = load_task(EXAMPLE / "model.py")
-    cache = Path(tempfile.mkdtemp(prefix="turnaround-cache-"))
+    cache = args.cache_dir or Path(tempfile.mkdtemp(prefix="turnaround-cache-"))
     base = dict(backend=args.backend, cache_dir=cache, compile_baseline=True)
     backend = EvalConfig(**base).resolved_backend()
     rec = Recorder(args.json)
@@ -139,26 +143,28 @@ def main() -> None:
     start = time.perf_counter()
     prepare_toolchain(backend, cache / "build")
     rec.add("toolchain: precompiled header", time.perf_counter() - start, "(once per machine)")
-    wall, phases = timed(task, workspace_edit(backend, 0), EvalConfig(**base))
-    baselines = phases.get("baselines", 0.0)  # eager and torch.compile timings: once per task, then cached
-    rec.add("cold: first workspace build", wall - baselines,
-            "(compile + verify + profile; " + ", ".join(f"{k} {v:.1f} s" for k, v in phases.items()) + ")")
+    if not args.only_build:
+        wall, phases = timed(task, workspace_edit(backend, 0), EvalConfig(**base))
+        baselines = phases.get("baselines", 0.0)  # eager and torch.compile timings: once per task, then cached
+        rec.add("cold: first workspace build", wall - baselines,
+                "(compile + verify + profile; " + ", ".join(f"{k} {v:.1f} s" for k, v in phases.items()) + ")")
 
-    warm = EvalConfig(**base, prewarm=True)
-    timed(task, workspace_edit(backend, 0), warm)  # starts the first spare worker pair
-    for i in range(1, args.edits + 1):
-        wall, phases = timed(task, workspace_edit(backend, i), warm)
-        rec.add("ours: workspace kernel edit", wall, "(" + ", ".join(f"{k} {v:.2f} s" for k, v in phases.items()) + ")")
-    plain = EvalConfig(**base, fast_build=False)
-    for i in range(1, args.plain_edits + 1):
-        rec.add("plain load_inline rebuild", timed(task, inline_edit(backend, i), plain)[0])
-    if not args.no_inline:
-        rec.add("ours: load_inline first build", timed(task, inline_edit(backend, 0), warm)[0])
-        rec.add("ours: load_inline kernel edit", timed(task, inline_edit(backend, 1), warm)[0])
+        warm = EvalConfig(**base, prewarm=True)
+        timed(task, workspace_edit(backend, 0), warm)  # starts the first spare worker pair
+        for i in range(1, args.edits + 1):
+            wall, phases = timed(task, workspace_edit(backend, i), warm)
+            rec.add("ours: workspace kernel edit", wall,
+                    "(" + ", ".join(f"{k} {v:.2f} s" for k, v in phases.items()) + ")")
+        plain = EvalConfig(**base, fast_build=False)
+        for i in range(1, args.plain_edits + 1):
+            rec.add("plain load_inline rebuild", timed(task, inline_edit(backend, i), plain)[0])
+        if not args.no_inline:
+            rec.add("ours: load_inline first build", timed(task, inline_edit(backend, 0), warm)[0])
+            rec.add("ours: load_inline kernel edit", timed(task, inline_edit(backend, 1), warm)[0])
 
     if args.build_edits:
-        build_only(backend, cache / "build", 0, before=False)   # the binding, linked by each linker once
-        build_only(backend, cache / "build", 0, before=True)
+        build_only(backend, cache / "build", 0, before=False, first=True)   # the binding; each linker once
+        build_only(backend, cache / "build", 0, before=True, first=True)
     for i in range(1, args.build_edits + 1):
         for before in (True, False):
             wall, parts = build_only(backend, cache / "build", i, before)
@@ -167,17 +173,19 @@ def main() -> None:
             for part, seconds in parts.items():
                 rec.add(f"build only: {part}, {'before' if before else 'now'}", seconds, quiet=True)
 
-    ours, plain_median = rec.median("ours: workspace kernel edit"), rec.median("plain load_inline rebuild")
-    print(f"  median workspace kernel edit {ours:.2f} s; plain load_inline rebuild {plain_median:.2f} s; "
-          f"ratio {plain_median / ours:.1f}x", flush=True)
+    if "ours: workspace kernel edit" in rec.rows and "plain load_inline rebuild" in rec.rows:
+        ours, plain_median = rec.median("ours: workspace kernel edit"), rec.median("plain load_inline rebuild")
+        print(f"  median workspace kernel edit {ours:.2f} s; plain load_inline rebuild {plain_median:.2f} s; "
+              f"ratio {plain_median / ours:.1f}x", flush=True)
     if args.build_edits:
         print("  build only, median: " + "; ".join(
             f"{when} {rec.median(f'build only: kernel edit, {when}'):.2f} s (" + ", ".join(
                 f"{part} {rec.median(f'build only: {part}, {when}'):.2f}" for part in ("compile", "link", "check")
                 if f"build only: {part}, {when}" in rec.rows) + ")" for when in ("before", "now")), flush=True)
-    if not args.no_inline:
+    if "ours: load_inline kernel edit" in rec.rows and "plain load_inline rebuild" in rec.rows:
         print(f"  our load_inline kernel edit vs plain: "
-              f"{plain_median / rec.median('ours: load_inline kernel edit'):.1f}x", flush=True)
+              f"{rec.median('plain load_inline rebuild') / rec.median('ours: load_inline kernel edit'):.1f}x",
+              flush=True)
 
 
 if __name__ == "__main__":

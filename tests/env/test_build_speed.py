@@ -140,38 +140,45 @@ def test_the_fast_linker_links_what_the_default_one_links(cache_dir, tmp_path, m
     assert out.stdout.strip() == "[[0.0, 0.0]]"
 
 
-def _object(tmp_path: Path, name: str, body: str) -> Path:
+def _built(tmp_path: Path, name: str, body: str, shared: bool) -> Path:
     (tmp_path / f"{name}.cpp").write_text(f'extern "C" long {name}(long x) {{ {body} }}\n')
-    subprocess.run(["c++", "-O2", "-fPIC", "-c", f"{name}.cpp", "-o", f"{name}.o"], cwd=tmp_path, check=True)
-    return tmp_path / f"{name}.o"
+    out = f"{name}.so" if shared else f"{name}.o"
+    subprocess.run(["c++", "-O2", "-fPIC", *(["-shared"] if shared else ["-c"]), f"{name}.cpp", "-o", out],
+                   cwd=tmp_path, check=True)
+    return tmp_path / out
 
 
+@pytest.mark.parametrize("shared", [True, False], ids=["library", "object"])
 @pytest.mark.skipif(not shutil.which("objdump") or not shutil.which("c++"), reason="c++ and objdump build and read code")
-def test_the_syscall_scan_reads_the_code_bytes_first_and_disassembles_only_where_they_could_hide(tmp_path, monkeypatch):
-    """The link check's scan for system call instructions: code without their encodings is answered
-    from its bytes (no disassembly, the slow part for a large library); code with them is disassembled,
-    so bytes that only look like one (an immediate) are no instruction."""
+def test_the_syscall_scan_disassembles_only_the_code_whose_bytes_could_hold_one(shared, tmp_path, monkeypatch):
+    """The link check's scan for system call instructions reads the code's bytes first: code without
+    their encodings is not disassembled (the slow part for a large library); in a library only the
+    functions holding an encoding are, so bytes that merely look like one (an immediate) are no
+    instruction and a real one is found; an object file with an encoding is disassembled whole."""
     from cuda_agent.env.rules import symbols
-
-    direct = {name: _object(tmp_path, name, f'asm volatile("{insn}"); return x;')
-              for name, insn in (("via_syscall", "syscall"), ("via_sysenter", "sysenter"), ("via_int80", "int $0x80"))}
-    look_alike = _object(tmp_path, "look_alike", 'long y; asm volatile("mov $0x050f, %0" : "=r"(y)); return x + y;')
-    clean = _object(tmp_path, "clean", "return x * 3 + 1;")
-    assert b"\x0f\x05" in look_alike.read_bytes()
-    assert all(symbols.has_syscall_instruction(obj) for obj in direct.values())
-    assert not symbols.has_syscall_instruction(look_alike)
 
     real_run = subprocess.run
     disassembled = []
 
     def run(cmd, *args, **kwargs):
         if "objdump" in str(cmd[0]):
-            disassembled.append(cmd[-1])
+            disassembled.append([c for c in cmd[1:] if c.startswith("--st")])
         return real_run(cmd, *args, **kwargs)
 
     monkeypatch.setattr(symbols.subprocess, "run", run)
-    assert not symbols.has_syscall_instruction(clean) and disassembled == []
+    for name, insn in (("via_syscall", "syscall"), ("via_sysenter", "sysenter"), ("via_int80", "int $0x80")):
+        disassembled.clear()
+        assert symbols.has_syscall_instruction(_built(tmp_path, name, f'asm volatile("{insn}"); return x;', shared))
+        assert len(disassembled) == 1 and bool(disassembled[0]) == shared, disassembled   # a window in a library
+    look_alike = _built(tmp_path, "look_alike", 'long y; asm volatile("mov $0x050f, %0" : "=r"(y)); return x + y;',
+                        shared)
+    assert b"\x0f\x05" in look_alike.read_bytes()
+    disassembled.clear()
+    assert not symbols.has_syscall_instruction(look_alike) and len(disassembled) == 1
+    disassembled.clear()
+    assert not symbols.has_syscall_instruction(_built(tmp_path, "clean", "return x * 3 + 1;", shared))
+    assert disassembled == []
     not_elf = tmp_path / "not_elf.o"
     not_elf.write_bytes(b"\x0f\x05 is not an ELF file")
     symbols.has_syscall_instruction(not_elf)
-    assert disassembled == [str(not_elf)]            # a file it cannot read as ELF goes to objdump
+    assert disassembled == [[]]                      # a file it cannot read as ELF goes to objdump whole
