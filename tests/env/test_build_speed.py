@@ -94,18 +94,37 @@ def test_kernels_are_built_for_the_device_in_the_machine_only(capability, flag, 
     assert compiler.cuda_arch_flags() == [flag]
 
 
-def test_the_fastest_linker_the_compiler_accepts_is_chosen(monkeypatch):
+def test_the_fastest_linker_the_compiler_links_with_is_chosen(monkeypatch):
     monkeypatch.delenv("CUDA_AGENT_LINKER", raising=False)
     installed = {"ld.lld", "ld.gold"}
     which = lambda name: f"/usr/bin/{name}" if name in installed else None   # noqa: E731
-    assert fast_linker("c++", which, lambda cxx, linker: True) == ["-fuse-ld=lld"]
-    assert fast_linker("c++", which, lambda cxx, linker: linker != "lld") == ["-fuse-ld=gold"]
-    assert fast_linker("c++", which, lambda cxx, linker: False) == []
-    assert fast_linker("c++", lambda name: None, lambda cxx, linker: True) == []
+    every = lambda cxx, linker: [f"-fuse-ld={linker}"]                          # noqa: E731
+    assert fast_linker("c++", which, every) == ["-fuse-ld=lld"]
+    assert fast_linker("c++", which, lambda cxx, linker: None if linker == "lld" else [f"-fuse-ld={linker}", "-L/x"]) \
+        == ["-fuse-ld=gold", "-L/x"]
+    assert fast_linker("c++", which, lambda cxx, linker: None) == []
+    assert fast_linker("c++", lambda name: None, every) == []
     monkeypatch.setenv("CUDA_AGENT_LINKER", "bfd")
-    assert fast_linker("c++", which, lambda cxx, linker: True) == []
+    assert fast_linker("c++", which, every) == []
     monkeypatch.setenv("CUDA_AGENT_LINKER", "gold")
-    assert fast_linker("c++", which, lambda cxx, linker: True) == ["-fuse-ld=gold"]
+    assert fast_linker("c++", which, every) == ["-fuse-ld=gold"]
+
+
+@pytest.mark.skipif(not shutil.which("ld.gold") or not shutil.which("c++"), reason="gold and a C++ compiler link")
+def test_a_compiler_folder_with_a_dangling_libstdcxx_link_gets_the_default_linkers_one(tmp_path):
+    """Seen on the GPU machine: the compiler's folder held a libstdc++.so link to nothing; ld.bfd reads
+    past it, gold stopped there. The folder of the libstdc++ the default linker takes is searched
+    first, so gold links the same one."""
+    folder = tmp_path / "gcc"
+    folder.mkdir()
+    (folder / "libstdc++.so").symlink_to(tmp_path / "nothing-here.so.6")
+    wrapper = tmp_path / "c++"
+    wrapper.write_text(f'#!/bin/sh\nexec c++ -B{folder}/ "$@"\n')
+    wrapper.chmod(0o755)
+    assert compiler._links(str(wrapper), []) and not compiler._links(str(wrapper), ["-fuse-ld=gold"])
+    flags = compiler._linker_flags(str(wrapper), "gold")
+    assert flags is not None and flags[0] == "-fuse-ld=gold" and flags[1].startswith("-L")
+    assert compiler._links(str(wrapper), flags)
 
 
 @pytest.mark.skipif(not any(shutil.which(f"ld.{name}") for name in compiler.LINKERS) or not shutil.which("readelf"),

@@ -89,36 +89,52 @@ def cuda_arch_flags() -> list[str]:
 
 
 # Faster linkers first; ld.bfd (the default) spends most of a kernel edit's link reading libtorch's
-# symbol tables. Each is used only where the compiler driver accepts it (`fast_linker`).
+# symbol tables. Each is used only where the compiler links a C++ library with it (`fast_linker`).
 LINKERS = ("mold", "lld", "gold")
 
 
 def fast_linker(cxx: str, which: Callable[[str], str | None] = shutil.which,
-                accepts: Callable[[str, str], bool] | None = None) -> list[str]:
-    """The `-fuse-ld=` flag of the fastest linker installed that `cxx` can drive, or none (the default
-    linker). CUDA_AGENT_LINKER names one (`bfd` or `default`: the compiler's own)."""
-    accepts = accepts or _driver_accepts_linker
+                flags_for: Callable[[str, str], list[str] | None] | None = None) -> list[str]:
+    """The flags that link with the fastest linker installed that `cxx` links a C++ library with
+    (`-fuse-ld=NAME`, and where needed the folder of the default linker's libstdc++), or none (the
+    default linker). CUDA_AGENT_LINKER names one (`bfd` or `default`: the compiler's own)."""
+    flags_for = flags_for or _linker_flags
     wanted = os.environ.get("CUDA_AGENT_LINKER", "").strip()
     if wanted in ("bfd", "default"):
         return []
     for linker in ([wanted] if wanted else LINKERS):
         if which(f"ld.{linker}") or which(linker):
-            if accepts(cxx, linker):
-                return [f"-fuse-ld={linker}"]
+            flags = flags_for(cxx, linker)
+            if flags is not None:
+                return flags
     return []
 
 
-def _driver_accepts_linker(cxx: str, linker: str) -> bool:
-    """Whether `cxx` links a small C++ shared library with `linker` (a linker can be installed and
-    still not find what the compiler's own setup links in, such as its libstdc++)."""
+def _linker_flags(cxx: str, linker: str) -> list[str] | None:
+    use = [f"-fuse-ld={linker}"]
+    if _links(cxx, use):
+        return use
+    # A compiler whose own folder holds a dangling libstdc++.so link (ld.bfd reads past it, gold stops
+    # there): the folder of the libstdc++ the default linker takes, searched first, gives the same one.
+    trace = _links(cxx, ["-Wl,--trace"], output=True) or ""
+    found = [line.strip() for line in trace.splitlines() if os.path.basename(line.strip()).startswith("libstdc++.so")]
+    if found and _links(cxx, [*use, f"-L{os.path.dirname(found[0])}"]):
+        return [*use, f"-L{os.path.dirname(found[0])}"]
+    return None
+
+
+def _links(cxx: str, flags: list[str], output: bool = False):
+    """Whether `cxx` links a small C++ shared library with `flags` (with `output`: the linker's
+    output, or None when it fails)."""
     folder = Path(tempfile.mkdtemp(prefix="cuda-agent-linker-"))
     try:
         (folder / "probe.cpp").write_text('#include <string>\nstd::string probe(int n) { return std::to_string(n); }\n')
-        proc = subprocess.run([cxx, f"-fuse-ld={linker}", "-shared", "-fPIC", "probe.cpp", "-o", "probe.so"],
-                              cwd=folder, capture_output=True, text=True, timeout=120)
-        return proc.returncode == 0 and (folder / "probe.so").exists()
+        proc = subprocess.run([cxx, *flags, "-shared", "-fPIC", "probe.cpp", "-o", "probe.so"], cwd=folder,
+                              capture_output=True, text=True, timeout=120)
+        ok = proc.returncode == 0 and (folder / "probe.so").exists()
+        return (proc.stdout + proc.stderr if ok else None) if output else ok
     except (OSError, subprocess.SubprocessError):
-        return False
+        return None if output else False
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
@@ -133,7 +149,7 @@ class Toolchain:
     cuda_flags: tuple[str, ...]
     ldflags: tuple[str, ...]
     key: str
-    linker: tuple[str, ...] = ()   # -fuse-ld= of the linker chosen (fast_linker): keys libraries, not objects
+    linker: tuple[str, ...] = ()   # the flags of the linker chosen (fast_linker): key libraries, not objects
 
     @property
     def has_cuda(self) -> bool:
@@ -422,7 +438,7 @@ def build_extension(name: str, files: dict[str, str], backend: str, cache_dir: P
     seconds["compile"] = time.perf_counter() - started
 
     objs = [str(obj) for _, _, obj in jobs]
-    link_flags = [*tc.linker, *tc.ldflags, *extra_ldflags]
+    link_flags = [*tc.ldflags, *extra_ldflags, *tc.linker]
     lib_dir = cache_dir / "lib" / _sha(tc.key, name, *(Path(o).name for o in objs), *link_flags)   # by content
     so = lib_dir / f"{name}.so"
     objects = tuple(Path(o) for o in objs)
