@@ -110,20 +110,27 @@ def test_the_fastest_linker_the_compiler_links_with_is_chosen(monkeypatch):
     assert fast_linker("c++", which, every) == ["-fuse-ld=gold"]
 
 
+@pytest.mark.parametrize("beside", ["nothing", "libstdc++.a"])
 @pytest.mark.skipif(not shutil.which("ld.gold") or not shutil.which("c++"), reason="gold and a C++ compiler link")
-def test_a_compiler_folder_with_a_dangling_libstdcxx_link_gets_the_default_linkers_one(tmp_path):
-    """Seen on the GPU machine: the compiler's folder held a libstdc++.so link to nothing; ld.bfd reads
-    past it, gold stopped there. The folder of the libstdc++ the default linker takes is searched
-    first, so gold links the same one."""
+def test_a_compiler_folder_with_a_dangling_libstdcxx_link_gets_what_the_default_linker_takes(beside, tmp_path):
+    """Seen on the GPU machine: the compiler's folder held a libstdc++.so link to nothing and the
+    libstdc++.a beside it; ld.bfd reads past the link (to the static library there, or a shared one
+    further on), gold stopped at it. Told what ld.bfd took, gold links the same."""
+    static = subprocess.run(["c++", "-print-file-name=libstdc++.a"], capture_output=True, text=True).stdout.strip()
+    if beside == "libstdc++.a" and not Path(static).is_file():
+        pytest.skip("no static libstdc++ on this machine")
     folder = tmp_path / "gcc"
     folder.mkdir()
     (folder / "libstdc++.so").symlink_to(tmp_path / "nothing-here.so.6")
+    if beside == "libstdc++.a":
+        (folder / "libstdc++.a").symlink_to(static)
     wrapper = tmp_path / "c++"
     wrapper.write_text(f'#!/bin/sh\nexec c++ -B{folder}/ "$@"\n')
     wrapper.chmod(0o755)
     assert compiler._links(str(wrapper), []) and not compiler._links(str(wrapper), ["-fuse-ld=gold"])
     flags = compiler._linker_flags(str(wrapper), "gold")
-    assert flags is not None and flags[0] == "-fuse-ld=gold" and flags[1].startswith("-L")
+    assert flags is not None and flags[0] == "-fuse-ld=gold"
+    assert flags[1] == "-static-libstdc++" if beside == "libstdc++.a" else flags[1].startswith("-L")
     assert compiler._links(str(wrapper), flags)
 
 

@@ -114,13 +114,15 @@ def _linker_flags(cxx: str, linker: str) -> list[str] | None:
     use = [f"-fuse-ld={linker}"]
     if _links(cxx, use):
         return use
-    # A compiler whose own folder holds a dangling libstdc++.so link (ld.bfd reads past it, gold stops
-    # there): the folder of the libstdc++ the default linker takes, searched first, gives the same one.
+    # A compiler whose own folder holds a dangling libstdc++.so link: ld.bfd reads past it (to the
+    # libstdc++.a beside it, or a libstdc++.so further on), gold stops there. Given what ld.bfd took
+    # (the static library, or the folder of the shared one, searched first), it links the same.
     trace = _links(cxx, ["-Wl,--trace"], output=True) or ""
-    found = [line.strip() for line in trace.splitlines() if os.path.basename(line.strip()).startswith("libstdc++.so")]
-    if found and _links(cxx, [*use, f"-L{os.path.dirname(found[0])}"]):
-        return [*use, f"-L{os.path.dirname(found[0])}"]
-    return None
+    taken = [line.strip() for line in trace.splitlines() if os.path.basename(line.strip()).startswith("libstdc++.")]
+    if not taken:
+        return None
+    same = ["-static-libstdc++"] if taken[0].endswith(".a") else [f"-L{os.path.dirname(taken[0])}"]
+    return [*use, *same] if _links(cxx, [*use, *same]) else None
 
 
 def _links(cxx: str, flags: list[str], output: bool = False):
