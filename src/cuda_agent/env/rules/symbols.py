@@ -150,10 +150,10 @@ _MAX_WINDOWS = 16   # past this many functions to disassemble, one pass over the
 
 def _syscall_windows(path: Path) -> list[tuple[int, int]] | None:
     """Where a 64-bit little-endian ELF library's code could hold a system call instruction: the
-    address ranges of the functions whose bytes hold one of their encodings (empty: nowhere, for an
-    object file too). None where that cannot be told from the bytes and symbols (another kind of file,
-    an object file with an encoding, one outside every function, too many functions): then the whole
-    file is disassembled."""
+    address ranges of the functions whose bytes hold one of their encodings, or of the section where
+    no function does (empty: nowhere, for an object file too). None where that cannot be told from the
+    bytes and symbols (another kind of file, an object file with an encoding, too many ranges): then
+    the whole file is disassembled."""
     data = Path(path).read_bytes()
     if data[:6] != b"\x7fELF\x02\x01":
         return None
@@ -172,7 +172,7 @@ def _syscall_windows(path: Path) -> list[tuple[int, int]] | None:
             for pattern in _SYSCALL_BYTES:
                 at = code.find(pattern)
                 while at >= 0:
-                    hits.append(addr + at)
+                    hits.append((addr + at, (addr, addr + size)))
                     at = code.find(pattern, at + 1)
         if kind == 2 and item == 24:    # SHT_SYMTAB: its functions' addresses and sizes
             for _name, info, _other, _index, value, length in struct.iter_unpack("<IBBHQQ", data[offset:offset + size]):
@@ -183,18 +183,17 @@ def _syscall_windows(path: Path) -> list[tuple[int, int]] | None:
     if struct.unpack_from("<H", data, 0x10)[0] not in (2, 3):   # not linked: no addresses to disassemble at
         return None
     windows = set()
-    for hit in hits:
-        around = [f for f in functions if f[0] <= hit and hit + 2 <= f[1]]
-        if not around:
-            return None
-        windows.update(around)
+    for hit, section in hits:
+        # the functions holding it, else its whole section (a PLT has no function symbols): both start
+        # where an instruction does
+        windows.update([f for f in functions if f[0] <= hit and hit + 2 <= f[1]] or [section])
     return sorted(windows) if len(windows) <= _MAX_WINDOWS else None
 
 
 def has_syscall_instruction(library: Path) -> bool:
     """Whether the library's own code issues system calls directly (no libc symbol to see). In a
-    library, only the functions whose bytes hold one of the instructions' encodings are disassembled
-    (`_syscall_windows`); any other file is disassembled whole."""
+    library, only the functions (or sections) whose bytes hold one of the instructions' encodings are
+    disassembled (`_syscall_windows`); any other file is disassembled whole."""
     windows = _syscall_windows(Path(library))
     objdump = shutil.which("objdump")
     if objdump is None:
