@@ -38,7 +38,8 @@ def test_side_by_side_steps_build_the_object_nvcc_builds(tmp_path):
     shutil.copy(KERNEL_CU, tmp_path / "bias_relu.cu")
     steps = nvcc_steps.plan(_nvcc_command(str(tmp_path / "steps.o")), tmp_path, tmp_path / "keep")
     assert steps is not None                                    # the builder's flags have the usual shape
-    assert [line.split()[0].strip('"').rsplit("/", 1)[-1] for line in steps.device][1:] == ["cicc", "ptxas", "fatbinary"]
+    tools = [line.split()[0].strip('"').rsplit("/", 1)[-1] for line in steps.device]
+    assert tools[1:] == ["cicc", "ptxas", "fatbinary"]
     assert "--gen_module_id_file" in steps.device[1]            # cicc names the unit itself
     (tmp_path / "keep").mkdir()
     nvcc_steps.run(steps, tmp_path)
@@ -175,7 +176,8 @@ def _built(tmp_path: Path, name: str, body: str, shared: bool) -> Path:
 
 
 @pytest.mark.parametrize("shared", [True, False], ids=["library", "object"])
-@pytest.mark.skipif(not shutil.which("objdump") or not shutil.which("c++"), reason="c++ and objdump build and read code")
+@pytest.mark.skipif(not shutil.which("objdump") or not shutil.which("c++"),
+                    reason="c++ and objdump build and read code")
 def test_the_syscall_scan_disassembles_only_the_code_whose_bytes_could_hold_one(shared, tmp_path, monkeypatch):
     """The link check's scan for system call instructions reads the code's bytes first: code without
     their encodings is not disassembled (the slow part for a large library); in a library only the
