@@ -22,13 +22,16 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Callable
+
+from cuda_agent.env.builds import nvcc_steps
 
 TRANSLATION_UNITS = (".cu", ".cpp", ".cc", ".cxx")
 HEADERS = (".h", ".hpp", ".cuh", ".inl")
@@ -85,6 +88,59 @@ def cuda_arch_flags() -> list[str]:
     return [f"-gencode=arch=compute_{arch},code=sm_{arch}"]
 
 
+# Faster linkers first; ld.bfd (the default) spends most of a kernel edit's link reading libtorch's
+# symbol tables. Each is used only where the compiler links a C++ library with it (`fast_linker`).
+LINKERS = ("mold", "lld", "gold")
+
+
+def fast_linker(cxx: str, which: Callable[[str], str | None] = shutil.which,
+                flags_for: Callable[[str, str], list[str] | None] | None = None) -> list[str]:
+    """The flags that link with the fastest linker installed that `cxx` links a C++ library with
+    (`-fuse-ld=NAME`, and where needed the folder of the default linker's libstdc++), or none (the
+    default linker). CUDA_AGENT_LINKER names one (`bfd` or `default`: the compiler's own)."""
+    flags_for = flags_for or _linker_flags
+    wanted = os.environ.get("CUDA_AGENT_LINKER", "").strip()
+    if wanted in ("bfd", "default"):
+        return []
+    for linker in ([wanted] if wanted else LINKERS):
+        if which(f"ld.{linker}") or which(linker):
+            flags = flags_for(cxx, linker)
+            if flags is not None:
+                return flags
+    return []
+
+
+def _linker_flags(cxx: str, linker: str) -> list[str] | None:
+    use = [f"-fuse-ld={linker}"]
+    if _links(cxx, use):
+        return use
+    # A compiler whose own folder holds a dangling libstdc++.so link: ld.bfd reads past it (to the
+    # libstdc++.a beside it, or a libstdc++.so further on), gold stops there. Given what ld.bfd took
+    # (the static library, or the folder of the shared one, searched first), it links the same.
+    trace = _links(cxx, ["-Wl,--trace"], output=True) or ""
+    taken = [line.strip() for line in trace.splitlines() if os.path.basename(line.strip()).startswith("libstdc++.")]
+    if not taken:
+        return None
+    same = ["-static-libstdc++"] if taken[0].endswith(".a") else [f"-L{os.path.dirname(taken[0])}"]
+    return [*use, *same] if _links(cxx, [*use, *same]) else None
+
+
+def _links(cxx: str, flags: list[str], output: bool = False):
+    """Whether `cxx` links a small C++ shared library with `flags` (with `output`: the linker's
+    output, or None when it fails)."""
+    folder = Path(tempfile.mkdtemp(prefix="cuda-agent-linker-"))
+    try:
+        (folder / "probe.cpp").write_text('#include <string>\nstd::string probe(int n) { return std::to_string(n); }\n')
+        proc = subprocess.run([cxx, *flags, "-shared", "-fPIC", "probe.cpp", "-o", "probe.so"], cwd=folder,
+                              capture_output=True, text=True, timeout=120)
+        ok = proc.returncode == 0 and (folder / "probe.so").exists()
+        return (proc.stdout + proc.stderr if ok else None) if output else ok
+    except (OSError, subprocess.SubprocessError):
+        return None if output else False
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 @dataclass(frozen=True)
 class Toolchain:
     backend: str
@@ -95,6 +151,7 @@ class Toolchain:
     cuda_flags: tuple[str, ...]
     ldflags: tuple[str, ...]
     key: str
+    linker: tuple[str, ...] = ()   # the flags of the linker chosen (fast_linker): key libraries, not objects
 
     @property
     def has_cuda(self) -> bool:
@@ -125,12 +182,13 @@ def toolchain(backend: str) -> Toolchain:
     common = ["-O3", "-std=c++20", "-fPIC", f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
               "-DTORCH_API_INCLUDE_EXTENSION_H"]
     include_flags = [flag for p in includes for flag in ("-isystem", p)]
+    linker = fast_linker(cxx)
     versions = [torch.__version__, sys.version, _tool_version(cxx)]
     if nvcc:
         versions.append(_tool_version(nvcc))
     key = _sha(backend, *versions, *include_flags, *common, *cuda_flags, *ldflags)
     return Toolchain(backend, cxx, nvcc, tuple(include_flags), tuple(common), tuple(cuda_flags),
-                     tuple(ldflags), key)
+                     tuple(ldflags), key, tuple(linker))
 
 
 def _tool_version(tool: str) -> str:
@@ -198,6 +256,28 @@ def _run(cmd: list[str], cwd: Path, what: str, timeout: float | None = None) -> 
         raise BuildError(f"{what} failed:\n" + summarize_compiler_output(proc.stdout + proc.stderr), log)
 
 
+def _run_nvcc(cmd: list[str], cwd: Path, what: str, timeout: float | None = None) -> None:
+    """An nvcc compile with its host and device sides at once (nvcc_steps), where its steps have the
+    usual shape; else (or with CUDA_AGENT_NVCC_STEPS=0) nvcc as it is."""
+    if os.environ.get("CUDA_AGENT_NVCC_STEPS", "1") != "0":
+        keep = Path(tempfile.mkdtemp(prefix="cuda-agent-nvcc-"))
+        try:
+            steps = nvcc_steps.plan(cmd, cwd, keep, timeout)
+            if steps is not None:
+                nvcc_steps.run(steps, cwd, timeout)
+                return
+        except nvcc_steps.IdMismatch:
+            pass   # nvcc itself, below
+        except nvcc_steps.StepFailed as exc:
+            log = f"$ {' '.join(cmd)}\n{exc.output}"
+            raise BuildError(f"{what} failed:\n" + summarize_compiler_output(exc.output), log) from None
+        except subprocess.TimeoutExpired:
+            raise BuildError(f"{what} took longer than {timeout:g} s and was stopped") from None
+        finally:
+            shutil.rmtree(keep, ignore_errors=True)
+    _run(cmd, cwd, what, timeout)
+
+
 def _pch(tc: Toolchain, cache_dir: Path) -> Path:
     """A precompiled `torch/extension.h` (the header that dominates C++ build time)."""
     folder = cache_dir / "pch" / tc.key
@@ -237,6 +317,7 @@ class BuildReport:
     compiled: list[str]         # units compiled this time (others came from the cache)
     cached: list[str]
     objects: tuple[Path, ...] = ()   # the objects compiled from the solution's own sources
+    seconds: dict[str, float] = field(default_factory=dict)   # wall time of "compile", "link", "check"
 
 
 def build_extension(name: str, files: dict[str, str], backend: str, cache_dir: Path, *,
@@ -337,9 +418,15 @@ def build_extension(name: str, files: dict[str, str], backend: str, cache_dir: P
         # a name of its own: two builds of the same unit at once (threads of one process, or processes)
         # each write their own file, and whichever lands last replaces an identical object
         tmp = obj.with_suffix(f".tmp{os.getpid()}.{uuid.uuid4().hex}.o")
-        _run([str(tmp) if c == "OUT" else c for c in cmd], src_dir, f"compiling {unit}", timeout)
+        command = [str(tmp) if c == "OUT" else c for c in cmd]
+        if unit.endswith(".cu"):
+            _run_nvcc(command, src_dir, f"compiling {unit}", timeout)
+        else:
+            _run(command, src_dir, f"compiling {unit}", timeout)
         os.replace(tmp, obj)
 
+    seconds = {}
+    started = time.perf_counter()
     workers = max_jobs or min(len(jobs), os.cpu_count() or 1)
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
         errors = []
@@ -350,29 +437,36 @@ def build_extension(name: str, files: dict[str, str], backend: str, cache_dir: P
                 errors.append(exc)
     if errors:
         raise BuildError("\n\n".join(e.summary for e in errors), "\n".join(e.log for e in errors))
+    seconds["compile"] = time.perf_counter() - started
 
     objs = [str(obj) for _, _, obj in jobs]
-    link_flags = [*tc.ldflags, *extra_ldflags]
+    link_flags = [*tc.ldflags, *extra_ldflags, *tc.linker]
     lib_dir = cache_dir / "lib" / _sha(tc.key, name, *(Path(o).name for o in objs), *link_flags)   # by content
     so = lib_dir / f"{name}.so"
     objects = tuple(Path(o) for o in objs)
     if so.exists():
+        started = time.perf_counter()
         _checked(check, so, objects, lib_dir)
+        seconds["check"] = time.perf_counter() - started
     else:
         # linked and checked away from lib/: a library the check refuses is never published
         tmp_dir = Path(tempfile.mkdtemp(dir=_mkdir(cache_dir / "staging"), prefix="tmp-"))
+        started = time.perf_counter()
         try:
             _run([tc.cxx, "-shared", *objs, "-o", str(tmp_dir / f"{name}.so"), *link_flags], src_dir, "linking",
                  timeout)
         except BaseException:
             shutil.rmtree(tmp_dir, ignore_errors=True)
             raise
+        seconds["link"] = time.perf_counter() - started
+        started = time.perf_counter()
         _checked(check, tmp_dir / f"{name}.so", objects, tmp_dir)
+        seconds["check"] = time.perf_counter() - started
         try:
             tmp_dir.rename(_mkdir(lib_dir.parent) / lib_dir.name)
         except OSError:   # another process published the same library meanwhile
             shutil.rmtree(tmp_dir, ignore_errors=True)
-    return BuildReport(so, compiled, cached, objects)
+    return BuildReport(so, compiled, cached, objects, seconds)
 
 
 def _checked(check, library: Path, objects: tuple[Path, ...], folder: Path) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import struct
 import subprocess
 from dataclasses import dataclass
 from functools import lru_cache
@@ -142,14 +143,69 @@ def check_symbol(symbol: str) -> str | None:
     return None
 
 
+# The encodings of `syscall`, `sysenter` and `int $0x80`: code without these bytes has none of them.
+_SYSCALL_BYTES = (b"\x0f\x05", b"\x0f\x34", b"\xcd\x80")
+_MAX_WINDOWS = 16   # past this many functions to disassemble, one pass over the whole file is cheaper
+
+
+def _syscall_windows(path: Path) -> list[tuple[int, int]] | None:
+    """Where a 64-bit little-endian ELF library's code could hold a system call instruction: the
+    address ranges of the functions whose bytes hold one of their encodings, or of the section where
+    no function does (empty: nowhere, for an object file too). None where that cannot be told from the
+    bytes and symbols (another kind of file, an object file with an encoding, too many ranges): then
+    the whole file is disassembled."""
+    data = Path(path).read_bytes()
+    if data[:6] != b"\x7fELF\x02\x01":
+        return None
+    shoff, = struct.unpack_from("<Q", data, 0x28)
+    entsize, count = struct.unpack_from("<HH", data, 0x3A)
+    if entsize < 0x40 or shoff + entsize * count > len(data):
+        return None
+    hits, functions = [], []
+    for i in range(count):
+        kind, flags, addr, offset, size, _link, _info, _align, item = struct.unpack_from(
+            "<IQQQQIIQQ", data, shoff + i * entsize + 4)
+        if offset + size > len(data) and kind != 8:
+            return None
+        if flags & 0x4 and kind != 8:   # SHF_EXECINSTR, with contents (not SHT_NOBITS)
+            code = data[offset:offset + size]
+            for pattern in _SYSCALL_BYTES:
+                at = code.find(pattern)
+                while at >= 0:
+                    hits.append((addr + at, (addr, addr + size)))
+                    at = code.find(pattern, at + 1)
+        if kind == 2 and item == 24:    # SHT_SYMTAB: its functions' addresses and sizes
+            for _name, info, _other, _index, value, length in struct.iter_unpack("<IBBHQQ", data[offset:offset + size]):
+                if info & 0xF == 2 and length:
+                    functions.append((value, value + length))
+    if not hits:
+        return []
+    if struct.unpack_from("<H", data, 0x10)[0] not in (2, 3):   # not linked: no addresses to disassemble at
+        return None
+    windows = set()
+    for hit, section in hits:
+        # the functions holding it, else its whole section (a PLT has no function symbols): both start
+        # where an instruction does
+        windows.update([f for f in functions if f[0] <= hit and hit + 2 <= f[1]] or [section])
+    return sorted(windows) if len(windows) <= _MAX_WINDOWS else None
+
+
 def has_syscall_instruction(library: Path) -> bool:
-    """Whether the library's own code issues system calls directly (no libc symbol to see)."""
+    """Whether the library's own code issues system calls directly (no libc symbol to see). In a
+    library, only the functions (or sections) whose bytes hold one of the instructions' encodings are
+    disassembled (`_syscall_windows`); any other file is disassembled whole."""
+    windows = _syscall_windows(Path(library))
     objdump = shutil.which("objdump")
     if objdump is None:
         raise ToolMissing("`objdump` (binutils) is needed to check built libraries: apt-get install binutils")
-    out = subprocess.run([objdump, "-d", "--no-show-raw-insn", str(library)], capture_output=True, text=True,
-                         timeout=300)
-    return bool(re.search(r"\t(syscall|sysenter|int\s+\$0x80)\b", out.stdout))
+    ranges = [[]] if windows is None else [[f"--start-address={start:#x}", f"--stop-address={stop:#x}"]
+                                           for start, stop in windows]
+    for window in ranges:
+        out = subprocess.run([objdump, "-d", "--no-show-raw-insn", *window, str(library)], capture_output=True,
+                             text=True, timeout=300)
+        if re.search(r"\t(syscall|sysenter|int\s+\$0x80)\b", out.stdout):
+            return True
+    return False
 
 
 # Findings per file, keyed by the file itself (device, inode, size, mtime) rather than its path: a

@@ -1,0 +1,130 @@
+"""One nvcc compile (`nvcc ... -c unit.cu -o unit.o`) run as nvcc's own steps, host and device side by side.
+
+nvcc runs its steps one after the other: the host side (preprocess, then `cudafe++`, which splits
+host from device code), the device side (preprocess, `cicc` to PTX, `ptxas`, `fatbinary`), and last
+the host compile of cudafe++'s output, which includes the device side's fatbinary. Each front end
+parses the whole unit (`cuda_runtime.h` and the C++ library headers it brings), so a small kernel's
+compile is nearly all parsing, and the two sides could overlap. The one link between them before
+the last step is the module id (a name for the unit, from its source), which cudafe++ writes and
+cicc reads; cicc can compute the same id itself, so here it does, and the two ids are compared.
+
+`plan` reads the steps from `nvcc --dryrun` (the same flags, so the same tools, options and
+environment) and accepts only the usual shape of one whole-program compile for one architecture;
+anything else (several architectures, a step it does not know) gets no plan, and the caller runs
+nvcc as usual. `run` runs a plan: the two sides in two threads, then the host compile.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+_ASSIGNMENT = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=(.*)")
+_MODULE_ID = re.compile(r'--module_id_file_name ("[^"]*"|\S+)')
+
+
+class StepFailed(Exception):
+    """A step exited with an error; `output` is what the tools printed (nvcc prints the same)."""
+
+    def __init__(self, output: str):
+        super().__init__(output)
+        self.output = output
+
+
+class IdMismatch(Exception):
+    """cicc computed another module id than cudafe++: the plan's object would not be nvcc's."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    env: dict[str, str]
+    host: tuple[str, ...]     # preprocess, cudafe++ (shell lines, as nvcc --dryrun prints them)
+    device: tuple[str, ...]   # preprocess, cicc (computing the module id itself), ptxas, fatbinary
+    final: tuple[str, ...]    # the host compile, into the object
+    host_id: Path             # the module id cudafe++ writes
+    device_id: Path           # the one cicc writes
+
+
+def _tool(line: str) -> str:
+    try:
+        first = shlex.split(line)[0]
+    except (ValueError, IndexError):
+        return ""
+    return os.path.basename(first)
+
+
+def _value(text: str) -> str:
+    text = text.strip()
+    try:
+        words = shlex.split(text)
+    except ValueError:
+        return text
+    return words[0] if len(words) == 1 else text
+
+
+def plan(nvcc_cmd: list[str], cwd: Path, keep_dir: Path, timeout: float | None = None) -> Plan | None:
+    """The steps of `nvcc_cmd` (a compile with `-c`), with their files in `keep_dir`; None where the
+    command is not one plain whole-program compile for one architecture."""
+    if "-c" not in nvcc_cmd or any(flag in nvcc_cmd for flag in ("--dryrun", "-E", "-M", "-MM", "--keep")):
+        return None
+    command = [nvcc_cmd[0], "--dryrun", "--keep", "--keep-dir", str(keep_dir), *nvcc_cmd[1:]]
+    try:
+        proc = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if proc.returncode != 0:
+        return None
+    env, lines = dict(os.environ), []
+    for raw in (proc.stdout + proc.stderr).splitlines():
+        if not raw.startswith("#$ "):
+            continue
+        line = raw[3:].strip()
+        assignment = _ASSIGNMENT.fullmatch(line)
+        if assignment:
+            env[assignment[1]] = _value(assignment[2])
+        elif line:
+            lines.append(line)
+    tools = [_tool(line) for line in lines]
+    compiler = tools[0] if tools else ""
+    if (len(lines) != 7 or tools[1:6] != ["cudafe++", compiler, "cicc", "ptxas", "fatbinary"]
+            or tools[6] != compiler or " -E " not in lines[0] or " -E " not in lines[2]
+            or " -c " not in lines[6]):
+        return None
+    host_id = _MODULE_ID.search(lines[1])
+    device_id = _MODULE_ID.search(lines[3])
+    if not host_id or not device_id or "--gen_module_id_file" not in lines[1] or "--gen_module_id_file" in lines[3]:
+        return None
+    own_id = Path(shlex.split(device_id[1])[0] + ".device")
+    cicc = _MODULE_ID.sub(lambda _: f"--gen_module_id_file --module_id_file_name {shlex.quote(str(own_id))}",
+                          lines[3], count=1)
+    return Plan(env, (lines[0], lines[1]), (lines[2], cicc, lines[4], lines[5]), (lines[6],),
+                Path(shlex.split(host_id[1])[0]), own_id)
+
+
+def _chain(lines: tuple[str, ...], cwd: Path, env: dict[str, str], timeout: float | None) -> None:
+    for line in lines:
+        proc = subprocess.run(["/bin/sh", "-c", line], cwd=cwd, env=env, capture_output=True, text=True,
+                              timeout=timeout)
+        if proc.returncode != 0:
+            raise StepFailed(proc.stdout + proc.stderr)
+
+
+def run(steps: Plan, cwd: Path, timeout: float | None = None) -> None:
+    """Run the plan: host and device sides at once, then the final compile. Raises StepFailed with the
+    first failing side's output (the host side's first, as nvcc would have stopped there), IdMismatch
+    when the two module ids differ, and subprocess.TimeoutExpired past `timeout` a step."""
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        host = pool.submit(_chain, steps.host, cwd, steps.env, timeout)
+        device = pool.submit(_chain, steps.device, cwd, steps.env, timeout)
+        errors = [side.exception() for side in (host, device)]
+    failed = next((error for error in errors if error is not None), None)
+    if failed is not None:
+        raise failed
+    if steps.host_id.read_bytes() != steps.device_id.read_bytes():
+        raise IdMismatch(f"{steps.host_id.read_text()!r} != {steps.device_id.read_text()!r}")
+    _chain(steps.final, cwd, steps.env, timeout)
