@@ -28,14 +28,18 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="workspace_cli", description=__doc__.splitlines()[0])
     parser.add_argument("command", choices=COMMANDS)
     parser.add_argument("--workspace", type=Path, default=None, help="workspace folder (default: find from cwd)")
+    parser.add_argument("--unscored", action="store_true",
+                        help="profile: time the candidate even when its outputs are wrong (no reward)")
     args = parser.parse_args(argv)
+    if args.unscored and args.command != "profile":
+        parser.error("--unscored is profile's only")
     try:
         ws = Workspace.open(find_root((args.workspace or Path.cwd()).resolve()))
     except WorkspaceError as exc:
         print(f"{args.command}: {exc}", file=sys.stderr)
         return 2
     ws.records = RunRecords(ws.root / RECORDS_FILE)   # each script is a process: its records are on disk
-    outcome = ws.run(args.command)
+    outcome = ws.run(args.command, unscored=args.unscored)
     ws.record(outcome)
     print(outcome.text)
     return 0 if outcome.ok else 1

@@ -71,6 +71,9 @@ class EvalResult:
     baseline_source: str | None = None     # torch.compile time: "paired" | "stored" | "re-timed"
     skipped_sets: list[str] = field(default_factory=list)   # structured input sets the reference rejects
     timer: dict[str, str] = field(default_factory=dict)    # CUDA: "held" | "unheld" per side (env/measure/hold.py)
+    # EvalConfig.unscored: the times of a candidate that failed verification (kernel_ms, eager_ms,
+    # compile_ms, speedup_vs_eager, speedup_vs_compile); never scored, the reward stays -1
+    unscored: dict[str, float | None] | None = None
 
     @property
     def task_error(self) -> bool:

@@ -44,6 +44,7 @@ from cuda_agent.env.run.schedule import JUDGE_BATCH, NULL_CALLS, Call, shortened
 from cuda_agent.env.run.scoring import note_noise, paired_speedup, round_times, score
 from cuda_agent.env.run.serving import BuildServing, LinkRefused
 from cuda_agent.env.run.stored import StoredBaselines
+from cuda_agent.env.run.unscored import UnscoredTiming
 from cuda_agent.env.run.worker_run import WorkerRun, Failed, pair_staging, start_pair, job_root
 from cuda_agent.env.workers import messages as msg
 from cuda_agent.tasks.solution import Solution, missing_model_new
@@ -97,7 +98,7 @@ def evaluate(task: Task, solution: Solution, config: EvalConfig | None = None, *
     return result
 
 
-class _Evaluation(BuildServing, CallRounds, StoredBaselines, WorkerRun):
+class _Evaluation(BuildServing, CallRounds, StoredBaselines, UnscoredTiming, WorkerRun):
     """One evaluation's phases in order (`run`); its parts are the classes it is made of."""
 
     def __init__(self, task, solution, config, backend, job_dir, gpu, result, stop_after, say):
@@ -162,7 +163,7 @@ class _Evaluation(BuildServing, CallRounds, StoredBaselines, WorkerRun):
         self.link_refusal = None
         self.candidate.send(msg.CandidateJob(task_inputs_code=inputs_code, solution_dir=str(solution_dir),
                                              backend=self.backend, config=self.cfg, box=str(self.box),
-                                             prebuilt=prebuilt, guard_lib=guard_path,
+                                             prebuilt=prebuilt, guard_lib=guard_path, crash_lib=self._crash_path(),
                                              hold_lib=(hold := self._hold_path()) and str(hand(Path(hold), self.box))))
         if need_judge:
             self._start_judge()
@@ -179,9 +180,21 @@ class _Evaluation(BuildServing, CallRounds, StoredBaselines, WorkerRun):
         self._finish_judge_setup()
         self._verify()
         if self.stop_after == "verify":
+            self._unscored_end()
             return
         self._profile()
         self._baselines()
+        self._unscored_end()
+
+    crash_lib = None   # a future of the crash report's library (serving.py)
+
+    def _crash_path(self) -> str | None:
+        """The crash report's library, handed to the candidate; None when it did not build (our helper:
+        the evaluation goes on, its crashes reported without native frames)."""
+        try:
+            return str(hand(self.crash_lib.result(), self.box)) if self.crash_lib is not None else None
+        except Exception:
+            return None
 
     def _task_first(self, need_judge: bool) -> None:
         """Before a build's failure is reported: a broken task is reported instead (the judge's answer)."""
@@ -267,12 +280,12 @@ class _Evaluation(BuildServing, CallRounds, StoredBaselines, WorkerRun):
             pipe.run(call, self.config.timeout_verify)
         pipe.drain()
         self._inputs_kept("verify")
-        if self.strict:
+        if self.strict and self.unscored_failure is None:
             self.judge.channel.send(msg.Dependence())
             message = self._ask(self.judge, self.config.timeout_verify, "verify").get("message")
             if message:
                 raise Failed("verify", message, rule=rules.INPUT_INDEPENDENT)
-        self.result.correct = True
+        self.result.correct = self.unscored_failure is None
         self._lap("verify")
 
     def _note_accuracy(self, call: Call, verdict: dict) -> None:
@@ -323,7 +336,7 @@ class _Evaluation(BuildServing, CallRounds, StoredBaselines, WorkerRun):
             if not final["ok"]:
                 raise Failed("profile", final["message"], final.get("rule"))
             self._inputs_kept("profile")
-            if self.strict:
+            if self.strict and self.unscored_failure is None:
                 self.judge.channel.send(msg.Dependence(later=True))
                 message = self._ask(self.judge, self.config.timeout_verify, "profile").get("message")
                 if message:

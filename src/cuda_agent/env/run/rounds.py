@@ -29,6 +29,7 @@ class CallRounds:
         (`_outside_*`); the device's lock and the trace around them are the same."""
         self.index += 1
         call.index = self.index
+        self.current_call = call
         if self.outside:
             prepare, ready, measure, settle = (self._outside_prepare, self._outside_ready,
                                                self._outside_call, self._outside_settle)
@@ -214,7 +215,7 @@ class CallRounds:
         if verdict.get("skipped"):
             self.result.skipped_sets.append(f"{call.transform}: {verdict['skipped']}")
             return None
-        if not verdict["ok"]:
+        if not verdict["ok"] and not self._unscored_miss(call, phase, verdict):
             self._reject(call, phase, verdict)
         if call.kind == "timed":
             # each side's device time and its host's time to queue the forward (None: timed unheld);
@@ -228,9 +229,33 @@ class CallRounds:
                 self.result.timer = {"kernel": out.get("timer"), **verdict.get("timers", {})}
         return verdict
 
+    current_call: Call | None = None   # the call the candidate was last asked to make
+
+    def _crash_message(self, worker, died: str, phase: str) -> str:
+        """The candidate's death: on which input set, and its own frames (crash.py); the whole dump
+        stays in the log."""
+        from cuda_agent.env.run.crash import crash_digest
+
+        if worker.role != "candidate":
+            return super()._crash_message(worker, died, phase)
+        call = self.current_call
+        where = (f" {self._where(call)}" + ("" if call.kind == "verify" else f", a {call.kind} call")
+                 if call is not None else " before its first input set")
+        from cuda_agent.env.builds.handed import handed_dir
+
+        own = (str(self.box / "solution"), str(self.box / "torch_extensions"), str(handed_dir(self.box)))
+        digest = crash_digest(worker.log_tail(64_000), own)
+        return (f"the solution's process crashed ({died}){where}, in the {phase} phase" +
+                (f"\n{digest}" if digest else "; no frame of the solution's own code was found in its log"))
+
+    @staticmethod
+    def _where(call: Call) -> str:
+        """Which input set a call computed: its number, and its structured set's name or its seed."""
+        return f"on input set {call.index}" + (f" (structured: {call.transform})" if call.transform else
+                                               f" (seed {call.seed})" if call.kind == "verify" else "")
+
     def _reject(self, call: Call, phase: str, verdict: dict) -> None:
-        where = f"on input set {call.index}" + (f" (structured: {call.transform})" if call.transform else
-                                                f" (seed {call.seed})" if call.kind == "verify" else "")
+        where = self._where(call)
         if verdict.get("rule"):
             raise Failed(phase, f"{where}: {verdict['message']}", verdict["rule"])
         if call.transform and verdict.get("nonfinite"):
