@@ -179,6 +179,7 @@ class _Evaluation(BuildServing, CallRounds, StoredBaselines, UnscoredTiming, Wor
             return
         self._finish_judge_setup()
         self._verify()
+        self._other_scale()
         if self.stop_after == "verify":
             self._unscored_end()
             return
@@ -287,6 +288,18 @@ class _Evaluation(BuildServing, CallRounds, StoredBaselines, UnscoredTiming, Wor
                 raise Failed("verify", message, rule=rules.INPUT_INDEPENDENT)
         self.result.correct = self.unscored_failure is None
         self._lap("verify")
+
+    def _other_scale(self) -> None:
+        """The strict protocol's second size of the task (other_scale.py), once this size passed."""
+        if not (self.strict and self.config.other_scale) or self.unscored_failure is not None:
+            return
+        from cuda_agent.env.run.other_scale import verify_other_scale
+
+        self.say("verifying at a second size of the task")
+        failure = verify_other_scale(self.task, self.solution, self.config, self.gpu)
+        self._lap("other_scale")
+        if failure is not None:
+            raise failure
 
     def _note_accuracy(self, call: Call, verdict: dict) -> None:
         self.result.max_abs_error.append(verdict["max_abs_error"])

@@ -46,7 +46,9 @@ class CallRounds:
             return None
         with self.lock.held(shared=save, label=f"harness.{phase}.{call.kind}") as hold:
             asked = self._traced(f"{phase}.lock_call", asked)
+            threads = _thread_count(self.candidate.main_pid)
             out, wall_ms, read = measure(call, phase, timeout, hold, prepared)
+        out["threads_added"] = _threads_added(threads, _thread_count(self.candidate.main_pid))
         asked = self._traced(f"{phase}.call", asked)
         self._check_processes(phase)
         asked = self._traced(f"{phase}.check_processes", asked)
@@ -215,6 +217,8 @@ class CallRounds:
         if verdict.get("skipped"):
             self.result.skipped_sets.append(f"{call.transform}: {verdict['skipped']}")
             return None
+        if not verdict["ok"]:
+            self._late_work(call, phase, out, verdict)
         if not verdict["ok"] and not self._unscored_miss(call, phase, verdict):
             self._reject(call, phase, verdict)
         if call.kind == "timed":
@@ -254,6 +258,19 @@ class CallRounds:
         return f"on input set {call.index}" + (f" (structured: {call.transform})" if call.transform else
                                                f" (seed {call.seed})" if call.kind == "verify" else "")
 
+    def _late_work(self, call: Call, phase: str, out: dict, verdict: dict) -> None:
+        """A wrong output that threads of the solution were still working on when forward returned:
+        their count in its process (read here, from outside it) grew across the call. Named as work
+        left running, not as the numbers it had not written yet."""
+        added = out.get("threads_added") or 0
+        if added <= 0 or verdict.get("rule"):
+            return
+        raise Failed(phase, f"the output was not finished when forward returned {self._where(call)}: work still "
+                            f"running after forward returned (a detached thread? its process had {added} more "
+                            "thread(s) after the call than before it); all work must finish inside forward. "
+                            f"The output as read when forward returned: {verdict['message']}",
+                     rule=rules.BACKGROUND_THREAD)
+
     def _reject(self, call: Call, phase: str, verdict: dict) -> None:
         where = self._where(call)
         if verdict.get("rule"):
@@ -267,3 +284,17 @@ class CallRounds:
         raise Failed(phase, f"an output produced while timing is wrong for its inputs, although verification "
                              f"passed (results cached, work skipped or approximated?): {verdict['message']}",
                       rule=rules.RECHECK_AFTER_TIMING)
+
+
+def _thread_count(pid: int | None) -> int | None:
+    """Threads of a process, read from /proc by the harness (None when it cannot be read)."""
+    import os
+
+    try:
+        return len(os.listdir(f"/proc/{pid}/task")) if pid else None
+    except OSError:
+        return None
+
+
+def _threads_added(before: int | None, after: int | None) -> int:
+    return after - before if before is not None and after is not None else 0
