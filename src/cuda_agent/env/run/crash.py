@@ -22,7 +22,7 @@ NATIVE_END = "cuda-agent end of native frames"
 PYTHON_START = "Fatal Python error:"
 MAX_FRAMES = 8
 HARNESS_LIBRARIES = "cuda_agent_"   # the harness's own handed libraries (guard, hold, this report)
-BINDING_FRAMES = ("pybind11::",)    # the extension's Python binding, between the solution's code and Python
+BINDING = "pybind11"   # frames of the extension's Python binding, between the solution's code and Python
 # backtrace_symbols_fd's line: "object(symbol+0xoffset) [0xaddress]" (symbol or offset may be missing)
 _NATIVE = re.compile(r"^(?P<object>[^()\[\]]+)\((?P<symbol>[^+()]*)(?:\+(?P<offset>0x[0-9a-fA-F]+))?\)\s*\[(?P<address>0x[0-9a-fA-F]+)\]")
 _PYTHON = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<function>\S+)')
@@ -44,8 +44,8 @@ def crash_digest(log: str, own: tuple[str, ...]) -> str:
               and not Path(frame["object"]).name.startswith(HARNESS_LIBRARIES)]
     if native:
         lines.append("native frames of the solution (most recent call first):")
-        described = [_describe_native(frame) for frame in native[:MAX_FRAMES]]
-        lines += [f"  {text}" for text in described if not text.startswith(BINDING_FRAMES)]
+        described = [_describe_native(frame) for frame in native[:MAX_FRAMES] if BINDING not in frame["symbol"]]
+        lines += [f"  {text}" for text in described if BINDING not in text]
     python = [m for m in map(_PYTHON.match, _python_block(log).splitlines()) if m and _under(m["file"], own)]
     if python:
         lines.append("Python frames of the solution (most recent call first):")
