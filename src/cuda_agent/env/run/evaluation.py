@@ -296,7 +296,7 @@ class _Evaluation(BuildServing, CallRounds, StoredBaselines, UnscoredTiming, Wor
         from cuda_agent.env.run.other_scale import verify_other_scale
 
         self.say("verifying at a second size of the task")
-        failure = verify_other_scale(self.task, self.solution, self.config, self.gpu)
+        failure = verify_other_scale(self.task, self.solution, self.config, self.gpu, evaluate)
         self._lap("other_scale")
         if failure is not None:
             raise failure

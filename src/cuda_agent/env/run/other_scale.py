@@ -12,6 +12,7 @@ second task's own failure (its reference) says nothing about the solution and pa
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Callable
 
 from cuda_agent.env.config import EvalConfig
 from cuda_agent.env.rules import registry as rules
@@ -35,10 +36,10 @@ def second_size(task: Task) -> Scaled | None:
     return scaled if scaled.sizes else None
 
 
-def verify_other_scale(task: Task, solution: Solution, config: EvalConfig, gpu: int | None) -> Failed | None:
-    """The failure of `solution` at the task's second size, or None (passed, or no second size)."""
-    from cuda_agent.env.run.evaluation import evaluate
-
+def verify_other_scale(task: Task, solution: Solution, config: EvalConfig, gpu: int | None,
+                       evaluate: Callable) -> Failed | None:
+    """The failure of `solution` at the task's second size, or None (passed, or no second size);
+    `evaluate` is evaluation.evaluate (passed in: that module imports this one)."""
     scaled = second_size(task)
     if scaled is None:
         return None
