@@ -56,6 +56,7 @@ def test_a_crash_names_its_input_set_and_the_solutions_frames_once(cache_dir):
     assert "cuda_agent_crash" not in error.message
     text = format_result("verify", result)
     assert text.count("bias_relu_launcher") == 1 and "Fatal Python error" not in text
+    assert "libpython" not in text and "native frames (most recent" not in text.split("rule: crash")[1]
     assert "Fatal Python error" in result.log   # the whole dump stays in the log
 
 
@@ -129,6 +130,8 @@ def test_the_crash_digest_reads_the_solutions_frames_from_a_dump():
     assert "libc" not in digest and "cuda_agent_crash" not in digest and "guard.py" not in digest
     assert digest.endswith("model_new.py line 14, in forward")
     assert without_crash_dump(log) == "printed by the solution"
+    tail = log[log.index("/lib/x86_64"):]   # a log's tail that begins inside the native frames
+    assert without_crash_dump(tail) == ""
     assert crash_digest("no dump here", ("/job",)) == "" and without_crash_dump("plain") == "plain"
 
 

@@ -55,7 +55,10 @@ def crash_digest(log: str, own: tuple[str, ...]) -> str:
 
 def without_crash_dump(log: str) -> str:
     """`log` without the crash dump (native frames, faulthandler's report): the solution's own output."""
-    cut = [at for at in (log.find(NATIVE_START), log.find(PYTHON_START)) if at >= 0]
+    start = log.find(NATIVE_START)
+    if start < 0 and NATIVE_END in log:   # a tail of the log that begins inside the native frames
+        start = 0
+    cut = [at for at in (start, log.find(PYTHON_START)) if at >= 0]
     return log[:min(cut)].rstrip() if cut else log
 
 

@@ -43,7 +43,7 @@ def verify_other_scale(task: Task, solution: Solution, config: EvalConfig, gpu: 
     scaled = second_size(task)
     if scaled is None:
         return None
-    second = replace(config, other_scale=False, unscored=False, prewarm=0, baselines=False)
+    second = replace(config, other_scale=False, unscored=False, baselines=False)   # a pre-started pair where kept
     result = evaluate(scaled.task, solution, second, gpu=gpu, stop_after="verify")
     error = result.error
     if error is None or error.phase in ("task", "internal"):
