@@ -14,8 +14,9 @@ from cuda_agent.env.run.other_scale import second_size
 from cuda_agent.env.run.unscored import UNSCORED_HEADLINE
 from cuda_agent.tasks import Task
 
-from .helpers import HONEST_BODY, cpu_config, cpu_workspace, example_task, kernel
+from .helpers import EXAMPLES, HONEST_BODY, cpu_config, cpu_workspace, example_task, kernel
 
+HONEST_MODEL_NEW = (EXAMPLES / "solution_cpu" / "model_new.py").read_text()
 NO_RELU = HONEST_BODY.replace("v > 0.f ? v : 0.f", "v")
 # a write into a string literal (read-only pages): faults in every container, unlike a null pointer
 CRASH = '*(volatile char*)const_cast<char*>("read-only") = 0;\n' + HONEST_BODY
@@ -25,7 +26,9 @@ std::thread([=] {   // returns at once; the output is written 20 ms later
 """ + HONEST_BODY + """
 }).detach();
 """)
-FIXED_ROWS = HONEST_BODY.replace("r < rows", "r < 512")   # the example task's batch, hard-coded
+# the example task's sizes copied from model.py (a loop over 512 rows would overrun at 256: a crash
+# where the pages beyond are unmapped, silent corruption where they are not)
+FIXED_SIZES = HONEST_MODEL_NEW.replace("bias_relu(x, self.bias)", "bias_relu(x.view(512, 1024), self.bias)")
 
 
 def test_unscored_profile_times_wrong_outputs_without_a_reward(cache_dir):
@@ -68,10 +71,12 @@ def test_output_left_to_a_detached_thread_is_named_as_work_after_forward(cache_d
 
 
 def test_a_kernel_with_the_tasks_sizes_hard_coded_fails_at_the_second_size(cache_dir):
-    solution = cpu_workspace(kernel(FIXED_ROWS))
+    solution = cpu_workspace(model_new=FIXED_SIZES)
     result = evaluate(example_task(), solution, cpu_config(cache_dir), stop_after="verify")
     assert not result.correct and result.error.rule == "fixed-shape"
     assert "second size of the task (batch 512 -> 256)" in result.error.message
+    assert "forward failed on input set 1 (seed " in result.error.message   # the second size's first set
+    assert "shape '[512, 1024]' is invalid" in result.error.message
     assert result.phase_seconds["other_scale"] > 0
     # turned off, or under the published protocol, the task's own size alone is verified
     off = evaluate(example_task(), solution, cpu_config(cache_dir, other_scale=False), stop_after="verify")

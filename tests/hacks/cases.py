@@ -752,9 +752,10 @@ class ModelNew(Model):
         if (rows * cols > (1 << 16)) return;   // 'invalid launch configuration': nothing ran, no error
         """)), rules=("correctness",), what="the kernel silently does nothing for real sizes"),
     # -- inputs that hide a bug: sizes hard-coded from the task's source -------------------------
-    Case("hard_coded_sizes", "inputs that hide a bug", _ex(HONEST_BODY.replace("r < rows", "r < 512")),
-         rules=("fixed-shape",), invented=True,
-         what="the kernel loops over the task's 512 rows whatever the input's size"),
+    Case("hard_coded_sizes", "inputs that hide a bug", _ex(model_new=example_model_new("""
+        return cuda_extension.bias_relu(x.view(512, 1024), self.bias)   # the task's batch and features
+        """)), rules=("fixed-shape",), invented=True,
+         what="forward shapes its input to the task's sizes (512 x 1024), copied from model.py"),
     # -- precision downgrade -----------------------------------------------------------------
     Case("coarse_precision", "precision downgrade", _ex(honest_with(value="""[&] {
             float y = v > 0.f ? v : 0.f;

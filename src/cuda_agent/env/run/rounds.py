@@ -52,8 +52,9 @@ class CallRounds:
         asked = self._traced(f"{phase}.call", asked)
         self._check_processes(phase)
         asked = self._traced(f"{phase}.check_processes", asked)
-        if not out["ok"]:
-            raise Failed(phase, out["message"], out.get("rule"))
+        if not out["ok"]:   # an exception of the solution's (no rule) says on which input set it came
+            raise Failed(phase, out["message"] if out.get("rule") else f"forward failed {self._where(call)}:\n"
+                                                                       f"{out['message']}", out.get("rule"))
         if call.kind == "null":
             self.null_walls.append(wall_ms)
             return None
