@@ -192,9 +192,11 @@ class _Evaluation(BuildServing, CallRounds, StoredBaselines, UnscoredTiming, Wor
     def _crash_path(self) -> str | None:
         """The crash report's library, handed to the candidate; None when it did not build (our helper:
         the evaluation goes on, its crashes reported without native frames)."""
+        from cuda_agent.env.builds.compiler import BuildError
+
         try:
             return str(hand(self.crash_lib.result(), self.box)) if self.crash_lib is not None else None
-        except Exception:
+        except (BuildError, OSError):
             return None
 
     def _task_first(self, need_judge: bool) -> None:
