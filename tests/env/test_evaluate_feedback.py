@@ -168,3 +168,19 @@ def test_profile_unscored_through_the_workspace_script_is_never_a_scored_record(
     assert [r["result"].reward for r in records] == [-1, -1]
     assert records[0]["result"].unscored["kernel_ms"] > 0 and records[1]["result"].unscored is None
     assert all(r["result"].kernel_ms is None for r in records) and (ws.root / RESULTS_FILE).is_file()
+
+
+def test_eval_unscored_prints_the_times_under_their_headline(cache_dir, tmp_path):
+    from typer.testing import CliRunner
+
+    from cuda_agent.cli import app
+
+    for path, text in cpu_workspace(kernel(NO_RELU)).files.items():
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text(text)
+    args = ["eval", str(EXAMPLES / "model.py"), str(tmp_path), "--backend", "cpu", "--trials", "2", "--iters", "3",
+            "--no-compile-baseline", "--cache-dir", str(cache_dir), "--unscored"]
+    shown = CliRunner().invoke(app, args, env={"COLUMNS": "200"})
+    assert shown.exit_code == 0, shown.output
+    assert "verify failed [correctness]" in shown.output and "reward -1" in shown.output
+    assert UNSCORED_HEADLINE in shown.output and "you would be" in shown.output
