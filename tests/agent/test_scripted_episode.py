@@ -12,7 +12,8 @@ result claim, profiling and finishing.
 The recording (`data/scripted_episode.json`) was made before the agent loop was rebuilt on
 `KernelSession`; the loop must still produce it exactly. (Re-recorded once since, when the strict
 protocol added four structured input sets to every verification, and once when it added a fifth,
-`aligned`: only those counts changed.) To re-record after an intended change,
+`aligned`: only those counts changed; and when the `profile` tool took `unscored` and `EvalResult`
+its `unscored` field: the tool's schema and the forged record's JSON changed.) To re-record after an intended change,
 run this test with CUDA_AGENT_RECORD_EPISODE=1 and review the diff.
 """
 

@@ -274,7 +274,8 @@ def test_the_judge_holds_the_device_only_for_draws_timing_and_whole_outputs(cach
     log = tmp_path / "lock.log"
     monkeypatch.setenv("CUDA_AGENT_LOCK_LOG", str(log))
     monkeypatch.setenv("CUDA_AGENT_LOCK_DIR", str(tmp_path))
-    result = evaluate(example_task(), cpu_workspace(), cpu_config(cache_dir))
+    # one evaluation's holds: the second size of the task is an evaluation of its own (other_scale.py)
+    result = evaluate(example_task(), cpu_workspace(), cpu_config(cache_dir, other_scale=False))
     assert result.correct, result.error
     holds = read_log(log)
     count = {}

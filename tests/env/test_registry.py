@@ -25,7 +25,7 @@ NATIVE_GUARD = SOURCES / "env" / "rules" / "native" / "guard.cpp"
 NAMES = frozenset("""
     too-large sandbox native-symbol aten-override torch-op data-movement no-custom-kernel
     output-not-from-kernel behaviour-changed input-mutation output-type background-thread stream-changed
-    extra-process protocol-forgery crash timeout correctness recheck-after-timing input-independent
+    extra-process protocol-forgery crash timeout correctness recheck-after-timing input-independent fixed-shape
     numerically-fragile output-layout forged-samples uncomparable-output clock-disagreement
     static:allowlist static:introspection static:monkeypatch static:attribute-write static:extension-name
     static:reference-model static:broad-except static:threading static:ctypes static:network static:numpy

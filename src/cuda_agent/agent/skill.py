@@ -56,7 +56,9 @@ def correctness_rule(config: EvalConfig) -> str:
             "output: times its RMS on the task's own draws when that is below 1, and times how much larger "
             f"its RMS is on a structured set (tolerances at least {floors} outputs). Same dtype and shape; "
             "outputs follow the inputs as the reference's do; inputs left unmodified, no caching of results "
-            "between calls; the outputs of timed calls are checked too.")
+            "between calls; the outputs of timed calls are checked too." + (
+                " Where the task's input sizes can be halved, it is verified at half size too (rule "
+                "fixed-shape): take every size from the inputs, never from `model.py`." if config.other_scale else ""))
 
 
 def target_rule() -> str:

@@ -178,24 +178,29 @@ class Workspace:
     def verify(self) -> CommandResult:
         return self.run("verify")
 
-    def profile(self) -> CommandResult:
-        return self.run("profile")
+    def profile(self, unscored: bool = False) -> CommandResult:
+        return self.run("profile", unscored=unscored)
 
-    def run(self, command: str) -> CommandResult:
+    def run(self, command: str, unscored: bool = False) -> CommandResult:
+        """`unscored` (profile only): time the candidate even when its outputs are wrong
+        (EvalConfig.unscored; its settings, so its records are its own)."""
         if command not in COMMANDS:
             raise WorkspaceError(f"unknown command {command!r}")
+        if unscored and command != "profile":
+            raise WorkspaceError(f"--unscored is profile's, not {command}'s")
+        config = replace(self.eval_config, unscored=True) if unscored else self.eval_config
         start = time.perf_counter()
         restored = self.restore_protected()
         try:
             solution = self.snapshot()
         except (OSError, ValueError) as exc:
             return CommandResult(command, False, f"{command}: FAILED\n{exc}", seconds=time.perf_counter() - start)
-        key = record_key(self.task, solution, self.backend, self.eval_config) + _evaluator_tag(self.evaluator)
+        key = record_key(self.task, solution, self.backend, config) + _evaluator_tag(self.evaluator)
         found = self.records.find(command, key)
         if found is not None:
             source, result = found[0], _as_command(command, *found)
         else:
-            result = _run_command(command, self.task, solution, self.eval_config, self.evaluator)
+            result = _run_command(command, self.task, solution, config, self.evaluator)
             self.records.keep(command, key, result)
         ok = _command_ok(command, result)
         text = format_result(command, result)
@@ -321,8 +326,13 @@ def format_result(command: str, r: EvalResult, max_chars: int = 4000) -> str:
             lines.append(err.message)
             if err.rule:
                 lines.append(f"rule: {err.rule}")
-        if r.log.strip():
-            lines.append("candidate output (tail):\n" + r.log.strip()[-1500:])
+        from cuda_agent.env.run.crash import without_crash_dump
+        from cuda_agent.env.run.unscored import unscored_lines
+
+        lines.extend(unscored_lines(r))
+        own_output = without_crash_dump(r.log).strip()   # a crash's frames are in its message already
+        if own_output:
+            lines.append("candidate output (tail):\n" + own_output[-1500:])
     elif command == "verify":
         worst = f"; max abs error {max(r.max_abs_error):.3g}" if r.max_abs_error else ""
         lines.append(f"verify: PASSED ({len(r.max_abs_error) or 'all'} input sets{worst})")

@@ -31,16 +31,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workspace", type=Path, default=None, help="workspace folder (default: find from cwd)")
     parser.add_argument("--ncu", action="store_true",
                         help="profile only: add Nsight Compute's digest of your kernels (GPU, where ncu is installed)")
+    parser.add_argument("--unscored", action="store_true",
+                        help="profile: time the candidate even when its outputs are wrong (no reward)")
     args = parser.parse_args(argv)
     if args.ncu and args.command != "profile":
         parser.error("--ncu goes with profile")
+    if args.unscored and args.command != "profile":
+        parser.error("--unscored is profile's only")
     try:
         ws = Workspace.open(find_root((args.workspace or Path.cwd()).resolve()))
     except WorkspaceError as exc:
         print(f"{args.command}: {exc}", file=sys.stderr)
         return 2
     ws.records = RunRecords(ws.root / RECORDS_FILE)   # each script is a process: its records are on disk
-    outcome = ws.run(args.command)
+    outcome = ws.run(args.command, unscored=args.unscored)
     ws.record(outcome)
     print(outcome.text)
     if args.ncu:

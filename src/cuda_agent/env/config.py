@@ -77,6 +77,11 @@ class EvalConfig:
     max_jobs: int | None = None         # parallel compiler processes
     fast_build: bool = True             # our cached builder; False: torch's own load_inline, fresh build dir
     prewarm: int = 0                    # worker pairs kept started for the next evaluations (True = 1; spares.py)
+    # Feedback: `unscored` times a candidate whose outputs are wrong anyway (EvalResult.unscored, never a
+    # reward: run/unscored.py); `other_scale` verifies it at a second size of the task too, where the
+    # task can be rescaled (strict protocol only: run/other_scale.py).
+    unscored: bool = False
+    other_scale: bool = True
 
     def __post_init__(self) -> None:
         """Refuse settings that could only fail later, where they would be blamed on the solution."""

@@ -15,6 +15,11 @@ class NoArguments(Arguments):
     pass
 
 
+class ProfileArguments(Arguments):
+    unscored: bool = Field(False, description="time the solution even when its outputs are wrong, to see whether "
+                                              "a faster but wrong idea is worth fixing (no reward)")
+
+
 class FinishArguments(Arguments):
     summary: str | None = Field(None, description="one paragraph on what you built")
 
@@ -24,6 +29,11 @@ def _command(command: str) -> Callable[[ToolContext, NoArguments], ToolOutput]:
         outcome = ctx.workspace.run(command)
         return ToolOutput(outcome.text, ok=outcome.ok, command=outcome)
     return run
+
+
+def run_profile(ctx: ToolContext, args: ProfileArguments) -> ToolOutput:
+    outcome = ctx.workspace.run("profile", unscored=args.unscored)
+    return ToolOutput(outcome.text, ok=outcome.ok, command=outcome)
 
 
 def run_finish(ctx: ToolContext, args: FinishArguments) -> ToolOutput:
@@ -41,7 +51,8 @@ VERIFY = Tool("verify", "Check model_new.py against model.py on fresh random inp
               NoArguments, _command("verify"))
 PROFILE = Tool("profile", (
     "Verify, then time your ModelNew against eager PyTorch and torch.compile (same as ./profile); "
-    "reports times, speedups and the reward."), NoArguments, _command("profile"))
+    "reports times, speedups and the reward; unscored=true times wrong outputs too (./profile --unscored)."),
+    ProfileArguments, run_profile)
 FINISH = Tool("finish", "End the episode. Call it when your solution is verified and as fast as you can make it.",
               FinishArguments, run_finish)
 SUBMIT = Tool("submit", (

@@ -61,6 +61,8 @@ def register(app: typer.Typer) -> None:
         rtol: float = typer.Option(1e-2, min=0, help="Relative tolerance of the output check."),
         verify: str = verify_option(),
         no_compile_baseline: bool = no_compile_baseline_option(),
+        unscored: bool = typer.Option(False, "--unscored", help="Time the solution even when its outputs are "
+                                                                 "wrong (marked unscored; the reward stays -1)."),
         no_sandbox: bool = no_sandbox_option(),
         cache_dir: Optional[Path] = cache_dir_option(),
         ncu: bool = typer.Option(False, "--ncu", help="Then Nsight Compute's digest of the solution's kernels "
@@ -86,7 +88,7 @@ def register(app: typer.Typer) -> None:
         solution_obj = load_solution_arg(solution)
         config = make_config(backend, cache_dir=cache_dir, no_sandbox=no_sandbox, num_correct_trials=trials,
                              iters=iters, precision=precision_setting(precision), atol=atol, rtol=rtol, protocol=verify,
-                             compile_baseline=not no_compile_baseline)
+                             compile_baseline=not no_compile_baseline, unscored=unscored)
         require_machine(backend, config.sandbox, config.cache_dir)
         refuse_if_too_large(task_obj, config)
         live = not as_json and on_terminal()
@@ -280,6 +282,7 @@ def print_result(result, compile_skipped: bool = False, file=None) -> None:
 
     from cuda_agent.env.explain import PAIRED_NOTE, explain_reward, medians_disagree, timing_rows, tolerance_text
     from cuda_agent.env.reward import PERCENT
+    from cuda_agent.env.run.unscored import unscored_lines
 
     console = Console(file=file or sys.stdout, highlight=False)
     verdict = ("[green]correct[/green]" if result.correct else
@@ -292,6 +295,8 @@ def print_result(result, compile_skipped: bool = False, file=None) -> None:
     if result.error:
         rule = f" \\[{escape(result.error.rule)}]" if result.error.rule else ""
         console.print(f"[red]{result.error.phase} failed{rule}:[/red]\n{escape(result.error.message)}")
+    for line in unscored_lines(result):
+        console.print(f"[yellow]{escape(line)}[/yellow]")
     if result.kernel_ms is not None:
         table = Table("", "median ms", "speedup", "95 % CI", f"beaten by > {PERCENT}?")
         for row in timing_rows(result, compile_skipped):

@@ -219,7 +219,8 @@ OUTPUT_TYPE = _declare(
 BACKGROUND_THREAD = _declare(
     "background-thread", "call", "a thread of the solution worked outside forward",
     "a Python thread left running, or CPU time used between calls by any thread the solution started "
-    "(read from `/proc`, so C++ threads count)",
+    "(read from `/proc`, so C++ threads count); a wrong output returned while the process had more threads "
+    "than before the call (counted by the harness in `/proc/<pid>/task`)",
     "work continuing after `forward` returns, computing ahead")
 STREAM_CHANGED = _declare(
     "stream-changed", "call", "forward left another CUDA stream current",
@@ -251,6 +252,11 @@ CORRECTNESS = _declare(
     "the reference has them; allocator memory NaN-filled before every call (`MALLOC_PERTURB_` on the CPU)",
     "stale memory, partial computation, silent launch failures, approximations (caught on the "
     "structured sets), wrong results")
+FIXED_SHAPE = _declare(
+    "fixed-shape", "output", "(strict) the solution fails at a second size of the task",
+    "(strict, tasks `--scale` can shrink) the solution verified again on the task with its input sizes "
+    "halved (`tasks/scale.py`): a wrong output or a crash there",
+    "sizes hard-coded from the task's source (grids, loop bounds, buffers) instead of read from the inputs")
 RECHECK_AFTER_TIMING = _declare(
     "recheck-after-timing", "output", "a call after verification disagrees with the reference",
     "the sampled output of a warm-up, timed or spot call disagrees with the reference for its draw",

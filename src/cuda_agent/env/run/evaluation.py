@@ -47,6 +47,7 @@ from cuda_agent.env.run.schedule import (JUDGE_BATCH, NULL_CALLS, Call, fresh_se
 from cuda_agent.env.run.scoring import note_intervals, paired_speedup, round_times, score
 from cuda_agent.env.run.serving import BuildServing, LinkRefused
 from cuda_agent.env.run.stored import StoredBaselines
+from cuda_agent.env.run.unscored import UnscoredTiming
 from cuda_agent.env.run.worker_run import WorkerRun, Failed, pair_staging, start_pair, job_root
 from cuda_agent.env.workers import messages as msg
 from cuda_agent.tasks.solution import Solution, missing_model_new
@@ -100,7 +101,7 @@ def evaluate(task: Task, solution: Solution, config: EvalConfig | None = None, *
     return result
 
 
-class _Evaluation(BuildServing, CallRounds, StoredBaselines, Feedback, WorkerRun):
+class _Evaluation(BuildServing, CallRounds, StoredBaselines, Feedback, UnscoredTiming, WorkerRun):
     """One evaluation's phases in order (`run`); its parts are the classes it is made of."""
 
     def __init__(self, task, solution, config, backend, job_dir, gpu, result, stop_after, say):
@@ -165,7 +166,7 @@ class _Evaluation(BuildServing, CallRounds, StoredBaselines, Feedback, WorkerRun
         self.link_refusal = None
         self.candidate.send(msg.CandidateJob(task_inputs_code=inputs_code, solution_dir=str(solution_dir),
                                              backend=self.backend, config=self.cfg, box=str(self.box),
-                                             prebuilt=prebuilt, guard_lib=guard_path,
+                                             prebuilt=prebuilt, guard_lib=guard_path, crash_lib=self._crash_path(),
                                              hold_lib=(hold := self._hold_path()) and str(hand(Path(hold), self.box))))
         if need_judge:
             self._start_judge()
@@ -181,7 +182,9 @@ class _Evaluation(BuildServing, CallRounds, StoredBaselines, Feedback, WorkerRun
             return
         self._finish_judge_setup()
         self._verify()
+        self._other_scale()
         if self.stop_after == "verify":
+            self._unscored_end()
             return
         self._profile()
         self._speed_of_light()
@@ -192,6 +195,19 @@ class _Evaluation(BuildServing, CallRounds, StoredBaselines, Feedback, WorkerRun
         self._graph_baseline()
         self._reference_operators()
         self._lap("feedback")
+        self._unscored_end()
+
+    crash_lib = None   # a future of the crash report's library (serving.py)
+
+    def _crash_path(self) -> str | None:
+        """The crash report's library, handed to the candidate; None when it did not build (our helper:
+        the evaluation goes on, its crashes reported without native frames)."""
+        from cuda_agent.env.builds.compiler import BuildError
+
+        try:
+            return str(hand(self.crash_lib.result(), self.box)) if self.crash_lib is not None else None
+        except (BuildError, OSError):
+            return None
 
     def _task_first(self, need_judge: bool) -> None:
         """Before a build's failure is reported: a broken task is reported instead (the judge's answer)."""
@@ -283,13 +299,25 @@ class _Evaluation(BuildServing, CallRounds, StoredBaselines, Feedback, WorkerRun
                 pipe.drain()
         pipe.drain()
         self._inputs_kept("verify")
-        if self.strict:
+        if self.strict and self.unscored_failure is None:
             self.judge.channel.send(msg.Dependence())
             message = self._ask(self.judge, self.config.timeout_verify, "verify").get("message")
             if message:
                 raise Failed("verify", message, rule=rules.INPUT_INDEPENDENT)
-        self.result.correct = True
+        self.result.correct = self.unscored_failure is None
         self._lap("verify")
+
+    def _other_scale(self) -> None:
+        """The strict protocol's second size of the task (other_scale.py), once this size passed."""
+        if not (self.strict and self.config.other_scale) or self.unscored_failure is not None:
+            return
+        from cuda_agent.env.run.other_scale import verify_other_scale
+
+        self.say("verifying at a second size of the task")
+        failure = verify_other_scale(self.task, self.solution, self.config, self.gpu, evaluate)
+        self._lap("other_scale")
+        if failure is not None:
+            raise failure
 
     def _note_accuracy(self, call: Call, verdict: dict) -> None:
         self.result.max_abs_error.append(verdict["max_abs_error"])
@@ -340,7 +368,7 @@ class _Evaluation(BuildServing, CallRounds, StoredBaselines, Feedback, WorkerRun
             if not final["ok"]:
                 raise Failed("profile", final["message"], final.get("rule"))
             self._inputs_kept("profile")
-            if self.strict:
+            if self.strict and self.unscored_failure is None:
                 self.judge.channel.send(msg.Dependence(later=True))
                 message = self._ask(self.judge, self.config.timeout_verify, "profile").get("message")
                 if message:

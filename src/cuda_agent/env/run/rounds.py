@@ -29,6 +29,7 @@ class CallRounds:
         (`_outside_*`); the device's lock and the trace around them are the same."""
         self.index += 1
         call.index = self.index
+        self.current_call = call
         if self.outside:
             prepare, ready, measure, settle = (self._outside_prepare, self._outside_ready,
                                                self._outside_call, self._outside_settle)
@@ -45,12 +46,15 @@ class CallRounds:
             return None
         with self.lock.held(shared=save, label=f"harness.{phase}.{call.kind}") as hold:
             asked = self._traced(f"{phase}.lock_call", asked)
+            threads = _thread_count(self.candidate.main_pid)
             out, wall_ms, read = measure(call, phase, timeout, hold, prepared)
+        out["threads_added"] = _threads_added(threads, _thread_count(self.candidate.main_pid))
         asked = self._traced(f"{phase}.call", asked)
         self._check_processes(phase)
         asked = self._traced(f"{phase}.check_processes", asked)
-        if not out["ok"]:
-            raise Failed(phase, out["message"], out.get("rule"))
+        if not out["ok"]:   # an exception of the solution's (no rule) says on which input set it came
+            raise Failed(phase, out["message"] if out.get("rule") else f"forward failed {self._where(call)}:\n"
+                                                                       f"{out['message']}", out.get("rule"))
         if call.kind == "null":
             self.null_walls.append(wall_ms)
             return None
@@ -217,6 +221,8 @@ class CallRounds:
             self.result.skipped_sets.append(f"{call.transform}: {verdict['skipped']}")
             return None
         if not verdict["ok"]:
+            self._late_work(call, phase, out, verdict)
+        if not verdict["ok"] and not self._unscored_miss(call, phase, verdict):
             self._reject(call, phase, verdict)
         if call.kind == "timed":
             # each side's device time and its host's time to queue the forward (None: timed unheld);
@@ -230,9 +236,46 @@ class CallRounds:
                 self.result.timer = {"kernel": out.get("timer"), **verdict.get("timers", {})}
         return verdict
 
+    current_call: Call | None = None   # the call the candidate was last asked to make
+
+    def _crash_message(self, worker, died: str, phase: str) -> str:
+        """The candidate's death: on which input set, and its own frames (crash.py); the whole dump
+        stays in the log."""
+        from cuda_agent.env.run.crash import crash_digest
+
+        if worker.role != "candidate":
+            return super()._crash_message(worker, died, phase)
+        call = self.current_call
+        where = (f" {self._where(call)}" + ("" if call.kind == "verify" else f", a {call.kind} call")
+                 if call is not None else " before its first input set")
+        from cuda_agent.env.builds.handed import handed_dir
+
+        own = (str(self.box / "solution"), str(self.box / "torch_extensions"), str(handed_dir(self.box)))
+        digest = crash_digest(worker.log_tail(64_000), own)
+        return (f"the solution's process crashed ({died}){where}, in the {phase} phase" +
+                (f"\n{digest}" if digest else "; no frame of the solution's own code was found in its log"))
+
+    @staticmethod
+    def _where(call: Call) -> str:
+        """Which input set a call computed: its number, and its structured set's name or its seed."""
+        return f"on input set {call.index}" + (f" (structured: {call.transform})" if call.transform else
+                                               f" (seed {call.seed})" if call.kind == "verify" else "")
+
+    def _late_work(self, call: Call, phase: str, out: dict, verdict: dict) -> None:
+        """A wrong output that threads of the solution were still working on when forward returned:
+        their count in its process (read here, from outside it) grew across the call. Named as work
+        left running, not as the numbers it had not written yet."""
+        added = out.get("threads_added") or 0
+        if added <= 0 or verdict.get("rule"):
+            return
+        raise Failed(phase, f"the output was not finished when forward returned {self._where(call)}: work still "
+                            f"running after forward returned (a detached thread? its process had {added} more "
+                            "thread(s) after the call than before it); all work must finish inside forward. "
+                            f"The output as read when forward returned: {verdict['message']}",
+                     rule=rules.BACKGROUND_THREAD)
+
     def _reject(self, call: Call, phase: str, verdict: dict) -> None:
-        where = f"on input set {call.index}" + (f" (structured: {call.transform})" if call.transform else
-                                                f" (seed {call.seed})" if call.kind == "verify" else "")
+        where = self._where(call)
         if verdict.get("rule"):
             raise Failed(phase, f"{where}: {verdict['message']}", verdict["rule"])
         if call.transform and verdict.get("nonfinite"):
@@ -244,3 +287,17 @@ class CallRounds:
         raise Failed(phase, f"an output produced while timing is wrong for its inputs, although verification "
                              f"passed (results cached, work skipped or approximated?): {verdict['message']}",
                       rule=rules.RECHECK_AFTER_TIMING)
+
+
+def _thread_count(pid: int | None) -> int | None:
+    """Threads of a process, read from /proc by the harness (None when it cannot be read)."""
+    import os
+
+    try:
+        return len(os.listdir(f"/proc/{pid}/task")) if pid else None
+    except OSError:
+        return None
+
+
+def _threads_added(before: int | None, after: int | None) -> int:
+    return after - before if before is not None and after is not None else 0

@@ -32,11 +32,13 @@ class BuildServing:
 
         from cuda_agent.env.builds.compiler import BuildError, header_ready
         from cuda_agent.env.rules.guard import build_guard
+        from cuda_agent.env.run.crash import build_crash_report
 
         build_root = Path(self.config.cache_dir) / "build"
         pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="build")
         guard_lib = pool.submit(build_guard, build_root)
         self.hold_lib = pool.submit(self._hold_library)
+        self.crash_lib = pool.submit(build_crash_report, build_root)
         kernels = None
         if self.solution.kernel_files:
             try:

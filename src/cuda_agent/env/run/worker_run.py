@@ -153,10 +153,13 @@ class WorkerRun:
             raise Failed("task" if worker.role == "judge" else phase,
                           f"{forged}: the solution wrote to the harness's own channel", rule=rules.PROTOCOL_FORGERY) from None
         except ChildDied as died:
-            tail = worker.log_tail()
             phase = "task" if worker.role == "judge" else phase
-            raise Failed(phase, f"{died} during the {phase} phase" + (f"; its last output:\n{tail}" if tail else ""),
-                          rule=rules.CRASH) from None
+            raise Failed(phase, self._crash_message(worker, str(died), phase), rule=rules.CRASH) from None
+
+    def _crash_message(self, worker: Worker, died: str, phase: str) -> str:
+        """What a worker's death says: how it died and its last output."""
+        tail = worker.log_tail()
+        return f"{died} during the {phase} phase" + (f"; its last output:\n{tail}" if tail else "")
 
     def _serve_build(self, request: dict) -> dict:
         """A candidate's build request (its load_inline / load calls): only a run with a candidate has one."""

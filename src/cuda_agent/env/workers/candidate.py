@@ -461,6 +461,17 @@ HANDLERS = {
 }
 
 
+def _install_crash_report(path: str | None) -> None:
+    """The native frames of a crash to the log (run/crash.py), before any of the solution's code."""
+    if path:
+        import ctypes
+
+        try:
+            ctypes.CDLL(path).cac_install()
+        except (OSError, AttributeError):
+            pass   # reported without native frames
+
+
 def run_candidate(chan: ChildChannel) -> None:
     from cuda_agent.env.rules.guard import Rejected, warm_harness_threads
 
@@ -468,6 +479,7 @@ def run_candidate(chan: ChildChannel) -> None:
     warm_harness_threads(device_of(os.environ.get("CUDA_AGENT_WORKER_BACKEND", "cpu")))
     tables = _dispatcher_tables()
     job = CandidateJob.model_validate(chan.receive())
+    _install_crash_report(job.crash_lib)
     candidate = _Candidate(job, chan, tables)
     built = Loaded(**candidate.load())
     chan.send(built)

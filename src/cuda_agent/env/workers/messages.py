@@ -255,6 +255,7 @@ class CandidateJob(Command):
     prebuilt: dict[str, str] = {}
     guard_lib: str | None = None
     hold_lib: str | None = None
+    crash_lib: str | None = None   # the fatal-signal report's library (run/crash.py), loaded before the solution
 
 
 class BuildReply(Command):
