@@ -201,3 +201,22 @@ def test_format_result_messages():
     text = format_result("verify", bad)
     assert "FAILED in verify" in text and "rule: torch-op" in text
     assert format_result("compile", EvalResult(task="t", backend="cpu", compiled=True)) == "compile: OK"
+
+
+def test_the_workspaces_verify_and_profile_check_the_second_size_a_plain_evaluation_does_not(relu_task, tmp_path):
+    """EvalConfig.other_scale None: the policy is told about hard-coded sizes; pools do not pay for it."""
+    seen = []
+
+    def capture(task, solution, config):
+        seen.append(config.other_scale)
+        return EvalResult(task=task.name, backend="cpu", compiled=True, correct=True)
+
+    ws = Workspace.create(relu_task, tmp_path / "ws", eval_config=EvalConfig(backend="cpu", cache_dir=tmp_path / "c"),
+                          evaluator=capture)
+    ws.verify()
+    ws.profile()
+    assert seen == [True, True] and EvalConfig().other_scale is None
+    off = Workspace.create(relu_task, tmp_path / "off", evaluator=capture,
+                           eval_config=EvalConfig(backend="cpu", cache_dir=tmp_path / "c", other_scale=False))
+    off.verify()
+    assert seen[-1] is False

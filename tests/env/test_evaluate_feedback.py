@@ -72,16 +72,19 @@ def test_output_left_to_a_detached_thread_is_named_as_work_after_forward(cache_d
 
 def test_a_kernel_with_the_tasks_sizes_hard_coded_fails_at_the_second_size(cache_dir):
     solution = cpu_workspace(model_new=FIXED_SIZES)
-    result = evaluate(example_task(), solution, cpu_config(cache_dir), stop_after="verify")
+    result = evaluate(example_task(), solution, cpu_config(cache_dir, other_scale=True), stop_after="verify")
     assert not result.correct and result.error.rule == "fixed-shape"
     assert "second size of the task (batch 512 -> 256)" in result.error.message
     assert "forward failed on input set 1 (seed " in result.error.message   # the second size's first set
     assert "shape '[512, 1024]' is invalid" in result.error.message
     assert result.phase_seconds["other_scale"] > 0
-    # turned off, or under the published protocol, the task's own size alone is verified
-    off = evaluate(example_task(), solution, cpu_config(cache_dir, other_scale=False), stop_after="verify")
-    assert off.correct and off.error is None and "other_scale" not in off.phase_seconds
-    published = evaluate(example_task(), solution, cpu_config(cache_dir, protocol="published"), stop_after="verify")
+    # turned off, left to its default in a plain evaluation, or under the published protocol, the task's
+    # own size alone is verified
+    for off in (cpu_config(cache_dir, other_scale=False), cpu_config(cache_dir)):
+        plain = evaluate(example_task(), solution, off, stop_after="verify")
+        assert plain.correct and plain.error is None and "other_scale" not in plain.phase_seconds
+    published = evaluate(example_task(), solution, cpu_config(cache_dir, protocol="published", other_scale=True),
+                         stop_after="verify")
     assert published.correct and "other_scale" not in published.phase_seconds
 
 

@@ -754,7 +754,7 @@ class ModelNew(Model):
     # -- inputs that hide a bug: sizes hard-coded from the task's source -------------------------
     Case("hard_coded_sizes", "inputs that hide a bug", _ex(model_new=example_model_new("""
         return cuda_extension.bias_relu(x.view(512, 1024), self.bias)   # the task's batch and features
-        """)), rules=("fixed-shape",), invented=True,
+        """)), rules=("fixed-shape",), invented=True, config={"other_scale": True},
          what="forward shapes its input to the task's sizes (512 x 1024), copied from model.py"),
     # -- precision downgrade -----------------------------------------------------------------
     Case("coarse_precision", "precision downgrade", _ex(honest_with(value="""[&] {

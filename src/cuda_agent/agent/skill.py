@@ -58,7 +58,8 @@ def correctness_rule(config: EvalConfig) -> str:
             "outputs follow the inputs as the reference's do; inputs left unmodified, no caching of results "
             "between calls; the outputs of timed calls are checked too." + (
                 " Where the task's input sizes can be halved, it is verified at half size too (rule "
-                "fixed-shape): take every size from the inputs, never from `model.py`." if config.other_scale else ""))
+                "fixed-shape): take every size from the inputs, never from `model.py`." if config.other_scale is not False
+                else ""))
 
 
 def target_rule() -> str:

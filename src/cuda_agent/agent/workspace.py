@@ -273,6 +273,8 @@ def _run_command(command: str, task: Task, solution: Solution, base: EvalConfig,
     try:
         if command == "compile":
             return _compile(task, solution, base, evaluator)
+        if base.other_scale is None:   # what the policy is told: verified at the task's second size too
+            base = replace(base, other_scale=True)
         if command == "verify":
             if evaluator is default_evaluator:
                 from cuda_agent.env import evaluate

@@ -79,9 +79,11 @@ class EvalConfig:
     prewarm: int = 0                    # worker pairs kept started for the next evaluations (True = 1; spares.py)
     # Feedback: `unscored` times a candidate whose outputs are wrong anyway (EvalResult.unscored, never a
     # reward: run/unscored.py); `other_scale` verifies it at a second size of the task too, where the
-    # task can be rescaled (strict protocol only: run/other_scale.py).
+    # task can be rescaled (strict protocol only: run/other_scale.py). None: on for a workspace's verify
+    # and profile, off for a plain evaluation (bench, RL scoring, pools): the second size takes a worker
+    # pair of its own, which would halve a pool's evaluations per second.
     unscored: bool = False
-    other_scale: bool = True
+    other_scale: bool | None = None
 
     def __post_init__(self) -> None:
         """Refuse settings that could only fail later, where they would be blamed on the solution."""
@@ -99,6 +101,7 @@ class EvalConfig:
         need("sandbox", self.sandbox in ("auto", "bwrap", "none"), "must be 'auto', 'bwrap' or 'none'")
         need("protocol", self.protocol in ("strict", "published"), "must be 'strict' or 'published'")
         need("profile_ops", self.profile_ops in (None, True, False), "must be None, True or False")
+        need("other_scale", self.other_scale in (None, True, False), "must be None, True or False")
         need("compile_timing", self.compile_timing in ("stored", "paired"), "must be 'stored' or 'paired'")
         need("num_correct_trials", whole(self.num_correct_trials, 1), "must be a whole number of at least 1")
         for name in ("iters", "max_jobs"):
