@@ -36,6 +36,7 @@ from cuda_agent.env.builds.handed import hand
 from cuda_agent.env.config import EvalConfig
 from cuda_agent.env.result import EvalError, EvalResult, Timing
 from cuda_agent.env.rules import registry as rules
+from cuda_agent.env.rules.call_verdict import CallVerdicts
 from cuda_agent.env.rules.verify import FP32_PRECISION_WARNING, share
 from cuda_agent.env.run.judge_pipe import JudgePipe
 from cuda_agent.env.run.measures import check_clock, less_overhead, precise_enough
@@ -160,6 +161,8 @@ class _Evaluation(BuildServing, CallRounds, StoredBaselines, WorkerRun):
         self._wait_ready(self.candidate)
         begun = self._traced("compile.candidate_ready", begun)
         self.link_refusal = None
+        # opened now, before any of the solution's code runs: the harness's own view of its calls
+        self.verdicts = CallVerdicts(self.candidate.main_pid, guard_path if self.cfg.guard else None)
         self.candidate.send(msg.CandidateJob(task_inputs_code=inputs_code, solution_dir=str(solution_dir),
                                              backend=self.backend, config=self.cfg, box=str(self.box),
                                              prebuilt=prebuilt, guard_lib=guard_path,
@@ -226,6 +229,7 @@ class _Evaluation(BuildServing, CallRounds, StoredBaselines, WorkerRun):
                                             "memory here (see docs/verification.md)")
 
     outside = False   # the CPU backend's calls are decided from outside the candidate (rounds.py, _outside_*)
+    verdicts = None   # the guard's verdicts on its calls, from outside it (rules/call_verdict.py)
     memory = None     # the candidate's memory (outside.Memory), for those
 
     def _open_memory(self) -> bool:
@@ -367,6 +371,8 @@ class _Evaluation(BuildServing, CallRounds, StoredBaselines, WorkerRun):
         if self.memory is not None:
             self.memory.close()
             self.memory = None
+        if self.verdicts is not None:
+            self.verdicts.close()
 
     def _baselines(self) -> None:
         self._kill_candidate()

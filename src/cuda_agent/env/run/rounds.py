@@ -9,6 +9,7 @@ measures are kept as a round, `rounds`).
 
 from __future__ import annotations
 
+import math
 import time
 
 from cuda_agent.env.rules import registry as rules
@@ -43,6 +44,7 @@ class CallRounds:
         asked = self._traced(f"{phase}.prepare", asked)
         if not ready(call, phase, prepared):
             return None
+        self._verdict(phase, self.verdicts.before_call)
         with self.lock.held(shared=save, label=f"harness.{phase}.{call.kind}") as hold:
             asked = self._traced(f"{phase}.lock_call", asked)
             out, wall_ms, read = measure(call, phase, timeout, hold, prepared)
@@ -51,10 +53,21 @@ class CallRounds:
         asked = self._traced(f"{phase}.check_processes", asked)
         if not out["ok"]:
             raise Failed(phase, out["message"], out.get("rule"))
+        self._verdict(phase, self.verdicts.after_call, call.kind == "null", out.pop("outputs", 0))
+        asked = self._traced(f"{phase}.verdict", asked)
         if call.kind == "null":
             self.null_walls.append(wall_ms)
             return None
         return settle(call, phase, timeout, out, wall_ms, read, asked)
+
+    def _verdict(self, phase: str, step, *args) -> None:
+        """A step of the harness's verdict on the call (call_verdict.CallVerdicts): a rule broken fails `phase`."""
+        from cuda_agent.env.rules.call_verdict import Refused
+
+        try:
+            step(*args)
+        except Refused as refused:
+            raise Failed(phase, str(refused), refused.rule) from None
 
     # -- in the candidate's process: it draws, times and samples --------------------------------
 
@@ -85,6 +98,7 @@ class CallRounds:
             self.candidate.send(msg.Finish())
             out = self._ask(self.candidate, timeout, phase)
         out["sent"] = sent
+        out["outputs"] = _nonempty((out.get("samples") or {}).get("tensors") if isinstance(out.get("samples"), dict) else None)
         return out, wall_ms, None
 
     def _inside_settle(self, call: Call, phase: str, timeout: float, out: dict, wall_ms: float, read: None,
@@ -133,6 +147,8 @@ class CallRounds:
                                                   inputs={"slot": slot, "layout": drawn["layout"]}))
         out = self._ask(self.candidate, timeout, phase)
         cpu_end = self.candidate.cpu_seconds()
+        located = out.get("output")
+        outputs = _nonempty(located.get("tensors") if isinstance(located, dict) else None)
         if not save:   # the measured part is over: reading and checking go beside others' work
             hold.share()
         if out["ok"] and call.kind != "null":
@@ -148,7 +164,7 @@ class CallRounds:
         if out["ok"]:
             self.candidate.send(msg.Finish())
             out = self._ask(self.candidate, timeout, phase)
-        out["sent"] = sent
+        out["sent"], out["outputs"] = sent, outputs
         wall_ms = (cpu_end - cpu_start) * 1e3 if cpu_start is not None and cpu_end is not None else float("nan")
         return out, wall_ms, read
 
@@ -242,3 +258,14 @@ class CallRounds:
         raise Failed(phase, f"an output produced while timing is wrong for its inputs, although verification "
                              f"passed (results cached, work skipped or approximated?): {verdict['message']}",
                       rule=rules.RECHECK_AFTER_TIMING)
+
+
+def _nonempty(tensors) -> int:
+    """How many of an answer's described tensors (samples or locations: each with its shape) hold
+    elements: those the candidate's guard must have checked."""
+    count = 0
+    for entry in tensors if isinstance(tensors, list) else []:
+        shape = entry.get("shape") if isinstance(entry, dict) else None
+        if isinstance(shape, list) and all(isinstance(n, int) for n in shape) and math.prod(shape) > 0:
+            count += 1
+    return count
