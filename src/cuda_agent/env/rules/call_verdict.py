@@ -81,7 +81,8 @@ def _unreadable(why: str) -> Refused:
 
 class CallVerdicts:
     """One evaluation's verdicts on the candidate's calls. Made when the job is sent (the threads alive
-    then are the harness's own); `before_call` as each call is sent, `after_call` on its answer."""
+    then are the harness's own); `mark` once the model is made, `before_call` as each call is sent,
+    `after_call` on its answer."""
 
     GAP_LIMIT_S = 0.002      # in one gap between calls (an OpenMP worker parking itself uses microseconds)
     TOTAL_LIMIT_S = 0.02     # over all gaps
@@ -117,6 +118,11 @@ class CallVerdicts:
     def _solution_threads(self) -> dict[str, float]:
         return threads_cpu_seconds(self.pid, thread_ids(self.pid) - self.harness_threads)
 
+    def mark(self) -> None:
+        """Once the model is made (the solution's load and `__init__` may use its threads): the CPU time
+        its threads have used so far, from which work between calls is counted."""
+        self.thread_time = self._solution_threads()
+
     def before_call(self) -> None:
         """Before a call is sent (the candidate stopped): the CPU time the solution's threads used since
         the last call ended (work kept running after forward returned, or started ahead)."""
@@ -141,7 +147,7 @@ class CallVerdicts:
         if left:
             raise Refused(rules.BACKGROUND_THREAD, f"forward left a thread running (thread {left[0]} of the "
                                                    "solution's process); all work must finish inside forward")
-        self.thread_time = self._solution_threads()
+        self.mark()
 
     # -- the guard's record ------------------------------------------------------------------------
 

@@ -216,6 +216,7 @@ class _Evaluation(BuildServing, CallRounds, StoredBaselines, WorkerRun):
         init = self._ask(self.candidate, self.config.timeout_verify, "verify")
         if not init["ok"]:
             raise Failed("verify", init["message"], init.get("rule"))
+        self.verdicts.mark()
         self.result.weights = init["weights"]
         if self.backend == "cpu":   # inputs from the judge, outputs and times read from outside
             handed = self.candidate.has_staging   # decided by what the harness gave, never by the answer
