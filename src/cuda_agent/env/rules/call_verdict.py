@@ -141,13 +141,14 @@ class CallVerdicts:
         `outputs`: the output's non-empty tensors (the harness's own count of what the candidate
         must have checked)."""
         record = self._read() if self.library is not None else None
-        left = sorted(thread_ids(self.pid) - self.before, key=int)
+        alive = thread_ids(self.pid)
+        left = sorted(alive - self.before, key=int)
         if record is not None:
             self._judge(record, null, outputs)
         if left:
             raise Refused(rules.BACKGROUND_THREAD, f"forward left a thread running (thread {left[0]} of the "
                                                    "solution's process); all work must finish inside forward")
-        self.mark()
+        self.thread_time = threads_cpu_seconds(self.pid, alive - self.harness_threads)
 
     # -- the guard's record ------------------------------------------------------------------------
 
@@ -197,8 +198,9 @@ class CallVerdicts:
                                                   f"of the call's {outputs} output tensors: the solution skipped "
                                                   "the harness's check of its outputs")
         # every call must call the kernels equally often (the first may do one-time work)
+        # (each earlier call matched the second's count, or the evaluation ended there)
         self.kernel_calls.append(calls)
-        steady = self.kernel_calls[1:]
-        if steady and any(c != steady[0] for c in steady):
-            raise Refused(rules.BEHAVIOUR_CHANGED, f"forward called its kernels {steady[-1]} times in one call and "
-                                                   f"{steady[0]} times in another: every call must do the same work")
+        if len(self.kernel_calls) > 2 and calls != self.kernel_calls[1]:
+            raise Refused(rules.BEHAVIOUR_CHANGED, f"forward called its kernels {calls} times in one call and "
+                                                   f"{self.kernel_calls[1]} times in another: every call must do the "
+                                                   "same work")
