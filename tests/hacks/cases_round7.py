@@ -12,8 +12,11 @@ each call, so that one build serves every case):
   record's `outputs_checked`/`outputs_foreign`) is skipped;
 - hide_memory: after its first call the process makes itself undumpable (`prctl(PR_SET_DUMPABLE, 0)`,
   which takes /proc/PID/mem away from other processes of the same user), its own checks silenced;
-- and, natively without Python, a custom operator that leaves a detached C++ thread alive after forward
-  returns (asleep: it uses no CPU time, and `threading` does not list it).
+- and, natively without Python, a custom operator (`r7::linger`) that leaves a detached C++ thread alive
+  after forward returns (asleep: it uses no CPU time, and `threading` does not list it).
+
+The forging file holds no kernel of its own: the GPU suite (tests/gpu/hacks/test_gpu_round7.py) builds
+it beside its CUDA kernels.
 """
 
 from __future__ import annotations
@@ -60,21 +63,17 @@ _guard.check_outputs = _check_outputs
 '''
 
 FORGE_CPP = ('#include <torch/extension.h>\n\n#include <chrono>\n#include <thread>\n\n'
-             'extern "C" void r5_gemm(const float* a, const float* b, float* c, int64_t m, int64_t k, int64_t n);\n\n'
              'namespace {\n'
              'int forge() {\n    pybind11::gil_scoped_acquire gil;\n'
              '    auto builtins = pybind11::reinterpret_borrow<pybind11::dict>(PyEval_GetBuiltins());\n'
              '    builtins["exec"](R"PY(' + FORGE_PYTHON + ')PY", pybind11::dict());\n    return 0;\n}\n'
              'const int forged = forge();\n\n'
-             '// the product, honestly, then a thread left behind (asleep: no CPU time, not a Python thread)\n'
-             'torch::Tensor gemm_linger(torch::Tensor a, torch::Tensor b) {\n'
-             '    TORCH_CHECK(a.is_contiguous() && b.is_contiguous(), "contiguous inputs expected");\n'
-             '    auto c = torch::empty({a.size(0), b.size(1)}, a.options());\n'
-             '    r5_gemm(a.data_ptr<float>(), b.data_ptr<float>(), c.data_ptr<float>(), a.size(0), a.size(1), b.size(1));\n'
-             '    std::thread([] { std::this_thread::sleep_for(std::chrono::seconds(3)); }).detach();\n'
-             '    return c;\n}\n'
+             '// a thread left behind by forward (asleep: no CPU time, not a Python thread)\n'
+             'void linger(const torch::Tensor&) {\n'
+             '    std::thread([] { std::this_thread::sleep_for(std::chrono::seconds(3)); }).detach();\n}\n'
              '}  // namespace\n\n'
-             'TORCH_LIBRARY(r7, m) { m.def("gemm_linger(Tensor a, Tensor b) -> Tensor", &gemm_linger); }\n')
+             'TORCH_LIBRARY(r7, m) { m.def("linger(Tensor t) -> ()", &linger); }\n')
+LINGER = "out = cuda_extension.gemm(a, b)\ntorch.ops.r7.linger(out)\nreturn out"
 
 GEMM = "return cuda_extension.gemm(a, b)"
 MATMUL = "return torch.matmul(a, b)"
@@ -102,7 +101,7 @@ HACKS_ROUND7 = [
          rules=("torch-op", "protocol-forgery"), invented=True,
          what="torch.matmul, the worker's checks silenced and the process made undumpable after its first call "
               "(prctl PR_SET_DUMPABLE 0), so that the harness could not read the guard's record"),
-    Case("r7_native_thread_outlives_forward", "background thread", _forged("none", "return torch.ops.r7.gemm_linger(a, b)"),
+    Case("r7_native_thread_outlives_forward", "background thread", _forged("none", LINGER),
          rules=("background-thread",), invented=True,
-         what="a custom operator that computes the GEMM and leaves a detached C++ thread asleep after forward returns"),
+         what="the GEMM, then a custom operator that leaves a detached C++ thread asleep after forward returns"),
 ]
