@@ -98,7 +98,8 @@ class CallRounds:
             self.candidate.send(msg.Finish())
             out = self._ask(self.candidate, timeout, phase)
         out["sent"] = sent
-        out["outputs"] = _nonempty((out.get("samples") or {}).get("tensors") if isinstance(out.get("samples"), dict) else None)
+        samples = out.get("samples")
+        out["outputs"] = _nonempty(samples.get("tensors") if isinstance(samples, dict) else None)
         return out, wall_ms, None
 
     def _inside_settle(self, call: Call, phase: str, timeout: float, out: dict, wall_ms: float, read: None,
