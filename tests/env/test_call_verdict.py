@@ -171,5 +171,16 @@ def test_a_thread_working_between_calls_is_seen_from_outside(child):
     verdicts.mark()
     verdicts.before_call()
     verdicts.after_call(null=False, outputs=1)   # asleep through the "call": nothing to see
-    time.sleep(0.6)   # then it spins, between calls
+    time.sleep(0.4)   # then it spins, between calls
+    assert _refused(verdicts.before_call) == "background-thread"
+
+
+def test_a_thread_that_worked_and_exited_between_calls_is_seen_from_outside(child):
+    verdicts = CallVerdicts(child.pid, None)
+    _ask(child, "2")
+    verdicts.mark()
+    verdicts.before_call()
+    verdicts.after_call(null=False, outputs=1)
+    while len(outside.thread_ids(child.pid)) > 1:   # it spins, then exits: its CPU time leaves the thread list
+        time.sleep(0.05)
     assert _refused(verdicts.before_call) == "background-thread"

@@ -11,8 +11,10 @@ What decides it are facts the candidate's Python cannot rewrite:
 
 The two files (`/proc/PID/mem`, `/proc/PID/maps`) are opened when the job is sent, before any of the
 solution's code runs: the access check is made at open, so a solution that later hides its memory
-(`prctl(PR_SET_DUMPABLE, 0)`) does not take them away. A record that cannot be read, or that does not
-match the calls the harness made, rejects the candidate (fail closed); it is never accepted.
+(`prctl(PR_SET_DUMPABLE, 0)`) does not take them away; files the harness cannot open then (`problem`)
+are the machine's failure, which the evaluation reports as internal. A record that cannot be read
+later, or that does not match the calls the harness made, rejects the candidate (fail closed); it is
+never accepted.
 """
 
 from __future__ import annotations
@@ -129,7 +131,10 @@ class CallVerdicts:
         usage = self._solution_threads()
         gap = sum(max(0.0, seconds - self.thread_time.get(tid, 0.0)) for tid, seconds in usage.items())
         self.gap_total += gap
-        if gap > self.GAP_LIMIT_S or self.gap_total > self.TOTAL_LIMIT_S:
+        # a thread gone since the last call ran after forward returned (to exit, at least), and the CPU
+        # time it used went with it out of the thread list
+        gone = self.thread_time.keys() - usage.keys()
+        if gone or gap > self.GAP_LIMIT_S or self.gap_total > self.TOTAL_LIMIT_S:
             raise Refused(rules.BACKGROUND_THREAD, "a thread the solution started kept working outside forward "
                                                    "(after it returned or before the next call); all work must "
                                                    "finish inside forward")

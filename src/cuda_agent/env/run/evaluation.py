@@ -163,6 +163,10 @@ class _Evaluation(BuildServing, CallRounds, StoredBaselines, WorkerRun):
         self.link_refusal = None
         # opened now, before any of the solution's code runs: the harness's own view of its calls
         self.verdicts = CallVerdicts(self.candidate.main_pid, guard_path if self.cfg.guard else None)
+        if self.verdicts.problem:   # nothing of the solution's has run yet: this machine's doing, not its
+            raise Failed("internal", f"the harness cannot read its candidate worker's memory ({self.verdicts.problem}); "
+                                     "the guard's verdict needs /proc/PID/mem of the harness's own descendants "
+                                     "(kernel.yama.ptrace_scope 0 or 1)")
         self.candidate.send(msg.CandidateJob(task_inputs_code=inputs_code, solution_dir=str(solution_dir),
                                              backend=self.backend, config=self.cfg, box=str(self.box),
                                              prebuilt=prebuilt, guard_lib=guard_path,
