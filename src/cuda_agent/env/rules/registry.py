@@ -218,8 +218,9 @@ OUTPUT_TYPE = _declare(
     "lazy tensor subclasses, meta tensors, returning the input")
 BACKGROUND_THREAD = _declare(
     "background-thread", "call", "a thread of the solution worked outside forward",
-    "a thread (native ones too) that a call left alive, or CPU time used between calls by any thread the "
-    "solution started: both read by the harness from `/proc/PID/task`, outside the candidate's process",
+    "a thread (native ones too) that a call left alive; CPU time used between calls by any thread the "
+    "solution started, or one of them gone between calls: read by the harness from `/proc/PID/task`, outside "
+    "the candidate's process",
     "work continuing after `forward` returns, computing ahead")
 STREAM_CHANGED = _declare(
     "stream-changed", "call", "forward left another CUDA stream current",
