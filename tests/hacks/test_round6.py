@@ -14,10 +14,7 @@ from tests.hacks.cases_round6 import HACKS_ROUND6, HONEST_ROUND6, NEUTRALISED_IF
 
 # holes found by this round and still open (docs/verification.md, "What remains open"): each test fails
 # until its hole closes; the round's other holes were closed in the same session
-OPEN = {
-    "r6_guard_verdict_skipped": "the guard's verdict is decided in the candidate's process (_Candidate._inspect) "
-                                "and reached through the builtins' exec: torch.matmul accepted, reward 1",
-}
+OPEN: dict[str, str] = {}
 
 
 def _marked(cases):

@@ -1,5 +1,6 @@
 """The harness's view of the candidate's process from outside it: stopping it between commands,
-its CPU time, and its output read from its memory.
+its threads and their CPU time, its output read from its memory, and where a library it loaded
+keeps a symbol.
 
 Nothing here runs in the candidate's process, so nothing the candidate does can change what it
 reports. The candidate is stopped (SIGSTOP) whenever it is not answering a command, so none of its
@@ -37,6 +38,21 @@ def _threads(pid: int) -> list[str]:
         return os.listdir(f"/proc/{pid}/task")
     except OSError:
         return []
+
+
+def thread_ids(pid: int) -> set[str]:
+    """The process's threads (native ones too), as the kernel lists them; empty when it is gone."""
+    return set(_threads(pid))
+
+
+def threads_cpu_seconds(pid: int, tids: set[str]) -> dict[str, float]:
+    """CPU time of each of `tids` still alive."""
+    usage = {}
+    for tid in tids:
+        seconds = thread_cpu_seconds(tid, pid)
+        if seconds is not None:
+            usage[tid] = seconds
+    return usage
 
 
 def _state(pid: int, tid: str) -> str:
@@ -112,6 +128,52 @@ def cpu_seconds(pid: int) -> float | None:
     if ticks is not None and ticks / _CLOCK_TICK > threads + 2.0 / _CLOCK_TICK:
         return ticks / _CLOCK_TICK
     return threads
+
+
+# -- a symbol of a library the candidate loaded --------------------------------------------------
+
+
+def elf_symbol(path: str | Path, name: str) -> int:
+    """`name`'s value in a 64-bit little-endian shared library's dynamic symbol table, relative to
+    the library's lowest loaded address (its first PT_LOAD segment); LookupError when absent."""
+    import struct
+
+    data = Path(path).read_bytes()
+    if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
+        raise LookupError(f"{path} is not a 64-bit little-endian ELF file")
+    phoff, shoff = struct.unpack_from("<QQ", data, 0x20)
+    phentsize, phnum, shentsize, shnum = struct.unpack_from("<HHHH", data, 0x36)
+    loads = [struct.unpack_from("<IIQQ", data, phoff + i * phentsize) for i in range(phnum)]
+    first = min(vaddr for kind, _, _, vaddr in loads if kind == 1) & ~0xFFF   # PT_LOAD, page-aligned
+    sections = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)]
+    for _, kind, _, _, offset, size, link, _, _, entsize in sections:
+        if kind != 11:   # SHT_DYNSYM
+            continue
+        strings = sections[link][4]
+        for entry in range(offset, offset + size, entsize or 24):
+            st_name, _, _, shndx, value = struct.unpack_from("<IBBHQ", data, entry)
+            end = data.index(b"\0", strings + st_name)
+            if shndx and data[strings + st_name:end] == name.encode():
+                return value - first
+    raise LookupError(f"{name} is not exported by {path}")
+
+
+def library_base(maps: str, path: str | Path) -> int:
+    """Where a process mapped the library at `path`, from its /proc/PID/maps text: its mapping of file
+    offset 0, matched by path or by device and inode (overlay file systems list another device there);
+    LookupError unless there is exactly one."""
+    info, real = os.stat(path), os.path.realpath(path)
+    device = f"{os.major(info.st_dev):02x}:{os.minor(info.st_dev):02x}"
+    starts = set()
+    for line in maps.splitlines():
+        fields = line.split(maxsplit=5)
+        if len(fields) < 5 or int(fields[2], 16) != 0:
+            continue
+        if (len(fields) == 6 and fields[5].strip() == real) or (fields[3], fields[4]) == (device, str(info.st_ino)):
+            starts.add(int(fields[0].split("-")[0], 16))
+    if len(starts) != 1:
+        raise LookupError(f"{Path(path).name} is mapped {len(starts)} times, not once")
+    return starts.pop()
 
 
 # -- the output, read from the candidate's memory -------------------------------------------------

@@ -6,27 +6,25 @@
   allowlist of allocation, views and metadata are refused (rule `torch-op`), copies of the forward's
   inputs are the task done by PyTorch (rule `data-movement`). It is present in every call alike,
   timed or not, so no call can tell that it is watched.
-- `ExtensionProxy`: wraps the solution's compiled modules, counts calls into them (a decoy kernel
-  that is never called is rejected; a forward that calls its kernels a different number of times
-  while timed is noticed) and tells the guard which storages the kernels took and returned: the
-  forward's outputs must be among them.
-- `ThreadWatch`: threads the solution started must not keep working outside forward (C++ threads
-  included: their CPU time is read from /proc).
+- `ExtensionProxy`: wraps the solution's compiled modules, counts calls into them in the native
+  guard's record (a decoy kernel that is never called is rejected; a forward that calls its kernels a
+  different number of times while timed is noticed) and tells the guard which storages the kernels
+  took and returned: the forward's outputs must be among them (`NativeGuard.check_outputs`).
 - `check_output`, `poison_allocator`, `InputSentinel`: structural checks of each call.
+
+The guard notes; it does not judge. Its record (native/guard.cpp's `cag_report`) is read and judged
+by the harness from outside this process after every call (call_verdict.py), as are the threads.
 """
 
 from __future__ import annotations
 
 import ctypes
-import os
-import threading
 import types
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from cuda_agent.env.measure.outside import thread_cpu_seconds
 from cuda_agent.env.rules import registry as rules
 from cuda_agent.env.rules.samples import random_positions
 from cuda_agent.env.rules.verify import tensors_in
@@ -70,15 +68,16 @@ def build_guard(cache_dir: Path) -> Path:
 class NativeGuard:
     def __init__(self, library: Path):
         self.lib = ctypes.CDLL(str(library))
-        self.lib.cag_custom_calls.restype = ctypes.c_int64
         self.lib.cag_ops_seen.restype = ctypes.c_int64
         self.lib.cag_add_kernel_storage.argtypes = [ctypes.c_int64]
-        self.lib.cag_is_kernel_storage.argtypes = [ctypes.c_int64]
         self.lib.cag_install(",".join(sorted(ALLOWED_OPS)).encode(), ",".join(sorted(COPY_OPS)).encode(),
                              ",".join(sorted(BUILTIN_NAMESPACES)).encode())
-        self._buffer = ctypes.create_string_buffer(1024)
         self.lib.cag_recording_address.restype = ctypes.c_void_p
         self._recording = memoryview((ctypes.c_uint8 * 1).from_address(self.lib.cag_recording_address())).cast("B")
+        # the record's count of extension calls: a plain store per call (a ctypes call costs microseconds)
+        self.lib.cag_extension_calls_address.restype = ctypes.c_void_p
+        self.extension_count = memoryview((ctypes.c_int64 * 1).from_address(
+            self.lib.cag_extension_calls_address())).cast("B").cast("q")
         # (args, kwargs, result) of each call into the compiled modules during a forward, kept alive
         # (so no storage is reused under another tensor) and turned into kernel storages by `end`,
         # outside the timed region: noting them during the call cost more host time than many kernels
@@ -112,15 +111,6 @@ class NativeGuard:
         self.extension_calls.clear()
         self.active = False
 
-    def violation(self) -> tuple[str, str] | None:
-        if not self.lib.cag_violation(self._buffer, len(self._buffer)):
-            return None
-        rule, _, op = self._buffer.value.decode(errors="replace").partition("|")
-        return rule, op
-
-    def custom_calls(self) -> int:
-        return int(self.lib.cag_custom_calls())
-
     def ops_seen(self) -> int:
         return int(self.lib.cag_ops_seen())
 
@@ -128,8 +118,11 @@ class NativeGuard:
         for t in tensors_in(value):
             self.lib.cag_add_kernel_storage(_storage(t))
 
-    def is_kernel_tensor(self, t: torch.Tensor) -> bool:
-        return bool(self.lib.cag_is_kernel_storage(_storage(t)))
+    def check_outputs(self, out: Any) -> None:
+        """After a call: its non-empty output tensors checked against the kernel storages, into the
+        record (the harness judges the counts)."""
+        storages = [_storage(t) for t in tensors_in(out) if t.numel()]
+        self.lib.cag_check_outputs((ctypes.c_int64 * len(storages))(*storages), len(storages))
 
 
 def _storage(t: torch.Tensor) -> int:
@@ -149,17 +142,10 @@ def _storage_range(t: torch.Tensor) -> tuple[int, int]:
         return 0, 0
 
 
-def violation_message(rule: str, op: str) -> str:
-    if rule == rules.DATA_MOVEMENT.name:
-        return (f"forward moved its input's data with PyTorch ({op}: a copy of an input, e.g. .contiguous() "
-                "on a transposed or permuted view); layout changes count as compute: do them in your kernel")
-    return (f"forward called the PyTorch operator {op}; only the solution's own kernels may compute "
-            "(allocation and views are allowed)")
-
-
 class ExtensionCounter:
+    """The guard the extension proxies count into (None while the guard is off)."""
+
     def __init__(self):
-        self.calls = 0
         self.guard: NativeGuard | None = None
 
 
@@ -182,9 +168,10 @@ class ExtensionProxy(types.ModuleType):
         value = getattr(object.__getattribute__(self, "_target"), name)
         if callable(value) and not isinstance(value, type):
             def counted(*args, __fn=value, **kwargs):
-                COUNTER.calls += 1
-                result = __fn(*args, **kwargs)
                 guard = COUNTER.guard
+                if guard is not None:
+                    guard.extension_count[0] += 1
+                result = __fn(*args, **kwargs)
                 if guard is not None:   # noted after the clock stops (NativeGuard.end)
                     guard.extension_calls.append((args, kwargs, result))
                 return result
@@ -200,45 +187,6 @@ class ExtensionProxy(types.ModuleType):
 
 
 # ---------------------------------------------------------------------------------------------
-
-
-class ThreadWatch:
-    """Threads started by the solution (any thread that did not exist before its code was loaded)
-    may work only inside forward: CPU time they use between calls means work kept running after
-    forward returned, or started ahead of the next call. Read from /proc, so C++ threads count too."""
-
-    GAP_LIMIT_S = 0.002      # in one gap between calls (an OpenMP worker parking itself uses microseconds)
-    TOTAL_LIMIT_S = 0.02     # over all gaps
-
-    def __init__(self):
-        self.harness = set(_thread_ids())
-        self.last: dict[str, float] = {}
-        self.total = 0.0
-
-    def _usage(self) -> dict[str, float]:
-        usage = {}
-        for tid in _thread_ids():
-            if tid not in self.harness:
-                seconds = thread_cpu_seconds(tid)
-                if seconds is not None:
-                    usage[tid] = seconds
-        return usage
-
-    def mark(self) -> None:
-        """At the end of a call: remember what the solution's threads had used."""
-        self.last = self._usage()
-
-    def worked_since_mark(self) -> bool:
-        gap = sum(max(0.0, seconds - self.last.get(tid, 0.0)) for tid, seconds in self._usage().items())
-        self.total += gap
-        return gap > self.GAP_LIMIT_S or self.total > self.TOTAL_LIMIT_S
-
-
-def _thread_ids() -> list[str]:
-    try:
-        return os.listdir("/proc/self/task")
-    except OSError:
-        return []
 
 
 def warm_harness_threads(device: torch.device) -> None:
@@ -333,14 +281,3 @@ def check_output(out: Any, args: list, device: torch.device) -> None:
         lo, hi = _storage_range(t)
         if t.numel() and any(lo < end and start < hi for start, end in input_ranges):
             raise Rejected(rules.OUTPUT_TYPE, "forward returned (a view of) one of its inputs instead of a new tensor")
-
-
-def python_threads() -> set[int]:
-    return {t.ident for t in threading.enumerate()}
-
-
-def new_python_thread(before: set[int]) -> str | None:
-    for t in threading.enumerate():
-        if t.ident not in before and t.is_alive():
-            return t.name
-    return None

@@ -37,6 +37,7 @@ from cuda_agent.env.builds.handed import hand
 from cuda_agent.env.config import EvalConfig
 from cuda_agent.env.result import EvalError, EvalResult, Timing
 from cuda_agent.env.rules import registry as rules
+from cuda_agent.env.rules.call_verdict import CallVerdicts
 from cuda_agent.env.rules.verify import FP32_PRECISION_WARNING, share
 from cuda_agent.env.run.feedback import Feedback
 from cuda_agent.env.run.judge_pipe import JudgePipe
@@ -164,6 +165,12 @@ class _Evaluation(BuildServing, CallRounds, StoredBaselines, Feedback, UnscoredT
         self._wait_ready(self.candidate)
         begun = self._traced("compile.candidate_ready", begun)
         self.link_refusal = None
+        # opened now, before any of the solution's code runs: the harness's own view of its calls
+        self.verdicts = CallVerdicts(self.candidate.main_pid, guard_path if self.cfg.guard else None)
+        if self.verdicts.problem:   # nothing of the solution's has run yet: this machine's doing, not its
+            raise Failed("internal", f"the harness cannot read its candidate worker's memory ({self.verdicts.problem}); "
+                                     "the guard's verdict needs /proc/PID/mem of the harness's own descendants "
+                                     "(kernel.yama.ptrace_scope 0 or 1)")
         self.candidate.send(msg.CandidateJob(task_inputs_code=inputs_code, solution_dir=str(solution_dir),
                                              backend=self.backend, config=self.cfg, box=str(self.box),
                                              prebuilt=prebuilt, guard_lib=guard_path, crash_lib=self._crash_path(),
@@ -243,6 +250,7 @@ class _Evaluation(BuildServing, CallRounds, StoredBaselines, Feedback, UnscoredT
             self.device_slot = False
             self.result.warnings.append("large outputs go through files: the device slot was not mapped "
                                         f"({init.get('device_slot_error') or 'no reason given'})")
+        self.verdicts.mark()
         self.result.weights = init["weights"]
         if self.backend == "cpu":   # inputs from the judge, outputs and times read from outside
             handed = self.candidate.has_staging   # decided by what the harness gave, never by the answer
@@ -256,6 +264,7 @@ class _Evaluation(BuildServing, CallRounds, StoredBaselines, Feedback, UnscoredT
                                             "memory here (see docs/verification.md)")
 
     outside = False   # the CPU backend's calls are decided from outside the candidate (rounds.py, _outside_*)
+    verdicts = None   # the guard's verdicts on its calls, from outside it (rules/call_verdict.py)
     memory = None     # the candidate's memory (outside.Memory), for those
 
     def _open_memory(self) -> bool:
@@ -448,6 +457,8 @@ class _Evaluation(BuildServing, CallRounds, StoredBaselines, Feedback, UnscoredT
         if self.memory is not None:
             self.memory.close()
             self.memory = None
+        if self.verdicts is not None:
+            self.verdicts.close()
 
     def _baselines(self) -> None:
         self._kill_candidate()

@@ -9,6 +9,7 @@ measures are kept as a round, `rounds`).
 
 from __future__ import annotations
 
+import math
 import time
 
 from cuda_agent.env.rules import registry as rules
@@ -44,21 +45,33 @@ class CallRounds:
         asked = self._traced(f"{phase}.prepare", asked)
         if not ready(call, phase, prepared):
             return None
+        self._verdict(phase, self.verdicts.before_call)
         with self.lock.held(shared=save, label=f"harness.{phase}.{call.kind}") as hold:
             asked = self._traced(f"{phase}.lock_call", asked)
-            threads = _thread_count(self.candidate.main_pid)
             out, wall_ms, read = measure(call, phase, timeout, hold, prepared)
-        out["threads_added"] = _threads_added(threads, _thread_count(self.candidate.main_pid))
         asked = self._traced(f"{phase}.call", asked)
         self._check_processes(phase)
         asked = self._traced(f"{phase}.check_processes", asked)
         if not out["ok"]:   # an exception of the solution's (no rule) says on which input set it came
             raise Failed(phase, out["message"] if out.get("rule") else f"forward failed {self._where(call)}:\n"
                                                                        f"{out['message']}", out.get("rule"))
+        self._verdict(phase, self.verdicts.after_call, call.kind == "null", out.pop("outputs", 0), call=call)
+        asked = self._traced(f"{phase}.verdict", asked)
         if call.kind == "null":
             self.null_walls.append(wall_ms)
             return None
         return settle(call, phase, timeout, out, wall_ms, read, asked)
+
+    def _verdict(self, phase: str, step, *args, call: Call | None = None) -> None:
+        """A step of the harness's verdict on the call (call_verdict.CallVerdicts): a rule broken fails
+        `phase`, naming the call's input set where there is one."""
+        from cuda_agent.env.rules.call_verdict import Refused
+
+        try:
+            step(*args)
+        except Refused as refused:
+            where = f" ({self._where(call)})" if call is not None and call.kind != "null" else ""
+            raise Failed(phase, f"{refused}{where}", refused.rule) from None
 
     # -- in the candidate's process: it draws, times and samples --------------------------------
 
@@ -89,6 +102,8 @@ class CallRounds:
             self.candidate.send(msg.Finish())
             out = self._ask(self.candidate, timeout, phase)
         out["sent"] = sent
+        samples = out.get("samples")
+        out["outputs"] = _nonempty(samples.get("tensors") if isinstance(samples, dict) else None)
         return out, wall_ms, None
 
     def _inside_settle(self, call: Call, phase: str, timeout: float, out: dict, wall_ms: float, read: None,
@@ -137,6 +152,8 @@ class CallRounds:
                                                   inputs={"slot": slot, "layout": drawn["layout"]}))
         out = self._ask(self.candidate, timeout, phase)
         cpu_end = self.candidate.cpu_seconds()
+        located = out.get("output")
+        outputs = _nonempty(located.get("tensors") if isinstance(located, dict) else None)
         if not save:   # the measured part is over: reading and checking go beside others' work
             hold.share()
         if out["ok"] and call.kind != "null":
@@ -152,7 +169,7 @@ class CallRounds:
         if out["ok"]:
             self.candidate.send(msg.Finish())
             out = self._ask(self.candidate, timeout, phase)
-        out["sent"] = sent
+        out["sent"], out["outputs"] = sent, outputs
         wall_ms = (cpu_end - cpu_start) * 1e3 if cpu_start is not None and cpu_end is not None else float("nan")
         return out, wall_ms, read
 
@@ -220,8 +237,6 @@ class CallRounds:
         if verdict.get("skipped"):
             self.result.skipped_sets.append(f"{call.transform}: {verdict['skipped']}")
             return None
-        if not verdict["ok"]:
-            self._late_work(call, phase, out, verdict)
         if not verdict["ok"] and not self._unscored_miss(call, phase, verdict):
             self._reject(call, phase, verdict)
         if call.kind == "timed":
@@ -261,19 +276,6 @@ class CallRounds:
         return f"on input set {call.index}" + (f" (structured: {call.transform})" if call.transform else
                                                f" (seed {call.seed})" if call.kind == "verify" else "")
 
-    def _late_work(self, call: Call, phase: str, out: dict, verdict: dict) -> None:
-        """A wrong output that threads of the solution were still working on when forward returned:
-        their count in its process (read here, from outside it) grew across the call. Named as work
-        left running, not as the numbers it had not written yet."""
-        added = out.get("threads_added") or 0
-        if added <= 0 or verdict.get("rule"):
-            return
-        raise Failed(phase, f"the output was not finished when forward returned {self._where(call)}: work still "
-                            f"running after forward returned (a detached thread? its process had {added} more "
-                            "thread(s) after the call than before it); all work must finish inside forward. "
-                            f"The output as read when forward returned: {verdict['message']}",
-                     rule=rules.BACKGROUND_THREAD)
-
     def _reject(self, call: Call, phase: str, verdict: dict) -> None:
         where = self._where(call)
         if verdict.get("rule"):
@@ -289,15 +291,12 @@ class CallRounds:
                       rule=rules.RECHECK_AFTER_TIMING)
 
 
-def _thread_count(pid: int | None) -> int | None:
-    """Threads of a process, read from /proc by the harness (None when it cannot be read)."""
-    import os
-
-    try:
-        return len(os.listdir(f"/proc/{pid}/task")) if pid else None
-    except OSError:
-        return None
-
-
-def _threads_added(before: int | None, after: int | None) -> int:
-    return after - before if before is not None and after is not None else 0
+def _nonempty(tensors) -> int:
+    """How many of an answer's described tensors (samples or locations: each with its shape) hold
+    elements: those the candidate's guard must have checked."""
+    count = 0
+    for entry in tensors if isinstance(tensors, list) else []:
+        shape = entry.get("shape") if isinstance(entry, dict) else None
+        if isinstance(shape, list) and all(isinstance(n, int) for n in shape) and math.prod(shape) > 0:
+            count += 1
+    return count

@@ -2,9 +2,10 @@
 
 It builds nothing: it loads the libraries the harness built, then for every call draws its inputs,
 runs `ModelNew` under the runtime guard, times it, samples its output and reports. It never holds
-the reference model or its outputs. Every call is treated alike: it cannot tell a checked call from a
-timed one, and cannot prepare for a call before the harness sends its seed. Its commands and answers
-are the models of messages.py.
+the reference model or its outputs. The guard's verdict on a call is not decided here: the native
+guard's record and this process's threads are read and judged by the harness (rules/call_verdict.py).
+Every call is treated alike: it cannot tell a checked call from a timed one, and cannot prepare for a
+call before the harness sends its seed. Its commands and answers are the models of messages.py.
 
 The names imported below are bound when this module is imported, before any of the solution's code
 runs (main.py imports it first): a solution that patches the modules they come from does not reach
@@ -121,25 +122,23 @@ def _changed_aten_ops(before: dict[str, str]) -> list[str]:
 
 
 class _Candidate:
-    """The candidate's state across calls: its model, guard, watches and the counts seen so far."""
+    """The candidate's state across calls: its model, its guard and the call being prepared."""
 
     def __init__(self, job: CandidateJob, chan: ChildChannel, tables: dict[str, str]):
         """`tables`: the dispatcher's registrations before any of the solution's code (`_dispatcher_tables`),
         with the harness's thread pools started (both done while the worker waited for its job)."""
-        from cuda_agent.env.rules.guard import COUNTER, NativeGuard, ThreadWatch
+        from cuda_agent.env.rules.guard import COUNTER, NativeGuard
 
         self.chan, self.job = chan, job
         self.cfg, self.box = job.config, Path(job.box)
         self.device = device_of(job.backend)
         self.guard = NativeGuard(Path(job.guard_lib)) if self.cfg.guard else None
         COUNTER.guard = self.guard
-        self.threads = ThreadWatch()
         self.tables = tables
         self.flush = timing.L2Flusher(self.device, self.cfg.flush_l2)
         self.timer = Timer(load_hold(job.hold_lib))   # bound before the solution's code is loaded
         self.model = None
         self.task_module = None
-        self.calls_per_forward: list[int] = []
         self.last_shape = None
         self.null_output = None   # what an empty call returns (_empty_forward)
         self.prepared = None        # (seed, inputs, sentinel, trace) of the call about to be made
@@ -201,7 +200,6 @@ class _Candidate:
         problem = self._dispatcher_changed("__init__")
         if problem:
             return problem
-        self.threads.mark()
         return {"ok": True, "weights": weights, "staging": self.staging is not None,
                 "device_slot": self.device_slot is not None, "device_slot_error": slot_error}
 
@@ -227,7 +225,6 @@ class _Candidate:
         than many kernels take)."""
         from cuda_agent.env.rules.guard import InputSentinel, poison_allocator
 
-        self._check_threads()
         trace = common.trace()
         inputs = draw_inputs(self.task_module, cmd.seed, self.device, cmd.transform)
         sentinel = InputSentinel(inputs, full=cmd.save)   # verification calls: bit for bit
@@ -236,16 +233,7 @@ class _Candidate:
         timing.device_synchronize(self.device)   # done before the harness lets another evaluation time
         trace and trace.lap("poison", self.device)
         self.prepared = (cmd.seed, inputs, sentinel, trace)
-        self.threads.mark()
         return {"ok": True}
-
-    def _check_threads(self) -> None:
-        from cuda_agent.env.rules.guard import Rejected
-
-        if self.threads.worked_since_mark():
-            raise Rejected(rules.BACKGROUND_THREAD, "a thread the solution started kept working outside forward "
-                                                "(after it returned or before the next call); all work must "
-                                                "finish inside forward")
 
     def call(self, cmd: CandidateCall) -> dict:
         """One call of the schedule. An empty call (`null`) goes through every step but the forward
@@ -255,8 +243,6 @@ class _Candidate:
         backend), seen here only now; or drawn by `prepare` from the call's seed. With judge-drawn
         inputs the answer locates the output (`locate`) and the harness reads it from outside while
         this process is stopped; otherwise this process samples it."""
-        from cuda_agent.env.rules.guard import COUNTER, python_threads
-
         given = cmd.inputs
         if given is not None:
             if self.staging is None:
@@ -268,11 +254,8 @@ class _Candidate:
                 raise RuntimeError("a call without its prepare (the harness sends prepare first)")
             _, inputs, sentinel, trace = self.prepared
         self.prepared = None
-        self._check_threads()
         null = cmd.null
         fn = self._empty_forward if null else self.model
-        threads_before = python_threads()
-        calls_before = COUNTER.calls
         if self.guard is not None:
             self.guard.begin(inputs)
             fn = self.guard.watching(fn)
@@ -312,16 +295,15 @@ class _Candidate:
             self.chan.send(CallAnswer(ok=True, timed=True, output=locate(out)))
             if not _finish(self.chan.receive()):
                 raise RuntimeError("the harness did not say go on after reading the output")
-            calls, problem = self._inspect(out, inputs, calls_before, threads_before, sentinel)
+            problem = self._inspect(out, inputs, sentinel, null)
         else:
             if cmd.release:   # the harness shares the rest of its hold of the device, then says go on
                 self.chan.send(CallAnswer(ok=True, timed=True))
             try:
-                calls, problem = self._inspect(out, inputs, calls_before, threads_before, sentinel)
+                problem = self._inspect(out, inputs, sentinel, null)
             finally:   # its go-on read first, so whatever this call answers next answers that command
                 if cmd.release and not _finish(self.chan.receive()):
                     raise RuntimeError("the harness did not say go on after the timed part of a call")
-        self.threads.mark()
         if trace:
             trace.lap("inspect", self.device)
             steps = " ".join(f"{name}={(t - stamps[i][1]) * 1e3:.3f}" for i, (name, t) in enumerate(stamps[1:]))
@@ -330,16 +312,13 @@ class _Candidate:
             print(f"call trace {'null' if null else 'real'} ms={ms:.3f} {trace} | {steps} | samples "
                   f"{size} B encoded in {(timing._perf_counter() - encode) * 1e3:.3f}", file=sys.stderr, flush=True)
         if null:   # the same reply as a real call's (its size is part of the overhead measured)
-            return {"ok": True, "ms": ms, "host_ms": host_ms, "samples": samples, "calls": calls,
-                    "timer": self.timer.mode}
+            return {"ok": True, "ms": ms, "host_ms": host_ms, "samples": samples, "timer": self.timer.mode}
         if problem is not None:
             raise problem
-        self._count(calls)
         tensors = tensors_in(out)
         if tensors:
             self.last_shape = (tuple(tensors[0].shape), tensors[0].dtype)
-        answer = {"ok": True, "ms": ms, "host_ms": host_ms, "samples": samples, "calls": calls,
-                  "timer": self.timer.mode}
+        answer = {"ok": True, "ms": ms, "host_ms": host_ms, "samples": samples, "timer": self.timer.mode}
         if isinstance(snapshot, _InDeviceSlot):   # already with the judge, on the device
             answer["layout"], answer["device"] = snapshot.layout, True
         elif save:   # the whole output, for the judge: into its staging slot, or to host memory now and
@@ -384,49 +363,22 @@ class _Candidate:
             self.null_output = torch.empty(shape, dtype=dtype, device=self.device)
         return self.null_output
 
-    def _inspect(self, out, inputs, calls_before, threads_before, sentinel):
-        """(extension calls of this forward, the first rule it broke or None)."""
-        from cuda_agent.env.rules.guard import COUNTER, Rejected, check_output, new_python_thread, violation_message
+    def _inspect(self, out, inputs, sentinel, null: bool):
+        """The in-process checks of a call's output (the first rule it broke, or None); the guard's
+        record of it is judged by the harness. A real call's outputs are checked against the kernel
+        storages into that record first."""
+        from cuda_agent.env.rules.guard import Rejected, check_output
 
-        calls = COUNTER.calls - calls_before
-        found = None
-        if self.guard is not None:
-            found = self.guard.violation()
-            calls += self.guard.custom_calls()
-        leftover = new_python_thread(threads_before)
+        if self.guard is not None and not null:
+            self.guard.check_outputs(out)
         try:
-            if found:
-                raise Rejected(found[0], violation_message(*found))
-            if self.cfg.guard and calls == 0:
-                raise Rejected(rules.NO_CUSTOM_KERNEL, "forward never called the solution's compiled extension: "
-                                                   "the output must come from your own kernels")
-            if leftover:
-                raise Rejected(rules.BACKGROUND_THREAD, f"forward left a thread running ({leftover}); "
-                                                    "all work must finish inside forward")
             check_output(out, inputs, self.device)
-            if self.guard is not None:
-                for t in tensors_in(out):
-                    if t.numel() and not self.guard.is_kernel_tensor(t):
-                        raise Rejected(rules.OUTPUT_NOT_FROM_KERNEL,
-                                       "forward returned a tensor that none of the solution's kernels produced or "
-                                       "wrote (computed in Python or by a library?); outputs must come from your "
-                                       "kernels")
             if sentinel is not None and sentinel.changed():
                 raise Rejected(rules.INPUT_MUTATION, "forward modified one of its input tensors; inputs must be "
                                                  "left unchanged")
         except Rejected as problem:
-            return calls, problem
-        return calls, None
-
-    def _count(self, calls: int) -> None:
-        """Every call must call the kernels equally often (the first may do one-time work)."""
-        from cuda_agent.env.rules.guard import Rejected
-
-        self.calls_per_forward.append(calls)
-        steady = self.calls_per_forward[1:]
-        if self.cfg.guard and steady and any(c != steady[0] for c in steady):
-            raise Rejected(rules.BEHAVIOUR_CHANGED, f"forward called its kernels {steady[-1]} times in one call and "
-                                                f"{steady[0]} times in another: every call must do the same work")
+            return problem
+        return None
 
 
 class _InDeviceSlot:

@@ -14,6 +14,9 @@
 //   - calls of operators registered by the solution (custom ops): counted, and the storages they
 //     take and return are "kernel storages", as are those of calls into the compiled modules (noted
 //     from Python). The forward's outputs must live in kernel storages.
+// What decides a call's verdict is `report` (struct Report below): counters that only grow, read by
+// the harness from outside this process (/proc/PID/mem) after every call, at an address it finds
+// from the library's own symbol table and the process's mappings. No function here resets them.
 // Built with -DNDEBUG like libtorch itself: RecordFunction's layout depends on it.
 #include <ATen/record_function.h>
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -40,14 +43,39 @@ struct State {
   std::unordered_set<std::string> builtin_namespaces;
   std::vector<std::pair<uintptr_t, uintptr_t>> inputs;  // byte ranges [lo, hi) of this call's inputs' storages
   std::unordered_set<intptr_t> kernel;    // storages a kernel took or returned
-  std::string violation;                  // "rule|message" of the first one, empty if none
-  int64_t custom_calls = 0;
+  std::string violation;                  // "rule|message" of the current call's first one, empty if none
 };
 
 State& state() {
   static State* s = new State();  // never destroyed: callbacks may run during teardown
   return *s;
 }
+
+// The harness's record of every call (outside.py's GuardRecord reads it; keep the two layouts alike).
+// Counters are over the whole process, never reset: a second cag_begin cannot wipe a violation.
+struct Report {
+  char magic[8];                // "CAGREC1\0"
+  int64_t begins;               // calls begun (cag_begin)
+  int64_t ends;                 // calls ended (cag_end)
+  int64_t violations;           // operators refused (torch-op, data-movement)
+  int64_t custom_calls;         // calls of the solution's custom operators (seen by the callback)
+  int64_t extension_calls;      // calls into its compiled modules (counted by ExtensionProxy)
+  int64_t outputs_checked;      // output tensors checked against the kernel storages (cag_check_outputs)
+  int64_t outputs_foreign;      // of those, outputs no kernel produced
+  int64_t ops_seen;             // operators seen while recording
+  char rule[32];                // the first violation of the current call: its rule ...
+  char op[152];                 // ... and its operator
+};
+static_assert(sizeof(Report) == 256, "the harness reads 256 bytes");
+
+}  // namespace
+
+extern "C" {
+// Exported by name: the harness finds it in the library's dynamic symbol table.
+__attribute__((visibility("default"))) Report cag_report = {{'C', 'A', 'G', 'R', 'E', 'C', '1', 0}};
+}
+
+namespace {
 
 std::atomic<bool> recording{false};
 // Python switches recording with a plain one-byte store at this address (cag_recording_address):
@@ -142,7 +170,12 @@ Kind kind_of(State& s, const at::RecordFunction& fn) {
 }
 
 void note_violation(State& s, const char* rule, const std::string& message) {
-  if (s.violation.empty()) s.violation = std::string(rule) + "|" + message;
+  if (s.violation.empty()) {
+    s.violation = std::string(rule) + "|" + message;
+    std::strncpy(cag_report.rule, rule, sizeof(cag_report.rule) - 1);
+    std::strncpy(cag_report.op, message.c_str(), sizeof(cag_report.op) - 1);
+  }
+  cag_report.violations++;
 }
 
 std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
@@ -158,7 +191,7 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
     return nullptr;
   }
   if (kind == Kind::Custom) {
-    s.custom_calls++;
+    cag_report.custom_calls++;
     for (const c10::IValue& v : fn.inputs()) for_each_tensor(v, [&](const at::Tensor& t) {
       if (intptr_t p = storage_of(t)) s.kernel.insert(p);
     });
@@ -252,7 +285,9 @@ void cag_begin(const int64_t* input_ranges, int n) {
     s.inputs.clear();
     s.kernel.clear();
     s.violation.clear();
-    s.custom_calls = 0;
+    std::memset(cag_report.rule, 0, sizeof(cag_report.rule));
+    std::memset(cag_report.op, 0, sizeof(cag_report.op));
+    cag_report.begins++;
     for (int i = 0; i < n; ++i) {
       auto lo = static_cast<uintptr_t>(input_ranges[2 * i]), hi = static_cast<uintptr_t>(input_ranges[2 * i + 1]);
       if (lo < hi) s.inputs.emplace_back(lo, hi);
@@ -273,6 +308,11 @@ intptr_t cag_recording_address() { return reinterpret_cast<intptr_t>(&recording)
 
 void cag_end() {
   recording.store(false, std::memory_order_release);
+  cag_report.ops_seen += ops_seen.load();
+  {
+    std::lock_guard<std::mutex> lock(state().mu);
+    cag_report.ends++;
+  }
   if (handle != 0) {
     at::removeCallback(handle);
     handle = 0;
@@ -285,27 +325,19 @@ void cag_add_kernel_storage(int64_t storage) {
   if (storage) s.kernel.insert(static_cast<intptr_t>(storage));
 }
 
-int cag_is_kernel_storage(int64_t storage) {
+// After a call: its output tensors' storages, each one counted as checked, and as foreign when no
+// kernel produced it.
+void cag_check_outputs(const int64_t* storages, int n) {
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mu);
-  return s.kernel.count(static_cast<intptr_t>(storage)) ? 1 : 0;
+  for (int i = 0; i < n; ++i) {
+    cag_report.outputs_checked++;
+    if (!s.kernel.count(static_cast<intptr_t>(storages[i]))) cag_report.outputs_foreign++;
+  }
 }
 
-// The first violation as "rule|op" into buf (0 when none); the number of custom-op calls; ops seen.
-int cag_violation(char* buf, int len) {
-  State& s = state();
-  std::lock_guard<std::mutex> lock(s.mu);
-  if (s.violation.empty() || len <= 0) return 0;
-  std::strncpy(buf, s.violation.c_str(), len - 1);
-  buf[len - 1] = 0;
-  return 1;
-}
-
-int64_t cag_custom_calls() {
-  State& s = state();
-  std::lock_guard<std::mutex> lock(s.mu);
-  return s.custom_calls;
-}
+// Where ExtensionProxy counts calls into the compiled modules (a plain store from Python, under the GIL).
+intptr_t cag_extension_calls_address() { return reinterpret_cast<intptr_t>(&cag_report.extension_calls); }
 
 int64_t cag_ops_seen() { return ops_seen.load(); }
 

@@ -1,0 +1,212 @@
+"""The guard's verdict on each of the candidate's calls, decided by the harness from outside the
+candidate's process (harness side; the candidate's half is guard.py and native/guard.cpp).
+
+What decides it are facts the candidate's Python cannot rewrite:
+- the native guard's record (`cag_report` in native/guard.cpp): counters that only grow (calls begun
+  and ended, operators refused, custom-operator and extension calls, outputs checked and outputs no
+  kernel produced), read with one `pread` of `/proc/PID/mem` after every call, at the address the
+  library's own symbol table and the process's mappings give;
+- the process's threads, listed by the kernel (`/proc/PID/task`, native threads too), before and after
+  each call, and the CPU time the solution's threads used between calls.
+
+The two files (`/proc/PID/mem`, `/proc/PID/maps`) are opened when the job is sent, before any of the
+solution's code runs: the access check is made at open, so a solution that later hides its memory
+(`prctl(PR_SET_DUMPABLE, 0)`) does not take them away; files the harness cannot open then (`problem`)
+are the machine's failure, which the evaluation reports as internal. A record that cannot be read
+later, or that does not match the calls the harness made, rejects the candidate (fail closed); it is
+never accepted.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+from cuda_agent.env.measure.outside import elf_symbol, library_base, thread_ids, threads_cpu_seconds
+from cuda_agent.env.rules import registry as rules
+
+RECORD_SYMBOL = "cag_report"
+_RECORD = struct.Struct("<8s8q32s152s")   # native/guard.cpp's struct Report, 256 bytes
+_MAGIC = b"CAGREC1\0"
+_REFUSED_RULES = (rules.TORCH_OP.name, rules.DATA_MOVEMENT.name)   # what the native guard notes
+
+
+class Refused(Exception):
+    """A call broke a rule; `rule` is its registered name, the message one line for the agent."""
+
+    def __init__(self, rule: rules.Rule, message: str):
+        super().__init__(message)
+        self.rule = rule
+
+
+@dataclass(frozen=True)
+class GuardRecord:
+    begins: int
+    ends: int
+    violations: int
+    custom_calls: int
+    extension_calls: int
+    outputs_checked: int
+    outputs_foreign: int
+    ops_seen: int
+    rule: str
+    op: str
+
+    @classmethod
+    def parse(cls, raw: bytes) -> "GuardRecord":
+        magic, *counts, rule, op = _RECORD.unpack(raw)
+        if magic != _MAGIC:
+            raise ValueError("no guard record at its address")
+        text = [field.split(b"\0", 1)[0].decode(errors="replace") for field in (rule, op)]
+        return cls(*counts, *text)
+
+    @property
+    def kernel_calls(self) -> int:
+        return self.custom_calls + self.extension_calls
+
+
+def violation_message(rule: str, op: str) -> str:
+    if rule == rules.DATA_MOVEMENT.name:
+        return (f"forward moved its input's data with PyTorch ({op}: a copy of an input, e.g. .contiguous() "
+                "on a transposed or permuted view); layout changes count as compute: do them in your kernel")
+    return (f"forward called the PyTorch operator {op}; only the solution's own kernels may compute "
+            "(allocation and views are allowed)")
+
+
+def _unreadable(why: str) -> Refused:
+    return Refused(rules.PROTOCOL_FORGERY, f"the harness could not read the guard's record from the solution's "
+                                           f"process ({why}); a process that hides its memory or its guard from "
+                                           "the harness is refused")
+
+
+class CallVerdicts:
+    """One evaluation's verdicts on the candidate's calls. Made when the job is sent (the threads alive
+    then are the harness's own); `mark` once the model is made, `before_call` as each call is sent,
+    `after_call` on its answer."""
+
+    GAP_LIMIT_S = 0.002      # in one gap between calls (an OpenMP worker parking itself uses microseconds)
+    TOTAL_LIMIT_S = 0.02     # over all gaps
+
+    def __init__(self, pid: int, guard_library: str | Path | None):
+        """`guard_library`: the guard the candidate loads (None: the guard is off, threads alone are judged)."""
+        self.pid, self.library = pid, guard_library
+        self.harness_threads = thread_ids(pid)
+        self.mem = self.maps = None
+        self.problem = None
+        if guard_library is not None:
+            try:
+                self.mem = os.open(f"/proc/{pid}/mem", os.O_RDONLY)
+                self.maps = os.open(f"/proc/{pid}/maps", os.O_RDONLY)
+            except OSError as exc:
+                self.problem = f"/proc/{pid}: {exc.strerror}"
+        self.address: int | None = None
+        self.last: GuardRecord | None = None
+        self.calls = 0                       # calls the harness sent
+        self.kernel_calls: list[int] = []    # per real call
+        self.thread_time: dict[str, float] = {}
+        self.gap_total = 0.0
+        self.before: set[str] = set()
+
+    def close(self) -> None:
+        for fd in (self.mem, self.maps):
+            if fd is not None:
+                os.close(fd)
+        self.mem = self.maps = None
+
+    # -- threads -------------------------------------------------------------------------------
+
+    def _solution_threads(self) -> dict[str, float]:
+        return threads_cpu_seconds(self.pid, thread_ids(self.pid) - self.harness_threads)
+
+    def mark(self) -> None:
+        """Once the model is made (the solution's load and `__init__` may use its threads): the CPU time
+        its threads have used so far, from which work between calls is counted."""
+        self.thread_time = self._solution_threads()
+
+    def before_call(self) -> None:
+        """Before a call is sent (the candidate stopped): the CPU time the solution's threads used since
+        the last call ended (work kept running after forward returned, or started ahead)."""
+        usage = self._solution_threads()
+        gap = sum(max(0.0, seconds - self.thread_time.get(tid, 0.0)) for tid, seconds in usage.items())
+        self.gap_total += gap
+        # a thread gone since the last call ran after forward returned (to exit, at least), and the CPU
+        # time it used went with it out of the thread list
+        gone = self.thread_time.keys() - usage.keys()
+        if gone or gap > self.GAP_LIMIT_S or self.gap_total > self.TOTAL_LIMIT_S:
+            raise Refused(rules.BACKGROUND_THREAD, "a thread the solution started kept working outside forward "
+                                                   "(after it returned or before the next call); all work must "
+                                                   "finish inside forward")
+        self.before = thread_ids(self.pid)
+        self.calls += 1
+
+    def after_call(self, null: bool, outputs: int) -> None:
+        """On a call's last answer (ok): the guard's record of it, and the threads it left.
+        `outputs`: the output's non-empty tensors (the harness's own count of what the candidate
+        must have checked)."""
+        record = self._read() if self.library is not None else None
+        alive = thread_ids(self.pid)
+        left = sorted(alive - self.before, key=int)
+        if record is not None:
+            self._judge(record, null, outputs)
+        if left:
+            raise Refused(rules.BACKGROUND_THREAD, "forward returned with work still running after it (a detached "
+                                                   f"thread? thread {left[0]} of the solution's process was alive "
+                                                   "after the call); all work must finish inside forward")
+        self.thread_time = threads_cpu_seconds(self.pid, alive - self.harness_threads)
+
+    # -- the guard's record ------------------------------------------------------------------------
+
+    def _read(self) -> GuardRecord:
+        if self.problem:
+            raise _unreadable(self.problem)
+        try:
+            if self.address is None:
+                self.address = self._base() + elf_symbol(self.library, RECORD_SYMBOL)
+            raw = os.pread(self.mem, _RECORD.size, self.address)
+            return GuardRecord.parse(raw if len(raw) == _RECORD.size else b"")
+        except (OSError, LookupError, ValueError, struct.error) as exc:
+            raise _unreadable(str(exc) or type(exc).__name__) from None
+
+    def _base(self) -> int:
+        """The guard library's load address, from the maps file opened before the solution's code ran."""
+        chunks, offset = [], 0
+        while chunk := os.pread(self.maps, 1 << 16, offset):
+            chunks.append(chunk)
+            offset += len(chunk)
+        return library_base(b"".join(chunks).decode(errors="replace"), self.library)
+
+    def _judge(self, record: GuardRecord, null: bool, outputs: int) -> None:
+        last = self.last or GuardRecord(0, 0, 0, 0, 0, 0, 0, 0, "", "")
+        self.last = record
+        if record.begins != self.calls or record.ends != self.calls:
+            raise Refused(rules.PROTOCOL_FORGERY, f"the guard's record counts {record.begins} calls begun and "
+                                                  f"{record.ends} ended where the harness made {self.calls}: the "
+                                                  "solution drove the harness's guard itself")
+        if record.violations != last.violations:
+            rule = record.rule if record.rule in _REFUSED_RULES else None
+            if rule is None:
+                raise Refused(rules.PROTOCOL_FORGERY, "the guard's record names no rule for a refused operator")
+            raise Refused(rules.RULES[rule], violation_message(rule, record.op))
+        if null:
+            return
+        calls = record.kernel_calls - last.kernel_calls
+        if calls <= 0:
+            raise Refused(rules.NO_CUSTOM_KERNEL, "forward never called the solution's compiled extension: "
+                                                  "the output must come from your own kernels")
+        if record.outputs_foreign != last.outputs_foreign:
+            raise Refused(rules.OUTPUT_NOT_FROM_KERNEL,
+                          "forward returned a tensor that none of the solution's kernels produced or wrote "
+                          "(computed in Python or by a library?); outputs must come from your kernels")
+        if record.outputs_checked - last.outputs_checked != outputs:
+            raise Refused(rules.PROTOCOL_FORGERY, f"the guard checked {record.outputs_checked - last.outputs_checked} "
+                                                  f"of the call's {outputs} output tensors: the solution skipped "
+                                                  "the harness's check of its outputs")
+        # every call must call the kernels equally often (the first may do one-time work)
+        # (each earlier call matched the second's count, or the evaluation ended there)
+        self.kernel_calls.append(calls)
+        if len(self.kernel_calls) > 2 and calls != self.kernel_calls[1]:
+            raise Refused(rules.BEHAVIOUR_CHANGED, f"forward called its kernels {calls} times in one call and "
+                                                   f"{self.kernel_calls[1]} times in another: every call must do the "
+                                                   "same work")
