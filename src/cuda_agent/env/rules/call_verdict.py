@@ -151,9 +151,9 @@ class CallVerdicts:
         if record is not None:
             self._judge(record, null, outputs)
         if left:
-            raise Refused(rules.BACKGROUND_THREAD, "forward returned with work still running after it (a detached "
-                                                   f"thread? thread {left[0]} of the solution's process was alive "
-                                                   "after the call); all work must finish inside forward")
+            raise Refused(rules.BACKGROUND_THREAD, "work still running after forward returned (a detached thread? "
+                                                   f"thread {left[0]} of the solution's process was alive after the "
+                                                   "call); all work must finish inside forward")
         self.thread_time = threads_cpu_seconds(self.pid, alive - self.harness_threads)
 
     # -- the guard's record ------------------------------------------------------------------------
