@@ -22,6 +22,9 @@ def test_the_profile_names_the_references_operators_and_the_candidates_kernels_w
     config = gpu_config(cache_dir, profile_ops=True, compile_baseline=False)
     r = evaluate(example_task(), load_solution(EXAMPLES / "solution_cuda"), config)
     assert r.error is None and r.correct, r.error
+    from cuda_agent.agent.workspace import format_result
+
+    print("\n" + format_result("profile", r), flush=True)   # what ./profile shows (the closing note quotes it)
     assert r.reference_ops.clock == "cuda" and r.candidate_ops.clock == "cuda"
     reference = [row.name for row in r.reference_ops.rows]
     assert reference[0] in ("aten::add", "aten::clamp_min") and all(row.kind == "op" for row in r.reference_ops.rows)
@@ -75,6 +78,7 @@ def test_ncu_digests_the_candidates_kernels(cache_dir):
     lines = ncu_digest(example_task(), load_solution(EXAMPLES / "solution_cuda"), gpu_config(cache_dir), timeout=120)
     if any("ERR_NVGPUCTRPERM" in line for line in lines):
         pytest.skip(f"this machine does not let ncu read the GPU's counters: {lines[0]}")
+    print("\n" + "\n".join(lines), flush=True)   # what ./profile --ncu adds
     assert lines[0].startswith("Nsight Compute: "), lines
     assert "bias_relu" in lines[1] and "limited by" in lines[2] and "registers/thread" in lines[3]
     assert len(lines) <= 40
