@@ -3,8 +3,11 @@ Compute's digest (`profile --ncu`). Run with `-m gpu`; each test is self-contain
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import types
 from contextlib import nullcontext
+from pathlib import Path
 
 import pytest
 import torch
@@ -56,18 +59,29 @@ def _judge(model, shape=(256, 256)):
                                  timers={"eager": Timer(None)}, _device=lambda **kw: nullcontext())
 
 
+class _Syncs(torch.nn.Module):
+    def forward(self, x):
+        return x * x.sum().item()   # a CPU sync: not allowed while a stream is captured
+
+
+def syncing_capture_error() -> str:
+    from cuda_agent.env.workers.graphs import time_graph
+
+    return time_graph(_judge(_Syncs()), calls=5)["error"]
+
+
 def test_a_graph_replays_beside_eager_and_a_syncing_forward_says_why_it_cannot_be_captured():
     from cuda_agent.env.workers.graphs import time_graph
 
     timed = time_graph(_judge(torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.ReLU())), calls=5)
     assert len(timed["graph_ms"]) == len(timed["eager_ms"]) == 5 and min(timed["graph_ms"]) > 0
-
-    class Syncs(torch.nn.Module):
-        def forward(self, x):
-            return x * x.sum().item()   # a CPU sync: not allowed while a stream is captured
-
-    failed = time_graph(_judge(Syncs()), calls=5)
-    assert failed["error"].startswith("capture failed (") and "\n" not in failed["error"]
+    # in a process of its own: a failed capture leaves its process's CUDA RNG unusable (which is why the
+    # judge captures last), and this test process draws on the GPU again
+    code = "from tests.gpu.test_feedback_gpu import syncing_capture_error; print(syncing_capture_error())"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180,
+                          cwd=Path(__file__).resolve().parents[2])
+    error = (done.stdout.strip().splitlines() or [done.stderr[-500:]])[-1]
+    assert error.startswith("capture failed ("), error
 
 
 def test_ncu_digests_the_candidates_kernels(cache_dir):

@@ -51,6 +51,6 @@ def test_a_kernel_launched_from_a_detached_thread_is_named_as_work_after_forward
 def test_the_tasks_sizes_hard_coded_fail_at_the_second_size(cache_dir):
     fixed = MODEL_NEW.replace("bias_relu(x, self.bias)", "bias_relu(x.view(512, 1024), self.bias)")
     assert fixed != MODEL_NEW
-    result = evaluate(example_task(), example_solution("cuda", model_new=fixed), gpu_config(cache_dir),
+    result = evaluate(example_task(), example_solution("cuda", model_new=fixed), gpu_config(cache_dir, other_scale=True),
                       stop_after="verify")
     assert result.error.rule == "fixed-shape" and "batch 512 -> 256" in result.error.message

@@ -199,8 +199,8 @@ class _Evaluation(BuildServing, CallRounds, StoredBaselines, Feedback, UnscoredT
         self._own_operators()
         self._lap("feedback")
         self._baselines()
-        self._graph_baseline()
         self._reference_operators()
+        self._graph_baseline()   # last in the judge: a capture that fails leaves the process's CUDA RNG unusable
         self._lap("feedback")
         self._unscored_end()
 

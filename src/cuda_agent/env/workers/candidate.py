@@ -425,10 +425,8 @@ def _install_crash_report(path: str | None) -> None:
 
 
 def run_candidate(chan: ChildChannel) -> None:
-    from cuda_agent.env.rules.guard import Rejected, warm_harness_threads
+    from cuda_agent.env.rules.guard import Rejected
 
-    # before the job, which a spare worker waits for: off the evaluation's path (about 0.07 s)
-    warm_harness_threads(device_of(os.environ.get("CUDA_AGENT_WORKER_BACKEND", "cpu")))
     tables = _dispatcher_tables()
     job = CandidateJob.model_validate(chan.receive())
     _install_crash_report(job.crash_lib)

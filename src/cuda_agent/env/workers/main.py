@@ -17,6 +17,7 @@ import torch
 
 from cuda_agent.env.measure import timing  # captures clocks and sync before candidate code can patch them
 from cuda_agent.env.workers import common
+from cuda_agent.env.workers.common import device_of
 from cuda_agent.env.workers.candidate import run_candidate
 from cuda_agent.env.workers.judge import run_judge
 from cuda_agent.env.workers.messages import Ready
@@ -61,6 +62,10 @@ def main() -> None:
     if os.environ.get("CUDA_AGENT_WORKER_BACKEND") == "cuda" and torch.cuda.is_available():
         torch.empty(1, device="cuda")  # create the context now, while no job waits for us
         warm_harness_kernels(torch.device("cuda"))
+    if role == "candidate":   # PyTorch's thread pools started before Ready: the harness counts the threads
+        from cuda_agent.env.rules.guard import warm_harness_threads   # alive then as its own (call_verdict.py)
+
+        warm_harness_threads(device_of(os.environ.get("CUDA_AGENT_WORKER_BACKEND", "cpu")))
     chan.send(Ready(ready=True, pid=os.getpid(), device_setup=[started, time.monotonic()]))
     try:
         (run_judge if role == "judge" else run_candidate)(chan)
