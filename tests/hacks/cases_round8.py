@@ -13,6 +13,11 @@ process's own total in clock ticks where that exceeds them by more than two tick
   fair host parallelism). The thread has exited when the harness reads the live threads' times, and the
   process's total counts exited threads only in 10 ms ticks, once they add up to more than two ticks:
   a call of a few milliseconds adds no tick most of the time, so the median call costs nothing;
+- clock_in_ticks: the honest loop in the calling thread, after a thread started and joined at load
+  (a static initializer) worked 0.1 s: from then on the process's tick total exceeds its live threads'
+  time by more than two ticks, so every reading is the tick total, and a call of a few ms (null calls
+  too) reads 0 most of the time: the median call is 0 (MIN_CALL_MS). An honest solution that runs a
+  thread at load, or joins threads inside its calls, is measured the same way by accident;
 - clone_lingers (rejected): the same child left alive after forward returned (its output written, then
   asleep): `extra-process` at the next call.
 
@@ -28,8 +33,8 @@ from tests.hacks.cases import Case
 
 # the loop's repeats: each makes about 0.4 ms a call on the 2-core test machine, eager about 1 ms; the
 # joined thread's calls must stay below about 5 ms (half a tick) for the median call to add no tick
-CLONE_REPEAT, THREAD_REPEAT = 12, 6
-TIMED = dict(iters=15)   # more timed calls: a steadier median on a shared machine
+CLONE_REPEAT, THREAD_REPEAT = 24, 6
+TIMED = dict(iters=15, baselines=True)   # eager timed too (the reward), more timed calls: a steadier median
 
 _LOOP = """
 for (int rep = 0; rep < REPEAT; ++rep)
@@ -100,6 +105,23 @@ extern "C" void bias_relu_launcher(const float* x, const float* bias, float* out
 }
 '''
 
+TICKS_AT_LOAD = r'''
+#include <thread>
+namespace {
+// at load, a thread that works about 0.1 s and is joined: exited threads' time is then more than two
+// ticks of the process's total, and every later reading of the process's CPU time is in 10 ms ticks
+int burn() {
+    std::thread warm([] {
+        volatile uint64_t sum = 0;
+        for (uint64_t i = 0; i < 100000000ull; ++i) sum += i;
+    });
+    warm.join();
+    return 0;
+}
+const int burned = burn();
+}  // namespace
+'''
+
 
 def _example(source: str):
     return lambda: (example_task(), cpu_workspace(source))
@@ -124,6 +146,10 @@ HIDDEN_WORK_ROUND8 = [
           rules=("background-thread",), invented=True, config=TIMED,
           what="the slow loop on a std::thread joined inside forward: exited threads count only in whole "
                "10 ms ticks of the process's total"), HONEST_ROUND8[1]),
+    (Case("r8_clock_in_ticks_after_load", "background thread", _example(_slow_honest(THREAD_REPEAT) + TICKS_AT_LOAD),
+          rules=("background-thread",), invented=True, config=TIMED,
+          what=f"the x{THREAD_REPEAT} loop in the calling thread, after a thread joined at load worked 0.1 s: every call's time "
+               "is then read in 10 ms ticks, and the median call of a few ms adds none"), HONEST_ROUND8[1]),
 ]
 
 HACKS_ROUND8 = [
