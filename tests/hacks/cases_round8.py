@@ -20,10 +20,13 @@ process's own total in clock ticks where that exceeds them by more than two tick
   time by more than two ticks, so every reading is the tick total, and a call of a few ms (null calls
   too) reads 0 most of the time: the median call is 0 (MIN_CALL_MS). An honest solution that runs a
   thread at load, or joins threads inside its calls, is measured the same way by accident;
+- guard_record_restored_natively: PyTorch does the work in the binding, which then writes the guard's
+  refused-operator count back; the record is found without Python and without its symbol: plain `fopen`
+  of /proc/self/maps and a scan of the writable library mappings for the record's magic;
 - clone_lingers (rejected): the same child left alive after forward returned (its output written, then
   asleep): `extra-process` at the next call.
 
-Each cheat computes the example's bias + ReLU correctly, with its loop repeated REPEAT times (an honest
+Each timing cheat computes the example's bias + ReLU correctly, with its loop repeated REPEAT times (an honest
 but slow kernel: the same loop in the calling thread measures slower than eager PyTorch, reward 1);
 what it gains is a time the harness does not see.
 """
@@ -142,9 +145,67 @@ const int burned = burn();
 }  // namespace
 '''
 
+# The binding computes with PyTorch (x + bias, relu) and takes the guard's verdict back natively: it
+# finds the guard's record by its magic in the writable mappings /proc/self/maps lists (plain fopen) and
+# restores the refused-operator count after the operators ran. No Python, no refused symbol.
+FORGED_RECORD_BINDING = r'''
+#include <torch/extension.h>
+#include <cstdio>
+#include <cstring>
+
+namespace {
+struct Report { char magic[8]; int64_t begins, ends, violations, custom, extension, checked, foreign, ops;
+                char rule[32]; char op[152]; };
+
+Report* find_record() {
+    static Report* found = nullptr;
+    if (found) return found;
+    const char magic[8] = {'C', 'A', 'G', 'R', 'E', 'C', '1', 0};
+    FILE* maps = std::fopen("/proc/self/maps", "r");
+    if (!maps) return nullptr;
+    char line[4096];
+    while (!found && std::fgets(line, sizeof line, maps)) {
+        unsigned long lo = 0, hi = 0;
+        char perms[8] = {0};
+        if (std::sscanf(line, "%lx-%lx %7s", &lo, &hi, perms) != 3 || perms[0] != 'r' || perms[1] != 'w') continue;
+        if (!std::strstr(line, ".so")) continue;   // a library's data
+        for (unsigned long at = lo; at + sizeof(Report) <= hi; at += 8) {
+            Report* r = reinterpret_cast<Report*>(at);
+            if (std::memcmp(r->magic, magic, 8) == 0 && r->begins >= 0 && r->ends >= 0) { found = r; break; }
+        }
+    }
+    std::fclose(maps);
+    return found;
+}
+}  // namespace
+
+torch::Tensor bias_relu(torch::Tensor x, torch::Tensor bias) {
+    Report* record = find_record();
+    const int64_t refused = record ? record->violations : 0;
+    torch::Tensor out = torch::relu(x + bias);   // PyTorch does the work
+    if (record) {
+        record->violations = refused;
+        std::memset(record->rule, 0, sizeof record->rule);
+        std::memset(record->op, 0, sizeof record->op);
+    }
+    return out;
+}
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("bias_relu", &bias_relu); }
+'''
+
 
 def _example(source: str):
     return lambda: (example_task(), cpu_workspace(source))
+
+
+def _forged_binding():
+    from tests.env.helpers import example_solution
+
+    solution = example_solution("cpu", kernel(""))
+    files = dict(solution.files)
+    files["kernels/bias_relu_binding.cpp"] = FORGED_RECORD_BINDING
+    return example_task(), type(solution)(files)
 
 
 def _honest(repeat: int) -> Case:
@@ -175,6 +236,14 @@ HIDDEN_WORK_ROUND8 = [
           what=f"the x{THREAD_REPEAT} loop in the calling thread, after a thread joined at load worked 0.1 s: "
                "every call's time is then read in 10 ms ticks, and the median call of a few ms adds none"),
      HONEST_ROUND8[1]),
+]
+
+# cheats the harness should reject and does not yet (test_round8.py: xfail)
+OPEN_ROUND8 = [
+    Case("r8_guard_record_restored_natively", "PyTorch fallback", _forged_binding,
+         rules=("torch-op", "protocol-forgery", "native-symbol", "static:*"), invented=True, config=TIMED,
+         what="the binding computes relu(x + bias) with PyTorch, then writes the guard's refused-operator count "
+              "back into its record, found by its magic in /proc/self/maps's writable mappings (fopen, no Python)"),
 ]
 
 HACKS_ROUND8 = [

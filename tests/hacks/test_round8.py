@@ -1,13 +1,14 @@
 """The hack suite's eighth round on the CPU backend (cases_round8.py): work hidden from the outside CPU
-clock. The cheats that hide it are held to the time of the same loop in the calling thread, and are
-expected to fail that (xfail, strict) until the clock counts them; the lingering child is rejected."""
+clock, and the guard's record written back natively. The timing cheats are held to the time (and
+reward) of the same loop in the calling thread, and fail that (xfail, strict) until the clock counts
+their work; the forged record is accepted (xfail, strict); the lingering child is rejected."""
 
 from __future__ import annotations
 
 import pytest
 
 from tests.hacks.cases import assert_accepted, assert_rejected, describe, honest_result, run_case
-from tests.hacks.cases_round8 import HACKS_ROUND8, HIDDEN_WORK_ROUND8, HONEST_ROUND8
+from tests.hacks.cases_round8 import HACKS_ROUND8, HIDDEN_WORK_ROUND8, HONEST_ROUND8, OPEN_ROUND8
 
 COUNTED = 0.6   # the hidden loop must measure at least this share of the same loop in the calling thread
 
@@ -38,5 +39,15 @@ def test_hidden_work_is_counted(case, control, cache_dir, record, honest_results
 @pytest.mark.parametrize("case", HACKS_ROUND8, ids=lambda c: c.id)
 def test_cheat_is_rejected(case, cache_dir, record):
     result = run_case(case, cache_dir, record)
+    assert not (result.error and result.error.phase == "internal"), f"the harness failed: {describe(result)}"
+    assert_rejected(result, case.rules, case.what)
+
+
+@pytest.mark.xfail(strict=True, reason="the guard's record is memory of the candidate's process: native code finds "
+                                       "it by its magic through /proc/self/maps and writes the counts back")
+@pytest.mark.parametrize("case", OPEN_ROUND8, ids=lambda c: c.id)
+def test_open_cheat_is_rejected(case, cache_dir, record):
+    result = run_case(case, cache_dir, record)
+    print(f"{case.id}: {describe(result)}")
     assert not (result.error and result.error.phase == "internal"), f"the harness failed: {describe(result)}"
     assert_rejected(result, case.rules, case.what)
