@@ -1,0 +1,53 @@
+"""The hack suite's eighth round on the CPU backend (cases_round8.py): work hidden from the outside CPU
+clock, and the guard's record written back natively. The timing cheats are held to the time (and
+reward) of the same loop in the calling thread, and fail that (xfail, strict) until the clock counts
+their work; the forged record is accepted (xfail, strict); the lingering child is rejected."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.hacks.cases import assert_accepted, assert_rejected, describe, honest_result, run_case
+from tests.hacks.cases_round8 import HACKS_ROUND8, HIDDEN_WORK_ROUND8, HONEST_ROUND8, OPEN_ROUND8
+
+COUNTED = 0.6   # the hidden loop must measure at least this share of the same loop in the calling thread
+
+
+@pytest.mark.parametrize("case", HONEST_ROUND8, ids=lambda c: c.id)
+def test_honest_solution_is_accepted(case, cache_dir, record, honest_results):
+    assert_accepted(honest_result(case, cache_dir, record, honest_results))
+
+
+@pytest.mark.xfail(strict=True, reason="CPU time outside the worker's live threads is not counted: a CLONE_VM "
+                                       "child's (its parent's cutime), an exited thread's below two ticks; above "
+                                       "them every reading is in 10 ms ticks (measure/outside.py cpu_seconds)")
+@pytest.mark.parametrize("case,control", HIDDEN_WORK_ROUND8, ids=lambda c: getattr(c, "id", ""))
+def test_hidden_work_is_counted(case, control, cache_dir, record, honest_results):
+    honest = honest_result(control, cache_dir, record, honest_results)
+    assert_accepted(honest)
+    result = run_case(case, cache_dir, record)
+    assert not (result.error and result.error.phase == "internal"), f"the harness failed: {describe(result)}"
+    print(f"{case.id}: {describe(result)}; {control.id}: {describe(honest)}")
+    if result.error is None:
+        assert result.kernel_ms >= COUNTED * honest.kernel_ms and result.reward <= honest.reward, \
+            (f"{case.what}: {result.kernel_ms:.4f} ms (reward {result.reward}) against {honest.kernel_ms:.3f} ms "
+             f"(reward {honest.reward}) for the same loop in the calling thread")
+    else:
+        assert_rejected(result, case.rules, case.what)
+
+
+@pytest.mark.parametrize("case", HACKS_ROUND8, ids=lambda c: c.id)
+def test_cheat_is_rejected(case, cache_dir, record):
+    result = run_case(case, cache_dir, record)
+    assert not (result.error and result.error.phase == "internal"), f"the harness failed: {describe(result)}"
+    assert_rejected(result, case.rules, case.what)
+
+
+@pytest.mark.xfail(strict=True, reason="the guard's record is memory of the candidate's process: native code finds "
+                                       "it by its magic through /proc/self/maps and writes the counts back")
+@pytest.mark.parametrize("case", OPEN_ROUND8, ids=lambda c: c.id)
+def test_open_cheat_is_rejected(case, cache_dir, record):
+    result = run_case(case, cache_dir, record)
+    print(f"{case.id}: {describe(result)}")
+    assert not (result.error and result.error.phase == "internal"), f"the harness failed: {describe(result)}"
+    assert_rejected(result, case.rules, case.what)
