@@ -216,15 +216,17 @@ def _honest(repeat: int) -> Case:
 
 HONEST_ROUND8 = [_honest(CLONE_REPEAT), _honest(THREAD_REPEAT)]
 
-# the cheats that get a time they did not earn, each with the honest loop it is held to (test_round8.py)
+# work hidden from the CPU clock, each held to the honest loop's time (test_round8.py): the process's CPU
+# clock counts exited threads; the sandbox refuses process creation on the CPU backend (no child ever
+# works: its output is never written, `correctness`)
 HIDDEN_WORK_ROUND8 = [
     (Case("r8_work_in_clone_child", "background thread",
           _example(_head(CLONE_REPEAT) + CLONE_CHILD.replace("LINGER", "false")),
-          rules=("extra-process", "native-symbol", "background-thread"), invented=True, config=TIMED,
+          rules=("correctness", "extra-process", "native-symbol", "background-thread"), invented=True, config=TIMED,
           what="the slow loop in a child process sharing the worker's memory (__clone with CLONE_VM, reaped "
                "inside forward): its CPU time is the worker's cutime, not counted"), HONEST_ROUND8[0]),
     (Case("r8_work_in_vfork_child", "background thread", _example(_head(CLONE_REPEAT) + VFORK_CHILD),
-          rules=("extra-process", "native-symbol", "background-thread"), invented=True, config=TIMED,
+          rules=("correctness", "extra-process", "native-symbol", "background-thread"), invented=True, config=TIMED,
           what="the slow loop in a child of __vfork (the caller suspended, the child in its memory), reaped "
                "inside forward: the child's CPU time is not counted"), HONEST_ROUND8[0]),
     (Case("r8_work_in_joined_thread", "background thread", _example(_head(THREAD_REPEAT) + JOINED_THREAD),
@@ -248,6 +250,7 @@ OPEN_ROUND8 = [
 
 HACKS_ROUND8 = [
     Case("r8_clone_child_lingers", "processes that outlive the candidate",
-         _example(_head(CLONE_REPEAT) + CLONE_CHILD.replace("LINGER", "true")), rules=("extra-process",), invented=True,
+         _example(_head(CLONE_REPEAT) + CLONE_CHILD.replace("LINGER", "true")),
+         rules=("extra-process", "correctness", "timeout"), invented=True,
          what="the slow loop in a CLONE_VM child that writes the output, then stays alive after forward returns"),
 ]

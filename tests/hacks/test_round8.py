@@ -1,7 +1,8 @@
 """The hack suite's eighth round on the CPU backend (cases_round8.py): work hidden from the outside CPU
 clock, and the guard's record written back natively. The timing cheats are held to the time (and
-reward) of the same loop in the calling thread, and fail that (xfail, strict) until the clock counts
-their work; the forged record is accepted (xfail, strict); the lingering child is rejected."""
+reward) of the same loop in the calling thread (the process's CPU clock counts exited threads; the CPU
+sandbox makes no processes); the forged record is accepted (xfail, strict); the lingering child is
+rejected."""
 
 from __future__ import annotations
 
@@ -18,9 +19,6 @@ def test_honest_solution_is_accepted(case, cache_dir, record, honest_results):
     assert_accepted(honest_result(case, cache_dir, record, honest_results))
 
 
-@pytest.mark.xfail(strict=True, reason="CPU time outside the worker's live threads is not counted: a CLONE_VM "
-                                       "child's (its parent's cutime), an exited thread's below two ticks; above "
-                                       "them every reading is in 10 ms ticks (measure/outside.py cpu_seconds)")
 @pytest.mark.parametrize("case,control", HIDDEN_WORK_ROUND8, ids=lambda c: getattr(c, "id", ""))
 def test_hidden_work_is_counted(case, control, cache_dir, record, honest_results):
     honest = honest_result(control, cache_dir, record, honest_results)

@@ -159,7 +159,7 @@ def start_worker(role: str, job_dir: Path, backend: str, gpu: int | None,
 
     read_fd, write_fd = os.pipe()
     keep = [write_fd]
-    program = seccomp_program() if wrap else None
+    program = seccomp_program(no_processes=backend == "cpu") if wrap else None   # sandbox.py says why
     if program is not None:   # bubblewrap reads the filter from a file descriptor it inherits
         filter_fd = os.memfd_create("cuda-agent-seccomp")
         os.write(filter_fd, program)

@@ -104,26 +104,46 @@ _DENIED_SYSCALLS = {
     "init_module": 175, "finit_module": 313, "delete_module": 176, "acct": 163, "swapon": 167, "reboot": 169,
 }
 _AUDIT_ARCH_X86_64 = 0xC000003E
-_EPERM = 1
+_EPERM, _ENOSYS = 1, 38
+# Process creation, refused where a call's time is the worker's CPU time (the CPU backend): a child
+# process's CPU time is not the worker's, so work done there would go unmeasured. Threads are still
+# made: `clone` with CLONE_THREAD passes; `clone3` (whose flags seccomp cannot read) answers ENOSYS,
+# on which glibc makes its threads through `clone`.
+_FORK, _VFORK, _CLONE, _CLONE3 = 57, 58, 56, 435
+_CLONE_THREAD = 0x00010000
 
 
-def seccomp_program() -> bytes | None:
-    """The filter as the compiled classic-BPF program bubblewrap's --seccomp reads (None off x86-64)."""
+def seccomp_program(no_processes: bool = False) -> bytes | None:
+    """The filter as the compiled classic-BPF program bubblewrap's --seccomp reads (None off x86-64);
+    `no_processes`: process creation refused too (threads allowed)."""
     import platform
     import struct
 
     if platform.machine() not in ("x86_64", "AMD64"):
         return None
-    ld, jeq, ret = 0x20, 0x15, 0x06          # BPF_LD|BPF_W|BPF_ABS, BPF_JMP|BPF_JEQ|BPF_K, BPF_RET|BPF_K
-    allow, errno = 0x7FFF0000, 0x00050000 | _EPERM
-    numbers = sorted(set(_DENIED_SYSCALLS.values()))
-    program = [(ld, 0, 0, 4),                                   # seccomp_data.arch
-               (jeq, 1, 0, _AUDIT_ARCH_X86_64), (ret, 0, 0, allow),
-               (ld, 0, 0, 0)]                                   # seccomp_data.nr
-    for i, number in enumerate(numbers):                        # jump to the final "deny" when equal
-        program.append((jeq, len(numbers) - i, 0, number))
-    program += [(ret, 0, 0, allow), (ret, 0, 0, errno)]
-    return b"".join(struct.pack("HBBI", *insn) for insn in program)
+    ld, jeq, jset, ret = 0x20, 0x15, 0x45, 0x06   # BPF_LD|W|ABS, BPF_JMP|JEQ|K, BPF_JMP|JSET|K, BPF_RET|K
+    allow, eperm, enosys = 0x7FFF0000, 0x00050000 | _EPERM, 0x00050000 | _ENOSYS
+    # (code, true target, false target, k): targets are labels, resolved to relative jumps below
+    program = [(ld, None, None, 4),                               # seccomp_data.arch
+               (jeq, "next", "allow", _AUDIT_ARCH_X86_64),
+               (ld, None, None, 0)]                               # seccomp_data.nr
+    if no_processes:
+        program += [(jeq, "enosys", "next", _CLONE3), (jeq, "deny", "next", _FORK), (jeq, "deny", "next", _VFORK),
+                    (jeq, "clone", "next", _CLONE)]
+    program += [(jeq, "deny", "next", number) for number in sorted(set(_DENIED_SYSCALLS.values()))]
+    program.append((jeq, "allow", "allow", 0))                    # any other call: allowed
+    labels = {"clone": len(program)}                              # (every jump goes forward)
+    program += [(ld, None, None, 16),                             # clone's flags: args[0], low half
+                (jset, "allow", "deny", _CLONE_THREAD)]
+    for label, verdict in (("allow", allow), ("deny", eperm), ("enosys", enosys)):
+        labels[label] = len(program)
+        program.append((ret, None, None, verdict))
+
+    def jump(at: int, target) -> int:
+        return 0 if target in (None, "next") else labels[target] - at - 1
+
+    return b"".join(struct.pack("HBBI", code, jump(i, jt), jump(i, jf), k)
+                    for i, (code, jt, jf, k) in enumerate(program))
 
 
 def _inside(path: str, folder: Path) -> bool:

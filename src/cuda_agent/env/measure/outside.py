@@ -114,10 +114,21 @@ def _stat_ticks(path: str) -> int | None:
         return None
 
 
+def process_clock(pid: int) -> int:
+    """The clock id of a process's CPU clock (CPUCLOCK_SCHED of the whole process, linux/posix-timers.h):
+    its threads' CPU time to the nanosecond, those that have exited included."""
+    return ((~pid) << 3) | 2
+
+
 def cpu_seconds(pid: int) -> float | None:
-    """CPU time every thread of the process has used: its threads' times summed, or the process's own
-    total (clock ticks, which include threads that have exited) where that is larger. Read while the
-    process is stopped, both are final."""
+    """CPU time every thread of the process has used, those that have exited included: the kernel's CPU
+    clock of the process, read from outside it. Where that clock cannot be read, its live threads' times
+    summed, or the process's own total (clock ticks) where that is larger. Read while the process is
+    stopped, either is final."""
+    try:
+        return time.clock_gettime(process_clock(pid))
+    except OSError:
+        pass
     times = [t for t in (thread_cpu_seconds(tid, pid) for tid in _threads(pid)) if t is not None]
     ticks = _stat_ticks(f"/proc/{pid}/stat")
     if not times and ticks is None:
