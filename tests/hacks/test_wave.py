@@ -195,9 +195,17 @@ def test_a_process_started_by_the_library_dies_before_the_baselines_are_timed(ca
         seen["after"] = _processes_named("cag_escapee")   # what the baselines are timed beside
 
     monkeypatch.setattr(evaluation._Evaluation, "_kill_candidate", watched)
-    # Every check off (no link check, no process rule): only the sandbox stands in the way.
+    # Every check off (no link check, no process rule): only the sandbox stands in the way. On the CPU
+    # backend its seccomp filter refuses the fork itself: the escapee never starts.
     config = hack_config(cache_dir, guard=False, baselines=True, compile_baseline=False)
     model_new = example_model_new("return cuda_extension.slow_bias_relu(x, self.bias)")
+    refused_fork = evaluate(example_task(), wave_workspace(model_new, link_file("fork_ctor.cpp")), config)
+    assert refused_fork.correct and seen.get("before") == [], "the CPU sandbox let the library fork"
+    # With that refusal off (as on the CUDA backend), the PID namespace takes the escapee down.
+    from cuda_agent.env.infra import sandbox
+
+    whole_filter = sandbox.seccomp_program
+    monkeypatch.setattr(sandbox, "seccomp_program", lambda no_processes=False: whole_filter(False))
     honest = evaluate(example_task(), wave_workspace(model_new), config)
     escaping = evaluate(example_task(), wave_workspace(model_new, link_file("fork_ctor.cpp")), config)
     gone = bool(seen.get("before")) and not seen.get("after") and not _processes_named("cag_escapee")
