@@ -36,13 +36,14 @@ def test_forged_answer_is_rejected(case, cache_dir, record, honest_results):
     control = NEUTRALISED_IF_TIMED_AS.get(case.id)
     timed_honestly = False
     if control is not None and result.correct:
-        # accepted: harmless only if its calls were timed like the honest kernel's (the fastest call of
-        # each: the least disturbed by a loaded machine) and its speedup is no larger than a loaded
-        # machine's noise would make it
+        # accepted: harmless only if its calls were timed like the honest kernel's (the median call of
+        # each: a forged clock that counted would shrink every call a hundredfold, while a loaded machine
+        # moves single calls either way) and its speedup is no larger than a loaded machine's noise
+        # would make it
         honest = honest_result(next(c for c in HONEST_ROUND6 if c.id == control), cache_dir, record, honest_results)
         assert_accepted(honest)
         kernel = result.timings["kernel"]
-        timed_honestly = (math.isfinite(kernel.min_ms) and kernel.min_ms >= 0.3 * honest.timings["kernel"].min_ms
+        timed_honestly = (math.isfinite(kernel.median_ms) and kernel.median_ms >= 0.3 * honest.timings["kernel"].median_ms
                           and result.speedup_vs_eager is not None
                           and result.speedup_vs_eager <= 3 * honest.speedup_vs_eager)
     record(case.id, case.row, case.kind, result, expected=case.rules, invented=case.invented,

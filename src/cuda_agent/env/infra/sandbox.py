@@ -84,12 +84,13 @@ def sandbox_prefix(config, box: Path) -> list[str] | None:
     home = Path.home().resolve()
     if str(home) != "/" and not any(_inside(p, home) for p in python) and not _inside(str(cache), home):
         args += ["--tmpfs", str(home)]
-    args += ["--tmpfs", str(cache)]
     # The private /tmp hides whatever lived there: bring back (read-only) the interpreter, its
-    # packages and our own source when they are installed under /tmp (CI clones, pytest folders).
+    # packages and our own source when they are installed under /tmp (CI clones, pytest folders);
+    # never a folder inside the cache (the harness's sys.path can hold a build folder there).
     for p in python:
-        if _inside(p, Path("/tmp")) or _inside(p, cache):
+        if _inside(p, Path("/tmp")) and not _inside(p, cache):
             args += ["--ro-bind", p, p]
+    args += ["--tmpfs", str(cache)]   # after those binds, so that none of them shows the cache again
     args += ["--ro-bind", str(libs), str(libs), "--bind", str(box), str(box), "--chdir", str(box)]
     return args
 
