@@ -27,9 +27,13 @@ def test_hidden_work_is_counted(case, control, cache_dir, record, honest_results
     assert not (result.error and result.error.phase == "internal"), f"the harness failed: {describe(result)}"
     print(f"{case.id}: {describe(result)}; {control.id}: {describe(honest)}")
     if result.error is None:
-        assert result.kernel_ms >= COUNTED * honest.kernel_ms and result.reward <= honest.reward, \
-            (f"{case.what}: {result.kernel_ms:.4f} ms (reward {result.reward}) against {honest.kernel_ms:.3f} ms "
-             f"(reward {honest.reward}) for the same loop in the calling thread")
+        # its time counted, and its speedup no larger than a loaded machine's noise makes the honest loop's
+        # (the two rewards come from separate evaluations, whose eager times drift under load)
+        assert (result.kernel_ms >= COUNTED * honest.kernel_ms
+                and result.speedup_vs_eager <= honest.speedup_vs_eager / COUNTED), \
+            (f"{case.what}: {result.kernel_ms:.4f} ms (speedup {result.speedup_vs_eager:.2f}, reward {result.reward}) "
+             f"against {honest.kernel_ms:.3f} ms (speedup {honest.speedup_vs_eager:.2f}, reward {honest.reward}) "
+             "for the same loop in the calling thread")
     else:
         assert_rejected(result, case.rules, case.what)
 
