@@ -12,6 +12,7 @@ import pytest
 from cuda_agent.env import EvalPool, evaluate
 from cuda_agent.env.cli.commands import print_result
 from cuda_agent.env.reward import reward_from_speedups
+from cuda_agent.env.run.measures import DECISION_CAP
 from cuda_agent.tasks import Solution, Task, load_solution
 from tests.env.helpers import EXAMPLES, HONEST_BODY, cpu_config, cpu_workspace, example_task, kernel
 
@@ -22,7 +23,9 @@ def test_honest_workspace_solution_is_correct_and_timed(cache_dir):
     assert result.compiled and result.correct and result.weights == "state_dict"
     # the task's 3 draws and the 4 structured sets of the strict protocol
     assert len(set(result.seeds)) == 3 and result.max_abs_error == [0.0] * 8 and not result.skipped_sets
-    assert result.kernel_ms > 0 and result.eager_ms > 0 and 5 <= result.timings["kernel"].iters <= 6
+    # 5 timed calls (6 where a round is repeated); up to 3x that where the reward's margin lay inside the
+    # speedup's interval (a loaded machine), timing going on until it decides
+    assert result.kernel_ms > 0 and result.eager_ms > 0 and 5 <= result.timings["kernel"].iters <= DECISION_CAP * 6
     assert result.timings["eager"].iters == result.timings["kernel"].iters   # paired, call by call
     # the median of per-call ratios lies within what the two sides' extremes allow
     eager, kernel_t = result.timings["eager"], result.timings["kernel"]
