@@ -20,9 +20,10 @@ process's own total in clock ticks where that exceeds them by more than two tick
   time by more than two ticks, so every reading is the tick total, and a call of a few ms (null calls
   too) reads 0 most of the time: the median call is 0 (MIN_CALL_MS). An honest solution that runs a
   thread at load, or joins threads inside its calls, is measured the same way by accident;
-- guard_record_restored_natively: PyTorch does the work in the binding, which then writes the guard's
-  refused-operator count back; the record is found without Python and without its symbol: plain `fopen`
-  of /proc/self/maps and a scan of the writable library mappings for the record's magic;
+- guard_record_restored_natively (rejected): PyTorch does the work in the binding, which then writes the
+  guard's refused-operator count back; the record is found without Python and without its symbol: plain
+  `fopen` of /proc/self/maps and a scan of the writable library mappings for the record's magic. The
+  harness's own sampling of the process's CPU time (rules/op_samples.py) sees ATen's kernels: `torch-op`;
 - clone_lingers (rejected): the same child left alive after forward returned (its output written, then
   asleep): `extra-process` at the next call.
 
@@ -240,15 +241,11 @@ HIDDEN_WORK_ROUND8 = [
      HONEST_ROUND8[1]),
 ]
 
-# cheats the harness should reject and does not yet (test_round8.py: xfail)
-OPEN_ROUND8 = [
+HACKS_ROUND8 = [
     Case("r8_guard_record_restored_natively", "PyTorch fallback", _forged_binding,
          rules=("torch-op", "protocol-forgery", "native-symbol", "static:*"), invented=True, config=TIMED,
          what="the binding computes relu(x + bias) with PyTorch, then writes the guard's refused-operator count "
               "back into its record, found by its magic in /proc/self/maps's writable mappings (fopen, no Python)"),
-]
-
-HACKS_ROUND8 = [
     Case("r8_clone_child_lingers", "processes that outlive the candidate",
          _example(_head(CLONE_REPEAT) + CLONE_CHILD.replace("LINGER", "true")),
          rules=("extra-process", "correctness", "timeout"), invented=True,

@@ -1,15 +1,14 @@
 """The hack suite's eighth round on the CPU backend (cases_round8.py): work hidden from the outside CPU
 clock, and the guard's record written back natively. The timing cheats are held to the time (and
 reward) of the same loop in the calling thread (the process's CPU clock counts exited threads; the CPU
-sandbox makes no processes); the forged record is accepted (xfail, strict); the lingering child is
-rejected."""
+sandbox makes no processes); the forged record and the lingering child are rejected."""
 
 from __future__ import annotations
 
 import pytest
 
 from tests.hacks.cases import assert_accepted, assert_rejected, describe, honest_result, run_case
-from tests.hacks.cases_round8 import HACKS_ROUND8, HIDDEN_WORK_ROUND8, HONEST_ROUND8, OPEN_ROUND8
+from tests.hacks.cases_round8 import HACKS_ROUND8, HIDDEN_WORK_ROUND8, HONEST_ROUND8
 
 COUNTED = 0.6   # the hidden loop must measure at least this share of the same loop in the calling thread
 # Each side's eager time comes from its own evaluation, and on a loaded 2-core machine the two drift apart
@@ -51,12 +50,3 @@ def test_cheat_is_rejected(case, cache_dir, record):
     assert not (result.error and result.error.phase == "internal"), f"the harness failed: {describe(result)}"
     assert_rejected(result, case.rules, case.what)
 
-
-@pytest.mark.xfail(strict=True, reason="the guard's record is memory of the candidate's process: native code finds "
-                                       "it by its magic through /proc/self/maps and writes the counts back")
-@pytest.mark.parametrize("case", OPEN_ROUND8, ids=lambda c: c.id)
-def test_open_cheat_is_rejected(case, cache_dir, record):
-    result = run_case(case, cache_dir, record)
-    print(f"{case.id}: {describe(result)}")
-    assert not (result.error and result.error.phase == "internal"), f"the harness failed: {describe(result)}"
-    assert_rejected(result, case.rules, case.what)

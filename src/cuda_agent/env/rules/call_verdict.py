@@ -7,7 +7,10 @@ What decides it are facts the candidate's Python cannot rewrite:
   kernel produced), read with one `pread` of `/proc/PID/mem` after every call, at the address the
   library's own symbol table and the process's mappings give;
 - the process's threads, listed by the kernel (`/proc/PID/task`, native threads too), before and after
-  each call, and the CPU time the solution's threads used between calls.
+  each call, and the CPU time the solution's threads used between calls;
+- where given (`sampling`, op_samples.py), where its threads' CPU time went during each call, sampled by
+  the kernel's perf events into the harness's own buffers: ATen's operator kernels there refuse it even
+  when native code has rewritten the record.
 
 The two files (`/proc/PID/mem`, `/proc/PID/maps`) are opened when the job is sent, before any of the
 solution's code runs: the access check is made at open, so a solution that later hides its memory
@@ -89,9 +92,10 @@ class CallVerdicts:
     GAP_LIMIT_S = 0.002      # in one gap between calls (an OpenMP worker parking itself uses microseconds)
     TOTAL_LIMIT_S = 0.02     # over all gaps
 
-    def __init__(self, pid: int, guard_library: str | Path | None):
-        """`guard_library`: the guard the candidate loads (None: the guard is off, threads alone are judged)."""
-        self.pid, self.library = pid, guard_library
+    def __init__(self, pid: int, guard_library: str | Path | None, sampling=None):
+        """`guard_library`: the guard the candidate loads (None: the guard is off, threads alone are judged).
+        `sampling`: an op_samples.OpSampling of the candidate, started and judged around each call."""
+        self.pid, self.library, self.sampling = pid, guard_library, sampling
         self.harness_threads = thread_ids(pid)
         self.mem = self.maps = None
         self.problem = None
@@ -110,6 +114,8 @@ class CallVerdicts:
         self.before: set[str] = set()
 
     def close(self) -> None:
+        if self.sampling is not None:
+            self.sampling.close()
         for fd in (self.mem, self.maps):
             if fd is not None:
                 os.close(fd)
@@ -125,9 +131,10 @@ class CallVerdicts:
         its threads have used so far, from which work between calls is counted."""
         self.thread_time = self._solution_threads()
 
-    def before_call(self) -> None:
+    def before_call(self, timed: bool = False) -> None:
         """Before a call is sent (the candidate stopped): the CPU time the solution's threads used since
-        the last call ended (work kept running after forward returned, or started ahead)."""
+        the last call ended (work kept running after forward returned, or started ahead). `timed`: a
+        warm-up or timed call (sampled more sparsely)."""
         usage = self._solution_threads()
         gap = sum(max(0.0, seconds - self.thread_time.get(tid, 0.0)) for tid, seconds in usage.items())
         self.gap_total += gap
@@ -140,6 +147,8 @@ class CallVerdicts:
                                                    "finish inside forward")
         self.before = thread_ids(self.pid)
         self.calls += 1
+        if self.sampling is not None:
+            self.sampling.start(timed)
 
     def after_call(self, null: bool, outputs: int) -> None:
         """On a call's last answer (ok): the guard's record of it, and the threads it left.
@@ -150,6 +159,8 @@ class CallVerdicts:
         left = sorted(alive - self.before, key=int)
         if record is not None:
             self._judge(record, null, outputs)
+        if self.sampling is not None:   # after the record: its refusal names the operator
+            self.sampling.finish()
         if left:
             raise Refused(rules.BACKGROUND_THREAD, "work still running after forward returned (a detached thread? "
                                                    f"thread {left[0]} of the solution's process was alive after the "

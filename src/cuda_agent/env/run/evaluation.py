@@ -166,7 +166,8 @@ class _Evaluation(BuildServing, CallRounds, StoredBaselines, Feedback, UnscoredT
         begun = self._traced("compile.candidate_ready", begun)
         self.link_refusal = None
         # opened now, before any of the solution's code runs: the harness's own view of its calls
-        self.verdicts = CallVerdicts(self.candidate.main_pid, guard_path if self.cfg.guard else None)
+        self.verdicts = CallVerdicts(self.candidate.main_pid, guard_path if self.cfg.guard else None,
+                                     self._sampling() if self.cfg.guard else None)
         if self.verdicts.problem:   # nothing of the solution's has run yet: this machine's doing, not its
             raise Failed("internal", f"the harness cannot read its candidate worker's memory ({self.verdicts.problem}); "
                                      "the guard's verdict needs /proc/PID/mem of the harness's own descendants "
@@ -458,7 +459,19 @@ class _Evaluation(BuildServing, CallRounds, StoredBaselines, Feedback, UnscoredT
             self.memory.close()
             self.memory = None
         if self.verdicts is not None:
+            if self.verdicts.sampling is not None:   # where the sampled calls' time went (feedback)
+                self.result.cpu_samples = self.verdicts.sampling.summary()
             self.verdicts.close()
+
+    def _sampling(self):
+        """The harness's sampling of the candidate's CPU time (rules/op_samples.py), attached while the
+        candidate waits for its job (its thread pools started); None where it is unavailable, noted once."""
+        from cuda_agent.env.rules.op_samples import start_sampling
+
+        sampling, why = start_sampling(self.candidate.main_pid, self.backend)
+        if why:
+            self.result.feedback_notes.append(why)
+        return sampling
 
     def _baselines(self) -> None:
         self._kill_candidate()

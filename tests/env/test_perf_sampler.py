@@ -1,0 +1,198 @@
+"""The outside sampler (measure/perf_sampler.py, measure/symbolize.py) and its verdict (rules/op_samples.py),
+on child processes of the test: samples land in the symbol that spins, nothing is sampled while the
+events are disabled, threads the child creates after the harness attached are sampled, and ATen's
+kernels are told apart from the process's own code."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections import Counter
+
+import pytest
+
+from cuda_agent.env.measure import perf_sampler
+from cuda_agent.env.measure.perf_sampler import PerfUnavailable, Sampler
+from cuda_agent.env.measure.symbolize import Symbolizer
+from cuda_agent.env.rules import op_samples
+from cuda_agent.env.rules.call_verdict import Refused
+
+SPINNER = r"""
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+volatile unsigned long sink;
+
+static double now(void) {
+    struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + t.tv_nsec * 1e-9;
+}
+__attribute__((noinline)) void spin_alpha(double seconds) {
+    double end = now() + seconds;
+    while (now() < end) for (int i = 0; i < 10000; ++i) sink += i;
+}
+__attribute__((noinline)) void spin_beta(double seconds) {
+    double end = now() + seconds;
+    while (now() < end) for (int i = 0; i < 10000; ++i) sink ^= i;
+}
+static void* beta(void* arg) { spin_beta(0.4); return NULL; }
+
+int main(void) {
+    char line[64];
+    setvbuf(stdout, NULL, _IONBF, 0);
+    printf("ready\n");
+    while (fgets(line, sizeof line, stdin)) {
+        if (!strncmp(line, "alpha", 5)) spin_alpha(0.4);
+        if (!strncmp(line, "thread", 6)) {   /* a thread born after the harness attached, joined */
+            pthread_t t; pthread_create(&t, NULL, beta, NULL); pthread_join(t, NULL);
+        }
+        printf("done\n");
+    }
+    return 0;
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def spinner(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("spinner")
+    (directory / "spinner.c").write_text(SPINNER)
+    binary = directory / "spinner"
+    subprocess.run(["cc", "-O1", "-pthread", "-o", str(binary), str(directory / "spinner.c")], check=True)
+    return binary
+
+
+class Child:
+    def __init__(self, argv: list[str]):
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        assert self.proc.stdout.readline().strip() == "ready"
+
+    def ask(self, command: str) -> None:
+        self.proc.stdin.write(command + "\n")
+        self.proc.stdin.flush()
+        assert self.proc.stdout.readline().strip() == "done"
+
+    def close(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+
+
+def _sampler(pid: int) -> Sampler:
+    try:
+        return Sampler(pid).attach()
+    except PerfUnavailable as exc:   # the evaluation falls back to the guard's record alone (test below)
+        pytest.skip(f"perf sampling unavailable on this machine: {exc}")
+
+
+def test_samples_land_in_the_spinning_symbol_and_only_while_enabled(spinner):
+    child = Child([str(spinner)])
+    sampler = _sampler(child.proc.pid)
+    try:
+        child.ask("alpha")   # attached but disabled: nothing is written
+        assert sampler.drain() == []
+        sampler.enable()
+        child.ask("alpha")
+        sampler.disable()
+        samples = sampler.drain()
+        child.ask("alpha")
+        assert sampler.drain() == []
+        # 0.4 s at 100 us a sample: about 4000 (fewer on a loaded machine, never none)
+        assert len(samples) > 200
+        places = Counter(Symbolizer(child.proc.pid).resolve([s.ip for s in samples]))
+        (library, symbol), count = places.most_common(1)[0]
+        assert (library, symbol) == ("spinner", "spin_alpha"), places.most_common(5)
+        assert count > 0.8 * len(samples)
+        assert {s.tid for s in samples} == {child.proc.pid}
+    finally:
+        sampler.close()
+        child.close()
+
+
+def test_a_thread_created_after_attach_is_sampled(spinner):
+    child = Child([str(spinner)])
+    sampler = _sampler(child.proc.pid)
+    try:
+        sampler.enable()
+        child.ask("thread")   # the thread is born and joined inside the "call"
+        sampler.disable()
+        samples = sampler.drain()
+        resolved = Symbolizer(child.proc.pid).resolve([s.ip for s in samples])
+        places = Counter(resolved)
+        assert places[("spinner", "spin_beta")] > 0.8 * len(samples) > 100, places.most_common(5)
+        threads = {s.tid for s, place in zip(samples, resolved) if place == ("spinner", "spin_beta")}
+        assert len(threads) == 1 and child.proc.pid not in threads   # the new thread's, not the main thread's
+    finally:
+        sampler.close()
+        child.close()
+
+
+ATEN_LOOP = """
+import sys, torch
+torch.set_num_threads(1)
+x, b = torch.randn(512, 1024), torch.randn(1024)
+y = torch.empty(512, 1024)
+print("ready", flush=True)
+for line in sys.stdin:
+    if line.startswith("aten"):
+        for _ in range(200):
+            torch.relu(x + b)
+    else:   # allowed: allocation, views, fills and copies
+        for _ in range(200):
+            y.copy_(x.view(1024, 512).view(512, 1024)); y.fill_(0.5); torch.empty(512, 1024)
+    print("done", flush=True)
+"""
+
+
+def test_aten_kernels_are_refused_and_allowed_operators_are_not():
+    child = Child([sys.executable, "-c", ATEN_LOOP])
+    try:
+        sampling = op_samples.OpSampling(child.proc.pid)
+    except PerfUnavailable as exc:
+        child.close()
+        pytest.skip(f"perf sampling unavailable on this machine: {exc}")
+    try:
+        sampling.start()
+        child.ask("allowed")
+        sampling.finish()   # no refusal: copies, fills, views and allocation are allowed
+        assert sampling.total > 0.005   # seconds sampled: 50 samples at the 100 us of untimed calls
+        assert sum(sampling.against.values()) < op_samples.MIN_SHARE * sampling.total
+        sampling.start(timed=True)   # the timed calls' sparser sampling sees it too
+        child.ask("aten")
+        with pytest.raises(Refused) as refused:
+            sampling.finish()
+        assert refused.value.rule.name == "torch-op"
+        assert "add_kernel" in str(refused.value) and "clamp_min" in str(refused.value)
+        summary = sampling.summary()
+        assert summary["seconds"] == round(sampling.total, 4)
+        assert any(name == "libtorch_cpu.so" for name, _ in summary["libraries"])
+    finally:
+        sampling.close()
+        child.close()
+
+
+@pytest.mark.parametrize("symbol,judged", [
+    ("void c10::function_ref<void (char**, long const*, long, long)>::callback_fn<at::native::AVX2::VectorizedLoop2d"
+     "<at::native::(anonymous namespace)::add_kernel(at::TensorIteratorBase&, c10::Scalar const&)::{lambda()#1}>>"
+     "(long, char**, long const*, long, long)", True),
+    ("at::native::structured_ufunc_add_CPU::impl(at::Tensor const&, at::Tensor const&, c10::Scalar const&, "
+     "at::Tensor const&)", True),
+    ("at::native::AVX512::direct_copy_kernel(at::TensorIteratorBase&)", False),
+    ("at::native::(anonymous namespace)::fill_kernel(at::TensorIterator&, c10::Scalar const&)", False),
+    ("at::native::empty_cpu(c10::ArrayRef<long>, std::optional<c10::ScalarType>)", False),
+    ("at::native::as_strided_tensorimpl(at::Tensor const&, c10::ArrayRef<long>, c10::ArrayRef<long>)", False),
+    ("mkl_blas_avx2_sgemm_kernel_0", False),
+    ("at::TensorIteratorBase::serial_for_each(c10::function_ref<void (char**, long const*, long, long)>, "
+     "at::Range) const", False),
+    ("bias_relu_launcher", False),
+])
+def test_which_symbols_count_as_refused_operators(symbol, judged):
+    assert op_samples.refused(symbol) is judged
+
+
+def test_no_perf_events_leaves_the_guard_alone(monkeypatch):
+    monkeypatch.setattr(perf_sampler, "_SYSCALL", {})   # as on a machine where the syscall is not reachable
+    sampling, why = op_samples.start_sampling(1, "cpu")
+    assert sampling is None and "guard's record decides alone" in why
+    assert op_samples.start_sampling(1, "cuda") == (None, None)   # not judged this way on the GPU yet
