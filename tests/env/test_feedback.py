@@ -77,6 +77,10 @@ def test_the_profile_shows_the_references_operators_and_the_candidates_extension
     assert "where the time goes (torch.profiler, 3 untimed calls after timing):" in text
     assert "reference (eager PyTorch), CPU time per call" in text and "cuda_extension.bias_relu" in text
     assert "CUDA graph" not in text
+    # the harness's own sampling of every call, shown under the tables (or why it could not run here)
+    sampled = r.cpu_samples
+    assert sampled.get("unavailable") or any(symbol == "bias_relu_launcher" for _, symbol, _ in sampled["symbols"])
+    assert ("sampled from outside your process" in text) == bool(sampled.get("symbols"))
     assert type(r).from_dict(r.to_dict()) == r   # the tables serialise with the result
 
 

@@ -400,6 +400,12 @@ def _where_time_goes_lines(r: EvalResult) -> list[str]:
     if lines:
         calls = (r.reference_ops or r.candidate_ops).calls
         lines.insert(0, f"where the time goes (torch.profiler, {calls} untimed calls after timing):")
+        sampled = r.cpu_samples or {}
+        if sampled.get("symbols"):   # the harness's own sampling of every call (docs/verification.md)
+            lines.append(f"  yours, sampled from outside your process over all calls "
+                         f"({1e3 * sampled['seconds']:.0f} ms of CPU time):")
+            lines.extend(f"    {share:4.0%}  {library}: {_row_name(symbol)}" for library, symbol, share in
+                         sampled["symbols"][:6])
     lines.extend(f"  note: {note}" for note in r.feedback_notes)
     return lines
 

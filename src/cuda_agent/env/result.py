@@ -119,7 +119,8 @@ class EvalResult:
     graph_ms: float | None = None
     feedback_notes: list[str] = field(default_factory=list)
     # where the candidate's CPU time went in its calls, sampled from outside its process (rules/op_samples.py):
-    # samples, period_us, lost, libraries [[name, share]], symbols [[library, symbol, share]]
+    # seconds, lost, libraries [[name, share]], symbols [[library, symbol, share]], aten_kernels [[symbol, share]];
+    # or {"unavailable": why} where perf events cannot be opened (the guard's record then decides alone)
     cpu_samples: dict | None = None
     # EvalConfig.unscored: the times of a candidate that failed verification (kernel_ms, eager_ms,
     # compile_ms, speedup_vs_eager, speedup_vs_compile); never scored, the reward stays -1

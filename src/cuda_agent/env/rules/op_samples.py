@@ -146,7 +146,8 @@ class OpSampling:
 
         return {"seconds": round(self.total, 4), "lost": sum(s.lost for s in self.samplers.values()),
                 "libraries": [[name, share(t)] for name, t in libraries.most_common(top)],
-                "symbols": [[library, short_name(symbol), share(t)] for (library, symbol), t in self.where.most_common(top)],
+                "symbols": [[library, short_name(symbol), share(t)]
+                            for (library, symbol), t in self.where.most_common(top)],
                 "aten_kernels": [[short_name(symbol), share(t)] for symbol, t in self.against.most_common(3)]}
 
 
@@ -157,5 +158,5 @@ def start_sampling(pid: int, backend: str) -> tuple[OpSampling | None, str | Non
     try:
         return OpSampling(pid), None
     except PerfUnavailable as exc:
-        return None, (f"the harness's own sampling of the solution's operator use is unavailable here ({exc}); "
+        return None, (f"the harness's own sampling of the solution's CPU time is unavailable here ({exc}); "
                       "the guard's record decides alone")

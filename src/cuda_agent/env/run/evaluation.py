@@ -461,17 +461,20 @@ class _Evaluation(BuildServing, CallRounds, StoredBaselines, Feedback, UnscoredT
         if self.verdicts is not None:
             if self.verdicts.sampling is not None:   # where the sampled calls' time went (feedback)
                 self.result.cpu_samples = self.verdicts.sampling.summary()
+            elif self.sampling_unavailable:
+                self.result.cpu_samples = {"unavailable": self.sampling_unavailable}
             self.verdicts.close()
 
     def _sampling(self):
         """The harness's sampling of the candidate's CPU time (rules/op_samples.py), attached while the
-        candidate waits for its job (its thread pools started); None where it is unavailable, noted once."""
+        candidate waits for its job (its thread pools started); None where it is unavailable (the result's
+        `cpu_samples` says why)."""
         from cuda_agent.env.rules.op_samples import start_sampling
 
-        sampling, why = start_sampling(self.candidate.main_pid, self.backend)
-        if why:
-            self.result.feedback_notes.append(why)
+        sampling, self.sampling_unavailable = start_sampling(self.candidate.main_pid, self.backend)
         return sampling
+
+    sampling_unavailable: str | None = None   # why the candidate's CPU time could not be sampled
 
     def _baselines(self) -> None:
         self._kill_candidate()
