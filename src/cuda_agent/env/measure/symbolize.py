@@ -4,15 +4,14 @@ own file (`.symtab` where the file keeps one, else `.dynsym`), names demangled w
 
 The file is opened through `/proc/PID/root` (the process's own view of its file system, e.g. inside a
 sandbox), else at the path as listed; a symbol table is read once per file (path, device, inode, size,
-modification time) with numpy from a memory map: libtorch_cpu's half a million symbols take a fraction
-of a second.
+modification time) into numpy arrays: libtorch_cpu's half a million symbols take a fraction of a second.
 """
 
 from __future__ import annotations
 
-import mmap
 import os
 import shutil
+import struct
 import subprocess
 from dataclasses import dataclass
 from functools import lru_cache
@@ -50,32 +49,36 @@ def mappings(maps_text: str) -> list[Mapping]:
 
 
 class ElfSymbols:
-    """One ELF file's function symbols, sorted by address, and its loadable segments."""
+    """One ELF file's function symbols, sorted by address, and its loadable segments. Read with `pread`
+    (a memory map of the file would show in this process's own mappings); names are read when asked."""
 
     def __init__(self, path: str):
-        with open(path, "rb") as fh:
-            self.data = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
-        raw = numpy.frombuffer(self.data, dtype=numpy.uint8)
-        if bytes(raw[:4]) != b"\x7fELF" or raw[4] != 2 or raw[5] != 1:
-            raise ValueError(f"{path} is not a 64-bit little-endian ELF file")
-        phoff, shoff = (int(v) for v in raw[0x20:0x30].view("<u8"))
-        phentsize, phnum, shentsize, shnum = (int(v) for v in raw[0x36:0x3E].view("<u2"))
-        phdrs = raw[phoff:phoff + phnum * phentsize].view(_PHDR)
-        self.loads = phdrs[phdrs["type"] == _PT_LOAD]
-        sections = raw[shoff:shoff + shnum * shentsize].view(_SHDR) if shoff else numpy.empty(0, _SHDR)
-        table = next((s for kind in (_SHT_SYMTAB, _SHT_DYNSYM) for s in sections if s["type"] == kind), None)
-        if table is None:
-            self.values = numpy.empty(0, "<u8")
-            self.ends = self.names = self.values
-            self.strings = 0
-            return
-        entries = raw[int(table["offset"]):int(table["offset"]) + int(table["size"])].view(_SYM)
+        self.path = path
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            head = os.pread(fd, 64, 0)
+            if head[:4] != b"\x7fELF" or head[4] != 2 or head[5] != 1:
+                raise ValueError(f"{path} is not a 64-bit little-endian ELF file")
+            phoff, shoff = struct.unpack_from("<QQ", head, 0x20)
+            phentsize, phnum, shentsize, shnum = struct.unpack_from("<HHHH", head, 0x36)
+            phdrs = numpy.frombuffer(os.pread(fd, phnum * phentsize, phoff), dtype=_PHDR)
+            self.loads = phdrs[phdrs["type"] == _PT_LOAD]
+            sections = (numpy.frombuffer(os.pread(fd, shnum * shentsize, shoff), dtype=_SHDR) if shoff
+                        else numpy.empty(0, _SHDR))
+            table = next((s for kind in (_SHT_SYMTAB, _SHT_DYNSYM) for s in sections if s["type"] == kind), None)
+            if table is None:
+                entries = numpy.empty(0, _SYM)
+                self.strings = 0
+            else:
+                entries = numpy.frombuffer(os.pread(fd, int(table["size"]), int(table["offset"])), dtype=_SYM)
+                self.strings = int(sections[int(table["link"])]["offset"])
+        finally:
+            os.close(fd)
         funcs = entries[((entries["info"] & 0xF) == _STT_FUNC) & (entries["shndx"] != 0) & (entries["value"] != 0)]
         order = numpy.argsort(funcs["value"], kind="stable")
         self.values = funcs["value"][order]
         self.ends = self.values + numpy.maximum(funcs["size"][order], 1)
         self.names = funcs["name"][order]
-        self.strings = int(sections[int(table["link"])]["offset"])
 
     def vaddr(self, file_offset: int) -> int | None:
         """The link-time address of a file offset that a loadable segment maps."""
@@ -88,13 +91,26 @@ class ElfSymbols:
         """The (mangled) name of the function holding each address; None outside every function."""
         at = numpy.searchsorted(self.values, vaddrs, side="right") - 1
         names: list[str | None] = []
-        for address, index in zip(vaddrs.tolist(), at.tolist()):
-            if index < 0 or address >= int(self.ends[index]):
-                names.append(None)
-                continue
-            start = self.strings + int(self.names[index])
-            names.append(self.data[start:self.data.find(b"\0", start)].decode(errors="replace"))
+        with open(self.path, "rb") as fh:
+            for address, index in zip(vaddrs.tolist(), at.tolist()):
+                if index < 0 or address >= int(self.ends[index]):
+                    names.append(None)
+                    continue
+                names.append(_string(fh.fileno(), self.strings + int(self.names[index])))
         return names
+
+
+def _string(fd: int, offset: int) -> str:
+    """The NUL-terminated string at `offset` (a mangled name may run to kilobytes)."""
+    chunks = []
+    while True:
+        chunk = os.pread(fd, 1024, offset)
+        end = chunk.find(b"\0")
+        if end >= 0 or not chunk:
+            chunks.append(chunk[:end] if end >= 0 else chunk)
+            return b"".join(chunks).decode(errors="replace")
+        chunks.append(chunk)
+        offset += len(chunk)
 
 
 @lru_cache(maxsize=64)

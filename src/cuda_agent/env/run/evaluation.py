@@ -263,6 +263,15 @@ class _Evaluation(BuildServing, CallRounds, StoredBaselines, Feedback, UnscoredT
                 self.result.warnings.append("verdicts and times decided inside the solution's process: no staging "
                                             "file, inputs larger than its slots, or no access to the solution's "
                                             "memory here (see docs/verification.md)")
+                self._stop_sampling("calls decided inside the solution's process, where the harness's own "
+                                    "draws and output samples use PyTorch's operators within each call")
+
+    def _stop_sampling(self, why: str) -> None:
+        """No sampled verdict where the candidate's calls include the harness's own PyTorch work."""
+        if self.verdicts.sampling is not None:
+            self.verdicts.sampling.close()
+            self.verdicts.sampling = None
+            self.sampling_unavailable = why
 
     outside = False   # the CPU backend's calls are decided from outside the candidate (rounds.py, _outside_*)
     verdicts = None   # the guard's verdicts on its calls, from outside it (rules/call_verdict.py)
