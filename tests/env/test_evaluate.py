@@ -327,6 +327,9 @@ def test_cpu_outputs_are_read_from_outside_or_in_process_when_the_inputs_do_not_
     filed = evaluate(example_task(), cpu_workspace(), config)
     assert filed.correct and "trace.verify.write" in filed.phase_seconds
     assert any("inside the solution's process" in w for w in filed.warnings)
+    # the outside sampling judges only calls decided from outside (rules/op_samples.py)
+    assert "symbols" in outside.cpu_samples or "unavailable" in outside.cpu_samples
+    assert "decided inside the solution's process" in filed.cpu_samples["unavailable"]
     no_relu = kernel(HONEST_BODY.replace("v > 0.f ? v : 0.f", "v"))
     monkeypatch.setattr(transfer, "STAGING_SLOT_BYTES", 1 << 30)
     wrong = evaluate(example_task(), cpu_workspace(no_relu), config)

@@ -42,9 +42,9 @@ _HEAD_AT, _TAIL_AT = 1024, 1032                 # data_head, data_tail in struct
 _PAGE = mmap.PAGESIZE
 
 DEFAULT_PERIOD_NS = 100_000
-BUFFER_BUDGET = 1 << 20     # bytes of ring buffer per sampler, shared out over the CPUs (the kernel bounds
+BUFFER_BUDGET = 512 << 10   # bytes of ring buffer per sampler, shared out over the CPUs (the kernel bounds
                             # what a user may lock: kernel.perf_event_mlock_kb per CPU, then RLIMIT_MEMLOCK)
-MAX_BUFFER_PAGES = 128      # per CPU: 512 KiB, 2 s of one busy thread at 100 us between samples
+MAX_BUFFER_PAGES = 64       # per CPU: 256 KiB, 1 s of one busy thread at 100 us between samples
 
 
 class PerfUnavailable(OSError):

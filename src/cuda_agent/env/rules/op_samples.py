@@ -29,6 +29,7 @@ MIN_SAMPLES = 10      # samples in refused kernels, over the calls sampled so fa
 MIN_SHARE = 0.02      # of the candidate's sampled CPU time in those calls
 FINE_NS = 100_000     # between samples in untimed calls (verification, null calls)
 COARSE_NS = 1_000_000  # in timed calls: each sample costs the sampled thread a few microseconds
+COARSE_BUFFER = 128 << 10   # bytes: a tenth of the samples need less room
 BACKENDS = ("cpu",)   # the GPU backend's host side is not judged this way yet (tests/gpu/test_op_samples.py)
 
 _KERNEL_MARKERS = ("at::native::", "at::vec::", "at::cpu::", "at::compositeexplicitautograd",
@@ -89,7 +90,7 @@ class OpSampling:
     def __init__(self, pid: int):
         self.samplers = {False: Sampler(pid, FINE_NS).attach()}   # PerfUnavailable: the caller notes it
         try:
-            self.samplers[True] = Sampler(pid, COARSE_NS).attach()
+            self.samplers[True] = Sampler(pid, COARSE_NS, COARSE_BUFFER).attach()
         except PerfUnavailable:
             self.close()
             raise
