@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from collections import Counter
 
 import pytest
@@ -44,6 +45,7 @@ int main(void) {
     printf("ready\n");
     while (fgets(line, sizeof line, stdin)) {
         if (!strncmp(line, "alpha", 5)) spin_alpha(0.4);
+        if (!strncmp(line, "long", 4)) spin_alpha(1.0);   /* more than a small buffer holds */
         if (!strncmp(line, "thread", 6)) {   /* a thread born after the harness attached, joined */
             pthread_t t; pthread_create(&t, NULL, beta, NULL); pthread_join(t, NULL);
         }
@@ -124,6 +126,33 @@ def test_a_thread_created_after_attach_is_sampled(spinner):
         assert len(threads) == 1 and child.proc.pid not in threads   # the new thread's, not the main thread's
     finally:
         sampler.close()
+        child.close()
+
+
+def test_a_call_longer_than_the_buffers_hold_loses_no_sample(spinner, monkeypatch):
+    from cuda_agent.env.measure.outside import process_clock
+
+    monkeypatch.setattr(perf_sampler, "BUFFER_BUDGET", 64 << 10)   # a tenth of a second of samples a CPU
+    child = Child([str(spinner)])
+    try:
+        sampling = op_samples.OpSampling(child.proc.pid)
+    except PerfUnavailable as exc:
+        child.close()
+        pytest.skip(f"perf sampling unavailable on this machine: {exc}")
+    try:
+        capacity = sampling.samplers[False].pages * 4096 // 24 * op_samples.FINE_NS / 1e9   # seconds, one CPU
+        clock = process_clock(child.proc.pid)
+        before = time.clock_gettime(clock)
+        sampling.start()
+        child.ask("long")
+        sampling.finish()
+        used = time.clock_gettime(clock) - before
+        assert used > 2 * capacity   # the call outlasts one CPU's buffer (and both if it moved between them)
+        assert sampling.samplers[False].lost == 0
+        assert sampling.total == pytest.approx(used, rel=0.15)   # every sample kept: the sampled time is its CPU time
+        assert sampling.where[("spinner", "spin_alpha")] > 0.9 * sampling.total
+    finally:
+        sampling.close()
         child.close()
 
 

@@ -45,6 +45,8 @@ DEFAULT_PERIOD_NS = 100_000
 BUFFER_BUDGET = 512 << 10   # bytes of ring buffer per sampler, shared out over the CPUs (the kernel bounds
                             # what a user may lock: kernel.perf_event_mlock_kb per CPU, then RLIMIT_MEMLOCK)
 MAX_BUFFER_PAGES = 64       # per CPU: 256 KiB, 1 s of one busy thread at 100 us between samples
+MIN_BUFFER_PAGES = 8        # per CPU, however many CPUs: 0.13 s of one busy thread at 100 us (the lock
+                            # allowance grows with the CPUs too)
 
 
 class PerfUnavailable(OSError):
@@ -85,10 +87,10 @@ def _attr(period_ns: int) -> bytes:
 class Sampler:
     """Perf sampling of one process (`pid`, as this process sees it), set up by `attach`."""
 
-    def __init__(self, pid: int, period_ns: int = DEFAULT_PERIOD_NS, buffer_bytes: int = BUFFER_BUDGET):
-        """`buffer_bytes`: the ring buffers' total, a power of two of pages per CPU; a full buffer drops
-        samples until it is drained (`lost`)."""
-        self.pid, self.period_ns, self.budget = pid, period_ns, buffer_bytes
+    def __init__(self, pid: int, period_ns: int = DEFAULT_PERIOD_NS, buffer_bytes: int | None = None):
+        """`buffer_bytes`: the ring buffers' total (BUFFER_BUDGET by default), a power of two of pages per
+        CPU; a full buffer drops samples until it is drained (`lost`)."""
+        self.pid, self.period_ns, self.budget = pid, period_ns, buffer_bytes or BUFFER_BUDGET
         self.pages = 1
         self.libc = _libc()
         self.fds: list[int] = []
@@ -108,7 +110,7 @@ class Sampler:
             cpus = sorted(os.sched_getaffinity(self.pid))
         except OSError as exc:
             raise PerfUnavailable(exc.errno, f"the process's CPUs: {exc.strerror}") from None
-        pages = max(1, self.budget // (_PAGE * len(cpus)))
+        pages = max(MIN_BUFFER_PAGES, self.budget // (_PAGE * len(cpus)))
         self.pages = min(MAX_BUFFER_PAGES, 1 << (pages.bit_length() - 1))
         attr = _attr(self.period_ns)
         try:
@@ -186,11 +188,12 @@ class Sampler:
             tail, = struct.unpack_from("<Q", buffer, _TAIL_AT)
             if head - tail > size:   # cannot happen unless the buffer was overwritten: start over
                 tail = head - size
-            data = bytes(buffer[_PAGE:_PAGE + size])
-            data = data + data   # records wrap around the buffer's end
+            start = tail % size   # the unread records, unwrapped
+            data = (bytes(buffer[_PAGE + start:_PAGE + size]) + bytes(buffer[_PAGE:_PAGE + start])
+                    if start + (head - tail) > size else bytes(buffer[_PAGE + start:_PAGE + start + (head - tail)]))
             position = tail
             while position + _HEADER.size <= head:
-                at = position % size
+                at = position - tail
                 kind, _, length = _HEADER.unpack_from(data, at)
                 if length < _HEADER.size:
                     break

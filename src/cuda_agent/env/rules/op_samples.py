@@ -18,6 +18,7 @@ each sample costs the sampled thread a few microseconds of CPU time, which the c
 from __future__ import annotations
 
 import re
+import threading
 from collections import Counter
 
 from cuda_agent.env.measure.perf_sampler import PerfUnavailable, Sampler
@@ -30,6 +31,7 @@ MIN_SHARE = 0.02      # of the candidate's sampled CPU time in those calls
 FINE_NS = 100_000     # between samples in untimed calls (verification, null calls)
 COARSE_NS = 1_000_000  # in timed calls: each sample costs the sampled thread a few microseconds
 COARSE_BUFFER = 128 << 10   # bytes: a tenth of the samples need less room
+DRAIN_S = 0.05        # the buffers emptied this often during a call (each holds 0.13 s of a busy thread or more)
 BACKENDS = ("cpu",)   # the GPU backend's host side is not judged this way yet (tests/gpu/test_op_samples.py)
 
 _KERNEL_MARKERS = ("at::native::", "at::vec::", "at::cpu::", "at::compositeexplicitautograd",
@@ -100,20 +102,37 @@ class OpSampling:
         self.where: Counter[tuple[str, str]] = Counter()   # (library, symbol) -> seconds
         self.against: Counter[str] = Counter()             # refused symbol -> seconds
         self.refused_samples = 0
+        self.drainer: threading.Thread | None = None
 
     def close(self) -> None:
+        if self.drainer is not None:   # a call that failed before its verdict
+            self.stopped.set()
+            self.drainer.join()
         for sampler in self.samplers.values():
             sampler.close()
 
     def start(self, timed: bool = False) -> None:
+        """Samples the call about to be sent; a thread of the harness's empties the buffers while it runs
+        (a long call would fill them, and the kernel would drop the rest of its samples)."""
         self.timed = timed
         self.samplers[timed].enable()
+        self.stopped = threading.Event()
+        self.drained = []
+        self.drainer = threading.Thread(target=self._drain_while_running, args=(self.samplers[timed],),
+                                        name="op-samples-drain", daemon=True)
+        self.drainer.start()
+
+    def _drain_while_running(self, sampler: Sampler) -> None:
+        while not self.stopped.wait(DRAIN_S):
+            self.drained.extend(sampler.drain())
 
     def finish(self) -> None:
         """Stops sampling, attributes the call's samples and judges (call_verdict.Refused on a breach)."""
         sampler = self.samplers[self.timed]
         sampler.disable()
-        samples = sampler.drain()
+        self.stopped.set()
+        self.drainer.join()
+        samples = self.drained + sampler.drain()
         if not samples:
             return
         weight = sampler.period_ns / 1e9
