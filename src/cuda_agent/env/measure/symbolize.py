@@ -1,20 +1,25 @@
 """Instruction pointers of another process turned into (library, symbol): its mappings from
 `/proc/PID/maps` (the kernel's list, read from outside it), each library's function symbols from its
-own file (`.symtab` where the file keeps one, else `.dynsym`), names demangled with `c++filt`.
+own file (`.symtab` where the file keeps one, else `.dynsym`), names demangled in this process by libstdc++'s
+`__cxa_demangle` (the names c++filt prints; `c++filt` itself where libstdc++ is not found).
 
-The file is opened through `/proc/PID/root` (the process's own view of its file system, e.g. inside a
-sandbox), else at the path as listed; a symbol table is read once per file (path, device, inode, size,
-modification time) into numpy arrays: libtorch_cpu's half a million symbols take a fraction of a second.
+The file read is the mapped one: `/proc/PID/map_files/...` where the kernel lets this process open it,
+else the path through `/proc/PID/root` (the process's own view of its file system, e.g. inside a
+sandbox), else the path as listed, each only while its inode is the mapping's. A symbol table is read
+once per file (device, inode, size, modification time) into numpy arrays: libtorch_cpu's half a million
+symbols take a fraction of a second.
 """
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import os
 import shutil
 import struct
 import subprocess
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 
 import numpy
 
@@ -34,6 +39,7 @@ class Mapping:
     end: int
     offset: int
     path: str      # as /proc/PID/maps lists it ("" for anonymous memory, "[vdso]" and the like)
+    inode: int = 0
 
 
 def mappings(maps_text: str) -> list[Mapping]:
@@ -44,7 +50,8 @@ def mappings(maps_text: str) -> list[Mapping]:
         if len(fields) < 5 or "x" not in fields[1]:
             continue
         start, end = (int(v, 16) for v in fields[0].split("-"))
-        found.append(Mapping(start, end, int(fields[2], 16), fields[5].strip() if len(fields) == 6 else ""))
+        found.append(Mapping(start, end, int(fields[2], 16), fields[5].strip() if len(fields) == 6 else "",
+                             int(fields[4])))
     return sorted(found, key=lambda m: m.start)
 
 
@@ -87,11 +94,12 @@ class ElfSymbols:
                 return file_offset - int(seg["offset"]) + int(seg["vaddr"])
         return None
 
-    def lookup(self, vaddrs: numpy.ndarray) -> list[str | None]:
-        """The (mangled) name of the function holding each address; None outside every function."""
+    def lookup(self, vaddrs: numpy.ndarray, path: str) -> list[str | None]:
+        """The (mangled) name of the function holding each address, read from `path` (this file, wherever
+        it is seen from now); None outside every function."""
         at = numpy.searchsorted(self.values, vaddrs, side="right") - 1
         names: list[str | None] = []
-        with open(self.path, "rb") as fh:
+        with open(path, "rb") as fh:
             for address, index in zip(vaddrs.tolist(), at.tolist()):
                 if index < 0 or address >= int(self.ends[index]):
                     names.append(None)
@@ -113,34 +121,76 @@ def _string(fd: int, offset: int) -> str:
         offset += len(chunk)
 
 
-@lru_cache(maxsize=64)
-def _symbols(path: str, identity: tuple) -> ElfSymbols | None:
-    try:
-        return ElfSymbols(path)
-    except (OSError, ValueError, IndexError):
-        return None
+_TABLES: dict[tuple, ElfSymbols | None] = {}
 
 
 def symbols_of(path: str) -> ElfSymbols | None:
+    """A file's symbols, read once per file (by device, inode, size and modification time: every
+    candidate's `/proc/PID/root/...` path of the same library shares them)."""
     try:
         info = os.stat(path)
     except OSError:
         return None
-    return _symbols(path, (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns))
+    identity = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
+    if identity not in _TABLES:
+        if len(_TABLES) >= 64:
+            _TABLES.pop(next(iter(_TABLES)))
+        try:
+            _TABLES[identity] = ElfSymbols(path)
+        except (OSError, ValueError, IndexError):
+            _TABLES[identity] = None
+    return _TABLES[identity]
 
 
 def demangle(names: list[str]) -> dict[str, str]:
-    """Each name demangled (c++filt, once per name; names it does not know stay as they are)."""
-    todo = [n for n in set(names) if n not in _DEMANGLED]
-    if todo and shutil.which("c++filt"):
-        try:
-            out = subprocess.run(["c++filt"], input="\n".join(todo) + "\n", capture_output=True, text=True,
-                                 timeout=30).stdout.splitlines()
-        except (OSError, subprocess.SubprocessError):
-            out = []
-        if len(out) == len(todo):
-            _DEMANGLED.update(zip(todo, out))
-    return {n: _DEMANGLED.get(n, n) for n in names}
+    """Each name demangled (once per name; names that are not C++ symbols stay as they are)."""
+    for name in names:
+        if name not in _DEMANGLED:
+            _DEMANGLED[name] = _demangle_one(name) if name.startswith("_Z") else name
+    return {n: _DEMANGLED[n] for n in names}
+
+
+@cache
+def _cxa_demangle():
+    """libstdc++'s `__cxa_demangle` (what c++filt uses), in this process; None where it is not found."""
+    try:
+        lib = ctypes.CDLL(ctypes.util.find_library("stdc++") or "libstdc++.so.6")
+        libc = ctypes.CDLL(None)
+    except OSError:
+        return None
+    function = lib.__cxa_demangle
+    function.restype = ctypes.c_void_p
+    function.argtypes = [ctypes.c_char_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_int)]
+    libc.free.argtypes = [ctypes.c_void_p]
+    return function, libc.free
+
+
+def _demangle_one(name: str) -> str:
+    found = _cxa_demangle()
+    if found is None:
+        return _cxxfilt(name)
+    function, free = found
+    status = ctypes.c_int(0)
+    # a clone's suffix (".cold", ".isra.0") is kept by c++filt, not by __cxa_demangle
+    base, dot, suffix = name.partition(".")
+    pointer = function(base.encode(), None, None, ctypes.byref(status))
+    if not pointer or status.value != 0:
+        return name
+    try:
+        text = ctypes.string_at(pointer).decode(errors="replace")
+    finally:
+        free(pointer)
+    return f"{text} [clone .{suffix}]" if dot else text
+
+
+def _cxxfilt(name: str) -> str:
+    if not shutil.which("c++filt"):
+        return name
+    try:
+        out = subprocess.run(["c++filt", name], capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return name
+    return out or name
 
 
 _DEMANGLED: dict[str, str] = {}
@@ -170,9 +220,18 @@ class Symbolizer:
             return self.maps[index]
         return None
 
-    def _file(self, path: str) -> str:
-        inside = f"/proc/{self.pid}/root{path}"
-        return inside if os.path.exists(inside) else path
+    def _file(self, where: Mapping) -> str | None:
+        """The mapped file itself where the kernel lets this process open it (`map_files`, which needs
+        CAP_SYS_ADMIN), else as the process sees its path, else at the listed path; None unless it is still
+        the file mapped there (its inode: a file replaced since is not read)."""
+        for path in (f"/proc/{self.pid}/map_files/{where.start:x}-{where.end:x}",
+                     f"/proc/{self.pid}/root{where.path}", where.path):
+            try:
+                if os.stat(path).st_ino == where.inode:
+                    return path
+            except OSError:
+                continue
+        return None
 
     def resolve(self, addresses: list[int]) -> list[tuple[str, str]]:
         """(library, symbol) of each address: the library's file name ("[anonymous]" for memory no file
@@ -193,13 +252,17 @@ class Symbolizer:
             if where is None:
                 continue
             library = os.path.basename(where.path) if where.path.startswith("/") else (where.path or "[anonymous]")
-            table = symbols_of(self._file(where.path)) if where.path.startswith("/") else None
+            path = self._file(where) if where.path.startswith("/") else None
+            table = symbols_of(path) if path else None
             names: list[str | None] = [None] * len(indices)
             if table is not None:
                 offsets = [addresses[i] - where.start + where.offset for i in indices]
                 vaddrs = [table.vaddr(o) for o in offsets]
                 known = [k for k, v in enumerate(vaddrs) if v is not None]
-                found = table.lookup(numpy.array([vaddrs[k] for k in known], dtype="<u8"))
+                try:
+                    found = table.lookup(numpy.array([vaddrs[k] for k in known], dtype="<u8"), path)
+                except OSError:   # gone meanwhile: its functions unnamed
+                    found = [None] * len(known)
                 for k, name in zip(known, found):
                     names[k] = name
             for i, name in zip(indices, names):
