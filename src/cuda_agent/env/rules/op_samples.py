@@ -32,7 +32,7 @@ FINE_NS = 100_000     # between samples in untimed calls (verification, null cal
 COARSE_NS = 1_000_000  # in timed calls: each sample costs the sampled thread a few microseconds
 COARSE_BUFFER = 128 << 10   # bytes: a tenth of the samples need less room
 DRAIN_S = 0.05        # the buffers emptied this often during a call (each holds 0.13 s of a busy thread or more)
-BACKENDS = ("cpu",)   # the GPU backend's host side is not judged this way yet (tests/gpu/test_op_samples.py)
+BACKENDS = ("cpu",)   # the GPU backend's host side is not judged this way yet (tests/gpu/hacks/test_gpu_op_samples.py)
 
 _KERNEL_MARKERS = ("at::native::", "at::vec::", "at::cpu::", "at::compositeexplicitautograd",
                    "at::compositeimplicitautograd", "dnnl::", "dnnl_", "ideep::")
