@@ -18,6 +18,7 @@ import os
 import shutil
 import struct
 import subprocess
+import threading
 from dataclasses import dataclass
 from functools import cache
 
@@ -122,6 +123,7 @@ def _string(fd: int, offset: int) -> str:
 
 
 _TABLES: dict[tuple, ElfSymbols | None] = {}
+_TABLES_LOCK = threading.Lock()
 
 
 def symbols_of(path: str) -> ElfSymbols | None:
@@ -132,14 +134,15 @@ def symbols_of(path: str) -> ElfSymbols | None:
     except OSError:
         return None
     identity = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
-    if identity not in _TABLES:
-        if len(_TABLES) >= 64:
-            _TABLES.pop(next(iter(_TABLES)))
-        try:
-            _TABLES[identity] = ElfSymbols(path)
-        except (OSError, ValueError, IndexError):
-            _TABLES[identity] = None
-    return _TABLES[identity]
+    with _TABLES_LOCK:   # evaluations may run in threads of one harness process (a pool)
+        if identity not in _TABLES:
+            if len(_TABLES) >= 64:
+                _TABLES.pop(next(iter(_TABLES)))
+            try:
+                _TABLES[identity] = ElfSymbols(path)
+            except (OSError, ValueError, IndexError):
+                _TABLES[identity] = None
+        return _TABLES[identity]
 
 
 def demangle(names: list[str]) -> dict[str, str]:
