@@ -202,7 +202,7 @@ def start_worker(role: str, job_dir: Path, backend: str, gpu: int | None,
         if role == "judge" and not wrap and fork_judges():   # no torch import to wait for (forkserver.py)
             from cuda_agent.env.infra.forkserver import fork_worker
 
-            proc = fork_worker(role, env, cwd, write_fd, log.fileno(), staging_fd)
+            proc = fork_worker(role, env, cwd, write_fd, log.fileno(), staging_fd, device=gpu)
         else:
             cmd = [*(wrap or []), sys.executable, "-m", "cuda_agent.env.workers", role]
             passed = (*keep, staging_fd) if staging_fd is not None else tuple(keep)
