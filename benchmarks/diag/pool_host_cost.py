@@ -60,7 +60,11 @@ def _role(pid: str, parent: int) -> str:
         return "judge"
     if "multiprocessing" in text:
         return "device host"
-    return "other: " + " ".join(text.split()[:3])[-60:]
+    if text.startswith("ray::DeviceEvaluator"):   # the service's actor: its GPU's harness
+        return "Ray actor"
+    if "ray" in text:
+        return "Ray's own"
+    return "other"
 
 
 def sample(root: int, out: Path, interval: float = 0.1) -> None:
