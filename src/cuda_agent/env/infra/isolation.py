@@ -174,8 +174,10 @@ def start_worker(role: str, job_dir: Path, backend: str, gpu: int | None,
     env["PYTHONUNBUFFERED"] = "1"
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     env["CUDA_AGENT_WORKER_BACKEND"] = backend  # lets the worker create its CUDA context early
-    if backend == "cuda" and gpu is not None:
-        env["CUDA_VISIBLE_DEVICES"] = str(gpu)
+    if backend == "cuda" and gpu is not None:   # our index, named as the machine names it (devices.py)
+        from cuda_agent.env.infra.devices import physical_gpu
+
+        env["CUDA_VISIBLE_DEVICES"] = physical_gpu(gpu)
     elif backend == "cpu":
         env["CUDA_VISIBLE_DEVICES"] = ""  # a CPU evaluation must not touch (or hog) a GPU
     if role == "judge":
