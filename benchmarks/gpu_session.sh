@@ -60,7 +60,7 @@ for step in $STEPS; do
       # ends CUDA processes (context_rate.py). SCALING_TRACE=1: each evaluation's worker start-up too
       # (trace.startup.*, larger results). Needs the setup step's cache (same call or warm machine).
       CUDA_AGENT_TRACE_CALLS=${SCALING_TRACE:-0} run scaling 450 python3 benchmarks/pool_scaling.py --roles \
-        --budget-s "${SCALING_BUDGET:-380}" ${SCALING_ARGS:-} --json "$OUT/scaling.json"
+        --budget-s "${SCALING_BUDGET:-330}" ${SCALING_ARGS:-} --json "$OUT/scaling.json"
       TAIL=8 run context_rate 90 python3 benchmarks/diag/context_rate.py --counts "${CONTEXT_COUNTS:-1,4,8}" ;;
     traced)   # per-call traces of one evaluation per mode (CUDA_AGENT_TRACE_CALLS=1), under $OUT/logs
       CUDA_AGENT_TRACE_CALLS=1 run traced 300 python3 benchmarks/pool_throughput.py \

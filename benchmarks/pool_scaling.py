@@ -176,6 +176,17 @@ def start_ray(backend: str, devices: int):
     return ray, None
 
 
+def save(path: Path | None, args, devices, counts, per_device, kernels, rows, modes, service_note, skipped) -> None:
+    """The JSON so far (after every measurement: a run cut short keeps what it measured)."""
+    if path is None:
+        return
+    service = "measured" if "service" in modes else service_note or "off"
+    path.write_text(json.dumps({"backend": args.backend, "devices": len(devices), "counts": counts,
+                                "per_device": per_device, "evals_per_device": args.evals,
+                                "kernels": [k[0] for k in kernels], "rows": rows, "summary": summarise(rows),
+                                "service": service, "skipped": skipped}, indent=1))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backend", default="cuda", choices=["cuda", "cpu"])
@@ -215,11 +226,15 @@ def main() -> None:
     config = replace(config, prewarm=per_device)
     kernels = load_kernels(args.backend)
 
-    warm = asyncio.run(make_pool(config, args.backend, devices, 1, 1).evaluate_many([k[1:] for k in kernels]))
+    # every kernel at once on the first device: builds, and the torch.compile baselines stored
+    warm_pool = make_pool(config, args.backend, devices, 1, len(kernels))
+    warm = asyncio.run(warm_pool.evaluate_many([k[1:] for k in kernels]))
     for (label, _, _), result in zip(kernels, warm):
         print(f"warm-up {label}: {'correct' if result.correct else 'FAILED ' + str(result.error)}, "
               f"kernel {result.kernel_ms} ms", flush=True)
     spares.discard_all()
+    if not all(result.correct for result in warm):
+        raise SystemExit("a warm-up evaluation failed: nothing measured")
 
     modes = ["pool"]
     service_note = None
@@ -257,6 +272,7 @@ def main() -> None:
                         target.shutdown()
                 rows.append(row)
                 report(row)
+                save(args.json, args, devices, counts, per_device, kernels, rows, modes, service_note, skipped)
     summary = summarise(rows)
     print("\nmode     devices  evaluations/s (each round)  mean   x vs 1   x / devices (target >= 0.9)")
     for mode, by_count in summary.items():
@@ -269,12 +285,7 @@ def main() -> None:
         print(f"skipped (past --budget-s {args.budget_s:g} s): {', '.join(skipped)}")
     if ray is not None:
         ray.shutdown()
-    if args.json:
-        service = "measured" if "service" in modes else service_note or "off"
-        args.json.write_text(json.dumps({"backend": args.backend, "devices": len(devices), "counts": counts,
-                                         "per_device": per_device, "evals_per_device": args.evals,
-                                         "kernels": [k[0] for k in kernels], "rows": rows, "summary": summary,
-                                         "service": service, "skipped": skipped}, indent=1))
+    save(args.json, args, devices, counts, per_device, kernels, rows, modes, service_note, skipped)
 
 
 if __name__ == "__main__":

@@ -37,9 +37,9 @@ def test_counts_rounds_and_jobs(scaling):
 
 
 def test_ratios_are_against_the_mean_of_the_one_device_rows_of_the_same_mode(scaling):
-    rows = [{"mode": "pool", "devices": 1, "evals_per_s": 1.0}, {"mode": "pool", "devices": 2, "evals_per_s": 1.9},
-            {"mode": "pool", "devices": 1, "evals_per_s": 1.2}, {"mode": "pool", "devices": 2, "evals_per_s": 1.5},
-            {"mode": "service", "devices": 1, "evals_per_s": 0.5}, {"mode": "service", "devices": 2, "evals_per_s": 1.0}]
+    rates = [("pool", 1, 1.0), ("pool", 2, 1.9), ("pool", 1, 1.2), ("pool", 2, 1.5), ("service", 1, 0.5),
+             ("service", 2, 1.0)]
+    rows = [{"mode": mode, "devices": devices, "evals_per_s": rate} for mode, devices, rate in rates]
     summary = scaling.summarise(rows)
     assert summary["pool"][1]["mean"] == 1.1 and summary["pool"][2]["mean"] == 1.7
     assert summary["pool"][2]["ratio_vs_1"] == round(1.7 / 1.1, 2)
