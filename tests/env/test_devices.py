@@ -2,7 +2,6 @@
 CUDA_VISIBLE_DEVICES (as under Ray, whose actor sees its one GPU as index 0), for the worker's
 environment and for the device lock alike."""
 
-
 from cuda_agent.env.infra.devices import physical_gpu
 from cuda_agent.env.infra.isolation import start_worker
 from cuda_agent.env.infra.locks import lock_path
