@@ -9,6 +9,8 @@
 # compare: .old (gpu_carry.sh OLD=<commit>) against this code, alternated, each with its own scripts
 # (COMPARE_FIDELITY=1: timing_fidelity.py too, with RUNS and FIDELITY_ARGS; COMPARE_FIDELITY_ONLY=1: only it), e.g.
 #   STEPS="setup compare" PAIRS=2 THROUGHPUT_ARGS="--kernels small --modes concurrent" bash benchmarks/gpu_session.sh
+# scaling: evaluations/s at 1, 2, 4, ... GPUs and the ratio to one (pool_scaling.py), e.g. on 4 GPUs
+#   STEPS="setup scaling" bash benchmarks/gpu_session.sh
 # Step time caps: <STEP>_TIMEOUT (not PYTEST_TIMEOUT: pytest-timeout, installed there, reads that).
 set -u
 STEPS=${STEPS:-setup tests}
@@ -52,6 +54,14 @@ for step in $STEPS; do
     throughput_all)   # the same, every timed call made (--precision 0): the schedule before early stopping
       run throughput_all 420 python3 benchmarks/pool_throughput.py ${THROUGHPUT_ARGS:-} --precision 0 \
         --json "$OUT/throughput_all.json" ;;
+    scaling)   # evaluations/s at 1, 2, 4, ... GPUs of this machine and the ratio to one: one EvalPool over the
+      # first N GPUs, then the Ray service (one actor per GPU; skipped with a line where Ray is not installed),
+      # the four fidelity kernels in turn, counts alternated over two rounds; then how fast the host starts and
+      # ends CUDA processes (context_rate.py). SCALING_TRACE=1: each evaluation's worker start-up too
+      # (trace.startup.*, larger results). Needs the setup step's cache (same call or warm machine).
+      CUDA_AGENT_TRACE_CALLS=${SCALING_TRACE:-0} run scaling 450 python3 benchmarks/pool_scaling.py --roles \
+        --budget-s "${SCALING_BUDGET:-330}" ${SCALING_ARGS:-} --json "$OUT/scaling.json"
+      TAIL=8 run context_rate 90 python3 benchmarks/diag/context_rate.py --counts "${CONTEXT_COUNTS:-1,4,8}" ;;
     traced)   # per-call traces of one evaluation per mode (CUDA_AGENT_TRACE_CALLS=1), under $OUT/logs
       CUDA_AGENT_TRACE_CALLS=1 run traced 300 python3 benchmarks/pool_throughput.py \
         ${TRACED_ARGS:---evals 3 --kernels small --modes back-to-back} --logs "$OUT/logs" --json "$OUT/traced.json" ;;

@@ -1,9 +1,11 @@
-"""How fast this host starts CUDA processes: N processes at once, each importing torch and creating its
-context, on one GPU and spread over every visible GPU (diagnosis: every evaluation starts a judge and a
-candidate, each with its own context, so a host that serialises context creation across GPUs caps the
-pool's evaluations per second whatever the number of GPUs).
+"""How fast this host starts and ends CUDA processes: N processes at once, each importing torch, creating
+its context and taking `--alloc-mb` of device memory, then exiting, on one GPU and spread over every
+visible GPU (diagnosis: every evaluation starts a judge and a candidate, each with its own context, and
+ends both, so a host that serialises context creation or teardown across GPUs caps the pool's
+evaluations per second whatever the number of GPUs). Teardown: from a process's last line to its exit
+being reaped (the driver frees its context and memory in between).
 
-    python benchmarks/diag/context_rate.py [--counts 1,4,8,12]
+    python benchmarks/diag/context_rate.py [--counts 1,4,8,12] [--alloc-mb 1024]
 """
 
 from __future__ import annotations
@@ -16,33 +18,55 @@ import sys
 import time
 
 CHILD = """
-import json, sys, time
+import json, os, sys, time
 import torch
 began = time.monotonic()
 torch.empty(1, device="cuda")
 torch.cuda.synchronize()
 made = time.monotonic()
 x = torch.randn(1 << 16, device="cuda"); torch.relu(x).sum().item()   # a first kernel's module load
-print(json.dumps({"context_s": made - began, "first_kernel_s": time.monotonic() - made}))
+loaded = time.monotonic()
+block = torch.empty(int(sys.argv[1]) << 20, dtype=torch.uint8, device="cuda")   # as a judge's reserve
+torch.cuda.synchronize()
+print(json.dumps({"context_s": made - began, "first_kernel_s": loaded - made,
+                  "alloc_s": time.monotonic() - loaded}), flush=True)
+os._exit(0)
 """
 
 
-def start_many(count: int, gpus: list[int]) -> dict:
+def start_many(count: int, gpus: list[int], alloc_mb: int) -> dict:
+    import threading
+
     began = time.monotonic()
-    procs = [subprocess.Popen([sys.executable, "-c", CHILD], stdout=subprocess.PIPE, text=True,
+    procs = [subprocess.Popen([sys.executable, "-c", CHILD, str(alloc_mb)], stdout=subprocess.PIPE, text=True,
                               env={**__import__("os").environ, "CUDA_VISIBLE_DEVICES": str(gpus[i % len(gpus)])})
              for i in range(count)]
-    answers = [json.loads(p.communicate()[0].strip().splitlines()[-1]) for p in procs]
+    answers: list = [None] * count
+
+    def follow(i: int, proc) -> None:   # its line, then how long its exit took to be reaped
+        line = proc.stdout.readline()
+        said = time.monotonic()
+        proc.wait()
+        answers[i] = {**json.loads(line), "teardown_s": time.monotonic() - said}
+
+    threads = [threading.Thread(target=follow, args=(i, p)) for i, p in enumerate(procs)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
     wall = time.monotonic() - began
-    return {"processes": count, "gpus": len(gpus), "wall_s": round(wall, 2),
-            "context_s_median": round(statistics.median(a["context_s"] for a in answers), 3),
-            "context_s_max": round(max(a["context_s"] for a in answers), 3),
-            "first_kernel_s_median": round(statistics.median(a["first_kernel_s"] for a in answers), 3)}
+    row = {"processes": count, "gpus": len(gpus), "alloc_mb": alloc_mb, "wall_s": round(wall, 2)}
+    for key in ("context_s", "first_kernel_s", "alloc_s", "teardown_s"):
+        values = [a[key] for a in answers]
+        row[f"{key[:-2]}_median_s"] = round(statistics.median(values), 3)
+        row[f"{key[:-2]}_max_s"] = round(max(values), 3)
+    return row
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--counts", default="1,4,8,12")
+    parser.add_argument("--alloc-mb", type=int, default=1024, help="device memory each process takes")
     args = parser.parse_args()
     import torch
 
@@ -52,7 +76,7 @@ def main() -> None:
     spreads = [[0]] + ([visible] if len(visible) > 1 else [])
     for count in (int(c) for c in args.counts.split(",")):
         for gpus in spreads:
-            print(json.dumps(start_many(count, gpus)), flush=True)
+            print(json.dumps(start_many(count, gpus, args.alloc_mb)), flush=True)
 
 
 if __name__ == "__main__":

@@ -46,8 +46,8 @@ def test_a_dead_server_is_started_again(tmp_path):
     first = start_worker("judge", tmp_path / "a", "cpu", None)
     first.wait_ready()
     first.kill()
-    forkserver._server.proc.kill()
-    forkserver._server.proc.wait(30)
+    forkserver._servers[None].proc.kill()
+    forkserver._servers[None].proc.wait(30)
     second = start_worker("judge", tmp_path / "b", "cpu", None)
     try:
         second.wait_ready()
@@ -64,3 +64,29 @@ def test_judges_start_python_anew_when_forking_is_turned_off(tmp_path, monkeypat
         assert isinstance(worker.proc, subprocess.Popen)
     finally:
         worker.kill()
+
+
+def test_each_device_forks_its_judges_from_a_server_of_its_own(tmp_path):
+    """Device 1's judge is forked while device 0's server is stopped: no server or lock is shared
+    between devices (a server forks one request at a time)."""
+    import signal
+    import threading
+
+    first = start_worker("judge", tmp_path / "a", "cpu", 0)
+    servers = dict(forkserver._servers)
+    other: list = []
+    os.kill(servers[0].proc.pid, signal.SIGSTOP)
+    try:
+        started = threading.Thread(target=lambda: other.append(start_worker("judge", tmp_path / "b", "cpu", 1)),
+                                   daemon=True)
+        started.start()
+        started.join(60)   # a hang guard only: with a shared server this never returns
+        assert other, "device 1's judge waited for device 0's stopped server"
+        assert forkserver._servers[1].proc.pid != servers[0].proc.pid
+        other[0].wait_ready()
+        parent = int(open(f"/proc/{other[0].proc.pid}/stat").read().rsplit(")", 1)[1].split()[1])
+        assert parent == forkserver._servers[1].proc.pid   # forked by device 1's own server
+    finally:
+        os.kill(servers[0].proc.pid, signal.SIGCONT)
+        for worker in (first, *other):
+            worker.kill()

@@ -352,8 +352,10 @@ class Pipeline:
         if self.cfg.backend == "cuda":
             import torch
 
+            from cuda_agent.env.infra.devices import physical_gpu
+
             ngpu = max(1, torch.cuda.device_count())
-            env = lambda i: {"CUDA_VISIBLE_DEVICES": str(i % ngpu)}   # noqa: E731 - one GPU per worker
+            env = lambda i: {"CUDA_VISIBLE_DEVICES": physical_gpu(i % ngpu)}   # noqa: E731 - one GPU per worker
         else:
             env = lambda i: {"OMP_NUM_THREADS": "1"}   # noqa: E731
         return ProcessPool(run_filters, self.cfg.workers, self.cfg.task_timeout_s, env_for_slot=env)

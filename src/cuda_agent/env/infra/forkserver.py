@@ -1,10 +1,11 @@
 """Judges forked from a process that has imported torch already: a small fork server.
 
 Importing torch is most of a worker's start, and every evaluation starts a judge. The judge runs
-only the task's code and is never sandboxed, so it can come from a fork: the server (`python -m cuda_agent.env.infra.forkserver`, one per harness process,
-started on first use) imports `cuda_agent.env.workers.main` once, never touches CUDA, and forks each judge
-on request. Every judge is still a process of its own for one evaluation, in a session of its own
-(killed with its group, as a started one is), with the environment and folder it was asked for.
+only the task's code and is never sandboxed, so it can come from a fork: the server (`python -m
+cuda_agent.env.infra.forkserver`, one per device of a harness process, started on first use) imports
+`cuda_agent.env.workers.main` once, never touches CUDA, and forks each judge on request. Every judge
+is still a process of its own for one evaluation, in a session of its own (killed with its group, as
+a started one is), with the environment and folder it was asked for.
 
 A request is one message on a socketpair shared only with the harness: the role, environment and
 folder as JSON, and four descriptors (the worker's stdin, its protocol pipe, its log, and the write
@@ -199,19 +200,20 @@ class _Server:
         return ForkedProcess(int(answer), os.fdopen(stdin_write, "wb"), status_read)
 
 
-_server: _Server | None = None
-_server_lock = threading.Lock()
+_servers: dict = {}   # device -> its server (None: the CPU's, or a harness with one device)
+_servers_lock = threading.Lock()
 
 
 def fork_worker(role: str, env: dict, cwd, protocol_fd: int, log_fd: int,
-                staging_fd: int | None = None) -> ForkedProcess:
-    """Fork a worker with this environment and folder from the server (started on first use, with
-    `env`: the import path the worker needs). The caller keeps (and closes) its own descriptors."""
-    global _server
-    with _server_lock:
-        if _server is None or _server.proc.poll() is not None:
-            _server = _Server(env)
-        server = _server
+                staging_fd: int | None = None, device: int | None = None) -> ForkedProcess:
+    """Fork a worker with this environment and folder from `device`'s server (started on first use,
+    with `env`: the import path the worker needs). One server per device, so one device's forks never
+    wait behind another's (a server forks one request at a time). The caller keeps (and closes) its
+    own descriptors."""
+    with _servers_lock:
+        server = _servers.get(device)
+        if server is None or server.proc.poll() is not None:
+            server = _servers[device] = _Server(env)
     return server.fork(role, env, str(cwd), protocol_fd, log_fd, staging_fd)
 
 

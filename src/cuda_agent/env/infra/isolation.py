@@ -174,8 +174,10 @@ def start_worker(role: str, job_dir: Path, backend: str, gpu: int | None,
     env["PYTHONUNBUFFERED"] = "1"
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     env["CUDA_AGENT_WORKER_BACKEND"] = backend  # lets the worker create its CUDA context early
-    if backend == "cuda" and gpu is not None:
-        env["CUDA_VISIBLE_DEVICES"] = str(gpu)
+    if backend == "cuda" and gpu is not None:   # our index, named as the machine names it (devices.py)
+        from cuda_agent.env.infra.devices import physical_gpu
+
+        env["CUDA_VISIBLE_DEVICES"] = physical_gpu(gpu)
     elif backend == "cpu":
         env["CUDA_VISIBLE_DEVICES"] = ""  # a CPU evaluation must not touch (or hog) a GPU
     if role == "judge":
@@ -202,7 +204,7 @@ def start_worker(role: str, job_dir: Path, backend: str, gpu: int | None,
         if role == "judge" and not wrap and fork_judges():   # no torch import to wait for (forkserver.py)
             from cuda_agent.env.infra.forkserver import fork_worker
 
-            proc = fork_worker(role, env, cwd, write_fd, log.fileno(), staging_fd)
+            proc = fork_worker(role, env, cwd, write_fd, log.fileno(), staging_fd, device=gpu)
         else:
             cmd = [*(wrap or []), sys.executable, "-m", "cuda_agent.env.workers", role]
             passed = (*keep, staging_fd) if staging_fd is not None else tuple(keep)

@@ -23,10 +23,9 @@ def lock_path(backend: str, gpu: int | None) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     if backend != "cuda":
         return folder / "cpu.lock"
-    index = gpu or 0
-    visible = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
-    physical = visible[index] if index < len(visible) else str(index)   # the same GPU, whatever the mapping
-    return folder / f"cuda-{physical.strip()}.lock"
+    from cuda_agent.env.infra.devices import physical_gpu
+
+    return folder / f"cuda-{physical_gpu(gpu)}.lock"   # the same GPU, whatever the process's mapping
 
 
 class DeviceLock:

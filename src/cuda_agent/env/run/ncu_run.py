@@ -131,7 +131,9 @@ def _environment(gpu: int | None) -> dict:
     env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     if gpu is not None:
-        env["CUDA_VISIBLE_DEVICES"] = str(gpu)
+        from cuda_agent.env.infra.devices import physical_gpu
+
+        env["CUDA_VISIBLE_DEVICES"] = physical_gpu(gpu)
     return env
 
 
