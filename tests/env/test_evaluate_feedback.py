@@ -3,6 +3,7 @@ solution's own frames, work left running after forward named as such, and the se
 
 from __future__ import annotations
 
+import re
 import textwrap
 
 import pytest
@@ -26,6 +27,15 @@ std::thread([=] {   // returns at once; the output is written 20 ms later
 """ + HONEST_BODY + """
 }).detach();
 """)
+SPIN = "{ volatile int spin = 1; while (spin) {} }\n"
+# only the structured set "scale_up" has its largest value between 50 and 2000 (a draw's is about 5,
+# "spikes" puts thousands in)
+HANG_ON_SCALE_UP = kernel("""
+float top = 0.f;
+for (int64_t i = 0; i < rows * cols; ++i) top = std::max(top, std::abs(x[i]));
+if (top > 50.f && top < 2000.f) """ + SPIN + HONEST_BODY).replace("#include <csignal>", "#include <algorithm>\n#include <cmath>")
+# the first 8 calls verify, at most 5 more warm up: the 14th call of forward is timed (or a spot check)
+HANG_ON_A_LATER_CALL = kernel("static int calls = 0;\nif (++calls == 14) " + SPIN + HONEST_BODY)
 # the example task's sizes copied from model.py (a loop over 512 rows would overrun at 256: a crash
 # where the pages beyond are unmapped, silent corruption where they are not)
 FIXED_SIZES = HONEST_MODEL_NEW.replace("bias_relu(x, self.bias)", "bias_relu(x.view(512, 1024), self.bias)")
@@ -61,6 +71,24 @@ def test_a_crash_names_its_input_set_and_the_solutions_frames_once(cache_dir):
     assert text.count("bias_relu_launcher") == 1 and "Fatal Python error" not in text
     assert "libpython" not in text and "native frames (most recent" not in text.split("rule: crash")[1]
     assert "Fatal Python error" in result.log   # the whole dump stays in the log
+
+
+def test_a_timeout_names_the_structured_set_it_hung_on(cache_dir):
+    result = evaluate(example_task(), cpu_workspace(HANG_ON_SCALE_UP), cpu_config(cache_dir, timeout_verify=4.0),
+                      stop_after="verify")
+    error = result.error
+    assert error.phase == "verify" and error.rule == "timeout", error
+    assert result.max_abs_error == [0.0] * 6   # the three draws and the structured sets before it passed
+    assert "timed out after 4 s on input set 7 (structured: scale_up), in the verify phase" in error.message
+
+
+def test_a_timeout_in_timing_names_the_timed_call(cache_dir):
+    result = evaluate(example_task(), cpu_workspace(HANG_ON_A_LATER_CALL), cpu_config(cache_dir, timeout_verify=4.0))
+    error = result.error
+    assert error.phase == "profile" and error.rule == "timeout", error
+    assert result.max_abs_error == [0.0] * 8   # verification passed
+    assert re.search(r"timed out after 4 s on input set \d+( \(structured: spikes\))?, a (timed|spot) call, "
+                     r"in the profile phase", error.message), error.message
 
 
 def test_output_left_to_a_detached_thread_is_named_as_work_after_forward(cache_dir):
