@@ -19,8 +19,23 @@ from .helpers import EXAMPLES, HONEST_BODY, cpu_config, cpu_workspace, example_t
 
 HONEST_MODEL_NEW = (EXAMPLES / "solution_cpu" / "model_new.py").read_text()
 NO_RELU = HONEST_BODY.replace("v > 0.f ? v : 0.f", "v")
-# a write into a string literal (read-only pages): faults in every container, unlike a null pointer
-CRASH = '*(volatile char*)const_cast<char*>("read-only") = 0;\n' + HONEST_BODY
+# a write into a string literal (read-only pages): faults in every container, unlike a null pointer;
+# on one line of a function of its own, which the launcher calls for each row (code follows the call)
+CRASH = kernel("""
+for (int64_t r = 0; r < rows; ++r) {
+    poke(r);
+    for (int64_t c = 0; c < cols; ++c) {
+        float v = x[r * cols + c] + bias[c];
+        out[r * cols + c] = v > 0.f ? v : 0.f;
+    }
+}
+""")
+CRASH = CRASH.replace('extern "C"', "__attribute__((noinline, noclone)) static void poke(int64_t r) {\n"
+                      '    if (r == 3) *(volatile char*)const_cast<char*>("read-only") = 0;\n}\nextern "C"')
+
+
+def _line(text: str, part: str) -> int:
+    return next(n for n, line in enumerate(text.splitlines(), 1) if part in line)
 DETACHED = "#include <chrono>\n#include <thread>\n" + kernel("""
 std::thread([=] {   // returns at once; the output is written 20 ms later
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -57,13 +72,20 @@ def test_unscored_profile_times_wrong_outputs_without_a_reward(cache_dir):
 
 def test_a_crash_names_its_input_set_and_the_solutions_frames_once(cache_dir):
     # unscored asked for: a crash is never passed over
-    result = evaluate(example_task(), cpu_workspace(kernel(CRASH)), cpu_config(cache_dir, unscored=True))
+    assert "read-only" in CRASH
+    result = evaluate(example_task(), cpu_workspace(CRASH), cpu_config(cache_dir, unscored=True))
     error = result.error
     assert error.phase == "verify" and error.rule == "crash" and result.unscored is None
     assert "SIGSEGV" in error.message and "on input set 1 (seed " in error.message
     native, python = error.message.split("Python frames of the solution")
-    assert "native frames of the solution" in native and "bias_relu_launcher" in native
-    assert "cuda_extension.so+0x" in native
+    assert "native frames of the solution" in native and "cuda_extension.so+0x" in native
+    # the kernel's line tables: the faulting line, and the line of the call (not the line after it);
+    # the binding (torch's headers: no line tables) by its function
+    frames = [f.strip() for f in native.split("native frames of the solution (most recent call first):\n")[1].splitlines()]
+    assert frames[0].startswith(f"poke(long) at kernels/bias_relu.cpp:{_line(CRASH, 'read-only')} (")
+    assert frames[1].startswith(f"bias_relu_launcher at kernels/bias_relu.cpp:{_line(CRASH, 'poke(r);')} (")
+    assert frames[2].startswith("bias_relu(at::Tensor, at::Tensor) (cuda_extension.so+0x")
+    assert len(frames) == 3   # pybind11's code inlined into the binding is not the solution's
     assert "model_new.py line" in python and "in forward" in python
     assert "guard.py" not in error.message and "candidate.py" not in error.message   # the harness's frames
     assert "cuda_agent_crash" not in error.message
