@@ -234,3 +234,16 @@ def test_line_tables_add_lines_and_change_no_code_nor_what_the_link_check_sees(t
     assert _contents(tmp_path / "lines.o")["code"] == _contents(tmp_path / "plain.o")["code"]
     assert undefined_symbols(tmp_path / "lines.o", False) == undefined_symbols(tmp_path / "plain.o", False)
     assert not has_syscall_instruction(tmp_path / "lines.o")
+
+
+@pytest.mark.skipif(not shutil.which("objdump"), reason="binutils reads the objects")
+def test_only_units_without_torch_headers_carry_line_tables(cache_dir):
+    """The kernel file's object has line tables; the binding's (torch's headers, its precompiled header)
+    has none; the objects are keyed by their commands, so each is built with its own flags."""
+    report = build_extension("cuda_extension", cpu_workspace().kernel_files, "cpu", cache_dir / "build")
+    objects = dict(zip(sorted(cpu_workspace().kernel_files), report.objects))
+
+    def sections(obj: Path) -> str:
+        return subprocess.run(["objdump", "-h", str(obj)], capture_output=True, text=True, check=True).stdout
+    assert ".debug_line" in sections(objects["kernels/bias_relu.cpp"])
+    assert ".debug_line" not in sections(objects["kernels/bias_relu_binding.cpp"])
