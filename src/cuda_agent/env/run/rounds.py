@@ -27,7 +27,8 @@ class CallRounds:
         call (untimed, and told apart by its place anyway); its inputs are drawn beside other
         evaluations' work. Its steps run one of two ways: in the candidate's process, which times the
         call and samples its output (`_inside_*`), or on the CPU backend decided from outside it
-        (`_outside_*`); the device's lock and the trace around them are the same."""
+        (`_outside_*`); the device's lock and the trace around them are the same. The candidate's
+        silence past `timeout` in any of its steps names the call (`_timeout_message`)."""
         self.index += 1
         call.index = self.index
         self.current_call = self.calling = call
