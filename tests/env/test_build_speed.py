@@ -215,3 +215,35 @@ def test_the_syscall_scan_disassembles_only_the_code_whose_bytes_could_hold_one(
     not_elf.write_bytes(b"\x0f\x05 is not an ELF file")
     symbols.has_syscall_instruction(not_elf)
     assert disassembled == [[]]                      # a file it cannot read as ELF goes to objdump whole
+
+
+@pytest.mark.skipif(not shutil.which("objdump") or not shutil.which("nm"), reason="binutils reads the objects")
+def test_line_tables_add_lines_and_change_no_code_nor_what_the_link_check_sees(tmp_path):
+    """The line tables of units without torch headers (compiler.LINE_TABLES, for a crash's file:line)
+    leave the code as it was, and the link-level check reads the same imports and no system call in
+    their sections."""
+    from cuda_agent.env.rules.symbols import has_syscall_instruction, undefined_symbols
+
+    tc = compiler.toolchain("cpu")
+    assert tc.line_tables == compiler.LINE_TABLES and not set(tc.line_tables) & set(tc.common_flags)
+    (tmp_path / "k.cpp").write_text(kernel(HONEST_BODY + "static char buffer[64];\nmemset(buffer, 0, 64);\n"))
+    for name, flags in (("plain.o", tc.common_flags), ("lines.o", (*tc.common_flags, *tc.line_tables))):
+        subprocess.run([tc.cxx, *flags, "-c", "k.cpp", "-o", name], cwd=tmp_path, check=True)
+    sections = subprocess.run(["objdump", "-h", str(tmp_path / "lines.o")], capture_output=True, text=True).stdout
+    assert ".debug_line" in sections
+    assert _contents(tmp_path / "lines.o")["code"] == _contents(tmp_path / "plain.o")["code"]
+    assert undefined_symbols(tmp_path / "lines.o", False) == undefined_symbols(tmp_path / "plain.o", False)
+    assert not has_syscall_instruction(tmp_path / "lines.o")
+
+
+@pytest.mark.skipif(not shutil.which("objdump"), reason="binutils reads the objects")
+def test_only_units_without_torch_headers_carry_line_tables(cache_dir):
+    """The kernel file's object has line tables; the binding's (torch's headers, its precompiled header)
+    has none; the objects are keyed by their commands, so each is built with its own flags."""
+    report = build_extension("cuda_extension", cpu_workspace().kernel_files, "cpu", cache_dir / "build")
+    objects = dict(zip(sorted(cpu_workspace().kernel_files), report.objects))
+
+    def sections(obj: Path) -> str:
+        return subprocess.run(["objdump", "-h", str(obj)], capture_output=True, text=True, check=True).stdout
+    assert ".debug_line" in sections(objects["kernels/bias_relu.cpp"])
+    assert ".debug_line" not in sections(objects["kernels/bias_relu_binding.cpp"])

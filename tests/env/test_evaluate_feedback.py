@@ -3,6 +3,7 @@ solution's own frames, work left running after forward named as such, and the se
 
 from __future__ import annotations
 
+import re
 import textwrap
 
 import pytest
@@ -18,14 +19,38 @@ from .helpers import EXAMPLES, HONEST_BODY, cpu_config, cpu_workspace, example_t
 
 HONEST_MODEL_NEW = (EXAMPLES / "solution_cpu" / "model_new.py").read_text()
 NO_RELU = HONEST_BODY.replace("v > 0.f ? v : 0.f", "v")
-# a write into a string literal (read-only pages): faults in every container, unlike a null pointer
-CRASH = '*(volatile char*)const_cast<char*>("read-only") = 0;\n' + HONEST_BODY
+# a write into a string literal (read-only pages): faults in every container, unlike a null pointer;
+# on one line of a function of its own, which the launcher calls for each row (code follows the call)
+CRASH = kernel("""
+for (int64_t r = 0; r < rows; ++r) {
+    poke(r);
+    for (int64_t c = 0; c < cols; ++c) {
+        float v = x[r * cols + c] + bias[c];
+        out[r * cols + c] = v > 0.f ? v : 0.f;
+    }
+}
+""")
+CRASH = CRASH.replace('extern "C"', "__attribute__((noinline, noclone)) static void poke(int64_t r) {\n"
+                      '    if (r == 3) *(volatile char*)const_cast<char*>("read-only") = 0;\n}\nextern "C"')
+
+
+def _line(text: str, part: str) -> int:
+    return next(n for n, line in enumerate(text.splitlines(), 1) if part in line)
 DETACHED = "#include <chrono>\n#include <thread>\n" + kernel("""
 std::thread([=] {   // returns at once; the output is written 20 ms later
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
 """ + HONEST_BODY + """
 }).detach();
 """)
+SPIN = "{ volatile int spin = 1; while (spin) {} }\n"
+# only the structured set "scale_up" has its largest value between 50 and 2000 (a draw's is about 5,
+# "spikes" puts thousands in)
+HANG_ON_SCALE_UP = kernel("""
+float top = 0.f;
+for (int64_t i = 0; i < rows * cols; ++i) top = std::max(top, std::abs(x[i]));
+if (top > 50.f && top < 2000.f) """ + SPIN + HONEST_BODY).replace("#include <csignal>", "#include <algorithm>\n#include <cmath>")
+# the first 8 calls verify, at most 5 more warm up: the 14th call of forward is timed (or a spot check)
+HANG_ON_A_LATER_CALL = kernel("static int calls = 0;\nif (++calls == 14) " + SPIN + HONEST_BODY)
 # the example task's sizes copied from model.py (a loop over 512 rows would overrun at 256: a crash
 # where the pages beyond are unmapped, silent corruption where they are not)
 FIXED_SIZES = HONEST_MODEL_NEW.replace("bias_relu(x, self.bias)", "bias_relu(x.view(512, 1024), self.bias)")
@@ -47,13 +72,20 @@ def test_unscored_profile_times_wrong_outputs_without_a_reward(cache_dir):
 
 def test_a_crash_names_its_input_set_and_the_solutions_frames_once(cache_dir):
     # unscored asked for: a crash is never passed over
-    result = evaluate(example_task(), cpu_workspace(kernel(CRASH)), cpu_config(cache_dir, unscored=True))
+    assert "read-only" in CRASH
+    result = evaluate(example_task(), cpu_workspace(CRASH), cpu_config(cache_dir, unscored=True))
     error = result.error
     assert error.phase == "verify" and error.rule == "crash" and result.unscored is None
     assert "SIGSEGV" in error.message and "on input set 1 (seed " in error.message
     native, python = error.message.split("Python frames of the solution")
-    assert "native frames of the solution" in native and "bias_relu_launcher" in native
-    assert "cuda_extension.so+0x" in native
+    assert "native frames of the solution" in native and "cuda_extension.so+0x" in native
+    # the kernel's line tables: the faulting line, and the line of the call (not the line after it);
+    # the binding (torch's headers: no line tables) by its function
+    frames = [f.strip() for f in native.split("native frames of the solution (most recent call first):\n")[1].splitlines()]
+    assert frames[0].startswith(f"poke(long) at kernels/bias_relu.cpp:{_line(CRASH, 'read-only')} (")
+    assert frames[1].startswith(f"bias_relu_launcher at kernels/bias_relu.cpp:{_line(CRASH, 'poke(r);')} (")
+    assert frames[2].startswith("bias_relu(at::Tensor, at::Tensor) (cuda_extension.so+0x")
+    assert len(frames) == 3   # pybind11's code inlined into the binding is not the solution's
     assert "model_new.py line" in python and "in forward" in python
     assert "guard.py" not in error.message and "candidate.py" not in error.message   # the harness's frames
     assert "cuda_agent_crash" not in error.message
@@ -61,6 +93,24 @@ def test_a_crash_names_its_input_set_and_the_solutions_frames_once(cache_dir):
     assert text.count("bias_relu_launcher") == 1 and "Fatal Python error" not in text
     assert "libpython" not in text and "native frames (most recent" not in text.split("rule: crash")[1]
     assert "Fatal Python error" in result.log   # the whole dump stays in the log
+
+
+def test_a_timeout_names_the_structured_set_it_hung_on(cache_dir):
+    result = evaluate(example_task(), cpu_workspace(HANG_ON_SCALE_UP), cpu_config(cache_dir, timeout_verify=4.0),
+                      stop_after="verify")
+    error = result.error
+    assert error.phase == "verify" and error.rule == "timeout", error
+    assert result.max_abs_error == [0.0] * 6   # the three draws and the structured sets before it passed
+    assert "timed out after 4 s on input set 7 (structured: scale_up), in the verify phase" in error.message
+
+
+def test_a_timeout_in_timing_names_the_timed_call(cache_dir):
+    result = evaluate(example_task(), cpu_workspace(HANG_ON_A_LATER_CALL), cpu_config(cache_dir, timeout_verify=4.0))
+    error = result.error
+    assert error.phase == "profile" and error.rule == "timeout", error
+    assert result.max_abs_error == [0.0] * 8   # verification passed
+    assert re.search(r"timed out after 4 s on input set \d+( \(structured: spikes\))?, a (timed|spot) call, "
+                     r"in the profile phase", error.message), error.message
 
 
 def test_output_left_to_a_detached_thread_is_named_as_work_after_forward(cache_dir):

@@ -88,6 +88,13 @@ def cuda_arch_flags() -> list[str]:
     return [f"-gencode=arch=compute_{arch},code=sm_{arch}"]
 
 
+# Line tables (no variables, no types, the same code), so a crash's frames name file:line (run/crash.py),
+# for the units that include no torch header: in those that do, the tables of torch's inline code are
+# most of the object and slow every later link of it (and the precompiled header would need them too).
+# nvcc's device code always carries its lines (`-lineinfo`, for compute-sanitizer and profilers).
+LINE_TABLES = ("-g1",)
+
+
 # Faster linkers first; ld.bfd (the default) spends most of a kernel edit's link reading libtorch's
 # symbol tables. Each is used only where the compiler links a C++ library with it (`fast_linker`).
 LINKERS = ("mold", "lld", "gold")
@@ -152,6 +159,7 @@ class Toolchain:
     ldflags: tuple[str, ...]
     key: str
     linker: tuple[str, ...] = ()   # the flags of the linker chosen (fast_linker): key libraries, not objects
+    line_tables: tuple[str, ...] = ()   # for units without torch headers (in their commands, so in their keys)
 
     @property
     def has_cuda(self) -> bool:
@@ -175,7 +183,7 @@ def toolchain(backend: str) -> Toolchain:
         nvcc = str(cuda_home / "bin" / "nvcc")
         includes.append(str(cuda_home / "include"))
         cuda_flags = ["-O3", "--expt-relaxed-constexpr", "-std=c++20", "-Xcompiler", "-fPIC",
-                      *cuda_arch_flags()]
+                      *cuda_arch_flags(), "-lineinfo"]
         lib64 = cuda_home / ("lib64" if (cuda_home / "lib64").exists() else "lib")
         ldflags += ["-lc10_cuda", "-ltorch_cuda", f"-L{lib64}", "-lcudart"]
     abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
@@ -188,7 +196,7 @@ def toolchain(backend: str) -> Toolchain:
         versions.append(_tool_version(nvcc))
     key = _sha(backend, *versions, *include_flags, *common, *cuda_flags, *ldflags)
     return Toolchain(backend, cxx, nvcc, tuple(include_flags), tuple(common), tuple(cuda_flags),
-                     tuple(ldflags), key, tuple(linker))
+                     tuple(ldflags), key, tuple(linker), LINE_TABLES)
 
 
 def _tool_version(tool: str) -> str:
@@ -388,15 +396,16 @@ def build_extension(name: str, files: dict[str, str], backend: str, cache_dir: P
     def unit_command(unit: str, out: str) -> tuple[list[str], str]:
         text = files[unit]
         uses_torch = bool(_TORCH_INCLUDE.search(text))
+        lines = () if uses_torch else tc.line_tables
         pch = []
         if unit.endswith(".cu"):
             flags = [*tc.cuda_flags, *(TORCH_NVCC_FLAGS if uses_torch else []), name_flag,
-                     "-DTORCH_API_INCLUDE_EXTENSION_H",
-                     f"-D_GLIBCXX_USE_CXX11_ABI={int(_abi())}", *extra_cuda_cflags]
+                     "-DTORCH_API_INCLUDE_EXTENSION_H", f"-D_GLIBCXX_USE_CXX11_ABI={int(_abi())}",
+                     *(f for flag in lines for f in ("-Xcompiler", flag)), *extra_cuda_cflags]
             cmd = [tc.nvcc, *flags, *tc.include_flags, *extra_include, "-c", unit, "-o", out]
         else:
             pch = ["-include", str(_pch(tc, cache_dir))] if uses_torch else []
-            flags = [*tc.common_flags, name_flag, *extra_cflags]
+            flags = [*tc.common_flags, *lines, name_flag, *extra_cflags]
             cmd = [tc.cxx, *flags, *pch, *tc.include_flags, *extra_include, "-c", unit, "-o", out]
         # The precompiled header is named by its toolchain (what decides its contents), not by its path:
         # a cache folder copied or moved elsewhere keeps its objects.

@@ -30,19 +30,6 @@ class Work:
     dtype: str          # the floating dtype holding most of those bytes ("float32", "bfloat16", ...)
 
 
-def _tensors(value) -> list:
-    """Every tensor inside `value` (nested lists, tuples and dicts), each once."""
-    import torch
-
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, (list, tuple)):
-        return [t for v in value for t in _tensors(v)]
-    if isinstance(value, dict):
-        return [t for v in value.values() for t in _tensors(v)]
-    return []
-
-
 def work_of(read: list, written: list, flops: int) -> Work:
     """The work of a forward that reads the tensors `read`, writes `written` and counted `flops`."""
     # a tensor passed twice is read once; one both read and written (in place) counts on both sides
@@ -62,6 +49,8 @@ def task_work(task: Task) -> Work | None:
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
+    from cuda_agent.env.rules.verify import tensors_in
+
     name = f"_cuda_agent_work_{next(_counter)}"
     module = types.ModuleType(name)
     sys.modules[name] = module          # dataclasses and the like look their module up by name
@@ -74,7 +63,7 @@ def task_work(task: Task) -> Work | None:
             with torch.no_grad(), counter:
                 output = model(*inputs)
         weights = list(itertools.chain(model.parameters(), model.buffers()))
-        return work_of(_tensors(inputs) + weights, _tensors(output), int(counter.get_total_flops()))
+        return work_of(tensors_in(inputs) + weights, tensors_in(output), int(counter.get_total_flops()))
     except Exception:
         return None
     finally:

@@ -87,15 +87,20 @@ class Comparison:
                                       # that used the largest share of its allowance
 
 
-def tensors_in(value: Any) -> list[torch.Tensor]:
-    """Every tensor inside (nested) lists, tuples and dicts, in a fixed order."""
-    if isinstance(value, torch.Tensor):
+def _leaves(value: Any, kind: type | tuple[type, ...]) -> list:
+    """Every value of `kind` inside (nested) lists, tuples and dicts, in a fixed order."""
+    if isinstance(value, kind):
         return [value]
     if isinstance(value, (list, tuple)):
-        return [t for v in value for t in tensors_in(v)]
+        return [leaf for v in value for leaf in _leaves(v, kind)]
     if isinstance(value, dict):
-        return [t for k in value for t in tensors_in(value[k])]
+        return [leaf for v in value.values() for leaf in _leaves(v, kind)]
     return []
+
+
+def tensors_in(value: Any) -> list[torch.Tensor]:
+    """Every tensor inside (nested) lists, tuples and dicts, in a fixed order."""
+    return _leaves(value, torch.Tensor)
 
 
 def is_dense(t: torch.Tensor) -> bool:
@@ -124,13 +129,7 @@ def structure(value: Any) -> Any:
 def scalars_in(value: Any) -> list:
     """The Python numbers of an output (bool, int, float), in the order `structure` lists them: a
     call's samples carry them whole, so an output that is a number is compared on every call."""
-    if isinstance(value, (bool, int, float)):
-        return [value]
-    if isinstance(value, (list, tuple)):
-        return [s for v in value for s in scalars_in(v)]
-    if isinstance(value, dict):
-        return [s for v in value.values() for s in scalars_in(v)]
-    return []
+    return _leaves(value, (bool, int, float))
 
 
 def compare_outputs(ref: Any, out: Any, tol: Tolerance, where: str = "output", _seen: list | None = None) -> Comparison:

@@ -5,7 +5,8 @@ The candidate worker loads a small library of ours (workers/native/crash.cpp, bu
 any of the solution's code: on a fatal signal it writes the faulting thread's native frames to the
 worker's log, then Python's faulthandler writes the Python frames. `crash_digest` reads both from
 the log: frames in the solution's files first (native ones named with `addr2line` where binutils is
-installed: function, file and line), the harness's and PyTorch's frames left out. The log itself
+installed: function, and the file and line from the line tables the builds carry, compiler.LINE_TABLES),
+the harness's and PyTorch's frames left out. The log itself
 stays in `EvalResult.log`; `without_crash_dump` is that log without the dump, so nothing is shown twice.
 """
 
@@ -22,7 +23,10 @@ NATIVE_END = "cuda-agent end of native frames"
 PYTHON_START = "Fatal Python error:"
 MAX_FRAMES = 8
 HARNESS_LIBRARIES = "cuda_agent_"   # the harness's own handed libraries (guard, hold, this report)
+CRASH_LIBRARY = "cuda_agent_crash"   # this report's: the signal's trampoline, then the faulting frame, follow it
 BINDING = "pybind11"   # frames of the extension's Python binding, between the solution's code and Python
+# a source file of a build, in its content-addressed folder (compiler.build_extension: cache/src/<digest>/)
+_BUILD_SOURCE = re.compile(r"/src/[0-9a-f]{24}/(?P<path>.+)$")
 # backtrace_symbols_fd's line: "object(symbol+0xoffset) [0xaddress]" (symbol or offset may be missing)
 _NATIVE = re.compile(r"^(?P<object>[^()\[\]]+)\((?P<symbol>[^+()]*)(?:\+(?P<offset>0x[0-9a-fA-F]+))?\)\s*\[(?P<address>0x[0-9a-fA-F]+)\]")
 _PYTHON = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<function>\S+)')
@@ -68,7 +72,13 @@ def _native_frames(log: str) -> list[dict]:
         return []
     end = log.find(NATIVE_END, start)
     block = log[start + len(NATIVE_START):end if end >= 0 else len(log)]
-    return [m.groupdict() for m in map(_NATIVE.match, block.strip().splitlines()) if m]
+    frames = [m.groupdict() for m in map(_NATIVE.match, block.strip().splitlines()) if m]
+    # every frame's address is where its call returns to (the line after the call, at times), except
+    # the faulting frame's: the one after the handler's own frames and the signal's trampoline
+    handler = [i for i, frame in enumerate(frames) if Path(frame["object"]).name.startswith(CRASH_LIBRARY)]
+    for i, frame in enumerate(frames):
+        frame["returns"] = not handler or i != handler[-1] + 2
+    return frames
 
 
 def _python_block(log: str) -> str:
@@ -86,19 +96,17 @@ def _describe_native(frame: dict) -> str:
     offset = frame["offset"]
     where = f"{name}+{offset}" if offset else f"{name} [{frame['address']}]"
     symbol = frame["symbol"]
-    if not symbol and offset:   # an offset into the object itself: addr2line reads its symbols
-        found = _addr2line(frame["object"], offset)
-        if found:
-            return f"{found} ({where})"
-    if symbol and offset:
-        found = _addr2line(frame["object"], f"{symbol}+{offset}")
+    if offset:   # symbol+offset, or an offset into the object itself: addr2line reads its symbols and lines
+        found = _addr2line(frame["object"], f"{symbol}+{offset}" if symbol else offset, frame.get("returns", False))
         if found:
             return f"{found} ({where})"
     return f"{symbol or '??'} ({where})"
 
 
-def _addr2line(obj: str, location: str) -> str | None:
-    """'function at file:line' (or the function alone without debug lines) for `location` in `obj`."""
+def _addr2line(obj: str, location: str, returns: bool = False) -> str | None:
+    """'function at file:line' (or the function alone without line tables) for `location` in `obj`;
+    code inlined there is named with the function it was inlined in. `returns`: the location is a
+    return address, so the call itself is the byte before it."""
     tool = shutil.which("addr2line")
     if tool is None or not Path(obj).is_file():
         return None
@@ -107,16 +115,29 @@ def _addr2line(obj: str, location: str) -> str | None:
         base = _symbol_address(obj, symbol)
         if base is None:
             return None
-        location = hex(base + int(offset, 16))
+        address = base + int(offset, 16)
+    else:
+        address = int(location, 16)
     try:
-        answer = subprocess.run([tool, "-f", "-C", "-e", obj, location], capture_output=True, text=True, timeout=10)
+        answer = subprocess.run([tool, "-i", "-f", "-C", "-e", obj, hex(address - 1 if returns and address else address)],
+                                capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.SubprocessError):
         return None
     parts = answer.stdout.strip().splitlines()
     if answer.returncode != 0 or not parts or parts[0] == "??":
         return None
-    place = parts[1] if len(parts) > 1 else "??:0"
-    return parts[0] if place.startswith(("?", ":")) else f"{parts[0]} at {Path(place.split(' ')[0]).name}"
+    pairs = [(parts[i], parts[i + 1] if i + 1 < len(parts) else "??:0") for i in range(0, len(parts), 2)]
+    inner = _at(*pairs[0])
+    return inner if len(pairs) == 1 else f"{inner}, inlined in {_at(*pairs[-1])}"
+
+
+def _at(function: str, place: str) -> str:
+    """`function at file:line`, the file as the solution names it (its build's folder left out)."""
+    if place.startswith(("?", ":")):
+        return function
+    place = place.split(" ")[0]   # "(discriminator N)" left out
+    found = _BUILD_SOURCE.search(place)
+    return f"{function} at {found['path'] if found else Path(place).name}"
 
 
 def _symbol_address(obj: str, symbol: str) -> int | None:

@@ -27,10 +27,17 @@ class CallRounds:
         call (untimed, and told apart by its place anyway); its inputs are drawn beside other
         evaluations' work. Its steps run one of two ways: in the candidate's process, which times the
         call and samples its output (`_inside_*`), or on the CPU backend decided from outside it
-        (`_outside_*`); the device's lock and the trace around them are the same."""
+        (`_outside_*`); the device's lock and the trace around them are the same. The candidate's
+        silence past `timeout` in any of its steps names the call (`_timeout_message`)."""
         self.index += 1
         call.index = self.index
-        self.current_call = call
+        self.current_call = self.calling = call
+        try:
+            return self._round(call, phase, timeout)
+        finally:
+            self.calling = None
+
+    def _round(self, call: Call, phase: str, timeout: float) -> dict | None:
         if self.outside:
             prepare, ready, measure, settle = (self._outside_prepare, self._outside_ready,
                                                self._outside_call, self._outside_settle)
@@ -252,6 +259,15 @@ class CallRounds:
         return verdict
 
     current_call: Call | None = None   # the call the candidate was last asked to make
+    calling: Call | None = None        # the call whose round is under way (None between rounds)
+
+    def _timeout_message(self, worker, timeout: float, phase: str) -> str:
+        """The candidate's silence during a round names the round's call and input set."""
+        call = self.calling
+        if worker.role != "candidate" or call is None:
+            return super()._timeout_message(worker, timeout, phase)
+        return (f"the solution timed out after {timeout:g} s {self._which(call)}, in the {phase} phase "
+                "(an infinite loop or a hung kernel?)")
 
     def _crash_message(self, worker, died: str, phase: str) -> str:
         """The candidate's death: on which input set, and its own frames (crash.py); the whole dump
@@ -261,8 +277,7 @@ class CallRounds:
         if worker.role != "candidate":
             return super()._crash_message(worker, died, phase)
         call = self.current_call
-        where = (f" {self._where(call)}" + ("" if call.kind == "verify" else f", a {call.kind} call")
-                 if call is not None else " before its first input set")
+        where = f" {self._which(call)}" if call is not None else " before its first input set"
         from cuda_agent.env.builds.handed import handed_dir
 
         own = (str(self.box / "solution"), str(self.box / "torch_extensions"), str(handed_dir(self.box)))
@@ -275,6 +290,11 @@ class CallRounds:
         """Which input set a call computed: its number, and its structured set's name or its seed."""
         return f"on input set {call.index}" + (f" (structured: {call.transform})" if call.transform else
                                                f" (seed {call.seed})" if call.kind == "verify" else "")
+
+    @classmethod
+    def _which(cls, call: Call) -> str:
+        """Its input set, and the kind of call unless it is a verification call."""
+        return cls._where(call) + ("" if call.kind == "verify" else f", a {call.kind} call")
 
     def _reject(self, call: Call, phase: str, verdict: dict) -> None:
         where = self._where(call)

@@ -145,16 +145,19 @@ class WorkerRun:
                     return message
                 worker.send(msg.BuildReply(**self._serve_build(message)))
         except ChildTimeout:
-            what = "the task's reference" if worker.role == "judge" else "the solution"
-            raise Failed("task" if worker.role == "judge" else phase,
-                          f"{what} timed out after {timeout:g} s in the {phase} phase "
-                          "(an infinite loop or a hung kernel?)", rule=rules.TIMEOUT) from None
+            raise Failed("task" if worker.role == "judge" else phase, self._timeout_message(worker, timeout, phase),
+                          rule=rules.TIMEOUT) from None
         except ForgedMessage as forged:
             raise Failed("task" if worker.role == "judge" else phase,
                           f"{forged}: the solution wrote to the harness's own channel", rule=rules.PROTOCOL_FORGERY) from None
         except ChildDied as died:
             phase = "task" if worker.role == "judge" else phase
             raise Failed(phase, self._crash_message(worker, str(died), phase), rule=rules.CRASH) from None
+
+    def _timeout_message(self, worker: Worker, timeout: float, phase: str) -> str:
+        """What a worker's silence past `timeout` says."""
+        what = "the task's reference" if worker.role == "judge" else "the solution"
+        return f"{what} timed out after {timeout:g} s in the {phase} phase (an infinite loop or a hung kernel?)"
 
     def _crash_message(self, worker: Worker, died: str, phase: str) -> str:
         """What a worker's death says: how it died and its last output."""
