@@ -109,3 +109,19 @@ OPEN_ROUND9 = [
                "of the input's staging pages wherever 64 sampled inputs are non-negative, honest elsewhere"),
      HONEST_RELU),
 ]
+
+
+def _elf_lookup():
+    solution = cpu_workspace()
+    files = {**solution.files, "kernels/bias_relu_binding.cpp": (KERNELS / "round9_elf_lookup_binding.cpp").read_text()}
+    return example_task(), Solution(files)
+
+
+# PyTorch doing the work, accepted (test_round9.py: must be rejected; xfail, strict)
+OPEN_PYTORCH_ROUND9 = [
+    Case("r9_aten_kernels_found_in_elf", "library compute past the dispatcher", _elf_lookup,
+         rules=("native-symbol", "torch-op", "static:*"), invented=True, config=TIMED,
+         what="the binding calls at::cpu::add and at::cpu::clamp_min (ATen's structured kernels, no dispatcher, "
+              "so no RecordFunction) at addresses read from libtorch_cpu.so's .dynsym (fopen of the file "
+              "/proc/self/maps names): no dlsym, no import of them"),
+]
