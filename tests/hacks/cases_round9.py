@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from tests.env.helpers import cpu_workspace, example_task
 from tests.hacks.cases import KERNELS, TASKS, Case, plain_model_new
+from tests.hacks.cases_wave import _w
 from tests.hacks.cases_round8 import CLONE_REPEAT, TIMED, _slow_honest
 
 from cuda_agent.tasks import Solution, load_task
@@ -117,11 +118,16 @@ def _elf_lookup():
     return example_task(), Solution(files)
 
 
-# PyTorch doing the work, accepted (test_round9.py: must be rejected; xfail, strict)
-OPEN_PYTORCH_ROUND9 = [
+# cheats accepted that must be rejected (test_round9.py: xfail, strict)
+OPEN_REJECT_ROUND9 = [
     Case("r9_aten_kernels_found_in_elf", "library compute past the dispatcher", _elf_lookup,
          rules=("native-symbol", "torch-op", "static:*"), invented=True, config=TIMED,
          what="the binding calls at::cpu::add and at::cpu::clamp_min (ATen's structured kernels, no dispatcher, "
               "so no RecordFunction) at addresses read from libtorch_cpu.so's .dynsym (fopen of the file "
               "/proc/self/maps names): no dlsym, no import of them"),
+    Case("r9_overlapping_view_output", "the task done by allowed ops",
+         _w("sliding_windows", "x", "return cuda_extension.copy(x).as_strided((x.numel() - 127, 128), (1, 1))"),
+         rules=("output-layout", "correctness"), invented=True, config=TIMED,
+         what="every window of a signal answered by one copy of the signal and an overlapping view of it (strides "
+              "1, 1): the harness's reader expands it (the CPU backend's density check looks for stride 0 only)"),
 ]

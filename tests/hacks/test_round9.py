@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from tests.hacks.cases import assert_accepted, assert_rejected, describe, honest_result, run_case
-from tests.hacks.cases_round9 import HONEST_ROUND9, OPEN_PYTORCH_ROUND9, OPEN_ROUND9
+from tests.hacks.cases_round9 import HONEST_ROUND9, OPEN_REJECT_ROUND9, OPEN_ROUND9
 
 COUNTED = 0.6   # the cheat must measure at least this share of its honest control's time (round 8's allowance)
 
@@ -37,10 +37,11 @@ def test_open_cheat_is_held_to_its_honest_time(case, control, cache_dir, record,
             f"against {honest.kernel_ms:.4f} ms (speedup {honest.speedup_vs_eager:.2f}, reward {honest.reward})")
 
 
-@pytest.mark.xfail(strict=True, reason="the link check reads imports, and the guard sees the dispatcher only: ATen's "
-                                       "kernels called at addresses the library finds in libtorch_cpu.so itself pass both")
-@pytest.mark.parametrize("case", OPEN_PYTORCH_ROUND9, ids=lambda c: c.id)
-def test_open_pytorch_work_is_rejected(case, cache_dir, record):
+@pytest.mark.xfail(strict=True, reason="the link check reads imports and the guard sees the dispatcher only (ATen's kernels "
+                                       "called at addresses found in libtorch_cpu.so pass both); the CPU backend's "
+                                       "density check of a located output looks for stride 0 only, not overlap")
+@pytest.mark.parametrize("case", OPEN_REJECT_ROUND9, ids=lambda c: c.id)
+def test_open_cheat_is_rejected(case, cache_dir, record):
     result = run_case(case, cache_dir, record)
     print(f"{case.id}: {describe(result)} (speedup {result.speedup_vs_eager})")
     assert not (result.error and result.error.phase == "internal"), f"the harness failed: {describe(result)}"
