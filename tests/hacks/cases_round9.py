@@ -21,8 +21,17 @@ candidate's memory where its answer locates it.
   check) and the harness reads the judge's inputs as the output. `negate` and `ramp` (verification
   only) get the honest kernel.
 
-Each is held to the honest version of the same computation (test_round9.py): the same loop without the
-burner, the honest ReLU kernel.
+- aten_kernels_found_in_elf: PyTorch does the work (at::cpu::add, at::cpu::clamp_min: structured kernels
+  that never enter the dispatcher, so the guard's RecordFunction sees nothing) at addresses the binding
+  reads from libtorch_cpu.so's .dynsym (the file /proc/self/maps names, plain fopen): the link check sees
+  no import of them, nor dlsym. Any function it refuses by name (syscall, dlopen, mprotect, sigaction,
+  prctl) is reachable the same way in libc.
+- overlapping_view_output: every window of a signal (an unfold made contiguous) answered by one copy of
+  the signal and a view of it with strides (1, 1): the harness reads the located output through its
+  strides, and the CPU backend's density check (measure/outside.py `_dense`) looks for stride 0 only.
+
+The timing cheats are held to the honest version of the same computation (test_round9.py): the same loop
+without the burner, the honest ReLU kernel; the last two must be rejected.
 """
 
 from __future__ import annotations
