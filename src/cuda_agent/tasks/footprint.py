@@ -14,6 +14,7 @@ import types
 from dataclasses import dataclass
 from functools import lru_cache
 
+from cuda_agent.tasks.layout import value_layout
 from cuda_agent.tasks.task import Task
 
 _counter = itertools.count()
@@ -24,6 +25,7 @@ class Footprint:
     input_bytes: int                 # one input set
     output_bytes: int | None         # one output; None when the forward could not run on meta
     param_bytes: int | None          # weights and buffers; None when the model could not be built
+    input_layout: dict | None = None  # the inputs' layout (tasks/layout.py): dtypes and shapes, no values
 
     @property
     def forward_ran(self) -> bool:
@@ -61,17 +63,18 @@ def estimate_footprint(task: Task) -> Footprint | None:
             except Exception:
                 return None
             input_bytes = tensor_bytes(inputs)
+            input_layout = value_layout(inputs)[0]
             try:
                 model = module.Model(*init)
                 param_bytes = sum(tensor_bytes(t) for t in itertools.chain(model.parameters(), model.buffers()))
             except Exception:
-                return Footprint(input_bytes, None, None)
+                return Footprint(input_bytes, None, None, input_layout)
             try:
                 with torch.no_grad():
                     output_bytes = tensor_bytes(model(*inputs))
             except Exception:
                 output_bytes = None
-        return Footprint(input_bytes, output_bytes, param_bytes)
+        return Footprint(input_bytes, output_bytes, param_bytes, input_layout)
     finally:
         sys.modules.pop(name, None)
 

@@ -94,13 +94,17 @@ class Worker:
         if self.main_pid and not self.stopped:
             self.stopped = stop(self.main_pid, wait)
 
-    def send(self, message: Command) -> None:
-        """A command to the worker (messages.py), which is resumed first if it was stopped."""
+    def resume(self) -> None:
+        """Let a stopped worker go on with what it does without a command (loading its solution)."""
         if self.stopped:
             from cuda_agent.env.measure.outside import resume
 
             resume(self.main_pid)
             self.stopped = False
+
+    def send(self, message: Command) -> None:
+        """A command to the worker (messages.py), which is resumed first if it was stopped."""
+        self.resume()
         self.channel.send(message)
 
     def extra_processes(self) -> list[int]:

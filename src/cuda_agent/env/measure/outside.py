@@ -30,6 +30,11 @@ class UnreadableOutput(ValueError):
     """An output location that does not describe readable memory of the candidate's."""
 
 
+class ForeignMemory(UnreadableOutput):
+    """An output located in memory that is not the candidate's own: a file's or shared pages, which
+    another process (the judge, through the staging file) may have written."""
+
+
 # -- stopping and resuming -----------------------------------------------------------------------
 
 
@@ -288,6 +293,32 @@ class Memory:
             picked = numpy.frombuffer(b"".join(self.read(where.address + int(o), dtype.itemsize) for o in offsets),
                                       dtype=numpy.uint8).reshape(len(offsets), dtype.itemsize)
         return numpy.ascontiguousarray(picked).view(dtype).reshape(-1)
+
+
+def own_memory(pid: int, output: dict) -> None:
+    """Refuses (ForeignMemory) a located output any of whose bytes lie outside the process's private
+    anonymous memory (its heap and anonymous mappings, where allocators put tensors): a mapping of a
+    file, or a shared one, can show pages another process wrote, e.g. the judge's inputs in the
+    staging file mapped a second time. Read from /proc/PID/maps, which the kernel writes."""
+    located = [Located.parse(entry) for entry in output.get("tensors") or []]
+    spans = [(where.address, where.address + where.span()) for where in located if where.numel]
+    if not spans:
+        return
+    with open(f"/proc/{pid}/maps") as fh:
+        maps = fh.read().splitlines()
+    for low, high in spans:
+        for line in maps:
+            fields = line.split(maxsplit=5)
+            start, end = (int(part, 16) for part in fields[0].split("-"))
+            if end <= low or start >= high:
+                continue
+            name = fields[5] if len(fields) > 5 else ""
+            if fields[1][3] != "p" or fields[4] != "0" or (name and name != "[heap]"):
+                raise ForeignMemory(f"the output at {low:#x} lies in {'a shared' if fields[1][3] != 'p' else 'a'} "
+                                    f"mapping of {name or 'shared memory'}, not the process's own memory")
+            low = end
+            if low >= high:
+                break
 
 
 def read_samples(memory: Memory, output: dict, count: int) -> dict:

@@ -39,6 +39,7 @@ from cuda_agent.env.result import EvalError, EvalResult, Timing
 from cuda_agent.env.rules import registry as rules
 from cuda_agent.env.rules.call_verdict import CallVerdicts
 from cuda_agent.env.rules.verify import FP32_PRECISION_WARNING, share
+from cuda_agent.env.run.calibration import Calibration
 from cuda_agent.env.run.feedback import Feedback
 from cuda_agent.env.run.judge_pipe import JudgePipe
 from cuda_agent.env.run.measures import as_scored, calls_to_add, check_clock, less_overhead, precise_enough
@@ -102,7 +103,7 @@ def evaluate(task: Task, solution: Solution, config: EvalConfig | None = None, *
     return result
 
 
-class _Evaluation(BuildServing, CallRounds, StoredBaselines, Feedback, UnscoredTiming, WorkerRun):
+class _Evaluation(BuildServing, Calibration, CallRounds, StoredBaselines, Feedback, UnscoredTiming, WorkerRun):
     """One evaluation's phases in order (`run`); its parts are the classes it is made of."""
 
     def __init__(self, task, solution, config, backend, job_dir, gpu, result, stop_after, say):
@@ -175,7 +176,9 @@ class _Evaluation(BuildServing, CallRounds, StoredBaselines, Feedback, UnscoredT
         self.candidate.send(msg.CandidateJob(task_inputs_code=inputs_code, solution_dir=str(solution_dir),
                                              backend=self.backend, config=self.cfg, box=str(self.box),
                                              prebuilt=prebuilt, guard_lib=guard_path, crash_lib=self._crash_path(),
-                                             hold_lib=(hold := self._hold_path()) and str(hand(Path(hold), self.box))))
+                                             hold_lib=(hold := self._hold_path()) and str(hand(Path(hold), self.box)),
+                                             calibration_calls=self._calibration_calls()))
+        self._calibrate()
         if need_judge:
             self._start_judge()
             begun = self._traced("compile.judge_setup", begun)
@@ -371,7 +374,7 @@ class _Evaluation(BuildServing, CallRounds, StoredBaselines, Feedback, UnscoredT
                 done += 1
                 if call.kind == "timed" and out is not None:
                     measured.append((out["wall_ms"] if out.get("read_outside") else out["ms"], out.get("host_ms")))
-                    if precise_enough(self.config, as_scored(self.rounds, self.null_walls, self.outside), measured,
+                    if precise_enough(self.config, as_scored(self.rounds, self.null_walls, self.outside, self.calibrated), measured,
                                       pipe, self._compile_scale()):   # the timed calls left are not needed
                         calls = calls[:done] + [c for c in calls[done:] if c.kind != "timed"]
                 if not budget_checked and call.kind == "warmup" and done >= 2:
@@ -396,7 +399,7 @@ class _Evaluation(BuildServing, CallRounds, StoredBaselines, Feedback, UnscoredT
             self.result.correct = False
             raise
         if self.outside:
-            less_overhead(self.rounds, self.null_walls)
+            less_overhead(self.rounds, self.null_walls, self.calibrated)
         kernel = Timing.from_samples(round_times(self.rounds, "kernel"))
         self.result.timings["kernel"] = kernel
         self.result.kernel_ms = kernel.median_ms
@@ -426,7 +429,7 @@ class _Evaluation(BuildServing, CallRounds, StoredBaselines, Feedback, UnscoredT
         per_call = (now - started) / len(calls)
         left = min(started + self.config.profile_budget_s, deadline) - now
         room = int(left / max(per_call, 1e-9))
-        add = min(room, calls_to_add(self.config, as_scored(self.rounds, self.null_walls, self.outside), timed,
+        add = min(room, calls_to_add(self.config, as_scored(self.rounds, self.null_walls, self.outside, self.calibrated), timed,
                                      iters, budget, self._compile_scale()))
         calls += [Call("timed", fresh_seed()) for _ in range(max(add, 0))]
         return add > 0
@@ -458,7 +461,8 @@ class _Evaluation(BuildServing, CallRounds, StoredBaselines, Feedback, UnscoredT
         if os.environ.get("CUDA_AGENT_LOG_ROUNDS") == "1":   # diagnosis: every timed call's measures, in order
             import json
 
-            self.result.log += "\nrounds " + json.dumps({"rounds": self.rounds, "null_walls": self.null_walls}) + "\n"
+            self.result.log += "\nrounds " + json.dumps({"rounds": self.rounds, "null_walls": self.null_walls,
+                                                          "calibrated": self.calibrated}) + "\n"
         self._close_memory()
         self.candidate.kill()
         self.candidate = None

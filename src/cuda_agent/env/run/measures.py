@@ -57,13 +57,14 @@ def calls_to_add(config: EvalConfig, rounds: list[dict], timed: int, iters: int,
     return min(max(JUDGE_BATCH, iters // 2), cap - timed)
 
 
-def as_scored(rounds: list[dict], null_walls: list[float], outside: bool) -> list[dict]:
+def as_scored(rounds: list[dict], null_walls: list[float], outside: bool,
+              calibrated: list[float] | tuple = ()) -> list[dict]:
     """The rounds as the result will read them: calls measured from outside less the harness's own
     overhead (`less_overhead`, on copies), so the decisions while timing runs are the result's."""
     if not outside:
         return rounds
     copies = [dict(entry) for entry in rounds]
-    less_overhead(copies, null_walls)
+    less_overhead(copies, null_walls, calibrated)
     return copies
 
 
@@ -77,10 +78,22 @@ def speedups_precise(rounds: list[dict], precision: float) -> bool:
     return True
 
 
-def less_overhead(rounds: list[dict], null_walls: list[float]) -> None:
-    """CPU calls measured from outside include the harness's own steps in the candidate's process
-    (reading the command, viewing the inputs, answering): the median empty call's, taken off each."""
+def harness_overhead(null_walls: list[float], calibrated: list[float] | tuple = ()) -> float:
+    """The harness's own steps in a call (reading the command, viewing the inputs, answering): the
+    median empty call of the schedule, at most what the empty calls measured before the solution
+    loaded allow (`calibration.py`: CAP_FACTOR times their median, plus CAP_SLACK_MS). Empty calls
+    made slow by the solution's code then take nothing more off its real calls."""
+    from cuda_agent.env.run.calibration import overhead_cap
+
     overhead = statistics.median(null_walls) if null_walls else 0.0
+    cap = overhead_cap(calibrated)
+    return overhead if cap is None else min(overhead, cap)
+
+
+def less_overhead(rounds: list[dict], null_walls: list[float], calibrated: list[float] | tuple = ()) -> None:
+    """CPU calls measured from outside include the harness's own steps in the candidate's process:
+    `harness_overhead`, taken off each."""
+    overhead = harness_overhead(null_walls, calibrated)
     for entry in rounds:
         entry["kernel"] = max(entry["kernel"] - overhead, MIN_CALL_MS)
 

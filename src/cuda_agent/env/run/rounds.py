@@ -147,7 +147,7 @@ class CallRounds:
         return True
 
     def _outside_call(self, call: Call, phase: str, timeout: float, hold, drawn: dict) -> tuple[dict, float, object]:
-        from cuda_agent.env.measure.outside import read_samples, write_whole
+        from cuda_agent.env.measure.outside import own_memory, read_samples, write_whole
         from cuda_agent.env.rules.verify import SAMPLES_PER_TENSOR
 
         save, slot = call.kind == "verify", call.index % 2
@@ -165,6 +165,7 @@ class CallRounds:
             hold.share()
         if out["ok"] and call.kind != "null":
             try:
+                own_memory(self.candidate.main_pid, out["output"])
                 if save:
                     path = self.job_dir / f"out_{call.index}.bin"
                     read = {"path": str(path), "layout": write_whole(self.memory, out["output"], path,
@@ -188,6 +189,11 @@ class CallRounds:
 
     def _outside_settle(self, call: Call, phase: str, timeout: float, out: dict, wall_ms: float, read,
                         asked: float) -> dict:
+        from cuda_agent.env.measure.outside import ForeignMemory
+
+        if isinstance(read, ForeignMemory):
+            raise Failed(phase, f"{read} ({self._where(call)}): return tensors the solution allocated (torch.empty "
+                                 "and the like)", rule=rules.OUTPUT_TYPE)
         if isinstance(read, Exception):
             raise Failed(phase, f"the output could not be read from the solution's memory ({read}): return "
                                  "plain CPU tensors or Python numbers", rule=rules.UNCOMPARABLE_OUTPUT)

@@ -256,6 +256,7 @@ class CandidateJob(Command):
     guard_lib: str | None = None
     hold_lib: str | None = None
     crash_lib: str | None = None   # the fatal-signal report's library (run/crash.py), loaded before the solution
+    calibration_calls: int = 0     # empty calls answered before the solution loads (run/calibration.py)
 
 
 class BuildReply(Command):

@@ -9,6 +9,8 @@ is not the one the command expects (`messages.read_answer`).
 
 from __future__ import annotations
 
+import contextlib
+
 import json
 import os
 import secrets
@@ -42,6 +44,16 @@ class ChildChannel:
     def send(self, message: Message) -> None:
         self._out.write(json.dumps({**message.wire(), "nonce": self._nonce}) + "\n")
         self._out.flush()
+
+    @contextlib.contextmanager
+    def aside(self):
+        """Commands answered while an earlier one's answer is still to come (the candidate's calibrating
+        calls before it answers its job): that answer echoes its own command's nonce afterwards."""
+        kept = self._nonce
+        try:
+            yield
+        finally:
+            self._nonce = kept
 
     def receive(self) -> dict:
         """The next command, as sent (the worker reads it with `messages.read_command`)."""
@@ -85,6 +97,16 @@ class ParentChannel:
             self.proc.stdin.flush()
         except (BrokenPipeError, OSError):
             raise ChildDied("worker exited") from None
+
+    @contextlib.contextmanager
+    def aside(self):
+        """Commands sent and answered while an earlier command's answer is still to come (ChildChannel's
+        `aside`): that answer is the one expected afterwards."""
+        kept = self._nonce, self._expect
+        try:
+            yield
+        finally:
+            self._nonce, self._expect = kept
 
     def receive(self, timeout: float) -> dict:
         """The answer to the last command, validated (its fields as a dict)."""

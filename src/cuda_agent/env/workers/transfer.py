@@ -29,6 +29,7 @@ from typing import Any
 import torch
 
 from cuda_agent.env.workers.protocol import STAGING_FD_ENV, STAGING_SLOT_BYTES
+from cuda_agent.tasks.layout import value_layout
 
 MAX_NODES = 100_000     # containers, numbers and tensors in one output's layout
 MAX_DEPTH = 64
@@ -55,23 +56,8 @@ def write_output(value: Any, path: Path) -> dict:
 
 
 def output_layout(value: Any) -> tuple[dict, list[torch.Tensor]]:
-    """(layout, the tensors of `value` in the layout's order)."""
-    tensors: list[torch.Tensor] = []
-
-    def layout(v: Any) -> dict:
-        if isinstance(v, torch.Tensor):
-            tensors.append(v)
-            return {"tensor": str(v.dtype).removeprefix("torch."), "shape": list(v.shape)}
-        if isinstance(v, (list, tuple)):
-            return {"list": [layout(x) for x in v]}
-        if isinstance(v, dict):
-            return {"dict": [[k if isinstance(k, (str, int)) else str(k), layout(x)] for k, x in v.items()]}
-        if v is None or isinstance(v, (bool, int, float)):
-            return {"value": v}
-        return {"other": type(v).__name__}
-
-    tree = layout(value)
-    return tree, tensors
+    """(layout, the tensors of `value` in the layout's order): tasks/layout.py's."""
+    return value_layout(value)
 
 
 def output_to_host(value: Any) -> tuple[dict, list[torch.Tensor]]:
