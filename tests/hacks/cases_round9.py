@@ -97,9 +97,10 @@ HONEST_RELU = Case("r9_honest_relu_rand", "honest", _relu("relu"), rules=("corre
 
 HONEST_ROUND9 = [HONEST_LOOP, HONEST_RELU]
 
-# cheats the current code accepts with a better time than their honest control (test_round9.py: xfail,
-# strict), each beside that control
-OPEN_ROUND9 = [
+# timing cheats, each held to its honest control's time and speedup or rejected (test_round9.py): the
+# harness's overhead is calibrated before the solution loads (run/calibration.py), and the solution's
+# threads may not work in an empty call (rules/call_verdict.py)
+HELD_ROUND9 = [
     (Case("r9_null_calls_slow_from_python", "forged clocks below Python",
           _loop_with({"kernels/round9_null_python.cpp": NULL_FROM_PYTHON_CPP}),
           rules=("protocol-forgery", "native-symbol", "background-thread", "static:*"), invented=True, config=TIMED,
@@ -113,11 +114,6 @@ OPEN_ROUND9 = [
                "each empty call (the command read from the main thread's read buffer, named by "
                "/proc/self/task/<main>/syscall): no Python run, nothing of the harness written"),
      HONEST_LOOP),
-    (Case("r9_relu_rand_output_aliases_input", "inputs that hide a bug", _relu("relu_alias"),
-          rules=("output-type", "correctness", "native-symbol"), invented=True, config=RELU_TIMED,
-          what="ReLU on torch.rand inputs answered by no work: the output a second mapping (mremap, old size 0) "
-               "of the input's staging pages wherever 64 sampled inputs are non-negative, honest elsewhere"),
-     HONEST_RELU),
 ]
 
 
@@ -127,8 +123,13 @@ def _elf_lookup():
     return example_task(), Solution(files)
 
 
-# cheats accepted that must be rejected (test_round9.py: xfail, strict)
-OPEN_REJECT_ROUND9 = [
+# cheats that must be rejected: an output located in the staging file's pages (outside.own_memory),
+# ATen's kernels sampled from outside (rules/op_samples.py), an overlapping view (outside._dense)
+HACKS_ROUND9 = [
+    Case("r9_relu_rand_output_aliases_input", "inputs that hide a bug", _relu("relu_alias"),
+         rules=("output-type", "correctness", "native-symbol"), invented=True, config=RELU_TIMED,
+         what="ReLU on torch.rand inputs answered by no work: the output a second mapping (mremap, old size 0) "
+              "of the input's staging pages wherever 64 sampled inputs are non-negative, honest elsewhere"),
     Case("r9_aten_kernels_found_in_elf", "library compute past the dispatcher", _elf_lookup,
          rules=("native-symbol", "torch-op", "static:*"), invented=True, config=TIMED,
          what="the binding calls at::cpu::add and at::cpu::clamp_min (ATen's structured kernels, no dispatcher, "

@@ -349,8 +349,11 @@ def read_samples(memory: Memory, output: dict, count: int) -> dict:
 
 
 def _dense(where: Located) -> bool:
-    """No element shares memory with another (no stride 0 over a dimension of more than one)."""
-    return all(s > 0 or n <= 1 for n, s in zip(where.shape, where.strides))
+    """Every element in a place of its own, none skipped (rules/verify.is_dense): no broadcast (stride 0)
+    and no overlapping view."""
+    from cuda_agent.env.rules.verify import dense_strides
+
+    return dense_strides(where.shape, where.strides)
 
 
 def layout_of(tree: Any, located: list[Located]) -> dict:

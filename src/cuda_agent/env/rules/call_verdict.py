@@ -91,6 +91,7 @@ class CallVerdicts:
 
     GAP_LIMIT_S = 0.002      # in one gap between calls (an OpenMP worker parking itself uses microseconds)
     TOTAL_LIMIT_S = 0.02     # over all gaps
+    NULL_LIMIT_S = 0.0005    # in one of the harness's empty calls (calibration.py: their time is taken off)
 
     def __init__(self, pid: int, guard_library: str | Path | None, sampling=None):
         """`guard_library`: the guard the candidate loads (None: the guard is off, threads alone are judged).
@@ -112,6 +113,7 @@ class CallVerdicts:
         self.thread_time: dict[str, float] = {}
         self.gap_total = 0.0
         self.before: set[str] = set()
+        self.at_call: dict[str, float] = {}   # the solution's threads' CPU time as the current call began
 
     def close(self) -> None:
         if self.sampling is not None:
@@ -146,6 +148,7 @@ class CallVerdicts:
                                                    "(after it returned or before the next call); all work must "
                                                    "finish inside forward")
         self.before = thread_ids(self.pid)
+        self.at_call = usage
         self.calls += 1
         if self.sampling is not None:
             self.sampling.start(timed)
@@ -166,6 +169,11 @@ class CallVerdicts:
                                                    f"thread {left[0]} of the solution's process was alive after the "
                                                    "call); all work must finish inside forward")
         self.thread_time = threads_cpu_seconds(self.pid, alive - self.harness_threads)
+        worked = sum(max(0.0, seconds - self.at_call.get(tid, 0.0)) for tid, seconds in self.thread_time.items())
+        if null and worked > self.NULL_LIMIT_S:
+            raise Refused(rules.BACKGROUND_THREAD, f"a thread the solution started worked {worked * 1e3:.2f} ms during "
+                                                   "one of the harness's empty calls, in which no forward runs: all "
+                                                   "work must be inside forward")
 
     # -- the guard's record ------------------------------------------------------------------------
 

@@ -106,7 +106,12 @@ def tensors_in(value: Any) -> list[torch.Tensor]:
 def is_dense(t: torch.Tensor) -> bool:
     """Whether every element has its own place in memory and no place is skipped (any dimension
     order): false for broadcast (stride 0) and overlapping views."""
-    dims = sorted((stride, size) for size, stride in zip(t.shape, t.stride()) if size > 1)
+    return dense_strides(t.shape, t.stride())
+
+
+def dense_strides(shape, strides) -> bool:
+    """`is_dense` on a shape and its strides (in elements)."""
+    dims = sorted((stride, size) for size, stride in zip(shape, strides) if size > 1)
     expected = 1
     for stride, size in dims:
         if stride != expected:
