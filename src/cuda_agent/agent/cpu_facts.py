@@ -35,11 +35,12 @@ def simd_isa(cpuinfo: str | None = None) -> list[str]:
 
 
 def build_line() -> str:
-    """The compile command of a kernels/ source on the CPU backend, include paths left out."""
+    """The compile command of a kernels/ source on the CPU backend, include paths left out (line
+    tables for crash reports where the source includes no torch header)."""
     from cuda_agent.env.builds.compiler import toolchain
 
     tc = toolchain("cpu")
-    return f"{Path(tc.cxx).name} {' '.join(tc.common_flags)} -c FILE.cpp"
+    return f"{Path(tc.cxx).name} {' '.join((*tc.common_flags, *tc.line_tables))} -c FILE.cpp"
 
 
 def blas_routines() -> list[str]:

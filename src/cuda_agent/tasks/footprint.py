@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 import sys
 import types
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 
 from cuda_agent.tasks.layout import value_layout
@@ -25,7 +25,8 @@ class Footprint:
     input_bytes: int                 # one input set
     output_bytes: int | None         # one output; None when the forward could not run on meta
     param_bytes: int | None          # weights and buffers; None when the model could not be built
-    input_layout: dict | None = None  # the inputs' layout (tasks/layout.py): dtypes and shapes, no values
+    # the inputs' layout (tasks/layout.py): dtypes and shapes, no values; the harness's, not in comparisons
+    input_layout: dict | None = field(default=None, compare=False)
 
     @property
     def forward_ran(self) -> bool:

@@ -19,7 +19,7 @@ import statistics
 
 from cuda_agent.env.run.schedule import Call
 from cuda_agent.env.run.worker_run import Failed
-from cuda_agent.env.workers.protocol import STAGING_SLOT_BYTES
+from cuda_agent.env.workers import transfer
 
 CALIBRATION_CALLS = 7     # the first warms up and is dropped
 CAP_FACTOR = 2.5     # the schedule's empty calls measured 1.6-2.4x the calibrating ones (honest, loaded 2-core machine)
@@ -34,9 +34,12 @@ def calibration_layout(task, backend: str, staging: bool) -> dict | None:
     if backend != "cpu" or not staging:
         return None
     found = estimate_footprint(task)
-    if found is None or found.input_layout is None or found.input_bytes > STAGING_SLOT_BYTES - (1 << 20):
+    if found is None or found.input_layout is None:
         return None
-    return found.input_layout
+    try:
+        return found.input_layout if transfer.layout_fits(found.input_layout) else None
+    except ValueError:   # a layout the staging file does not carry (UnreadableOutput): no calibration
+        return None
 
 
 def overhead_cap(calibrated: list[float] | tuple) -> float | None:

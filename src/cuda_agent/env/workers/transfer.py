@@ -231,6 +231,11 @@ def _aligned(offset: int) -> int:
     return -(-offset // 64) * 64   # every tensor's bytes start 64-aligned (any dtype can view them)
 
 
+def layout_fits(layout: Any) -> bool:
+    """Whether tensors of `layout` fit a staging slot of this machine's size."""
+    return _staged_bytes([_nbytes(dtype, shape) for dtype, shape in parse_layout(layout)]) <= STAGING_SLOT_BYTES
+
+
 def _staged_bytes(sizes: list[int]) -> int:
     offset = 0
     for size in sizes:
