@@ -113,6 +113,38 @@ def run_case(case: Case, cache_dir: Path, record, **overrides):
     return result
 
 
+COUNTED = 0.6   # a timing cheat must measure at least this share of its honest control's time
+# Each side's eager time comes from its own evaluation, and on a loaded 2-core machine the two drift
+# apart (2.4x seen in CI); a cheat that pays does so in every attempt, noise in one.
+ATTEMPTS = 3
+
+
+def assert_held(case: Case, control: Case, cache_dir: Path, record, honest_results: dict) -> None:
+    """A timing cheat is rejected, or held to its honest control's time and speedup (with the noise
+    allowance COUNTED) in at least one of ATTEMPTS evaluations back to back with the control."""
+    import pytest
+
+    honest = honest_result(control, cache_dir, record, honest_results)
+    seen = []
+    for attempt in range(ATTEMPTS):
+        if attempt:   # the two evaluated again, back to back, under the load of the moment
+            honest = run_case(control, cache_dir, record)
+        assert_accepted(honest)
+        result = run_case(case, cache_dir, record)
+        print(f"{case.id}: {describe(result)} (speedup {result.speedup_vs_eager}); "
+              f"{control.id}: {describe(honest)} (speedup {honest.speedup_vs_eager})")
+        assert not (result.error and result.error.phase == "internal"), f"the harness failed: {describe(result)}"
+        if result.error is not None:
+            assert_rejected(result, case.rules, case.what)
+            return
+        if (result.kernel_ms >= COUNTED * honest.kernel_ms
+                and result.speedup_vs_eager <= honest.speedup_vs_eager / COUNTED):
+            return
+        seen.append(f"{result.kernel_ms:.4f} ms (speedup {result.speedup_vs_eager:.2f}, reward {result.reward}) "
+                    f"against {honest.kernel_ms:.4f} ms (speedup {honest.speedup_vs_eager:.2f}, reward {honest.reward})")
+    pytest.fail(f"{case.what}: " + "; ".join(seen) + f" for its honest control {control.id}")
+
+
 def honest_result(case: Case, cache_dir: Path, record, honest_results: dict):
     """An honest control's result, from its own test when that ran already (conftest.honest_results),
     else evaluated now: a test that measures a cheat against it needs no evaluation of its own."""
