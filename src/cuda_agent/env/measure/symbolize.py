@@ -128,7 +128,7 @@ _TABLES_LOCK = threading.Lock()
 
 def symbols_of(path: str) -> ElfSymbols | None:
     """A file's symbols, read once per file (by device, inode, size and modification time: every
-    candidate's `/proc/PID/root/...` path of the same library shares them)."""
+    path by which a candidate's sandbox shows the same library, through its process's root, shares them)."""
     try:
         info = os.stat(path)
     except OSError:
