@@ -129,16 +129,22 @@ def test_a_thread_created_after_attach_is_sampled(spinner):
         child.close()
 
 
+def _sampling_or_skip(child: "Child") -> "op_samples.OpSampling":
+    """The harness's sampling of `child`, or the test skipped (closing the child) where perf events
+    cannot be opened here."""
+    try:
+        return op_samples.OpSampling(child.proc.pid)
+    except PerfUnavailable as exc:
+        child.close()
+        pytest.skip(f"perf sampling unavailable on this machine: {exc}")
+
+
 def test_a_call_longer_than_the_buffers_hold_loses_no_sample(spinner, monkeypatch):
     from cuda_agent.env.measure.outside import process_clock
 
     monkeypatch.setattr(perf_sampler, "BUFFER_BUDGET", 64 << 10)   # a tenth of a second of samples a CPU
     child = Child([str(spinner)])
-    try:
-        sampling = op_samples.OpSampling(child.proc.pid)
-    except PerfUnavailable as exc:
-        child.close()
-        pytest.skip(f"perf sampling unavailable on this machine: {exc}")
+    sampling = _sampling_or_skip(child)
     try:
         capacity = sampling.samplers[False].pages * 4096 // 24 * op_samples.FINE_NS / 1e9   # seconds, one CPU
         clock = process_clock(child.proc.pid)
@@ -175,11 +181,7 @@ for line in sys.stdin:
 
 def test_aten_kernels_are_refused_and_allowed_operators_are_not():
     child = Child([sys.executable, "-c", ATEN_LOOP])
-    try:
-        sampling = op_samples.OpSampling(child.proc.pid)
-    except PerfUnavailable as exc:
-        child.close()
-        pytest.skip(f"perf sampling unavailable on this machine: {exc}")
+    sampling = _sampling_or_skip(child)
     try:
         sampling.start()
         child.ask("allowed")
