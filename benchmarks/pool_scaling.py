@@ -128,6 +128,9 @@ def measure(target, mode: str, count: int, jobs: list, roles: bool) -> dict:
         seen = json.loads(sampled.read_text())
         sampled.unlink()
         row["cpu_s_per_eval"] = {role: round(s / len(results), 3) for role, s in sorted(seen["cpu_s"].items())}
+        row["thread_cpu_s_per_eval"] = {role: {name: round(s / len(results), 3) for name, s in
+                                               sorted(per.items(), key=lambda kv: -kv[1])[:8]}
+                                        for role, per in seen.get("threads", {}).items()}
     return row
 
 
@@ -143,6 +146,9 @@ def report(row: dict) -> None:
           flush=True)
     if "cpu_s_per_eval" in row:
         print("        CPU s per evaluation: " + ", ".join(f"{k} {v}" for k, v in row["cpu_s_per_eval"].items()),
+              flush=True)
+    for role, per in row.get("thread_cpu_s_per_eval", {}).items():
+        print(f"        {role} threads (CPU s per evaluation): " + ", ".join(f"{k} {v}" for k, v in per.items()),
               flush=True)
 
 

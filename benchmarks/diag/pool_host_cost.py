@@ -40,6 +40,26 @@ def _stat(pid: str) -> tuple[int, float] | None:
     return int(fields[1]), (int(fields[11]) + int(fields[12])) / TICK
 
 
+def _threads(pid: str) -> dict[str, float]:
+    """CPU seconds of each thread of a process, keyed "main" (the process's first thread) or by the
+    thread's name, threads of one name summed."""
+    found: dict[str, float] = {}
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return found
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as fh:
+                text = fh.read()
+        except OSError:
+            continue
+        name = "main" if tid == pid else text[text.index("(") + 1:text.rindex(")")]
+        fields = text.rsplit(")", 1)[1].split()
+        found[name] = found.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / TICK
+    return found
+
+
 def _cmdline(pid) -> str:
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as fh:
@@ -74,6 +94,8 @@ def sample(root: int, out: Path, interval: float = 0.1) -> None:
     import signal
 
     seen: dict[str, tuple[str, float]] = {}
+    threads: dict[str, tuple[str, dict[str, float]]] = {}   # candidates' and judges': CPU by thread
+    threads_before: dict[str, dict[str, float]] = {}
     before: dict[str, float] | None = None   # what the processes there at the start had used already
     stop = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
@@ -100,13 +122,26 @@ def sample(root: int, out: Path, interval: float = 0.1) -> None:
             role = seen[pid][0] if pid in seen else _role(pid, parents[pid][0])
             used = parents[pid][1] - (before or {}).get(pid, 0.0)
             seen[pid] = (role, max(used, seen.get(pid, ("", 0.0))[1]))
+            if role in ("candidate", "judge"):
+                now = _threads(pid)
+                if pid in (before or {}):   # a process there already: what its threads used since
+                    was = threads_before.setdefault(pid, now)
+                    now = {k: v - was.get(k, 0.0) for k, v in now.items()}
+                if now:
+                    kept = threads.get(pid, (role, {}))[1]
+                    threads[pid] = (role, {k: max(v, kept.get(k, 0.0)) for k, v in {**kept, **now}.items()})
         time.sleep(interval)
     totals: dict[str, float] = {}
     counts: dict[str, int] = {}
     for role, cpu in seen.values():
         totals[role] = totals.get(role, 0.0) + cpu
         counts[role] = counts.get(role, 0) + 1
-    out.write_text(json.dumps({"cpu_s": totals, "processes": counts}))
+    by_thread: dict[str, dict[str, float]] = {}
+    for role, per in threads.values():
+        into = by_thread.setdefault(role, {})
+        for name, cpu in per.items():
+            into[name] = round(into.get(name, 0.0) + cpu, 3)
+    out.write_text(json.dumps({"cpu_s": totals, "processes": counts, "threads": by_thread}))
 
 
 def main() -> None:
