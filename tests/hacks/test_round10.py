@@ -1,0 +1,43 @@
+"""The hack suite's tenth round on the CPU backend (cases_round10.py): PyTorch's kernels run where the
+harness's sampling from outside does not count them, or with the sampling switched off by the candidate;
+each must be rejected, and the honest loop built beside them accepted."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.hacks.cases import assert_accepted, assert_rejected, describe, honest_result, run_case
+from tests.hacks.cases_round10 import HACKS_ROUND10, HONEST_ROUND10
+
+# the holes this round found open (the lead's to close); each test fails loudly once its hole is closed
+OPEN = {
+    "r10_aten_diluted_by_verification":
+        "op_samples judges ATen's share of the sampled time over all calls so far: the untimed verification calls, "
+        "which the schedule puts first, fill it with the binding's own spinning (4 s), and ATen's samples in every "
+        "later call stay under 2 % of it (accepted, reward 2: 0.7 % share, 1.22 ms, speedup 1.58)",
+    "r10_aten_below_min_samples":
+        "a task whose calls take a few microseconds leaves fewer than MIN_SAMPLES ATen samples in the whole "
+        "evaluation (100 us between samples in untimed calls, 1 ms in timed ones), whatever their share "
+        "(accepted, reward 1, 0.045 ms)",
+    "r10_transpose_left_to_the_reader":
+        "the CPU backend reads a located output through its strides, and output-layout refuses only stride 0 and "
+        "overlap: a transposed view of a plain copy is read as the transpose (accepted, reward 2: 2.05 ms against "
+        "the honest tiled transpose's 9.84 ms)",
+}
+
+
+@pytest.mark.parametrize("case", HONEST_ROUND10, ids=lambda c: c.id)
+def test_honest_solution_is_accepted(case, cache_dir, record, honest_results):
+    result = honest_result(case, cache_dir, record, honest_results)
+    print(f"{case.id}: {describe(result)} (speedup {result.speedup_vs_eager}); samples {result.cpu_samples}")
+    assert_accepted(result)
+
+
+@pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.xfail(strict=True, reason=OPEN[c.id]))
+                                  if c.id in OPEN else c for c in HACKS_ROUND10], ids=lambda c: c.id)
+def test_cheat_is_rejected(case, cache_dir, record):
+    result = run_case(case, cache_dir, record)
+    print(f"{case.id}: {describe(result)} (speedup {result.speedup_vs_eager}); samples {result.cpu_samples}; "
+          f"warnings {result.warnings}")
+    assert not (result.error and result.error.phase == "internal"), f"the harness failed: {describe(result)}"
+    assert_rejected(result, case.rules, case.what)
