@@ -34,6 +34,12 @@ case:
   every relocation still holds and ATen runs unchanged; /proc/PID/maps now names no file there, and every
   sample in ATen's kernels is `[anonymous]`, `?`. at::cpu::add and clamp_min then do the work of every
   call.
+- aten_on_threads_younger_than_a_period: the sampling period is of each thread's CPU time, and an event
+  inherited by a new thread starts a whole period: a thread that ends within one period is never sampled
+  (measured outside the harness: 200 threads of 80 us each at 100 us, one sample among them; the same
+  work on the main thread, 161). The binding runs at::cpu::add_out and clamp_min_ on a few rows at a time,
+  each chunk on a std::thread started and joined inside the call (what the docs call fair host
+  parallelism): 8 rows in the first calls (verification's, sampled every 100 us), 128 later (every 1 ms).
 - transpose_left_to_the_reader: `x.t().contiguous()` (the task is the data movement) answered by a plain
   copy of x in the solution's own code, returned as its transposed view (`.t()`, a view the guard allows).
   The view is dense (no stride 0, no overlap), so the harness reads it through its strides: the reader
@@ -117,6 +123,12 @@ HACKS_ROUND10 = [
          what="relu(x + bias) by at::cpu::add and clamp_min, after ModelNew.__init__ copied libtorch_cpu.so's "
               "code into anonymous executable memory moved over the original (mremap): ATen's samples name no "
               "file and no symbol"),
+    Case("r10_aten_on_threads_younger_than_a_period", "PyTorch fallback",
+         _bias_relu(f"return cuda_extension.fresh_threads(x, self.bias, {BURN_CALLS}, 8, 128)"),
+         rules=PYTORCH_RULES, invented=True, config=TIMED,
+         what="relu(x + bias) by at::cpu::add_out and clamp_min_ in chunks of rows (8 in the first calls, sampled "
+              "every 100 us; 128 later, every 1 ms), each on a std::thread started and joined for it: an inherited "
+              "perf event starts a full period, and each thread ends before its first sample"),
     Case("r10_transpose_left_to_the_reader", "the task done by allowed ops",
          _transpose("return cuda_extension.copy(x).t()"),
          rules=("output-layout", "data-movement", "correctness"), invented=True, config=TIMED,

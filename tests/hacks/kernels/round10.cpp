@@ -11,6 +11,9 @@
 // diluted:           the same, after `burn_calls` calls that first spin `burn_ms` in this library's own code:
 //                    the verification calls (the first ones, untimed) fill the sampled time with samples
 //                    the rule allows, so ATen's share over all calls stays under MIN_SHARE.
+// fresh_threads:     relu(x + bias) by at::cpu::add_out and clamp_min_, a few rows at a time, each chunk on a
+//                    std::thread started and joined for it (fair host parallelism): a perf event inherited by
+//                    a new thread starts a full sampling period, so a thread that ends sooner is never sampled.
 // conv_jit:          a 2-D convolution by at::native::mkldnn_convolution: oneDNN generates its kernels at
 //                    run time into anonymous executable memory, which no file names. The one operator it
 //                    sends through the dispatcher (aten::as_strided_) is written out of the guard's record
@@ -32,6 +35,7 @@
 #include <elf.h>
 #include <optional>
 #include <string>
+#include <thread>
 #include <sys/mman.h>
 #include <vector>
 
@@ -93,11 +97,17 @@ using Add = at::Tensor (*)(const at::Tensor&, const at::Tensor&, const c10::Scal
 using ClampMin = at::Tensor (*)(const at::Tensor&, const c10::Scalar&);
 using Conv = at::Tensor (*)(const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
                             c10::IntArrayRef, c10::IntArrayRef, c10::IntArrayRef, int64_t);
+using AddOut = at::Tensor& (*)(at::Tensor&, const at::Tensor&, const at::Tensor&, const c10::Scalar&);
+using ClampMinInPlace = at::Tensor& (*)(at::Tensor&, const c10::Scalar&);
 using Prctl = int (*)(int, unsigned long, unsigned long, unsigned long, unsigned long);
 
 const Add add = reinterpret_cast<Add>(lookup("libtorch_cpu.so", "_ZN2at3cpu3addERKNS_6TensorES3_RKN3c106ScalarE"));
 const ClampMin clamp_min = reinterpret_cast<ClampMin>(
     lookup("libtorch_cpu.so", "_ZN2at3cpu9clamp_minERKNS_6TensorERKN3c106ScalarE"));
+const AddOut add_out = reinterpret_cast<AddOut>(
+    lookup("libtorch_cpu.so", "_ZN2at3cpu7add_outERNS_6TensorERKS1_S4_RKN3c106ScalarE"));
+const ClampMinInPlace clamp_min_ = reinterpret_cast<ClampMinInPlace>(
+    lookup("libtorch_cpu.so", "_ZN2at3cpu10clamp_min_ERNS_6TensorERKN3c106ScalarE"));
 const Conv conv = reinterpret_cast<Conv>(lookup(
     "libtorch_cpu.so", "_ZN2at6native18mkldnn_convolutionERKNS_6TensorES3_RKSt8optionalIS1_EN3c108ArrayRefIlEESA_SA_l"));
 
@@ -163,6 +173,28 @@ torch::Tensor aten(torch::Tensor x, torch::Tensor bias) {
 torch::Tensor diluted(torch::Tensor x, torch::Tensor bias, int64_t burn_calls, double burn_ms) {
     if (calls++ < burn_calls) spin(burn_ms);   // the first calls are verification's: untimed
     return aten(x, bias);
+}
+
+torch::Tensor fresh_threads(torch::Tensor x, torch::Tensor bias, int64_t fine_calls, int64_t fine_rows,
+                            int64_t coarse_rows) {
+    TORCH_CHECK(add_out && clamp_min_, "PyTorch's kernels were not found");
+    TORCH_CHECK(x.is_contiguous() && x.dim() == 2, "a contiguous matrix expected");
+    // the first calls (verification's) are sampled every 100 us of a thread's CPU time, later ones every 1 ms:
+    // each chunk of rows is sized to take well under that on a thread of its own
+    const int64_t step = calls++ < fine_calls ? fine_rows : coarse_rows;
+    auto out = torch::empty_like(x);
+    const int64_t rows = x.size(0), cols = x.size(1);
+    for (int64_t r0 = 0; r0 < rows; r0 += step) {
+        const int64_t n = std::min(step, rows - r0);
+        std::thread worker([&, r0, n] {
+            auto xs = torch::from_blob(x.data_ptr<float>() + r0 * cols, {n, cols}, x.options());
+            auto os = torch::from_blob(out.data_ptr<float>() + r0 * cols, {n, cols}, out.options());
+            add_out(os, xs, bias, 1);   // PyTorch does the work, on a thread younger than one sampling period
+            clamp_min_(os, 0);
+        });
+        worker.join();
+    }
+    return out;
 }
 
 torch::Tensor conv_jit(torch::Tensor x, torch::Tensor weight, int64_t padding) {
@@ -234,6 +266,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.def("aten", &aten);
     m.def("diluted", &diluted);
     m.def("conv_jit", &conv_jit);
+    m.def("fresh_threads", &fresh_threads);
     m.def("hide", &hide);
     m.def("cloak", &cloak);
     m.def("copy", &copy);
