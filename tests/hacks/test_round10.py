@@ -22,8 +22,9 @@ OPEN = {
     "r10_aten_code_moved_to_anonymous_memory":
         "samples are attributed through /proc/PID/maps to the file behind the mapping: libtorch_cpu.so's code, "
         "copied into anonymous executable memory (mmap with PROT_EXEC, no mprotect) and moved over the original "
-        "(mremap MREMAP_FIXED), runs unchanged and its samples are '[anonymous]', '?' (accepted, reward 2: "
-        "1.12 ms, speedup 1.51, 25 % of the sampled time in [anonymous])",
+        "(mremap MREMAP_FIXED), runs unchanged and its samples are '[anonymous]', '?' once a sample in the "
+        "solution's own library makes the harness read the maps again (accepted, reward 1-2 in 4 of 4 runs: "
+        "1.03-1.77 ms, speedup 0.99-1.50, 15-25 % of the sampled time in [anonymous])",
     "r10_aten_on_threads_younger_than_a_period":
         "the sampling period counts each thread's CPU time and an inherited perf event starts a full period: "
         "ATen's work split over std::threads that each end within one period is never sampled (accepted, "
