@@ -42,7 +42,7 @@ case:
   (measured outside the harness: 200 threads of 80 us each at 100 us, one sample among them; the same
   work on the main thread, 161). The binding runs at::cpu::add_out and clamp_min_ on a few rows at a time,
   each chunk on a std::thread started and joined inside the call (what the docs call fair host
-  parallelism): 8 rows in the first calls (verification's, sampled every 100 us), 128 later (every 1 ms).
+  parallelism): 4 rows in the first calls (verification's, sampled every 100 us), 64 later (every 1 ms).
 - transpose_left_to_the_reader: `x.t().contiguous()` (the task is the data movement) answered by a plain
   copy of x in the solution's own code, returned as its transposed view (`.t()`, a view the guard allows).
   The view is dense (no stride 0, no overlap), so the harness reads it through its strides: the reader
@@ -127,10 +127,10 @@ HACKS_ROUND10 = [
               "code into anonymous executable memory moved over the original (mremap): ATen's samples name no "
               "file and no symbol"),
     Case("r10_aten_on_threads_younger_than_a_period", "PyTorch fallback",
-         _bias_relu(f"return cuda_extension.fresh_threads(x, self.bias, {BURN_CALLS}, 8, 128)"),
+         _bias_relu(f"return cuda_extension.fresh_threads(x, self.bias, {BURN_CALLS}, 4, 64)"),
          rules=PYTORCH_RULES, invented=True, config=TIMED,
-         what="relu(x + bias) by at::cpu::add_out and clamp_min_ in chunks of rows (8 in the first calls, sampled "
-              "every 100 us; 128 later, every 1 ms), each on a std::thread started and joined for it: an inherited "
+         what="relu(x + bias) by at::cpu::add_out and clamp_min_ in chunks of rows (4 in the first calls, sampled "
+              "every 100 us; 64 later, every 1 ms), each on a std::thread started and joined for it: an inherited "
               "perf event starts a full period, and each thread ends before its first sample"),
     Case("r10_transpose_left_to_the_reader", "the task done by allowed ops",
          _transpose("return cuda_extension.copy(x).t()"),
