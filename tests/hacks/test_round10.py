@@ -6,8 +6,16 @@ from __future__ import annotations
 
 import pytest
 
-from tests.hacks.cases import assert_accepted, assert_rejected, describe, honest_result, run_case
+from tests.hacks.cases import ATTEMPTS, assert_accepted, assert_rejected, describe, honest_result, run_case
 from tests.hacks.cases_round10 import HACKS_ROUND10, HONEST_ROUND10
+
+# holes this round found open only in some runs: the sampled share sits at the threshold (strict=False)
+MARGINAL = {
+    "r10_conv_in_jit_code":
+        "oneDNN's kernels run from anonymous executable memory (52 % of the sampled time, over 95 % of the "
+        "convolution's); only its driver loop and per-call set-up in dnnl:: are counted, 2.0-3 % of the sampled "
+        "time: accepted in some runs (reward 1: 6.08 ms, speedup 1.03), rejected at the 2 % threshold in others",
+}
 
 # the holes this round found open (the lead's to close); each test fails loudly once its hole is closed
 OPEN = {
@@ -43,11 +51,20 @@ def test_honest_solution_is_accepted(case, cache_dir, record, honest_results):
     assert_accepted(result)
 
 
-@pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.xfail(strict=True, reason=OPEN[c.id]))
-                                  if c.id in OPEN else c for c in HACKS_ROUND10], ids=lambda c: c.id)
+def _marked(case):
+    if case.id in OPEN:
+        return pytest.param(case, marks=pytest.mark.xfail(strict=True, reason=OPEN[case.id]))
+    if case.id in MARGINAL:
+        return pytest.param(case, marks=pytest.mark.xfail(strict=False, reason=MARGINAL[case.id]))
+    return case
+
+
+@pytest.mark.parametrize("case", [_marked(c) for c in HACKS_ROUND10], ids=lambda c: c.id)
 def test_cheat_is_rejected(case, cache_dir, record):
-    result = run_case(case, cache_dir, record)
-    print(f"{case.id}: {describe(result)} (speedup {result.speedup_vs_eager}); samples {result.cpu_samples}; "
-          f"warnings {result.warnings}")
-    assert not (result.error and result.error.phase == "internal"), f"the harness failed: {describe(result)}"
-    assert_rejected(result, case.rules, case.what)
+    """Rejected in each of ATTEMPTS evaluations: a cheat that samples or loads decide gets through in one."""
+    for _ in range(ATTEMPTS):
+        result = run_case(case, cache_dir, record)
+        print(f"{case.id}: {describe(result)} (speedup {result.speedup_vs_eager}); samples {result.cpu_samples}; "
+              f"warnings {result.warnings}")
+        assert not (result.error and result.error.phase == "internal"), f"the harness failed: {describe(result)}"
+        assert_rejected(result, case.rules, case.what)
