@@ -2,7 +2,7 @@
 candidate's CPU time from outside (rules/op_samples.py: perf events, every sample's instruction pointer
 attributed to a library and symbol through /proc/PID/maps; refused once at least MIN_SAMPLES samples and
 MIN_SHARE of the sampled time over the calls so far fell in ATen's kernels) and the outside measures it
-rests on. PyTorch does the task's work in each cheat, past the dispatcher (round nine's route: ATen's entry
+rests on. PyTorch does the task's work in each cheat but the last, past the dispatcher (round nine's route: ATen's entry
 points at addresses read from libtorch_cpu.so's symbol table, so the guard's record sees no operator), so
 that what decides is the sampler; all from one C++ file (kernels/round10.cpp), so one build serves every
 case:
@@ -10,24 +10,26 @@ case:
 - aten_diluted_by_verification: the share is taken over every call so far, and the first calls are the
   verification calls (untimed, the schedule puts them first). The binding spins 0.5 s of its own code in
   each of the first eight calls, then lets at::cpu::add and at::cpu::clamp_min do the work in every call:
-  ATen's samples (some 30-60, well over MIN_SAMPLES) are under 2 % of the sampled time at every verdict.
+  ATen's samples (about 0.03 s of sampled time in the run measured: 29 samples or more, over MIN_SAMPLES)
+  are under 2 % of the sampled time (4.1 s) at every verdict.
 - aten_below_min_samples: the example's relu(x + bias) on a batch of 8 rows, entirely by ATen: a call of
   a few microseconds gives the sampler (every 100 us of CPU time in untimed calls, every 1 ms in timed
   ones) a handful of ATen samples in the whole evaluation, under MIN_SAMPLES, whatever their share.
 - conv_in_jit_code: a 3x3 convolution by at::native::mkldnn_convolution: oneDNN writes its kernels at run
   time into anonymous executable memory; a sample there has no file, hence no symbol, and counts for
-  nothing (measured outside the harness: 75-96 % of a conv2d's CPU time in `[anonymous]`). oneDNN's
+  nothing (measured outside the harness: 75-96 % of a conv2d's CPU time in `[anonymous]`); what is still
+  counted is oneDNN's driver loop and per-call set-up (`dnnl::`, 2-5 % of the convolution's). oneDNN's
   primitive is made (its kernel generated, in `dnnl::` code the rule refuses) once per shape: ModelNew's
   `__init__` makes it on zeros of the task's shape, where no call is sampled. The one operator the
   convolution sends through the dispatcher (`aten::as_strided_`) is written out of the guard's record
   again (round eight's r8_guard_record_restored_natively).
 - undumpable_before_init: prctl(PR_SET_DUMPABLE, 0) (found in libc's symbol table: the link check refuses
   the import, not the function), called from ModelNew.__init__, before the harness opens the candidate's
-  memory (after the model is made). The harness's /proc/PID/mem of the guard's record was opened before
-  the solution loaded and still reads; the new one fails, so the CPU backend falls back to calls decided
-  inside the candidate's process (a warning) and stops sampling: ATen's kernels (at::cpu::add, clamp_min)
-  go unseen, and the times are the candidate's own.
-
+  memory for its outside calls (after the model is made; the guard record's descriptor was opened before
+  the solution loaded). Where that open failed, the CPU backend would fall back to calls decided inside
+  the candidate's process (a warning only) and stop sampling, leaving at::cpu::add and clamp_min unseen.
+  In the sandbox the harness owns the candidate's user namespace, whose capabilities let it open the
+  memory of an undumpable process all the same.
 - aten_code_moved_to_anonymous_memory: ModelNew.__init__ copies libtorch_cpu.so's code mapping (r-xp,
   341 MB) into an anonymous mapping made executable at its creation (mmap, PROT_EXEC: no mprotect) and
   moves it over the original (mremap with MREMAP_FIXED, atomic): the same bytes at the same addresses, so
