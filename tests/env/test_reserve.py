@@ -66,7 +66,7 @@ def test_the_judge_asks_for_its_memory_inside_its_set_ups_shared_hold(tmp_path, 
     lock = tmp_path / "cpu.lock"
     asked = []
 
-    def recording_reserve(device, nbytes):
+    def recording_reserve(device, nbytes, call_bytes=0):
         probe = os.open(lock, os.O_RDWR | os.O_CREAT)
         try:
             fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)

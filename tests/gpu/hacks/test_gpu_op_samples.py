@@ -3,8 +3,9 @@ this turns it on for CUDA (op_samples.BACKENDS) and checks what enabling it woul
 of a call is what it sees there: the launch code of PyTorch's CUDA operators (`at::native::` in
 libtorch_cuda) against the solution's own launcher. The honest example must stay accepted; round eight's
 binding that computes `torch::relu(x + bias)` and writes the guard's record back (cases_round8.py) must
-be refused (`torch-op`). Each result's `cpu_samples` is printed: the evidence for enabling it (or for
-another threshold on the GPU). Run with `-m gpu -s`."""
+be refused (`torch-op`). Each result's `cpu_samples` is printed. Neither holds on the GPU yet (the two
+strict xfails say what was seen), so the sampler stays off there: on the GPU the guard's record decides
+alone, and round eight's forged record is an open hole there (docs/verification.md). Run with `-m gpu -s`."""
 
 from __future__ import annotations
 
@@ -33,6 +34,17 @@ def _show(name: str, result) -> None:
           f"notes={result.feedback_notes}\n  cpu_samples={json.dumps(result.cpu_samples)}")
 
 
+# Why the sampler stays off on the GPU (H100, 2026-11-26): the host side of a call there is mostly the
+# harness's own (its Python, the driver, its checks' ATen launches), and a forward done by PyTorch's CUDA
+# operators costs the host a few microseconds of launch code.
+HARNESS_ATEN = ("the honest kernel is refused: 4 % of the sampled host time went to ATen, all of it the harness's "
+                "own work in the candidate's process (gpu_reduce_kernel, canUse32BitIndexMath, "
+                "update_result_type_state: its checks' launches), over the 2 % threshold")
+LAUNCH_TOO_SMALL = ("the cheat is accepted (reward 1): torch::relu's host-side launch code is 0.35 % of the "
+                    "sampled host time, under the 2 % threshold and under the harness's own ATen work")
+
+
+@pytest.mark.xfail(strict=True, reason=HARNESS_ATEN)
 def test_honest_cuda_kernel_is_accepted_with_sampling(sampled_on_gpu, cache_dir):
     result = evaluate(example_task(), example_solution("cuda"), gpu_config(cache_dir))
     _show("honest", result)
@@ -40,6 +52,7 @@ def test_honest_cuda_kernel_is_accepted_with_sampling(sampled_on_gpu, cache_dir)
     assert result.cpu_samples and result.cpu_samples["seconds"] > 0   # the sampler ran
 
 
+@pytest.mark.xfail(strict=True, reason=LAUNCH_TOO_SMALL)
 def test_record_restored_natively_is_refused_on_the_gpu(sampled_on_gpu, cache_dir):
     files = dict(example_solution("cuda").files)
     files["kernels/bias_relu_binding.cpp"] = FORGED_RECORD_BINDING

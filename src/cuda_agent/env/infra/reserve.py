@@ -24,12 +24,23 @@ def judge_bytes(footprint: dict | None, batch: int, group_bytes: int) -> int:
     return 0 if memory is None else memory.reserve(batch, group_bytes)
 
 
-def reserve(device: torch.device, nbytes: int) -> int:
+def call_bytes(footprint: dict | None) -> int:
+    """One call's inputs and output, from the footprint a judge's job carries (0 when unknown)."""
+    memory = from_job(footprint)
+    return 0 if memory is None else memory.input_bytes + memory.output_bytes
+
+
+def reserve(device: torch.device, nbytes: int, call_bytes: int = 0) -> int:
     """Have the caching allocator hold `nbytes` more (at most RESERVE_FRACTION of the GPU) as one free
-    block; the bytes set aside (0 on the CPU, or when the GPU has not that much free)."""
+    block; the bytes set aside (0 on the CPU, or when the GPU has not that much free). Nothing where one
+    call's inputs and output (`call_bytes`) exceed that most: such a block holds no call, and its
+    remainder after the first tensors is a fragment no later one fits."""
     if device.type != "cuda" or nbytes <= 0:
         return 0
-    nbytes = min(int(nbytes), int(torch.cuda.get_device_properties(device).total_memory * RESERVE_FRACTION))
+    most = int(torch.cuda.get_device_properties(device).total_memory * RESERVE_FRACTION)
+    if call_bytes > most:
+        return 0
+    nbytes = min(int(nbytes), most)
     try:
         block = torch.empty(nbytes, dtype=torch.uint8, device=device)   # no kernel: memory only
     except torch.cuda.OutOfMemoryError:

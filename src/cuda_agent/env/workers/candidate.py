@@ -36,7 +36,7 @@ from cuda_agent.env.workers.common import device_of, short_traceback
 from cuda_agent.env.workers.messages import (Answer, BuildReply, BuildRequest, CallAnswer, CandidateCall,
                                              CandidateJob, Final, Finish, Init, Initialised, Loaded, OperatorTable,
                                              OwnProfiled, Prepare, ProfileOwn, UnknownMessage, Write, read_command)
-from cuda_agent.env.workers.protocol import ChildChannel
+from cuda_agent.env.workers.protocol import STAGING_SLOT_BYTES, ChildChannel
 from cuda_agent.env.rules import registry as rules
 
 
@@ -356,12 +356,18 @@ class _Candidate:
         return {"ok": True}
 
     def _empty_forward(self, *inputs):
-        """An output of the last real one's shape, made once: an empty call measures the harness's own
-        steps, not an allocation (on the CPU, MALLOC_PERTURB_ makes a fresh 4 MB output cost 2-3 ms)."""
+        """An output of the last real one's shape, made once (on CUDA, an output larger than a staging
+        slot is made per call): an empty call measures the harness's own steps, not an allocation (on the
+        CPU, MALLOC_PERTURB_ makes a fresh 4 MB output cost 2-3 ms)."""
         shape, dtype = self.last_shape or ((1,), torch.float32)
         if self.null_output is None or (tuple(self.null_output.shape), self.null_output.dtype) != (shape, dtype):
             self.null_output = torch.empty(shape, dtype=dtype, device=self.device)
-        return self.null_output
+        out = self.null_output
+        if self.device.type == "cuda" and out.numel() * out.element_size() > STAGING_SLOT_BYTES:
+            # not kept between calls: a large output's second copy would outlast the call on the device
+            # (the caching allocator hands the next one the same block, without asking CUDA)
+            self.null_output = None
+        return out
 
     def _inspect(self, out, inputs, sentinel, null: bool):
         """The in-process checks of a call's output (the first rule it broke, or None); the guard's

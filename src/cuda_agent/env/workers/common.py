@@ -27,7 +27,8 @@ def short_traceback(exc: BaseException, limit_frames: int = 4) -> str:
 
 
 class CallTrace:
-    """Wall and main-thread CPU milliseconds per step of a call."""
+    """Wall and main-thread CPU milliseconds per step of a call (on CUDA also the device memory the
+    caching allocator has in use and holds, after the step)."""
 
     def __init__(self):
         self.start = self.last = timing._perf_counter()
@@ -37,7 +38,13 @@ class CallTrace:
     def lap(self, name, device):
         timing.device_synchronize(device)
         now, cpu = timing._perf_counter(), timing._thread_time()
-        self.laps.append(f"{name}={(now - self.last) * 1e3:.3f} {name}_cpu={(cpu - self.cpu_last) * 1e3:.3f}")
+        lap = f"{name}={(now - self.last) * 1e3:.3f} {name}_cpu={(cpu - self.cpu_last) * 1e3:.3f}"
+        if getattr(device, "type", None) == "cuda":   # the caching allocator's bytes in use / held, GiB
+            import torch
+
+            lap += f" {name}_gib={torch.cuda.memory_allocated(device) / 2**30:.2f}/" \
+                   f"{torch.cuda.memory_reserved(device) / 2**30:.2f}"
+        self.laps.append(lap)
         self.last, self.cpu_last = now, cpu
 
     def __str__(self):

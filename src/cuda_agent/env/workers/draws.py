@@ -103,9 +103,14 @@ def _scale_up(x: torch.Tensor, seed: int) -> torch.Tensor:
     return x * (factor if math.isfinite(factor) else 1.0)
 
 
+LIGHT_ALIGNED_ELEMENTS = 1 << 26   # above this, `_aligned` swaps instead of sorting and shuffling (memory)
+
+
 def _aligned(x: torch.Tensor, seed: int, shuffle_seed: int | None = None) -> torch.Tensor:
     n = x.numel()
     k = max(1, n // 1024)
+    if n > LIGHT_ALIGNED_ELEMENTS:
+        return _aligned_by_swaps(x, k, seed)
     order = torch.randperm(n, generator=_generator(x, seed), device=x.device)
     top, rest = order[:k], order[k:]   # the positions of the largest values, and the others
     values = x.detach().reshape(-1)
@@ -119,3 +124,20 @@ def _aligned(x: torch.Tensor, seed: int, shuffle_seed: int | None = None) -> tor
 
 
 _TRANSFORM = {"spikes": _spikes, "negate": _negate, "ramp": _ramp, "scale_up": _scale_up, "aligned": _aligned}
+
+
+def _aligned_by_swaps(x: torch.Tensor, k: int, seed: int) -> torch.Tensor:
+    """`_aligned` for a large tensor, in one copy of it: its k largest values swapped with the values at
+    up to k random positions (the same in every input of its size; those that collide are dropped), the
+    rest left in place (a draw's values are i.i.d.: their order says nothing). A full sort and shuffle
+    of 1.6 G elements took several times the input in int64 indices and ran a GPU out of memory."""
+    values = x.detach().reshape(-1)
+    top_values, top_at = torch.topk(values, k)
+    wanted = torch.unique(torch.randint(0, values.numel(), (k,), generator=_generator(x, seed), device=x.device))
+    targets = wanted[~torch.isin(wanted, top_at)]
+    m = targets.numel()
+    flat = values.clone()
+    flat[top_at[:m]] = values[targets]      # topk's order is sorted: the m largest move, each index once
+    flat[targets] = top_values[:m]
+    return flat.reshape(x.shape)
+

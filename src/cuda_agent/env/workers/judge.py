@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 from cuda_agent.env.infra.locks import DeviceLock
-from cuda_agent.env.infra.reserve import judge_bytes, reserve
+from cuda_agent.env.infra.reserve import call_bytes, judge_bytes, reserve
 from cuda_agent.env.measure import timing
 from cuda_agent.env.measure.hold import Timer, load_hold
 from cuda_agent.env.rules.verify import tensors_in
@@ -81,7 +81,7 @@ class _Judge:
                        self.box / "reference_init.pt")
         with torch.no_grad(), self._device(shared=True, label="setup"):   # the task runs at all (and is warm)
             # the memory of a batch of timed calls, asked for here and not inside the first one (reserve.py)
-            reserve(self.device, judge_bytes(job.footprint, job.batch, GROUP_BYTES))
+            reserve(self.device, judge_bytes(job.footprint, job.batch, GROUP_BYTES), call_bytes(job.footprint))
             inputs = draw_inputs(self.module, self.cfg.seed, self.device)
             self.input_bytes = staged_bytes(tensors_in(inputs))   # what a call's inputs take in a slot
             first = self.model(*inputs)
