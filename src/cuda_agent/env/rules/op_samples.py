@@ -17,6 +17,7 @@ each sample costs the sampled thread a few microseconds of CPU time, which the c
 
 from __future__ import annotations
 
+import functools
 import re
 import threading
 from collections import Counter
@@ -48,6 +49,7 @@ _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _KERNEL_NAME = re.compile(r"\b(\w+_(?:kernel|impl)\w*)")
 
 
+@functools.lru_cache(maxsize=1 << 14)   # asked once per sample, of a few hundred symbols
 def refused(symbol: str) -> bool:
     """Whether a (demangled) symbol is an ATen operator kernel the guard would refuse."""
     if not any(marker in symbol for marker in _KERNEL_MARKERS):
