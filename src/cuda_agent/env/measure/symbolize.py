@@ -205,7 +205,7 @@ class Symbolizer:
     again when an address falls outside those known (a library loaded since). An address's answer is
     kept until then: the same mapping of the same file names the same function."""
 
-    MAX_KNOWN = 1 << 16   # addresses answered and kept (the hot ones recur call after call)
+    MAX_KNOWN = 1 << 16   # addresses answered and kept (forgotten all at once beyond it)
 
     def __init__(self, pid: int):
         self.pid = pid

@@ -49,7 +49,7 @@ _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _KERNEL_NAME = re.compile(r"\b(\w+_(?:kernel|impl)\w*)")
 
 
-@functools.lru_cache(maxsize=1 << 14)   # asked once per sample, of a few hundred symbols
+@functools.lru_cache(maxsize=1 << 14)   # asked once per sample; the same symbols come back call after call
 def refused(symbol: str) -> bool:
     """Whether a (demangled) symbol is an ATen operator kernel the guard would refuse."""
     if not any(marker in symbol for marker in _KERNEL_MARKERS):
