@@ -162,6 +162,31 @@ def test_a_call_longer_than_the_buffers_hold_loses_no_sample(spinner, monkeypatc
         child.close()
 
 
+def test_one_drain_thread_serves_every_call_of_an_evaluation(spinner):
+    """The buffers' drainer is started with the sampling and ended by `close`: a call starts and ends
+    nothing but sampling, and each call's samples are its own."""
+    import threading
+
+    child = Child([str(spinner)])
+    sampling = _sampling_or_skip(child)
+    drainer = sampling.drainer
+    try:
+        totals = []
+        for command in ("alpha", "thread", "alpha"):
+            sampling.start()
+            child.ask(command)
+            sampling.finish()
+            totals.append(sampling.total)
+            assert sampling.drainer is drainer and drainer.is_alive()
+        assert [t.name for t in threading.enumerate()].count("op-samples-drain") == 1
+        assert sampling.where[("spinner", "spin_beta")] == pytest.approx(totals[1] - totals[0], rel=0.2)
+        assert sampling.where[("spinner", "spin_alpha")] == pytest.approx(totals[0] + totals[2] - totals[1], rel=0.2)
+    finally:
+        sampling.close()
+        child.close()
+    assert not drainer.is_alive()
+
+
 ATEN_LOOP = """
 import sys, torch
 torch.set_num_threads(1)

@@ -11,9 +11,13 @@ is read through `/proc/PID/mem` while it is stopped, at positions drawn here aft
 
 from __future__ import annotations
 
+import ctypes
+import errno
+import fcntl
 import math
 import os
 import signal
+import struct
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -152,8 +156,6 @@ def cpu_seconds(pid: int) -> float | None:
 def elf_symbol(path: str | Path, name: str) -> int:
     """`name`'s value in a 64-bit little-endian shared library's dynamic symbol table, relative to
     the library's lowest loaded address (its first PT_LOAD segment); LookupError when absent."""
-    import struct
-
     data = Path(path).read_bytes()
     if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
         raise LookupError(f"{path} is not a 64-bit little-endian ELF file")
@@ -299,26 +301,81 @@ def own_memory(pid: int, output: dict) -> None:
     """Refuses (ForeignMemory) a located output any of whose bytes lie outside the process's private
     anonymous memory (its heap and anonymous mappings, where allocators put tensors): a mapping of a
     file, or a shared one, can show pages another process wrote, e.g. the judge's inputs in the
-    staging file mapped a second time. Read from /proc/PID/maps, which the kernel writes."""
+    staging file mapped a second time. The mappings are the kernel's (`areas`)."""
     located = [Located.parse(entry) for entry in output.get("tensors") or []]
     spans = [(where.address, where.address + where.span()) for where in located if where.numel]
     if not spans:
         return
-    with open(f"/proc/{pid}/maps") as fh:
-        maps = fh.read().splitlines()
     for low, high in spans:
-        for line in maps:
+        for start, end, shared, inode, name in areas(pid, low, high):
+            if shared or inode or (name and name != "[heap]"):
+                raise ForeignMemory(f"the output at {low:#x} lies in {'a shared' if shared else 'a'} "
+                                    f"mapping of {name or 'shared memory'}, not the process's own memory")
+
+
+# struct procmap_query (linux/fs.h): size, query_flags, query_addr, vma_start, vma_end, vma_flags,
+# vma_page_size, vma_offset, inode, dev_major, dev_minor, vma_name_size, build_id_size, vma_name_addr,
+# build_id_addr
+_QUERY = struct.Struct("<QQQQQQQQQIIIIQQ")
+_PROCMAP_QUERY = 0xC0686611        # _IOWR('f', 17, struct procmap_query)
+_COVERING_OR_NEXT, _VMA_SHARED = 0x10, 0x08
+_NAME_BYTES = 4096 + 256           # a path (PATH_MAX) and its " (deleted)"
+_query_refused = False             # the kernel has no PROCMAP_QUERY (before Linux 6.11): the text only
+
+
+def areas(pid: int, low: int, high: int) -> list[tuple[int, int, bool, int, str]]:
+    """The process's mappings that overlap [low, high), by address: (start, end, shared, inode, name),
+    as /proc/PID/maps lists them (shared: its `s`; inode 0 and name "" for anonymous memory). Asked of
+    the kernel one mapping at a time through the maps file's PROCMAP_QUERY ioctl, which reports the
+    same fields without writing out the whole list; read from the list's text where the kernel does not
+    answer it."""
+    global _query_refused
+    if not _query_refused:
+        try:
+            return _queried(pid, low, high)
+        except OSError as exc:
+            if exc.errno in (errno.ENOTTY, errno.EINVAL, errno.EOPNOTSUPP):
+                _query_refused = True
+    return _listed(pid, low, high)
+
+
+def _queried(pid: int, low: int, high: int) -> list[tuple[int, int, bool, int, str]]:
+    found = []
+    name = ctypes.create_string_buffer(_NAME_BYTES)
+    fd = os.open(f"/proc/{pid}/maps", os.O_RDONLY)
+    try:
+        address = low
+        while address < high:
+            query = bytearray(_QUERY.pack(_QUERY.size, _COVERING_OR_NEXT, address, 0, 0, 0, 0, 0, 0, 0, 0,
+                                          _NAME_BYTES, 0, ctypes.addressof(name), 0))
+            try:
+                fcntl.ioctl(fd, _PROCMAP_QUERY, query, True)
+            except OSError as exc:
+                if exc.errno == errno.ENOENT:   # no mapping at or above `address`
+                    break
+                raise
+            fields = _QUERY.unpack(query)
+            start, end, flags, inode, name_size = fields[3], fields[4], fields[5], fields[8], fields[11]
+            if start >= high:
+                break
+            text = name.raw[:max(name_size - 1, 0)].decode(errors="replace") if name_size else ""
+            found.append((start, end, bool(flags & _VMA_SHARED), inode, text))
+            address = end
+    finally:
+        os.close(fd)
+    return found
+
+
+def _listed(pid: int, low: int, high: int) -> list[tuple[int, int, bool, int, str]]:
+    found = []
+    with open(f"/proc/{pid}/maps") as fh:
+        for line in fh.read().splitlines():
             fields = line.split(maxsplit=5)
             start, end = (int(part, 16) for part in fields[0].split("-"))
             if end <= low or start >= high:
                 continue
-            name = fields[5] if len(fields) > 5 else ""
-            if fields[1][3] != "p" or fields[4] != "0" or (name and name != "[heap]"):
-                raise ForeignMemory(f"the output at {low:#x} lies in {'a shared' if fields[1][3] != 'p' else 'a'} "
-                                    f"mapping of {name or 'shared memory'}, not the process's own memory")
-            low = end
-            if low >= high:
-                break
+            found.append((start, end, fields[1][3] != "p", int(fields[4]), fields[5] if len(fields) > 5 else ""))
+    return found
 
 
 def read_samples(memory: Memory, output: dict, count: int) -> dict:

@@ -32,6 +32,7 @@ _PHDR = numpy.dtype([("type", "<u4"), ("flags", "<u4"), ("offset", "<u8"), ("vad
                      ("filesz", "<u8"), ("memsz", "<u8"), ("align", "<u8")])
 _SHT_SYMTAB, _SHT_DYNSYM, _STT_FUNC, _PT_LOAD = 2, 11, 2, 1
 UNKNOWN = "?"
+UNMAPPED = "[unmapped]"
 
 
 @dataclass(frozen=True)
@@ -201,12 +202,17 @@ _DEMANGLED: dict[str, str] = {}
 
 class Symbolizer:
     """Addresses of process `pid` to (library file name, demangled symbol); the mappings are read
-    again when an address falls outside those known (a library loaded since)."""
+    again when an address falls outside those known (a library loaded since). An address's answer is
+    kept until then: the same mapping of the same file names the same function."""
+
+    MAX_KNOWN = 1 << 16   # addresses answered and kept (forgotten all at once beyond it)
 
     def __init__(self, pid: int):
         self.pid = pid
         self.maps: list[Mapping] = []
         self._starts = numpy.empty(0, "<u8")
+        self._ends = numpy.empty(0, "<u8")
+        self.known: dict[int, tuple[str, str]] = {}
         self.reload()
 
     def reload(self) -> None:
@@ -216,12 +222,15 @@ class Symbolizer:
         except OSError:
             self.maps = []
         self._starts = numpy.array([m.start for m in self.maps], dtype="<u8")
+        self._ends = numpy.array([m.end for m in self.maps], dtype="<u8")
+        self.known = {}
 
-    def _mapping(self, address: int) -> Mapping | None:
-        index = int(numpy.searchsorted(self._starts, address, side="right")) - 1
-        if index >= 0 and address < self.maps[index].end:
-            return self.maps[index]
-        return None
+    def _indices(self, addresses: list[int]) -> numpy.ndarray:
+        """Each address's mapping (its index in `maps`), -1 outside them all."""
+        at = numpy.array(addresses, dtype="<u8")
+        index = numpy.searchsorted(self._starts, at, side="right").astype(numpy.int64) - 1
+        inside = (index >= 0) & (at < self._ends[numpy.maximum(index, 0)]) if len(self.maps) else index >= 0
+        return numpy.where(inside, index, -1)
 
     def _file(self, where: Mapping) -> str | None:
         """The mapped file itself where the kernel lets this process open it (`map_files`, which needs
@@ -240,16 +249,22 @@ class Symbolizer:
         """(library, symbol) of each address: the library's file name ("[anonymous]" for memory no file
         backs), the symbol demangled ("?" where the file has no function there)."""
         unique = sorted(set(addresses))
-        found = dict(zip(unique, self._resolve(unique)))
-        return [found[a] for a in addresses]
+        missing = [a for a in unique if a not in self.known]
+        if missing and (self._indices(missing) < 0).any():
+            self.reload()   # forgets the answers: they were of the mappings read before
+            missing = unique
+        found = dict(zip(missing, self._resolve(missing))) if missing else {}
+        if len(self.known) + len(found) > self.MAX_KNOWN:
+            self.known = {}
+        # an unmapped address is asked again: a library may be loaded there later
+        self.known.update((a, place) for a, place in found.items() if place[0] != UNMAPPED)
+        return [self.known.get(a) or found[a] for a in addresses]
 
     def _resolve(self, addresses: list[int]) -> list[tuple[str, str]]:
-        if any(self._mapping(a) is None for a in addresses):
-            self.reload()
         by_mapping: dict[Mapping | None, list[int]] = {}
-        for index, address in enumerate(addresses):
-            by_mapping.setdefault(self._mapping(address), []).append(index)
-        resolved: list[tuple[str, str]] = [("[unmapped]", UNKNOWN)] * len(addresses)
+        for index, at in enumerate(self._indices(addresses).tolist()):
+            by_mapping.setdefault(self.maps[at] if at >= 0 else None, []).append(index)
+        resolved: list[tuple[str, str]] = [(UNMAPPED, UNKNOWN)] * len(addresses)
         mangled: dict[int, str] = {}
         for where, indices in by_mapping.items():
             if where is None:

@@ -17,6 +17,7 @@ each sample costs the sampled thread a few microseconds of CPU time, which the c
 
 from __future__ import annotations
 
+import functools
 import re
 import threading
 from collections import Counter
@@ -48,6 +49,7 @@ _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _KERNEL_NAME = re.compile(r"\b(\w+_(?:kernel|impl)\w*)")
 
 
+@functools.lru_cache(maxsize=1 << 14)   # asked once per sample; the same symbols come back call after call
 def refused(symbol: str) -> bool:
     """Whether a (demangled) symbol is an ATen operator kernel the guard would refuse."""
     if not any(marker in symbol for marker in _KERNEL_MARKERS):
@@ -89,6 +91,8 @@ class OpSampling:
     """One evaluation's sampling of the candidate (`pid`): `start` before a call, `finish` after it,
     which judges everything sampled so far; `summary` says where the sampled time went."""
 
+    drainer: threading.Thread | None = None
+
     def __init__(self, pid: int):
         self.samplers = {False: Sampler(pid, FINE_NS).attach()}   # PerfUnavailable: the caller notes it
         try:
@@ -102,37 +106,50 @@ class OpSampling:
         self.where: Counter[tuple[str, str]] = Counter()   # (library, symbol) -> seconds
         self.against: Counter[str] = Counter()             # refused symbol -> seconds
         self.refused_samples = 0
-        self.drainer: threading.Thread | None = None
+        # one thread of the harness's, for the evaluation, empties the buffers while a call runs (a long
+        # call would fill them, and the kernel would drop the rest of its samples); a call starts and
+        # ends it with events and a lock, no thread started or joined on the call's path
+        self.drained: list = []
+        self.lock = threading.Lock()
+        self.running = threading.Event()    # a call is sampled
+        self.tick = threading.Event()       # set: wake the drainer now (closing)
+        self.closed = False
+        self.drainer = threading.Thread(target=self._drain_while_running, name="op-samples-drain", daemon=True)
+        self.drainer.start()
 
     def close(self) -> None:
-        if self.drainer is not None:   # a call that failed before its verdict
-            self.stopped.set()
+        if self.drainer is not None:
+            self.closed = True
+            self.running.set()
+            self.tick.set()
             self.drainer.join()
+            self.drainer = None
         for sampler in self.samplers.values():
             sampler.close()
 
     def start(self, timed: bool = False) -> None:
-        """Samples the call about to be sent; a thread of the harness's empties the buffers while it runs
-        (a long call would fill them, and the kernel would drop the rest of its samples)."""
-        self.timed = timed
-        self.samplers[timed].enable()
-        self.stopped = threading.Event()
-        self.drained = []
-        self.drainer = threading.Thread(target=self._drain_while_running, args=(self.samplers[timed],),
-                                        name="op-samples-drain", daemon=True)
-        self.drainer.start()
+        """Samples the call about to be sent."""
+        with self.lock:
+            self.timed = timed
+            self.drained = []
+            self.samplers[timed].enable()
+            self.running.set()
 
-    def _drain_while_running(self, sampler: Sampler) -> None:
-        while not self.stopped.wait(DRAIN_S):
-            self.drained.extend(sampler.drain())
+    def _drain_while_running(self) -> None:
+        while self.running.wait() and not self.closed:
+            with self.lock:
+                if self.running.is_set() and not self.closed:
+                    self.drained.extend(self.samplers[self.timed].drain())
+            self.tick.wait(DRAIN_S)
 
     def finish(self) -> None:
         """Stops sampling, attributes the call's samples and judges (call_verdict.Refused on a breach)."""
         sampler = self.samplers[self.timed]
         sampler.disable()
-        self.stopped.set()
-        self.drainer.join()
-        samples = self.drained + sampler.drain()
+        self.running.clear()
+        with self.lock:   # a drain under way ends first
+            samples = self.drained + sampler.drain()
+            self.drained = []
         if not samples:
             return
         weight = sampler.period_ns / 1e9
