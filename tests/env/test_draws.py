@@ -35,3 +35,13 @@ def test_large_aligned_sets_are_a_permutation_with_shared_top_positions(monkeypa
     k = n // 1024
     tops = [set(torch.topk(x, k).indices.tolist()) for x in structured([first, second], "aligned", 3)]
     assert len(tops[0] & tops[1]) >= k - 2   # only where a drawn position held a top value already
+
+
+def test_the_weights_seed_is_a_hash_of_the_evaluations_seed():
+    """The verification calls' seeds follow from the evaluation's seed; the candidate's job carries
+    this hash of it instead (both models are made under it): distinct, stable, a valid torch seed."""
+    from cuda_agent.env.workers.common import weights_seed
+
+    seeds = {weights_seed(s) for s in range(1000)}
+    assert len(seeds) == 1000 and all(0 <= s < (1 << 31) for s in seeds)
+    assert weights_seed(42) != 42 and weights_seed(42) == weights_seed(42)

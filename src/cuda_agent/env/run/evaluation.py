@@ -29,6 +29,7 @@ import shutil
 import tempfile
 import time
 import traceback
+from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Callable
@@ -174,7 +175,7 @@ class _Evaluation(BuildServing, Calibration, CallRounds, StoredBaselines, Feedba
                                      "the guard's verdict needs /proc/PID/mem of the harness's own descendants "
                                      "(kernel.yama.ptrace_scope 0 or 1)")
         self.candidate.send(msg.CandidateJob(task_inputs_code=inputs_code, solution_dir=str(solution_dir),
-                                             backend=self.backend, config=self.cfg, box=str(self.box),
+                                             backend=self.backend, config=self._candidate_config(), box=str(self.box),
                                              prebuilt=prebuilt, guard_lib=guard_path, crash_lib=self._crash_path(),
                                              hold_lib=(hold := self._hold_path()) and str(hand(Path(hold), self.box)),
                                              calibration_calls=self._calibration_calls()))
@@ -209,6 +210,13 @@ class _Evaluation(BuildServing, Calibration, CallRounds, StoredBaselines, Feedba
         self._unscored_end()
 
     crash_lib = None   # a future of the crash report's library (serving.py)
+
+    def _candidate_config(self) -> EvalConfig:
+        """The settings the candidate gets: the weights' seed in place of the evaluation's, from which
+        the verification calls' seeds follow (workers/common.py `weights_seed`)."""
+        from cuda_agent.env.workers.common import weights_seed
+
+        return replace(self.cfg, seed=weights_seed(self.cfg.seed))
 
     def _crash_path(self) -> str | None:
         """The crash report's library, handed to the candidate; None when it did not build (our helper:

@@ -26,6 +26,15 @@ def short_traceback(exc: BaseException, limit_frames: int = 4) -> str:
     return text.strip()[-3000:]
 
 
+def weights_seed(seed: int) -> int:
+    """The seed the reference's and the candidate's weights are made under, from the evaluation's
+    seed: the candidate is given this one, never the evaluation's, from which the verification
+    calls' seeds follow (a one-way hash: it cannot draw their inputs in advance)."""
+    import hashlib
+
+    return int.from_bytes(hashlib.sha256(f"weights:{seed}".encode()).digest()[:8], "little") >> 33
+
+
 class CallTrace:
     """Wall and main-thread CPU milliseconds per step of a call (on CUDA also the device memory the
     caching allocator has in use and holds, after the step)."""

@@ -74,7 +74,7 @@ class _Judge:
             if not hasattr(self.module, name):
                 raise AttributeError(f"the task defines no `{name}`")
         init_inputs = draw_init_inputs(self.module)
-        torch.manual_seed(self.cfg.seed)
+        torch.manual_seed(common.weights_seed(self.cfg.seed))   # the candidate's model is made under it too
         self.model = self.module.Model(*init_inputs).to(self.device).eval()
         if job.save_init:   # the candidate builds its model from the same weights
             torch.save({"init_inputs": init_inputs, "state_dict": self.model.state_dict()},
