@@ -12,18 +12,23 @@ CPU solution may call it. A sample in code no library file holds (anonymous exec
 file, a file that is not a library: code written at run time, as oneDNN's kernels are, or a library's
 code copied there) counts against it too, as the harness cannot tell what computes there.
 
-The candidate is refused once, over the calls sampled so far, at least MIN_SAMPLES such samples and
-MIN_SHARE of its sampled CPU time (each sample weighs its period) fell there; or once the calls in which
-they made MIN_SHARE of the call's own samples hold MIN_SAMPLES of them together (FEW_SAMPLES where they
-are HIGH_SHARE of those calls' time), so that calls without them (spinning in untimed calls, say) do
-not dilute the others. Work on threads that ended within the call is checked against the CPU time the
-process used (its CPU clock and its live threads' times, read from outside): a thread that ends within
-one sampling period is never sampled, and once UNSAMPLED_SHARE of the calls' CPU time (at least
-MIN_SAMPLES periods of it) went unsampled on such threads, the candidate is refused.
+The candidate is refused (`torch-op`) once any of these holds:
+- over the calls sampled so far, at least MIN_SAMPLES such samples and MIN_SHARE of its sampled CPU time
+  (each sample weighs its period);
+- over the calls in which they made MIN_SHARE of the call's own samples, MIN_SAMPLES of them (FEW_SAMPLES
+  where they are HIGH_SHARE of those calls' time): calls without any (spinning in untimed calls, say) do
+  not dilute the others;
+- in the untimed calls, FEW_SAMPLES of them weighing FORWARD_SHARE of those calls' forwards, each taken to
+  be as long as a timed call's less the cheapest call's (the harness's own part of a call: verification
+  calls carry more of the harness's work, which would dilute a short forward's share of the call);
+- in the untimed or the timed calls, UNSAMPLED_SHARE of their forwards' CPU time (and MIN_SAMPLES periods)
+  ran unsampled on threads that ended within a call: the process's CPU clock counts them, the live
+  threads' times do not, and a thread that ends within one sampling period is never sampled.
 
-Every call is sampled; timed calls (warm-up and timed) at a coarser period than the untimed ones, as
-each sample costs the sampled thread a few microseconds of CPU time, which the call's time includes;
-untimed calls after a short call (under SHORT_CALL_S of CPU time) at a finer one still.
+Every call is sampled; timed calls (warm-up and timed) every COARSE_NS of a thread's CPU time, as each
+sample costs the sampled thread a few microseconds of CPU time, which the call's time includes; untimed
+calls every FINEST_NS for their first FINEST_WINDOW_S (a call of microseconds holds a few samples), then
+every FINE_NS.
 """
 
 from __future__ import annotations
@@ -49,13 +54,13 @@ FINEST_NS = 10_000    # in the first FINEST_WINDOW_S of each untimed call (the k
 FINEST_WINDOW_S = 0.01  # wall time: at most 1000 more samples a thread and untimed call
 COARSE_NS = 1_000_000  # in timed calls: each sample costs the sampled thread a few microseconds
 COARSE_BUFFER = 128 << 10   # bytes: a tenth of the samples need less room
-FINEST_BUFFER = 64 << 10    # short calls only
+FINEST_BUFFER = 64 << 10    # FINEST_WINDOW_S of samples; beyond it (many threads on a CPU) some are lost
 DRAIN_S = 0.05        # the buffers emptied this often during a call (each holds 0.13 s of a busy thread or more)
 BACKENDS = ("cpu",)   # the GPU backend's host side is not judged this way yet (tests/gpu/hacks/test_gpu_op_samples.py)
 
 _KERNEL_MARKERS = ("at::native::", "at::vec::", "at::cpu::", "at::compositeexplicitautograd",
                    "at::compositeimplicitautograd", "dnnl::", "dnnl_", "ideep::")
-# operators the guard allows, as words of a symbol's identifiers (split at "_")
+# operators the guard allows, as words of a symbol's identifiers (split at "_" and at camelCase)
 _ALLOWED_WORDS = (
     ("empty",), ("resize",), ("as", "strided"), ("alias",), ("copy",), ("fill",), ("zero",), ("zeros",),
     ("ones",), ("full",), ("reshape",), ("view",), ("permute",), ("transpose",), ("expand",), ("squeeze",),
@@ -148,7 +153,7 @@ class OpSampling:
         except PerfUnavailable:
             pass
         self.symbolizer = Symbolizer(pid)
-        self.timed = False
+        self.timed = self.null = False
         self.used: list[Sampler] = []                      # the samplers of the current call, in their order
         self.cheapest_s = float("inf")                     # the cheapest call's CPU time: the harness's part of each
         self.timed_calls: list[float] = []                 # each timed call's CPU time
@@ -172,12 +177,15 @@ class OpSampling:
         for sampler in self.samplers.values():
             sampler.close()
 
-    def start(self, timed: bool = False) -> None:
+    def start(self, timed: bool = False, null: bool = False) -> None:
         """Samples the call about to be sent; a thread of the harness's empties the buffers while it runs
-        (a long call would fill them, and the kernel would drop the rest of its samples)."""
-        self.timed = timed
+        (a long call would fill them, and the kernel would drop the rest of its samples). `null`: one of the
+        harness's empty calls, sampled as the timed calls are (their time is taken off the timed calls', so
+        the sampling's cost must be the same in both)."""
+        self.timed, self.null = timed, null
         # an untimed call starts at the finest period (a short call holds enough samples), then goes on at FINE_NS
-        self.used = [self.samplers[True]] if timed else [self.samplers.get("finest"), self.samplers[False]]
+        self.used = ([self.samplers[True]] if timed or null
+                     else [self.samplers.get("finest"), self.samplers[False]])
         self.used = [sampler for sampler in self.used if sampler is not None]
         self.drained = {id(sampler): [] for sampler in self.used}
         self.clock0 = cpu_seconds(self.pid) or 0.0
@@ -227,7 +235,7 @@ class OpSampling:
                 count += 1
         self.total += total
         self.refused_samples += count
-        if not self.timed:
+        if not (self.timed or self.null):
             self.untimed_against[0] += against
             self.untimed_against[1] += count
         if against >= MIN_SHARE * total:   # the call's own share: calls without any do not dilute it
@@ -240,7 +248,7 @@ class OpSampling:
         self.cheapest_s = min(self.cheapest_s, used)
         if self.timed:
             self.timed_calls.append(used)
-        else:
+        elif not self.null:
             self.untimed_calls += 1
         alive = threads_cpu_seconds(self.pid, thread_ids(self.pid))
         ended = used - sum(max(0.0, t - self.threads0.get(tid, 0.0)) for tid, t in alive.items())
