@@ -22,8 +22,9 @@ The candidate is refused (`torch-op`) once any of these holds:
   be as long as a timed call's less the cheapest call's (the harness's own part of a call: verification
   calls carry more of the harness's work, which would dilute a short forward's share of the call);
 - in the untimed or the timed calls, UNSAMPLED_SHARE of their forwards' CPU time (and MIN_SAMPLES periods)
-  ran unsampled on threads that ended within a call: the process's CPU clock counts them, the live
-  threads' times do not, and a thread that ends within one sampling period is never sampled.
+  ran unsampled on threads that ended within a call, beyond one period a call (a thread's last period is
+  never sampled): the process's CPU clock counts them, the live threads' times do not, and a thread that
+  ends within one sampling period is never sampled.
 
 Every call is sampled; timed calls (warm-up and timed) every COARSE_NS of a thread's CPU time, as each
 sample costs the sampled thread a few microseconds of CPU time, which the call's time includes; untimed
@@ -255,7 +256,8 @@ class OpSampling:
         sampled = sum(sampler.period_ns / 1e9 for sampler, batch in drained for s in batch if str(s.tid) not in alive)
         phase = self.phases[self.timed]
         phase[0] += used
-        phase[1] += max(0.0, ended - sampled)
+        # one thread's last period is never sampled: a thread joined inside the call leaves up to that
+        phase[1] += max(0.0, ended - sampled - drained[-1][0].period_ns / 1e9)
         phase[2] += 1
 
     def _judge(self) -> None:
