@@ -37,6 +37,7 @@ from __future__ import annotations
 import re
 import threading
 from collections import Counter
+from functools import lru_cache
 
 from cuda_agent.env.measure.outside import cpu_seconds, thread_ids, threads_cpu_seconds
 from cuda_agent.env.measure.perf_sampler import PerfUnavailable, Sample, Sampler
@@ -76,6 +77,7 @@ _WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z0-9]+")   # words of snake_case a
 _KERNEL_NAME = re.compile(r"\b(\w+_(?:kernel|impl)\w*)")
 
 
+@lru_cache(maxsize=1 << 16)   # once per symbol: a call's samples land in a few hundred
 def refused(symbol: str) -> bool:
     """Whether a (demangled) symbol is an ATen operator kernel the guard would refuse."""
     if not any(marker in symbol for marker in _KERNEL_MARKERS):
@@ -229,9 +231,10 @@ class OpSampling:
         for place, weight in zip(places, weights):
             self.where[place] += weight
             total += weight
-            if refused(place[1]) or unattributable(place[0]):
-                self.against[place[1] if refused(place[1]) else f"{place[0]} {place[1]}"] += weight
-                self.unattributed += weight * (not refused(place[1]))
+            kernel = refused(place[1])
+            if kernel or unattributable(place[0]):
+                self.against[place[1] if kernel else f"{place[0]} {place[1]}"] += weight
+                self.unattributed += weight * (not kernel)
                 against += weight
                 count += 1
         self.total += total
