@@ -280,8 +280,8 @@ class OpSampling:
                                                        " in the calls where they ran"))
         for timed, (used, unsampled, calls) in self.phases.items():
             period = (COARSE_NS if timed else FINE_NS) / 1e9
-            own = used - calls * self.cheapest_s   # the forwards' part
-            if unsampled >= MIN_SAMPLES * period and unsampled >= UNSAMPLED_SHARE * max(own, 1e-9):
+            own = max(used - calls * self.cheapest_s, 1e-9)   # the forwards' part
+            if unsampled >= MIN_SAMPLES * period and unsampled >= UNSAMPLED_SHARE * own:
                 raise Refused(rules.TORCH_OP, f"{min(1.0, unsampled / own):.0%} of the solution's CPU time in its "
                                               f"{'timed' if timed else 'untimed'} calls ran on threads that ended within "
                                               "a sampling period, where the harness's sampling from outside cannot see "
