@@ -136,8 +136,8 @@ class CallVerdicts:
     def before_call(self, timed: bool = False, null: bool = False) -> None:
         """Before a call is sent (the candidate stopped): the CPU time the solution's threads used since
         the last call ended (work kept running after forward returned, or started ahead). `timed`: a
-        warm-up or timed call (sampled more sparsely); `null`: one of the harness's empty calls (sampled as the
-        timed ones are: their time is taken off the timed calls')."""
+        timed call (sampled more sparsely); `null`: one of the harness's empty calls (sampled as the timed ones
+        are: their time is taken off the timed calls')."""
         usage = self._solution_threads()
         gap = sum(max(0.0, seconds - self.thread_time.get(tid, 0.0)) for tid, seconds in usage.items())
         self.gap_total += gap
