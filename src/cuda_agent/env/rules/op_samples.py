@@ -56,7 +56,7 @@ FINEST_NS = 10_000    # in the first FINEST_WINDOW_S of each untimed call (the k
 FINEST_WINDOW_S = 0.01  # wall time: at most 1000 more samples a thread and untimed call
 COARSE_NS = 1_000_000  # in timed calls: each sample costs the sampled thread a few microseconds
 COARSE_BUFFER = 128 << 10   # bytes: a tenth of the samples need less room
-FINEST_BUFFER = 64 << 10    # FINEST_WINDOW_S of samples; beyond it (many threads on a CPU) some are lost
+FINEST_BUFFER = 128 << 10   # FINEST_WINDOW_S of samples; beyond it (many threads on a CPU) some are lost
 DRAIN_S = 0.05        # the buffers emptied this often during a call (each holds 0.13 s of a busy thread or more)
 BACKENDS = ("cpu",)   # the GPU backend's host side is not judged this way yet (tests/gpu/hacks/test_gpu_op_samples.py)
 
