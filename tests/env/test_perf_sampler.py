@@ -21,6 +21,7 @@ from cuda_agent.env.rules.call_verdict import Refused
 SPINNER = r"""
 #include <pthread.h>
 #include <stdio.h>
+#include <sys/mman.h>
 #include <string.h>
 #include <time.h>
 
@@ -38,6 +39,7 @@ __attribute__((noinline)) void spin_beta(double seconds) {
     while (now() < end) for (int i = 0; i < 10000; ++i) sink ^= i;
 }
 static void* beta(void* arg) { spin_beta(0.4); return NULL; }
+static void* brief(void* arg) { spin_beta(0.0002); return NULL; }
 
 int main(void) {
     char line[64];
@@ -48,6 +50,17 @@ int main(void) {
         if (!strncmp(line, "long", 4)) spin_alpha(1.0);   /* more than a small buffer holds */
         if (!strncmp(line, "thread", 6)) {   /* a thread born after the harness attached, joined */
             pthread_t t; pthread_create(&t, NULL, beta, NULL); pthread_join(t, NULL);
+        }
+        if (!strncmp(line, "brief", 5)) {   /* 300 threads of 0.2 ms each, one after another */
+            for (int i = 0; i < 300; ++i) { pthread_t t; pthread_create(&t, NULL, brief, NULL); pthread_join(t, NULL); }
+        }
+        if (!strncmp(line, "jit", 3)) {   /* a counting loop written into anonymous executable memory (x86-64) */
+            static const unsigned char code[] = {0x48, 0xB8, 0, 0, 0, 0x20, 0, 0, 0, 0,   /* mov rax, 2^29 */
+                                                 0x48, 0xFF, 0xC8, 0x75, 0xFB, 0xC3};      /* dec rax; jnz; ret */
+            void* at = mmap(NULL, 4096, PROT_READ | PROT_WRITE | PROT_EXEC, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+            memcpy(at, code, sizeof code);
+            ((void (*)(void))at)();
+            munmap(at, 4096);
         }
         printf("done\n");
     }
@@ -162,14 +175,55 @@ def test_a_call_longer_than_the_buffers_hold_loses_no_sample(spinner, monkeypatc
         child.close()
 
 
-def test_one_drain_thread_serves_every_call_of_an_evaluation(spinner):
-    """The buffers' drainer is started with the sampling and ended by `close`: a call starts and ends
-    nothing but sampling, and each call's samples are its own."""
-    import threading
+def test_code_outside_any_library_file_counts_against_the_candidate(spinner):
+    import platform
 
+    if platform.machine() != "x86_64":
+        pytest.skip("the test writes x86-64 code")
     child = Child([str(spinner)])
     sampling = _sampling_or_skip(child)
-    drainer = sampling.drainer
+    try:
+        sampling.start()
+        child.ask("alpha")   # the process's own code: nothing against it
+        sampling.finish()
+        assert sampling.refused_samples == 0
+        sampling.start(timed=True)
+        child.ask("jit")   # unmapped again before the harness reads the maps: [unmapped]
+        with pytest.raises(Refused) as refused:
+            sampling.finish()
+        assert refused.value.rule.name == "torch-op" and "no library file holds" in str(refused.value)
+        assert sampling.unattributed > 0.1 and sampling.refused_samples >= op_samples.MIN_SAMPLES
+    finally:
+        sampling.close()
+        child.close()
+
+
+def test_work_on_threads_shorter_than_a_period_is_refused(spinner):
+    child = Child([str(spinner)])
+    sampling = _sampling_or_skip(child)
+    try:
+        sampling.start()
+        child.ask("noop")   # the cheapest call: the harness's own part of each (none here)
+        sampling.finish()
+        sampling.start()
+        child.ask("thread")   # one thread of 0.4 s: sampled, all but its last period
+        sampling.finish()
+        assert sampling.phases[False][1] < 0.01
+        sampling.start(timed=True)
+        child.ask("brief")   # 300 threads of 0.2 ms: none lives a timed call's period of 1 ms
+        with pytest.raises(Refused) as refused:
+            sampling.finish()
+        assert refused.value.rule.name == "torch-op" and "threads that ended within" in str(refused.value)
+        assert sampling.phases[True][1] > 0.05   # seconds unsampled on them
+    finally:
+        sampling.close()
+        child.close()
+
+
+def test_each_calls_samples_are_its_own(spinner):
+    """Calls one after another: each call's drained samples go to it alone, and `close` ends the drainer."""
+    child = Child([str(spinner)])
+    sampling = _sampling_or_skip(child)
     try:
         totals = []
         for command in ("alpha", "thread", "alpha"):
@@ -177,14 +231,12 @@ def test_one_drain_thread_serves_every_call_of_an_evaluation(spinner):
             child.ask(command)
             sampling.finish()
             totals.append(sampling.total)
-            assert sampling.drainer is drainer and drainer.is_alive()
-        assert [t.name for t in threading.enumerate()].count("op-samples-drain") == 1
         assert sampling.where[("spinner", "spin_beta")] == pytest.approx(totals[1] - totals[0], rel=0.2)
         assert sampling.where[("spinner", "spin_alpha")] == pytest.approx(totals[0] + totals[2] - totals[1], rel=0.2)
     finally:
         sampling.close()
         child.close()
-    assert not drainer.is_alive()
+    assert sampling.drainer is None or not sampling.drainer.is_alive()
 
 
 ATEN_LOOP = """
@@ -195,8 +247,12 @@ y = torch.empty(512, 1024)
 print("ready", flush=True)
 for line in sys.stdin:
     if line.startswith("aten"):
-        for _ in range(200):
+        for _ in range(200 if line.startswith("aten ") or line.strip() == "aten" else 10):
             torch.relu(x + b)
+    elif line.startswith("spin"):   # the interpreter's own work, no operator
+        n = 0
+        for i in range(3_000_000):
+            n += i
     else:   # allowed: allocation, views, fills and copies
         for _ in range(200):
             y.copy_(x.view(1024, 512).view(512, 1024)); y.fill_(0.5); torch.empty(512, 1024)
@@ -227,6 +283,27 @@ def test_aten_kernels_are_refused_and_allowed_operators_are_not():
         child.close()
 
 
+def test_calls_without_aten_do_not_dilute_those_with_it():
+    child = Child([sys.executable, "-c", ATEN_LOOP])
+    sampling = _sampling_or_skip(child)
+    try:
+        for _ in range(4):   # untimed calls spinning in the interpreter: a second or more of samples
+            sampling.start()
+            child.ask("spin")
+            sampling.finish()
+        with pytest.raises(Refused) as refused:
+            for _ in range(10):   # then short timed calls in ATen's kernels
+                sampling.start(timed=True)
+                child.ask("aten-few")
+                sampling.finish()
+        share = sum(sampling.against.values()) / sampling.total
+        assert share < op_samples.MIN_SHARE   # over all calls, diluted below the threshold
+        assert refused.value.rule.name == "torch-op" and "in the calls where they ran" in str(refused.value)
+    finally:
+        sampling.close()
+        child.close()
+
+
 @pytest.mark.parametrize("symbol,judged", [
     ("void c10::function_ref<void (char**, long const*, long, long)>::callback_fn<at::native::AVX2::VectorizedLoop2d"
      "<at::native::(anonymous namespace)::add_kernel(at::TensorIteratorBase&, c10::Scalar const&)::{lambda()#1}>>"
@@ -241,6 +318,8 @@ def test_aten_kernels_are_refused_and_allowed_operators_are_not():
     ("at::TensorIteratorBase::serial_for_each(c10::function_ref<void (char**, long const*, long, long)>, "
      "at::Range) const", False),
     ("bias_relu_launcher", False),
+    ("at::native::checkAsStridedArgs(c10::ArrayRef<long>)", False),   # an argument check, camelCase
+    ("at::native::DispatchStubImpl::try_get_call_ptr(c10::DeviceType)", False),   # finding a kernel
 ])
 def test_which_symbols_count_as_refused_operators(symbol, judged):
     assert op_samples.refused(symbol) is judged

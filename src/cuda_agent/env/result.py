@@ -119,7 +119,9 @@ class EvalResult:
     graph_ms: float | None = None
     feedback_notes: list[str] = field(default_factory=list)
     # where the candidate's CPU time went in its calls, sampled from outside its process (rules/op_samples.py):
-    # seconds, lost, libraries [[name, share]], symbols [[library, symbol, share]], aten_kernels [[symbol, share]];
+    # seconds, lost, against_samples, unattributed (share in code no library file holds), forward_s,
+    # unsampled_ended_threads {untimed|timed: [unsampled s, forwards' s]}, libraries [[name, share]],
+    # symbols [[library, symbol, share]], aten_kernels [[symbol, share]];
     # or {"unavailable": why} where perf events cannot be opened (the guard's record then decides alone)
     cpu_samples: dict | None = None
     # EvalConfig.unscored: the times of a candidate that failed verification (kernel_ms, eager_ms,

@@ -8,6 +8,10 @@ else the path through `/proc/PID/root` (the process's own view of its file syste
 sandbox), else the path as listed, each only while its inode is the mapping's. A symbol table is read
 once per file (device, inode, size, modification time) into numpy arrays: libtorch_cpu's half a million
 symbols take a fraction of a second.
+
+Code that no library file holds is labelled so: `[anonymous]` (executable memory no file backs: code
+written at run time, or a library's code copied there), `[unmapped]` (an address no mapping holds any
+more), `memfd:...` (a memory file), `[not ELF] name` (a mapped file that is not an ELF file).
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ _PHDR = numpy.dtype([("type", "<u4"), ("flags", "<u4"), ("offset", "<u8"), ("vad
                      ("filesz", "<u8"), ("memsz", "<u8"), ("align", "<u8")])
 _SHT_SYMTAB, _SHT_DYNSYM, _STT_FUNC, _PT_LOAD = 2, 11, 2, 1
 UNKNOWN = "?"
-UNMAPPED = "[unmapped]"
+ANONYMOUS, UNMAPPED, NOT_ELF = "[anonymous]", "[unmapped]", "[not ELF] "
 
 
 @dataclass(frozen=True)
@@ -200,10 +204,22 @@ def _cxxfilt(name: str) -> str:
 _DEMANGLED: dict[str, str] = {}
 
 
+def _is_elf(path: str) -> bool:
+    """Whether the file starts as an ELF file does (False where it cannot be read: not a library either)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        return os.pread(fd, 4, 0) == b"\x7fELF"
+    finally:
+        os.close(fd)
+
+
 class Symbolizer:
-    """Addresses of process `pid` to (library file name, demangled symbol); the mappings are read
-    again when an address falls outside those known (a library loaded since). An address's answer is
-    kept until then: the same mapping of the same file names the same function."""
+    """Addresses of process `pid` to (library file name, demangled symbol); the mappings are read at
+    every `resolve` (parsed again only when their text changed: a library loaded, code moved or
+    written since). An address's answer is kept while that text stays the same."""
 
     MAX_KNOWN = 1 << 16   # addresses answered and kept (forgotten all at once beyond it)
 
@@ -213,14 +229,19 @@ class Symbolizer:
         self._starts = numpy.empty(0, "<u8")
         self._ends = numpy.empty(0, "<u8")
         self.known: dict[int, tuple[str, str]] = {}
+        self._text = None
         self.reload()
 
     def reload(self) -> None:
         try:
             with open(f"/proc/{self.pid}/maps") as fh:
-                self.maps = mappings(fh.read())
+                text = fh.read()
         except OSError:
-            self.maps = []
+            text = ""
+        if text == self._text:
+            return
+        self._text = text
+        self.maps = mappings(text)
         self._starts = numpy.array([m.start for m in self.maps], dtype="<u8")
         self._ends = numpy.array([m.end for m in self.maps], dtype="<u8")
         self.known = {}
@@ -246,13 +267,13 @@ class Symbolizer:
         return None
 
     def resolve(self, addresses: list[int]) -> list[tuple[str, str]]:
-        """(library, symbol) of each address: the library's file name ("[anonymous]" for memory no file
-        backs), the symbol demangled ("?" where the file has no function there)."""
+        """(library, symbol) of each address: the library's file name (ANONYMOUS for memory no file backs,
+        UNMAPPED, NOT_ELF before a file's name where it is not an ELF file), the symbol demangled ("?" where
+        the file has no function there). Read after the samples were taken, while the process is stopped:
+        the mappings as they are now."""
+        self.reload()   # forgets the answers where the mappings changed
         unique = sorted(set(addresses))
         missing = [a for a in unique if a not in self.known]
-        if missing and (self._indices(missing) < 0).any():
-            self.reload()   # forgets the answers: they were of the mappings read before
-            missing = unique
         found = dict(zip(missing, self._resolve(missing))) if missing else {}
         if len(self.known) + len(found) > self.MAX_KNOWN:
             self.known = {}
@@ -269,9 +290,11 @@ class Symbolizer:
         for where, indices in by_mapping.items():
             if where is None:
                 continue
-            library = os.path.basename(where.path) if where.path.startswith("/") else (where.path or "[anonymous]")
+            library = os.path.basename(where.path) if where.path.startswith("/") else (where.path or ANONYMOUS)
             path = self._file(where) if where.path.startswith("/") else None
             table = symbols_of(path) if path else None
+            if path and table is None and not _is_elf(path):
+                library = NOT_ELF + library
             names: list[str | None] = [None] * len(indices)
             if table is not None:
                 offsets = [addresses[i] - where.start + where.offset for i in indices]

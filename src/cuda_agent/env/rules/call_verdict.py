@@ -133,10 +133,11 @@ class CallVerdicts:
         its threads have used so far, from which work between calls is counted."""
         self.thread_time = self._solution_threads()
 
-    def before_call(self, timed: bool = False) -> None:
+    def before_call(self, timed: bool = False, null: bool = False) -> None:
         """Before a call is sent (the candidate stopped): the CPU time the solution's threads used since
         the last call ended (work kept running after forward returned, or started ahead). `timed`: a
-        warm-up or timed call (sampled more sparsely)."""
+        timed call (sampled more sparsely); `null`: one of the harness's empty calls (sampled as the timed ones
+        are: their time is taken off the timed calls')."""
         usage = self._solution_threads()
         gap = sum(max(0.0, seconds - self.thread_time.get(tid, 0.0)) for tid, seconds in usage.items())
         self.gap_total += gap
@@ -151,7 +152,7 @@ class CallVerdicts:
         self.at_call = usage
         self.calls += 1
         if self.sampling is not None:
-            self.sampling.start(timed)
+            self.sampling.start(timed, null)
 
     def after_call(self, null: bool, outputs: int) -> None:
         """On a call's last answer (ok): the guard's record of it, and the threads it left.

@@ -2,60 +2,90 @@
 the calls, sampled by the kernel (measure/perf_sampler.py) and attributed to symbols of the libraries it
 loaded (measure/symbolize.py). Nothing the candidate can reach takes part: the events, their buffers
 and the harness's file descriptors are the harness's, and the symbols come from the libraries' files
-and the kernel's list of the process's mappings.
+and the kernel's list of the process's mappings, read again after every call.
 
 A sample counts against the candidate when its symbol is one of ATen's operator kernels (`at::native::`
 and its CPU-capability namespaces, `at::vec::`, `at::cpu::`, the composite kernels, oneDNN) and names
 none of the operators the guard allows (allocation, views and metadata, fills and copies: guard.py's
 ALLOWED_OPS and COPY_OPS); BLAS (MKL's and OpenBLAS's routines, `at::native::cpublas`) is allowed, as the
-CPU solution may call it. The candidate is refused once, over the calls sampled so far, at least
-MIN_SAMPLES samples and MIN_SHARE of its sampled CPU time (each sample weighs its period) fell there.
+CPU solution may call it. A sample in code no library file holds (anonymous executable memory, a memory
+file, a file that is not a library: code written at run time, as oneDNN's kernels are, or a library's
+code copied there) counts against it too, as the harness cannot tell what computes there.
 
-Every call is sampled; timed calls (warm-up and timed) at a coarser period than the untimed ones, as
-each sample costs the sampled thread a few microseconds of CPU time, which the call's time includes.
+The candidate is refused (`torch-op`) once any of these holds:
+- over the calls sampled so far, at least MIN_SAMPLES such samples and MIN_SHARE of its sampled CPU time
+  (each sample weighs its period);
+- over the calls in which they made MIN_SHARE of the call's own samples, MIN_SAMPLES of them (FEW_SAMPLES
+  where they are HIGH_SHARE of those calls' time): calls without any (spinning in untimed calls, say) do
+  not dilute the others;
+- in the untimed calls, FEW_SAMPLES of them weighing FORWARD_SHARE of those calls' forwards, each taken to
+  be as long as a timed call's less the cheapest call's (the harness's own part of a call: verification
+  calls carry more of the harness's work, which would dilute a short forward's share of the call);
+- in the untimed or the timed calls, UNSAMPLED_SHARE of their forwards' CPU time (and MIN_SAMPLES periods)
+  ran unsampled on threads that ended within a call, beyond one period a call (a thread's last period is
+  never sampled): the process's CPU clock counts them, the live threads' times do not, and a thread that
+  ends within one sampling period is never sampled.
+
+Every call is sampled; timed calls (warm-up and timed) every COARSE_NS of a thread's CPU time, as each
+sample costs the sampled thread a few microseconds of CPU time, which the call's time includes; untimed
+calls every FINEST_NS for their first FINEST_WINDOW_S (a call of microseconds holds a few samples), then
+every FINE_NS.
 """
 
 from __future__ import annotations
 
-import functools
 import re
 import threading
 from collections import Counter
+from functools import lru_cache
 
-from cuda_agent.env.measure.perf_sampler import PerfUnavailable, Sampler
-from cuda_agent.env.measure.symbolize import Symbolizer
+from cuda_agent.env.measure.outside import cpu_seconds, thread_ids, threads_cpu_seconds
+from cuda_agent.env.measure.perf_sampler import PerfUnavailable, Sample, Sampler
+from cuda_agent.env.measure.symbolize import ANONYMOUS, NOT_ELF, UNMAPPED, Symbolizer
 from cuda_agent.env.rules import registry as rules
 from cuda_agent.env.rules.call_verdict import Refused
 
 MIN_SAMPLES = 10      # samples in refused kernels, over the calls sampled so far
 MIN_SHARE = 0.02      # of the candidate's sampled CPU time in those calls
+FEW_SAMPLES = 3       # enough in the calls where refused samples are HIGH_SHARE of the time
+HIGH_SHARE = 0.2
+FORWARD_SHARE = 0.03  # of the untimed calls' forwards (each the size of a timed one), with FEW_SAMPLES
+UNSAMPLED_SHARE = 0.5   # of a phase's CPU time, unsampled on threads that ended within a call
 FINE_NS = 100_000     # between samples in untimed calls (verification, null calls)
+FINEST_NS = 10_000    # in the first FINEST_WINDOW_S of each untimed call (the kernel's shortest period)
+FINEST_WINDOW_S = 0.01  # wall time: at most 1000 more samples a thread and untimed call
 COARSE_NS = 1_000_000  # in timed calls: each sample costs the sampled thread a few microseconds
 COARSE_BUFFER = 128 << 10   # bytes: a tenth of the samples need less room
+FINEST_BUFFER = 128 << 10   # FINEST_WINDOW_S of samples; beyond it (many threads on a CPU) some are lost
 DRAIN_S = 0.05        # the buffers emptied this often during a call (each holds 0.13 s of a busy thread or more)
 BACKENDS = ("cpu",)   # the GPU backend's host side is not judged this way yet (tests/gpu/hacks/test_gpu_op_samples.py)
 
 _KERNEL_MARKERS = ("at::native::", "at::vec::", "at::cpu::", "at::compositeexplicitautograd",
                    "at::compositeimplicitautograd", "dnnl::", "dnnl_", "ideep::")
-# operators the guard allows, as words of a symbol's identifiers (split at "_")
+# operators the guard allows, as words of a symbol's identifiers (split at "_" and at camelCase)
 _ALLOWED_WORDS = (
     ("empty",), ("resize",), ("as", "strided"), ("alias",), ("copy",), ("fill",), ("zero",), ("zeros",),
     ("ones",), ("full",), ("reshape",), ("view",), ("permute",), ("transpose",), ("expand",), ("squeeze",),
     ("unsqueeze",), ("select",), ("slice",), ("narrow",), ("detach",), ("contiguous",), ("local", "scalar"),
     ("split",), ("chunk",), ("unbind",), ("flatten",), ("unflatten",), ("scalar", "tensor"), ("lift",),
     ("record", "stream"), ("movedim",), ("set",), ("item",), ("storage",), ("cpublas",),
+    ("dispatch", "stub"),   # finding a kernel, not running it (the kernel's own samples are judged)
 )
+_CHECKS = ("check",)   # argument checks (checkAsStridedArgs, check_dim_size), as an identifier's first word
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z0-9]+")   # words of snake_case and camelCase alike
 _KERNEL_NAME = re.compile(r"\b(\w+_(?:kernel|impl)\w*)")
 
 
-@functools.lru_cache(maxsize=1 << 14)   # asked once per sample; the same symbols come back call after call
+@lru_cache(maxsize=1 << 16)   # once per symbol: a call's samples land in a few hundred
 def refused(symbol: str) -> bool:
     """Whether a (demangled) symbol is an ATen operator kernel the guard would refuse."""
     if not any(marker in symbol for marker in _KERNEL_MARKERS):
         return False
     for identifier in _IDENTIFIER.findall(symbol):
-        words = identifier.lower().strip("_").split("_")
+        words = [w.lower() for w in _WORD.findall(identifier)]
+        if words and words[0] in _CHECKS:
+            return False
         for allowed in _ALLOWED_WORDS:
             n = len(allowed)
             if any(tuple(words[i:i + n]) == allowed for i in range(len(words) - n + 1)):
@@ -87,88 +117,194 @@ def _base(symbol: str) -> str:
     return text.split(" ", 1)[-1] if text.startswith(("void ", "bool ", "int ", "long ")) else text
 
 
+class _Pool:
+    """Sampled seconds, and those against the candidate (seconds, samples), over some calls."""
+
+    def __init__(self):
+        self.total = self.against = 0.0
+        self.samples = 0
+
+    def add(self, total: float, against: float, samples: int) -> None:
+        self.total += total
+        self.against += against
+        self.samples += samples
+
+    def breached(self) -> bool:
+        share = self.against / self.total if self.total else 0.0
+        return share >= MIN_SHARE and (self.samples >= MIN_SAMPLES or (share >= HIGH_SHARE and self.samples >= FEW_SAMPLES))
+
+
+def unattributable(library: str) -> bool:
+    """Whether a sample's place is code no library file holds (see symbolize.py's labels)."""
+    return library in (ANONYMOUS, UNMAPPED) or library.startswith(("memfd:", NOT_ELF))
+
+
 class OpSampling:
     """One evaluation's sampling of the candidate (`pid`): `start` before a call, `finish` after it,
     which judges everything sampled so far; `summary` says where the sampled time went."""
 
-    drainer: threading.Thread | None = None
+    drainer: threading.Thread | None = None   # set per call; a close before any call finds None
 
     def __init__(self, pid: int):
+        self.pid = pid
         self.samplers = {False: Sampler(pid, FINE_NS).attach()}   # PerfUnavailable: the caller notes it
         try:
             self.samplers[True] = Sampler(pid, COARSE_NS, COARSE_BUFFER).attach()
         except PerfUnavailable:
             self.close()
             raise
+        try:   # optional: without it, untimed calls are sampled at FINE_NS from their start
+            self.samplers["finest"] = Sampler(pid, FINEST_NS, FINEST_BUFFER).attach()
+        except PerfUnavailable:
+            pass
         self.symbolizer = Symbolizer(pid)
-        self.timed = False
+        self.timed = self.null = False
+        self.used: list[Sampler] = []                      # the samplers of the current call, in their order
+        self.cheapest_s = float("inf")                     # the cheapest call's CPU time: the harness's part of each
+        self.timed_calls: list[float] = []                 # each timed call's CPU time
+        self.untimed_calls = 0
+        self.untimed_against = [0.0, 0]                    # seconds, samples against the candidate in untimed calls
         self.total = 0.0                                   # sampled CPU time, seconds
         self.where: Counter[tuple[str, str]] = Counter()   # (library, symbol) -> seconds
-        self.against: Counter[str] = Counter()             # refused symbol -> seconds
+        self.against: Counter[str] = Counter()             # refused symbol (or unattributable place) -> seconds
         self.refused_samples = 0
-        # one thread of the harness's, for the evaluation, empties the buffers while a call runs (a long
-        # call would fill them, and the kernel would drop the rest of its samples); a call starts and
-        # ends it with events and a lock, no thread started or joined on the call's path
-        self.drained: list = []
-        self.lock = threading.Lock()
-        self.running = threading.Event()    # a call is sampled
-        self.tick = threading.Event()       # set: wake the drainer now (closing)
-        self.closed = False
-        self.drainer = threading.Thread(target=self._drain_while_running, name="op-samples-drain", daemon=True)
-        self.drainer.start()
+        self.unattributed = 0.0                            # seconds in code no library file holds
+        self.bearing = _Pool()                             # the calls where samples against made MIN_SHARE
+        self.phases = {False: [0.0, 0.0, 0], True: [0.0, 0.0, 0]}   # timed -> [CPU s, unsampled s on ended threads, calls]
+        self.drainer: threading.Thread | None = None
+        self.clock0 = 0.0
+        self.threads0: dict[str, float] = {}
 
     def close(self) -> None:
-        if self.drainer is not None:
-            self.closed = True
-            self.running.set()
-            self.tick.set()
+        if self.drainer is not None:   # a call that failed before its verdict
+            self.stopped.set()
             self.drainer.join()
-            self.drainer = None
         for sampler in self.samplers.values():
             sampler.close()
 
-    def start(self, timed: bool = False) -> None:
-        """Samples the call about to be sent."""
-        with self.lock:
-            self.timed = timed
-            self.drained = []
-            self.samplers[timed].enable()
-            self.running.set()
+    def start(self, timed: bool = False, null: bool = False) -> None:
+        """Samples the call about to be sent; a thread of the harness's empties the buffers while it runs
+        (a long call would fill them, and the kernel would drop the rest of its samples). `null`: one of the
+        harness's empty calls, sampled as the timed calls are (their time is taken off the timed calls', so
+        the sampling's cost must be the same in both)."""
+        self.timed, self.null = timed, null
+        # an untimed call starts at the finest period (a short call holds enough samples), then goes on at FINE_NS
+        self.used = ([self.samplers[True]] if timed or null
+                     else [self.samplers.get("finest"), self.samplers[False]])
+        self.used = [sampler for sampler in self.used if sampler is not None]
+        self.drained = {id(sampler): [] for sampler in self.used}
+        self.clock0 = cpu_seconds(self.pid) or 0.0
+        self.threads0 = threads_cpu_seconds(self.pid, thread_ids(self.pid))
+        self.used[0].enable()
+        self.stopped = threading.Event()
+        self.drainer = threading.Thread(target=self._drain_while_running, name="op-samples-drain", daemon=True)
+        self.drainer.start()
 
     def _drain_while_running(self) -> None:
-        while self.running.wait() and not self.closed:
-            with self.lock:
-                if self.running.is_set() and not self.closed:
-                    self.drained.extend(self.samplers[self.timed].drain())
-            self.tick.wait(DRAIN_S)
+        first, last = self.used[0], self.used[-1]
+        if first is not last:
+            if self.stopped.wait(FINEST_WINDOW_S):
+                return
+            first.disable()
+            last.enable()
+            self.drained[id(first)].extend(first.drain())
+        while not self.stopped.wait(DRAIN_S):
+            self.drained[id(last)].extend(last.drain())
 
     def finish(self) -> None:
         """Stops sampling, attributes the call's samples and judges (call_verdict.Refused on a breach)."""
-        sampler = self.samplers[self.timed]
-        sampler.disable()
-        self.running.clear()
-        with self.lock:   # a drain under way ends first
-            samples = self.drained + sampler.drain()
-            self.drained = []
-        if not samples:
-            return
-        weight = sampler.period_ns / 1e9
+        self.stopped.set()
+        self.drainer.join()
+        self.drainer = None
+        for sampler in self.used:
+            sampler.disable()
+        drained = [(sampler, self.drained[id(sampler)] + sampler.drain()) for sampler in self.used]
+        self._unsampled(drained)
+        samples = [s for _, batch in drained for s in batch]
+        if samples:
+            weights = [sampler.period_ns / 1e9 for sampler, batch in drained for _ in batch]
+            self._attribute(samples, weights)
+        self._judge()
+
+    def _attribute(self, samples: list[Sample], weights: list[float]) -> None:
         places = self.symbolizer.resolve([s.ip for s in samples])
-        self.total += weight * len(places)
-        for place in places:
+        total = against = 0.0
+        count = 0
+        for place, weight in zip(places, weights):
             self.where[place] += weight
-            if refused(place[1]):
-                self.against[place[1]] += weight
-                self.refused_samples += 1
-        share = sum(self.against.values()) / self.total
+            total += weight
+            kernel = refused(place[1])
+            if kernel or unattributable(place[0]):
+                self.against[place[1] if kernel else f"{place[0]} {place[1]}"] += weight
+                self.unattributed += weight * (not kernel)
+                against += weight
+                count += 1
+        self.total += total
+        self.refused_samples += count
+        if not (self.timed or self.null):
+            self.untimed_against[0] += against
+            self.untimed_against[1] += count
+        if against >= MIN_SHARE * total:   # the call's own share: calls without any do not dilute it
+            self.bearing.add(total, against, count)
+
+    def _unsampled(self, drained: list[tuple[Sampler, list[Sample]]]) -> None:
+        """The call's CPU time (the process's CPU clock, read from outside); the CPU time of threads that ended
+        within the call, less what was sampled on them: the clock counts them, the live threads' times do not."""
+        used = max(0.0, (cpu_seconds(self.pid) or 0.0) - self.clock0)
+        self.cheapest_s = min(self.cheapest_s, used)
+        if self.timed:
+            self.timed_calls.append(used)
+        elif not self.null:
+            self.untimed_calls += 1
+        alive = threads_cpu_seconds(self.pid, thread_ids(self.pid))
+        ended = used - sum(max(0.0, t - self.threads0.get(tid, 0.0)) for tid, t in alive.items())
+        sampled = sum(sampler.period_ns / 1e9 for sampler, batch in drained for s in batch if str(s.tid) not in alive)
+        phase = self.phases[self.timed]
+        phase[0] += used
+        # one thread's last period is never sampled: a thread joined inside the call leaves up to that
+        phase[1] += max(0.0, ended - sampled - drained[-1][0].period_ns / 1e9)
+        phase[2] += 1
+
+    def _judge(self) -> None:
+        share = sum(self.against.values()) / self.total if self.total else 0.0
         if self.refused_samples >= MIN_SAMPLES and share >= MIN_SHARE:
             raise Refused(rules.TORCH_OP, self.message(share))
+        # the harness's own work in an untimed call (verification's) dilutes a short forward's share of it: there,
+        # the samples against are weighed against the forwards' size, a timed call's less the cheapest call's
+        # (the harness's part; a candidate can make neither smaller)
+        against, count = self.untimed_against
+        forwards = self.untimed_calls * self.forward_s()
+        if count >= FEW_SAMPLES and forwards > 0 and against >= FORWARD_SHARE * forwards:
+            raise Refused(rules.TORCH_OP, self.message(min(1.0, against / forwards), " in its untimed forwards (each "
+                                                       "the size of a timed one)"))
+        if self.bearing.breached():
+            raise Refused(rules.TORCH_OP, self.message(self.bearing.against / self.bearing.total,
+                                                       " in the calls where they ran"))
+        for timed, (used, unsampled, calls) in self.phases.items():
+            period = (COARSE_NS if timed else FINE_NS) / 1e9
+            own = max(used - calls * self.cheapest_s, 1e-9)   # the forwards' part
+            if unsampled >= MIN_SAMPLES * period and unsampled >= UNSAMPLED_SHARE * own:
+                raise Refused(rules.TORCH_OP, f"{min(1.0, unsampled / own):.0%} of the solution's CPU time in its "
+                                              f"{'timed' if timed else 'untimed'} calls ran on threads that ended within "
+                                              "a sampling period, where the harness's sampling from outside cannot see "
+                                              "what computes; do the work on threads that outlive the call's "
+                                              "sampling (the calling thread, or a pool), not on threads started for "
+                                              "a few hundred microseconds")
 
-    def message(self, share: float) -> str:
+    def forward_s(self) -> float:
+        """A forward's own CPU time: the timed calls' median, less the cheapest call's (0 before any)."""
+        if not self.timed_calls:
+            return 0.0
+        ordered = sorted(self.timed_calls)
+        return max(0.0, ordered[len(ordered) // 2] - self.cheapest_s)
+
+    def message(self, share: float, basis: str = "") -> str:
         top = ", ".join(f"{short_name(symbol)} {n / self.total:.0%}" for symbol, n in self.against.most_common(3))
-        return (f"forward computed with PyTorch's operators: {share:.0%} of the solution's CPU time, "
-                f"sampled from outside its process, went to ATen's kernels ({top}); only the solution's own kernels "
-                "may compute (allocation, views, copies and BLAS are allowed)")
+        unattributed = (f" or to code no library file holds ({self.unattributed / self.total:.0%}: anonymous "
+                        "executable memory, code written at run time, as oneDNN's kernels are)" if self.unattributed else "")
+        return (f"forward computed with PyTorch's operators: {share:.0%} of the solution's CPU time{basis}, "
+                f"sampled from outside its process, went to ATen's kernels{unattributed} ({top}); only the solution's "
+                "own kernels, in its own libraries, may compute (allocation, views, copies and BLAS are allowed)")
 
     def summary(self, top: int = 8) -> dict:
         """Where the sampled time went: the leading libraries and symbols, each with its share."""
@@ -182,6 +318,10 @@ class OpSampling:
             return round(seconds / self.total, 4)
 
         return {"seconds": round(self.total, 4), "lost": sum(s.lost for s in self.samplers.values()),
+                "against_samples": self.refused_samples, "unattributed": share(self.unattributed),
+                "forward_s": round(self.forward_s(), 6),
+                "unsampled_ended_threads": {("timed" if t else "untimed"): [round(u, 4), round(c - n * self.cheapest_s, 4)]
+                                            for t, (c, u, n) in self.phases.items()},
                 "libraries": [[name, share(t)] for name, t in libraries.most_common(top)],
                 "symbols": [[library, short_name(symbol), share(t)]
                             for (library, symbol), t in self.where.most_common(top)],

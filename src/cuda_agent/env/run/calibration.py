@@ -70,7 +70,7 @@ class Calibration:
             for number in range(CALIBRATION_CALLS):
                 call = Call("null", 0)
                 call.index = -1 - number
-                self._verdict("compile", self.verdicts.before_call)   # counted as the guard counts them
+                self._verdict("compile", self.verdicts.before_call, False, True)   # counted as the guard counts them
                 with self.lock.held(shared=False, label="harness.calibrate") as hold:
                     out, wall_ms, _ = self._outside_call(call, "compile", self.config.timeout_verify, hold,
                                                          {"layout": self.calibration})

@@ -52,7 +52,8 @@ class CallRounds:
         asked = self._traced(f"{phase}.prepare", asked)
         if not ready(call, phase, prepared):
             return None
-        self._verdict(phase, self.verdicts.before_call, call.kind in ("warmup", "timed"))
+        # warm-up calls are not measured: sampled as finely as verification's (more forwards seen closely)
+        self._verdict(phase, self.verdicts.before_call, call.kind == "timed", call.kind == "null")
         with self.lock.held(shared=save, label=f"harness.{phase}.{call.kind}") as hold:
             asked = self._traced(f"{phase}.lock_call", asked)
             out, wall_ms, read = measure(call, phase, timeout, hold, prepared)
