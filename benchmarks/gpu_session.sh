@@ -100,6 +100,8 @@ for step in $STEPS; do
       run ops6k $(( ${OPS6K_SECONDS:-480} + 90 )) python3 benchmarks/synth_gpu.py --num "${OPS6K_NUM:-6000}" \
         --out /tmp/ops6k --budget-seconds "${OPS6K_SECONDS:-480}" --kernelbench .kb ${OPS6K_ARGS:-}
       tar -cJf "$OUT/build.tar.xz" -C /tmp/ops6k --exclude='work/kernelbench_trees_*' . ;;
+    large)   # the 14 KernelBench tasks with 6-8 GiB inputs, one after the other (LARGE_BUDGET: start none after it)
+      run large 420 python3 benchmarks/large_tasks.py --kernelbench .kb --budget "${LARGE_BUDGET:-330}" ${LARGE_ARGS:-} ;;
     demo)   # what a policy sees on the GPU (docs/agent.md): a workspace for DEMO_TASK with its hand-written
       # solution from benchmarks/kernelbench_solutions, then ./verify, ./profile and ./profile --ncu
       task=${DEMO_TASK:-level2/76}; ws=/tmp/demo-workspace; rm -rf "$ws"
