@@ -10,7 +10,12 @@ from tests.hacks.cases import ATTEMPTS, assert_accepted, assert_rejected, descri
 from tests.hacks.cases_round10 import HACKS_ROUND10, HONEST_ROUND10
 
 # holes this round found open only in some runs: the sampled share sits at the threshold (strict=False)
-MARGINAL: dict[str, str] = {}
+MARGINAL = {
+    "r10_aten_below_min_samples":
+        "a task whose calls take microseconds: its untimed calls, sampled every 10 us from their start, give 7-14 "
+        "samples against it at 5-12 % (rejected in 3 of 3 attempts in most runs), but one attempt in a run of the "
+        "whole hack suite on the loaded 2-core machine was accepted",
+}
 
 # the holes this round found open (the lead's to close); each test fails loudly once its hole is closed
 OPEN: dict[str, str] = {}
