@@ -13,8 +13,7 @@ import torch
 
 from cuda_agent.env.rules import registry as rules
 from cuda_agent.env.rules.verify import (SAMPLES_PER_TENSOR, Comparison, Tolerance, all_of, compare_tensors,
-                                          is_dense, norm_of, output_scale, row_major_strides, scalars_in, structure,
-                                          tensors_in)
+                                          is_dense, norm_of, output_scale, scalars_in, structure, tensors_in)
 # -- samples of an output (every call) ---------------------------------------------------------------
 
 
@@ -166,7 +165,6 @@ class _SampledTensor:
     dtype: torch.dtype
     numel: int
     dense: bool
-    contiguous: bool = False                             # the reference's is (row-major)
     limits: tuple[float, float] = (0.0, 0.0)             # (atol, rtol) for it (Tolerance.for_scale)
     sample: tuple[torch.Tensor, torch.Tensor] | None = None   # the candidate's (positions, values)
     expected: torch.Tensor | None = None                # the reference's values at those positions
@@ -208,8 +206,7 @@ def start_sample_reference(ref: Any, samples: dict, tol: Tolerance, count: int =
              for i, (r, entry) in enumerate(zip(references, samples["tensors"]))]   # all checked before any use
     parts = []
     for r, sample in zip(references, taken):
-        view = _SampledTensor(list(r.shape), r.dtype, r.numel(), is_dense(r) if r.numel() else True,
-                              contiguous=r.is_contiguous(), sample=sample)
+        view = _SampledTensor(list(r.shape), r.dtype, r.numel(), is_dense(r) if r.numel() else True, sample=sample)
         norm = None
         if sample is not None:
             positions = sample[0].pin_memory() if r.is_cuda else sample[0]
@@ -289,12 +286,6 @@ def compare_sampled(reference: SampledReference, samples: dict) -> Comparison:
             parts.append(Comparison(False, float("inf"), f"{where}: an overlapping or broadcast (stride 0) view with "
                                                          f"strides {entry.get('strides')}; the reference returns a "
                                                          "dense tensor: return one computed by your kernels",
-                                    rule=rules.OUTPUT_LAYOUT.name))
-            continue
-        if r.contiguous and r.numel > 1 and not row_major_strides(entry["shape"], entry.get("strides") or []):
-            parts.append(Comparison(False, float("inf"), f"{where}: a view with strides {entry.get('strides')}; the "
-                                                         "reference returns a contiguous tensor: return one too (a "
-                                                         "permuted or strided view leaves the work to whoever reads it)",
                                     rule=rules.OUTPUT_LAYOUT.name))
             continue
         if r.sample is None:

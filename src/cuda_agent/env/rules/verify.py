@@ -120,16 +120,6 @@ def dense_strides(shape, strides) -> bool:
     return True
 
 
-def row_major_strides(shape, strides) -> bool:
-    """Whether a shape's strides (in elements) are those of a contiguous tensor (sizes of 1 aside)."""
-    expected = 1
-    for size, stride in reversed(list(zip(shape, strides))):
-        if size > 1 and stride != expected:
-            return False
-        expected *= size
-    return True
-
-
 def structure(value: Any) -> Any:
     """The container shape of an output, with tensors as "T" (compared before any values)."""
     if isinstance(value, torch.Tensor):
