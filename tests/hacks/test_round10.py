@@ -37,10 +37,6 @@ OPEN = {
         "the sampling period counts each thread's CPU time and an inherited perf event starts a full period: "
         "ATen's work split over std::threads that each end within one period is never sampled (accepted, "
         "reward 2 in 5 of 6 runs: 1.18-1.91 ms, speedup 1.14-1.56, under 1 % of the sampled time in ATen)",
-    "r10_transpose_left_to_the_reader":
-        "the CPU backend reads a located output through its strides, and output-layout refuses only stride 0 and "
-        "overlap: a transposed view of a plain copy is read as the transpose (accepted, reward 2: 2.05 ms against "
-        "the honest tiled transpose's 9.84 ms)",
 }
 
 

@@ -332,8 +332,8 @@ def read_samples(memory: Memory, output: dict, count: int) -> dict:
     tensors = []
     for entry in output.get("tensors") or []:
         where = Located.parse(entry)
-        record = {"shape": where.shape, "dtype": where.dtype, "strides": where.strides,
-                  "dense": _dense(where)}
+        # the strides it was read through: the judge decides from them whether the layout passes
+        record = {"shape": where.shape, "dtype": where.dtype, "strides": where.strides}
         if where.numel:   # drawn now, after the output was fixed (the harness's own sampler)
             positions = random_positions(where.numel, count, torch.device("cpu")).numpy()
             values = torch.from_numpy(memory.read_at(where, positions))
@@ -346,14 +346,6 @@ def read_samples(memory: Memory, output: dict, count: int) -> dict:
             record["values"] = pack_samples(values.to(kind).reshape(-1))
         tensors.append(record)
     return {"structure": output.get("structure"), "tensors": tensors, "scalars": output.get("scalars") or []}
-
-
-def _dense(where: Located) -> bool:
-    """Every element in a place of its own, none skipped (rules/verify.is_dense): no broadcast (stride 0)
-    and no overlapping view."""
-    from cuda_agent.env.rules.verify import dense_strides
-
-    return dense_strides(where.shape, where.strides)
 
 
 def layout_of(tree: Any, located: list[Located]) -> dict:

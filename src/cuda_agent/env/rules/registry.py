@@ -275,9 +275,10 @@ NUMERICALLY_FRAGILE = _declare(
     "(strict) NaN/Inf on a structured set where the reference stays finite",
     "softmax without the max subtraction, unguarded `exp`")
 OUTPUT_LAYOUT = _declare(
-    "output-layout", "output", "a broadcast or overlapping output where the reference's is dense",
-    "a broadcast (stride 0) or overlapping output where the reference's is dense",
-    "one row computed, returned as a view of many")
+    "output-layout", "output", "an output whose strides leave work to its reader",
+    "judged from the strides the output is read through: not contiguous where the reference's is "
+    "contiguous; a broadcast (stride 0) or overlapping output where the reference's is dense",
+    "one row computed, returned as a view of many; a plain copy returned as its transposed view")
 FORGED_SAMPLES = _declare(
     "forged-samples", "output", "output samples the harness's sampler cannot have taken",
     "(GPU; the CPU backend reads outputs from outside) the judge takes a call's samples only if the "
