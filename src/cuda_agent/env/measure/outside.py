@@ -11,6 +11,7 @@ is read through `/proc/PID/mem` while it is stopped, at positions drawn here aft
 
 from __future__ import annotations
 
+import errno
 import math
 import os
 import signal
@@ -28,6 +29,12 @@ _CLOCK_TICK = os.sysconf("SC_CLK_TCK")
 
 class UnreadableOutput(ValueError):
     """An output location that does not describe readable memory of the candidate's."""
+
+
+class HiddenMemory(Exception):
+    """The candidate's memory no longer reads through the descriptor the harness opened before any of
+    its code ran: not an output's fault (an address outside its mappings reads as UnreadableOutput)
+    but the process taking the harness's view of it away."""
 
 
 class ForeignMemory(UnreadableOutput):
@@ -250,18 +257,36 @@ class Located:
 
 class Memory:
     """The candidate's memory, through `/proc/PID/mem` (readable by the harness: the candidate is its
-    descendant and runs as the same user, or in a user namespace the harness owns)."""
+    descendant and runs as the same user, or in a user namespace the harness owns). Opened before any
+    of the solution's code runs and held: the kernel checks access at open, so a process that later
+    makes itself undumpable (prctl PR_SET_DUMPABLE) does not take the descriptor away. `check` and a
+    read that fails for any other reason than an address outside its mappings raise HiddenMemory."""
 
     def __init__(self, pid: int):
         self.fd = os.open(f"/proc/{pid}/mem", os.O_RDONLY)
+        try:   # an address mapped from the start (the interpreter's first mapping), for `check`
+            with open(f"/proc/{pid}/maps") as fh:
+                self.known = int(fh.readline().split("-", 1)[0], 16)
+        except (OSError, ValueError):
+            os.close(self.fd)
+            raise OSError(f"/proc/{pid}/maps is not readable") from None
 
     def close(self) -> None:
         os.close(self.fd)
 
+    def check(self) -> None:
+        """HiddenMemory unless the held descriptor still reads the candidate's memory."""
+        try:
+            self.read(self.known, 1)
+        except UnreadableOutput:
+            raise HiddenMemory(f"{self.known:#x}, mapped when the harness opened it, no longer reads") from None
+
     def read(self, address: int, nbytes: int) -> bytes:
         try:
             data = os.pread(self.fd, nbytes, address) if nbytes else b""
-        except OSError:   # not mapped there (EIO), or beyond the address space
+        except OSError as exc:   # not mapped there (EIO), or beyond the address space: the output's fault
+            if exc.errno not in (errno.EIO, errno.EFAULT, errno.EINVAL):
+                raise HiddenMemory(f"reading its memory failed: {exc.strerror}") from None
             data = b""
         if len(data) != nbytes:
             raise UnreadableOutput(f"{nbytes} bytes at {address:#x} are not the candidate's memory")

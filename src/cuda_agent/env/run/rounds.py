@@ -189,8 +189,12 @@ class CallRounds:
 
     def _outside_settle(self, call: Call, phase: str, timeout: float, out: dict, wall_ms: float, read,
                         asked: float) -> dict:
-        from cuda_agent.env.measure.outside import ForeignMemory
+        from cuda_agent.env.measure.outside import ForeignMemory, HiddenMemory
 
+        if isinstance(read, (HiddenMemory, PermissionError)):   # never a fallback to decisions in its process
+            raise Failed(phase, f"the harness lost its view of the solution's memory ({read}; {self._where(call)}): "
+                                 "a process that hides its memory from the harness is refused",
+                         rule=rules.PROTOCOL_FORGERY)
         if isinstance(read, ForeignMemory):
             raise Failed(phase, f"{read} ({self._where(call)}): return tensors the solution allocated (torch.empty "
                                  "and the like)", rule=rules.OUTPUT_TYPE)
