@@ -250,6 +250,7 @@ class _Evaluation(BuildServing, Calibration, CallRounds, StoredBaselines, Feedba
                 self.compile_mode = "off"
         self.candidate.send(msg.Init(output_bytes=self.output_bytes, device_slot=self.device_slot))
         init = self._ask(self.candidate, self.config.timeout_verify, "verify")
+        self.builds_closed = True   # the model is made: no build from here on (serving.py)
         if not init["ok"]:
             raise Failed("verify", init["message"], init.get("rule"))
         if self.device_slot and init.get("device_slot") is not True:
