@@ -105,6 +105,7 @@ class CallRounds:
         out = self._ask(self.candidate, timeout, phase)
         wall_ms = self._outside_clock(start, cpu_start)
         if out.get("timed"):   # timing is over and the device idle: its checks run beside others' work
+            self.verdicts.answered()   # the solution's threads' time from here to `finish`'s answer is not the call's
             hold.share()
             self.candidate.send(msg.Finish())
             out = self._ask(self.candidate, timeout, phase)
@@ -159,6 +160,7 @@ class CallRounds:
                                                   inputs={"slot": slot, "layout": drawn["layout"]}))
         out = self._ask(self.candidate, timeout, phase)
         cpu_end = self.candidate.cpu_seconds()
+        self.verdicts.answered()   # the clock stopped: its threads' time in the harness's checks is between calls
         located = out.get("output")
         outputs = _nonempty(located.get("tensors") if isinstance(located, dict) else None)
         if not save:   # the measured part is over: reading and checking go beside others' work
