@@ -218,9 +218,9 @@ OUTPUT_TYPE = _declare(
     "lazy tensor subclasses, meta tensors, returning the input")
 BACKGROUND_THREAD = _declare(
     "background-thread", "call", "a thread of the solution worked outside forward",
-    "a thread (native ones too) that a call left alive; CPU time used between calls by any thread the "
-    "solution started, or one of them gone between calls: read by the harness from `/proc/PID/task`, outside "
-    "the candidate's process",
+    "a thread (native ones too) that a call left alive; CPU time used between calls (from a call's answer "
+    "on, the harness's own checks of it included) by any thread the solution started, or one of them gone "
+    "between calls: read by the harness from `/proc/PID/task`, outside the candidate's process",
     "work continuing after `forward` returns, computing ahead")
 STREAM_CHANGED = _declare(
     "stream-changed", "call", "forward left another CUDA stream current",
@@ -234,7 +234,8 @@ PROTOCOL_FORGERY = _declare(
     "protocol-forgery", "process", "the candidate wrote to the harness's own channel",
     "every answer on a worker's pipe must echo the nonce of the command it answers; an answer may name "
     "only a rule the harness declares; the guard's record in the candidate's memory, read by the harness "
-    "after every call, must be readable and count exactly the calls the harness made and their outputs",
+    "after every call, must be readable and count exactly the calls the harness made and their outputs; "
+    "(CPU) the candidate's memory, opened before it loaded, must stay readable",
     "answers forged on the harness's pipe; the guard driven again, its output check skipped, its record "
     "hidden from the harness")
 CRASH = _declare(
