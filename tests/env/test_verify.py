@@ -186,6 +186,19 @@ def test_a_view_with_other_strides_is_refused_where_the_reference_is_contiguous(
     assert compare_samples(x.t().contiguous(), record, PUBLISHED).rule == "output-layout"
 
 
+def test_a_whole_output_is_held_to_the_same_layout_from_the_strides_it_was_read_through():
+    """Verification calls compare outputs whole: the strides they were read through are judged alike."""
+    from cuda_agent.env.rules.samples import whole_layout_refused
+
+    x = torch.randn(64, 48)
+    reference = [x.t().contiguous(), x[:1].expand(64, 48)]
+    assert whole_layout_refused(reference, [[64, 1], [48, 1]]) is None
+    assert whole_layout_refused(reference, [[64, 1], [0, 1]]) is None        # a broadcast reference: free
+    refused = whole_layout_refused(reference, [[1, 48], [48, 1]])            # a transposed view of a copy
+    assert refused.rule == "output-layout" and refused.message.startswith("output[0]: a view with strides")
+    assert whole_layout_refused(reference, [None, [48, 1]]).rule == "output-layout"
+
+
 def test_dependence_rejects_outputs_that_do_not_follow_the_inputs():
     """A hinge loss over many random values is 1.0 +- 0.005: the constant 1.0 is within tolerance of
     every draw, but it does not move with the inputs as the reference does."""

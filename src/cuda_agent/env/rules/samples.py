@@ -319,6 +319,23 @@ def layout_refused(r: _SampledTensor, strides: Any, where: str) -> Comparison | 
     return Comparison(False, float("inf"), f"{where}: {problem}", rule=rules.OUTPUT_LAYOUT.name)
 
 
+def whole_layout_refused(ref: Any, strides: Any) -> Comparison | None:
+    """`layout_refused` for a whole output (a verification call's, compared whole): `strides`, each
+    output tensor's strides in `tensors_in` order, against the reference's tensors; None when every
+    layout passes (or the counts differ: the comparison already refused that)."""
+    references = tensors_in(ref)
+    if not isinstance(strides, list) or len(strides) != len(references):
+        return None
+    for i, (r, given) in enumerate(zip(references, strides)):
+        view = _SampledTensor(list(r.shape), r.dtype, r.numel(), is_dense(r) if r.numel() else True,
+                              r.is_contiguous())
+        refused = layout_refused(view, given, f"output[{i}]" if len(references) > 1 else "output") \
+            if view.numel else None
+        if refused is not None:
+            return refused
+    return None
+
+
 def _compare_scalars(reference: SampledReference, scalars: Any) -> list[Comparison]:
     """The output's Python numbers against the reference's, every one (they travel whole)."""
     if not reference.scalars:

@@ -171,7 +171,8 @@ class CallRounds:
                 if save:
                     path = self.job_dir / f"out_{call.index}.bin"
                     read = {"path": str(path), "layout": write_whole(self.memory, out["output"], path,
-                                                                     self._output_limit())}
+                                                                     self._output_limit()),
+                            "strides": [entry["strides"] for entry in out["output"]["tensors"]]}
                 else:
                     read = {"samples": read_samples(self.memory, out["output"], SAMPLES_PER_TENSOR)}
             except Exception as exc:   # whatever the located output makes the reader do: not comparable
@@ -235,7 +236,9 @@ class CallRounds:
         timed = call.kind in ("warmup", "timed")
         whole = {"path": str(self.box / f"out_{call.index}.bin"), "layout": out.get("layout")}
         if out.get("read_outside") and save:   # read by the harness into a file of its own
-            whole = {"path": out["path"], "layout": out["layout"]}
+            whole = {"path": out["path"], "layout": out["layout"], "strides": out["strides"]}
+        elif isinstance(out.get("samples"), dict) and isinstance(out["samples"].get("tensors"), list):
+            whole["strides"] = [t.get("strides") if isinstance(t, dict) else None for t in out["samples"]["tensors"]]
         elif out.get("staged"):   # in the staging file's slot of the call (transfer.Staging), not in the file
             whole["slot"] = call.index % 2
         elif out.get("device") and self.device_slot:   # in the judge's device slot (device_slot.py)
