@@ -175,6 +175,37 @@ def test_a_thread_working_between_calls_is_seen_from_outside(child):
     assert _refused(verdicts.before_call) == "background-thread"
 
 
+@pytest.mark.parametrize("exits", [False, True], ids=["parks", "exits"])
+def test_a_thread_working_after_the_answer_during_the_harness_checks_is_seen(child, exits):
+    """The call's clock stops at its answer; the harness then resumes the candidate for its own checks
+    (`finish`). A thread of the solution's that works in that window (here from 0.3 s after the answer,
+    0.2 s of CPU time) is work between calls, whether it then parks or exits before the last answer."""
+    verdicts = CallVerdicts(child.pid, None)
+    _ask(child, "2")   # started while the model was made
+    verdicts.mark()
+    verdicts.before_call()
+    verdicts.answered()   # the call answered at once; its checks take a while
+    time.sleep(0.6)
+    if exits:
+        while len(outside.thread_ids(child.pid)) > 1:
+            time.sleep(0.05)
+    with pytest.raises(Refused, match="while the harness checked the call") as caught:
+        verdicts.after_call(null=False, outputs=1)
+    assert caught.value.rule == rules.BACKGROUND_THREAD
+
+
+def test_the_harness_checks_after_an_answer_alone_pass(child):
+    """Nothing of the solution's working after the answer: the window passes, call after call."""
+    verdicts = CallVerdicts(child.pid, None)
+    _ask(child, "1")   # a thread asleep all along, started while the model was made
+    verdicts.mark()
+    for _ in range(3):
+        verdicts.before_call()
+        verdicts.answered()
+        time.sleep(0.05)
+        verdicts.after_call(null=False, outputs=1)
+
+
 def test_a_thread_that_worked_and_exited_between_calls_is_seen_from_outside(child):
     verdicts = CallVerdicts(child.pid, None)
     _ask(child, "2")

@@ -79,6 +79,22 @@ def test_load_inline_builds_in_the_harness_and_refuses_unsafe_flags(cache_dir, i
     assert result.error.phase == "compile" and "-fplugin=./p.so" in result.error.message and "not allowed" in result.error.message
 
 
+def test_builds_are_served_until_the_model_is_made_and_refused_during_calls(cache_dir, inline_result):
+    """load_inline in ModelNew.__init__ is built; one first asked for inside forward is refused with a
+    clear error (the harness's compile would be work done during the call, outside its measure)."""
+    code = (EXAMPLES / "solution_cpu_inline.py").read_text()
+    call = 'ext = load_inline(name="bias_relu_cpu", cpp_sources=source, functions=["bias_relu"])'
+    assert inline_result.correct and call in code   # built once already: the same build is a cache hit
+    in_init = code.replace(call, "").replace("super().__init__()", "super().__init__()\n        self.ext = " +
+                                               call.removeprefix("ext = ")).replace("ext.bias_relu", "self.ext.bias_relu")
+    made = evaluate(example_task(), Solution.from_code(in_init), cpu_config(cache_dir, baselines=False))
+    assert made.correct, made.error
+    in_forward = code.replace(call, "").replace("return ext.bias_relu", call + "\n        return ext.bias_relu")
+    late = evaluate(example_task(), Solution.from_code(in_forward), cpu_config(cache_dir, baselines=False))
+    assert not late.correct and late.error.phase == "verify", late.error
+    assert "never once calls have begun" in late.error.message and "forward failed" in late.error.message
+
+
 def test_compile_error_names_file_and_line(cache_dir):
     result = evaluate(example_task(), cpu_workspace(kernel("int oops = ;\n" + HONEST_BODY)), cpu_config(cache_dir))
     assert not result.compiled and result.reward == -1

@@ -162,6 +162,43 @@ def test_broadcast_outputs_are_refused_unless_the_reference_is_one_too():
     assert compare_samples(expanded, take_samples(expanded), PUBLISHED).ok
 
 
+def test_a_view_with_other_strides_is_refused_where_the_reference_is_contiguous():
+    """A transposed view of a plain copy holds the transpose's values when read through its strides:
+    the reader, not the solution, would do the work. The judge decides from the strides alone."""
+    x = torch.randn(64, 48)
+    transposed = x.clone().t()                      # dense, not contiguous
+    verdict = compare_samples(x.t().contiguous(), take_samples(transposed), PUBLISHED)
+    assert not verdict.ok and verdict.rule == "output-layout" and "whoever reads it" in verdict.message
+    assert compare_samples(x.t().contiguous(), take_samples(x.t().contiguous()), PUBLISHED).ok
+    # a reference that is itself only dense admits any dense layout, not a broadcast one
+    assert compare_samples(x.t(), take_samples(transposed), PUBLISHED).ok
+    assert compare_samples(x.t(), take_samples(x.t().contiguous()), PUBLISHED).ok
+    assert compare_samples(x.t(), take_samples(x[:1].expand(64, 48).t()), PUBLISHED).rule == "output-layout"
+    # the strides of dimensions of size 1 do not matter (torch's is_contiguous)
+    column = torch.randn(64, 1)
+    odd = column.clone().as_strided((64, 1), (1, 7))
+    assert compare_samples(column, take_samples(odd), PUBLISHED).ok
+    # a record's own say-so counts for nothing: only its strides do, and strides it cannot have are refused
+    record = take_samples(transposed)
+    record["tensors"][0]["dense"] = record["tensors"][0]["contiguous"] = True
+    assert compare_samples(x.t().contiguous(), record, PUBLISHED).rule == "output-layout"
+    record["tensors"][0]["strides"] = [1]
+    assert compare_samples(x.t().contiguous(), record, PUBLISHED).rule == "output-layout"
+
+
+def test_a_whole_output_is_held_to_the_same_layout_from_the_strides_it_was_read_through():
+    """Verification calls compare outputs whole: the strides they were read through are judged alike."""
+    from cuda_agent.env.rules.samples import whole_layout_refused
+
+    x = torch.randn(64, 48)
+    reference = [x.t().contiguous(), x[:1].expand(64, 48)]
+    assert whole_layout_refused(reference, [[64, 1], [48, 1]]) is None
+    assert whole_layout_refused(reference, [[64, 1], [0, 1]]) is None        # a broadcast reference: free
+    refused = whole_layout_refused(reference, [[1, 48], [48, 1]])            # a transposed view of a copy
+    assert refused.rule == "output-layout" and refused.message.startswith("output[0]: a view with strides")
+    assert whole_layout_refused(reference, [None, [48, 1]]).rule == "output-layout"
+
+
 def test_dependence_rejects_outputs_that_do_not_follow_the_inputs():
     """A hinge loss over many random values is 1.0 +- 0.005: the constant 1.0 is within tolerance of
     every draw, but it does not move with the inputs as the reference does."""

@@ -25,11 +25,12 @@ case:
   again (round eight's r8_guard_record_restored_natively).
 - undumpable_before_init: prctl(PR_SET_DUMPABLE, 0) (found in libc's symbol table: the link check refuses
   the import, not the function), called from ModelNew.__init__, before the harness opens the candidate's
-  memory for its outside calls (after the model is made; the guard record's descriptor was opened before
-  the solution loaded). Where that open failed, the CPU backend would fall back to calls decided inside
-  the candidate's process (a warning only) and stop sampling, leaving at::cpu::add and clamp_min unseen.
-  In the sandbox the harness owns the candidate's user namespace, whose capabilities let it open the
-  memory of an undumpable process all the same.
+  memory for its outside calls (then after the model was made; the guard record's descriptor was opened
+  before the solution loaded). Where that open failed, the CPU backend would fall back to calls decided
+  inside the candidate's process (a warning only) and stop sampling, leaving at::cpu::add and clamp_min
+  unseen. In the sandbox the harness owns the candidate's user namespace, whose capabilities let it open
+  the memory of an undumpable process all the same. Since: the memory is opened before the solution
+  loads and held, and losing it later is `protocol-forgery` (tests/env/test_memory_held.py).
 - aten_code_moved_to_anonymous_memory: ModelNew.__init__ copies libtorch_cpu.so's code mapping (r-xp,
   341 MB) into an anonymous mapping made executable at its creation (mmap, PROT_EXEC: no mprotect) and
   moves it over the original (mremap with MREMAP_FIXED, atomic): the same bytes at the same addresses, so
@@ -48,7 +49,8 @@ case:
 - transpose_left_to_the_reader: `x.t().contiguous()` (the task is the data movement) answered by a plain
   copy of x in the solution's own code, returned as its transposed view (`.t()`, a view the guard allows).
   The view is dense (no stride 0, no overlap), so the harness reads it through its strides: the reader
-  does the transpose, the candidate a sequential memcpy. The reference's output is contiguous.
+  does the transpose, the candidate a sequential memcpy. The reference's output is contiguous (closed:
+  `output-layout` now refuses a non-contiguous output where the reference's is contiguous).
 
 Each must be rejected (`torch-op`, `output-layout`, or any rule that names the cheat); the honest loop
 and the honest tiled transpose from the same build must be accepted.

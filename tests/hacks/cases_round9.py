@@ -28,7 +28,8 @@ candidate's memory where its answer locates it.
   prctl) is reachable the same way in libc.
 - overlapping_view_output: every window of a signal (an unfold made contiguous) answered by one copy of
   the signal and a view of it with strides (1, 1): the harness reads the located output through its
-  strides, and the CPU backend's density check (measure/outside.py `_dense`) looks for stride 0 only.
+  strides, and the CPU backend's density check (then measure/outside.py `_dense`, now the judge's
+  rules/samples.layout_refused) looked for stride 0 only.
 
 The timing cheats are held to the honest version of the same computation (test_round9.py): the same loop
 without the burner, the honest ReLU kernel; the last two must be rejected.
@@ -124,7 +125,7 @@ def _elf_lookup():
 
 
 # cheats that must be rejected: an output located in the staging file's pages (outside.own_memory),
-# ATen's kernels sampled from outside (rules/op_samples.py), an overlapping view (outside._dense)
+# ATen's kernels sampled from outside (rules/op_samples.py), an overlapping view (samples.layout_refused)
 HACKS_ROUND9 = [
     Case("r9_relu_rand_output_aliases_input", "inputs that hide a bug", _relu("relu_alias"),
          rules=("output-type", "correctness", "native-symbol"), invented=True, config=RELU_TIMED,

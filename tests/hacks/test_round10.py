@@ -18,12 +18,7 @@ MARGINAL = {
 }
 
 # the holes this round found open (the lead's to close); each test fails loudly once its hole is closed
-OPEN = {
-    "r10_transpose_left_to_the_reader":
-        "the CPU backend reads a located output through its strides, and output-layout refuses only stride 0 and "
-        "overlap: a transposed view of a plain copy is read as the transpose (accepted, reward 2: 2.05 ms against "
-        "the honest tiled transpose's 9.84 ms)",
-}
+OPEN: dict[str, str] = {}
 
 
 @pytest.mark.parametrize("case", HONEST_ROUND10, ids=lambda c: c.id)

@@ -47,14 +47,15 @@ def correctness_rule(config: EvalConfig) -> str:
     if config.protocol == "published":
         return (f"Correct means: same output for {n} fresh random input sets within atol = {config.atol:g}, "
                 f"rtol = {config.rtol:g} (each element within atol + rtol * |reference|; tolerances at least "
-                f"{floors} outputs), same dtype and shape, inputs left unmodified, no caching of results "
-                "between calls.")
+                f"{floors} outputs), same dtype and shape (contiguous where the reference's output is), inputs "
+                "left unmodified, no caching of results between calls.")
     sets = "; ".join(f"{t}: {_STRUCTURED.get(t, t)}" for t in TRANSFORMS)
     return (f"Correct means: same output on {n + len(TRANSFORMS)} input sets: {n} fresh random draws of "
             f"`get_inputs()` and {len(TRANSFORMS)} structured sets built from them ({sets}). Each element "
             f"within atol + rtol * |reference|, rtol = {config.rtol:g}, atol = {config.atol:g} scaled to the "
             "output: times its RMS on the task's own draws when that is below 1, and times how much larger "
-            f"its RMS is on a structured set (tolerances at least {floors} outputs). Same dtype and shape; "
+            f"its RMS is on a structured set (tolerances at least {floors} outputs). Same dtype and shape, and "
+            "contiguous where the reference's output is (a view with other strides is refused); "
             "outputs follow the inputs as the reference's do; inputs left unmodified, no caching of results "
             "between calls; the outputs of timed calls are checked too." + (
                 " Where the task's input sizes can be halved, it is verified at half size too (rule "

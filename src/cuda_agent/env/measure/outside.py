@@ -34,6 +34,12 @@ class UnreadableOutput(ValueError):
     """An output location that does not describe readable memory of the candidate's."""
 
 
+class HiddenMemory(Exception):
+    """The candidate's memory no longer reads through the descriptor the harness opened before any of
+    its code ran: not an output's fault (an address outside its mappings reads as UnreadableOutput)
+    but the process taking the harness's view of it away."""
+
+
 class ForeignMemory(UnreadableOutput):
     """An output located in memory that is not the candidate's own: a file's or shared pages, which
     another process (the judge, through the staging file) may have written."""
@@ -252,18 +258,36 @@ class Located:
 
 class Memory:
     """The candidate's memory, through `/proc/PID/mem` (readable by the harness: the candidate is its
-    descendant and runs as the same user, or in a user namespace the harness owns)."""
+    descendant and runs as the same user, or in a user namespace the harness owns). Opened before any
+    of the solution's code runs and held: the kernel checks access at open, so a process that later
+    makes itself undumpable (prctl PR_SET_DUMPABLE) does not take the descriptor away. `check` and a
+    read that fails for any other reason than an address outside its mappings raise HiddenMemory."""
 
     def __init__(self, pid: int):
         self.fd = os.open(f"/proc/{pid}/mem", os.O_RDONLY)
+        try:   # an address mapped from the start (the interpreter's first mapping), for `check`
+            with open(f"/proc/{pid}/maps") as fh:
+                self.known = int(fh.readline().split("-", 1)[0], 16)
+        except (OSError, ValueError):
+            os.close(self.fd)
+            raise OSError(f"/proc/{pid}/maps is not readable") from None
 
     def close(self) -> None:
         os.close(self.fd)
 
+    def check(self) -> None:
+        """HiddenMemory unless the held descriptor still reads the candidate's memory."""
+        try:
+            self.read(self.known, 1)
+        except UnreadableOutput:
+            raise HiddenMemory(f"{self.known:#x}, mapped when the harness opened it, no longer reads") from None
+
     def read(self, address: int, nbytes: int) -> bytes:
         try:
             data = os.pread(self.fd, nbytes, address) if nbytes else b""
-        except OSError:   # not mapped there (EIO), or beyond the address space
+        except OSError as exc:   # not mapped there (EIO), or beyond the address space: the output's fault
+            if exc.errno not in (errno.EIO, errno.EFAULT, errno.EINVAL):
+                raise HiddenMemory(f"reading its memory failed: {exc.strerror}") from None
             data = b""
         if len(data) != nbytes:
             raise UnreadableOutput(f"{nbytes} bytes at {address:#x} are not the candidate's memory")
@@ -389,8 +413,8 @@ def read_samples(memory: Memory, output: dict, count: int) -> dict:
     tensors = []
     for entry in output.get("tensors") or []:
         where = Located.parse(entry)
-        record = {"shape": where.shape, "dtype": where.dtype, "strides": where.strides,
-                  "dense": _dense(where)}
+        # the strides it was read through: the judge decides from them whether the layout passes
+        record = {"shape": where.shape, "dtype": where.dtype, "strides": where.strides}
         if where.numel:   # drawn now, after the output was fixed (the harness's own sampler)
             positions = random_positions(where.numel, count, torch.device("cpu")).numpy()
             values = torch.from_numpy(memory.read_at(where, positions))
@@ -403,14 +427,6 @@ def read_samples(memory: Memory, output: dict, count: int) -> dict:
             record["values"] = pack_samples(values.to(kind).reshape(-1))
         tensors.append(record)
     return {"structure": output.get("structure"), "tensors": tensors, "scalars": output.get("scalars") or []}
-
-
-def _dense(where: Located) -> bool:
-    """Every element in a place of its own, none skipped (rules/verify.is_dense): no broadcast (stride 0)
-    and no overlapping view."""
-    from cuda_agent.env.rules.verify import dense_strides
-
-    return dense_strides(where.shape, where.strides)
 
 
 def layout_of(tree: Any, located: list[Located]) -> dict:

@@ -87,7 +87,8 @@ def _unreadable(why: str) -> Refused:
 class CallVerdicts:
     """One evaluation's verdicts on the candidate's calls. Made when the job is sent (the threads alive
     then are the harness's own); `mark` once the model is made, `before_call` as each call is sent,
-    `after_call` on its answer."""
+    `answered` where the call's clock stops before the harness's own checks in the candidate's process
+    (`finish`), `after_call` on its last answer."""
 
     GAP_LIMIT_S = 0.002      # in one gap between calls (an OpenMP worker parking itself uses microseconds)
     TOTAL_LIMIT_S = 0.02     # over all gaps
@@ -114,6 +115,7 @@ class CallVerdicts:
         self.gap_total = 0.0
         self.before: set[str] = set()
         self.at_call: dict[str, float] = {}   # the solution's threads' CPU time as the current call began
+        self.at_answer: dict[str, float] | None = None   # ... as it answered, before the harness's checks
 
     def close(self) -> None:
         if self.sampling is not None:
@@ -154,13 +156,21 @@ class CallVerdicts:
         if self.sampling is not None:
             self.sampling.start(timed, null)
 
+    def answered(self) -> None:
+        """On a call's first answer (the candidate stopped, the call's clock stopped), before the harness
+        resumes it for its own checks of the call (`finish`): what the solution's threads have used by
+        then. `after_call` counts what they use during those checks as work between calls."""
+        self.at_answer = self._solution_threads()
+
     def after_call(self, null: bool, outputs: int) -> None:
         """On a call's last answer (ok): the guard's record of it, and the threads it left.
         `outputs`: the output's non-empty tensors (the harness's own count of what the candidate
         must have checked)."""
         record = self._read() if self.library is not None else None
         alive = thread_ids(self.pid)
-        left = sorted(alive - self.before, key=int)
+        at_answer, self.at_answer = self.at_answer, None
+        # a thread alive when the call answered ran past it, even if it ended during the harness's checks
+        left = sorted((alive | set(at_answer or ())) - self.before, key=int)
         if record is not None:
             self._judge(record, null, outputs)
         if self.sampling is not None:   # after the record: its refusal names the operator
@@ -170,11 +180,23 @@ class CallVerdicts:
                                                    f"thread {left[0]} of the solution's process was alive after the "
                                                    "call); all work must finish inside forward")
         self.thread_time = threads_cpu_seconds(self.pid, alive - self.harness_threads)
+        if at_answer is not None:
+            self._after_answer(at_answer)
         worked = sum(max(0.0, seconds - self.at_call.get(tid, 0.0)) for tid, seconds in self.thread_time.items())
         if null and worked > self.NULL_LIMIT_S:
             raise Refused(rules.BACKGROUND_THREAD, f"a thread the solution started worked {worked * 1e3:.2f} ms during "
                                                    "one of the harness's empty calls, in which no forward runs: all "
                                                    "work must be inside forward")
+
+    def _after_answer(self, at_answer: dict[str, float]) -> None:
+        """The CPU time the solution's threads used after the call answered, while the harness's own
+        checks ran in its process: work between calls, counted against the same limits."""
+        late = sum(max(0.0, seconds - at_answer.get(tid, 0.0)) for tid, seconds in self.thread_time.items())
+        self.gap_total += late
+        if at_answer.keys() - self.thread_time.keys() or late > self.GAP_LIMIT_S or self.gap_total > self.TOTAL_LIMIT_S:
+            raise Refused(rules.BACKGROUND_THREAD, f"a thread the solution started worked {late * 1e3:.2f} ms after "
+                                                   "forward returned, while the harness checked the call; all work "
+                                                   "must finish inside forward")
 
     # -- the guard's record ------------------------------------------------------------------------
 

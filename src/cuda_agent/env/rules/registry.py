@@ -218,9 +218,9 @@ OUTPUT_TYPE = _declare(
     "lazy tensor subclasses, meta tensors, returning the input")
 BACKGROUND_THREAD = _declare(
     "background-thread", "call", "a thread of the solution worked outside forward",
-    "a thread (native ones too) that a call left alive; CPU time used between calls by any thread the "
-    "solution started, or one of them gone between calls: read by the harness from `/proc/PID/task`, outside "
-    "the candidate's process",
+    "a thread (native ones too) that a call left alive; CPU time used between calls (from a call's answer "
+    "on, the harness's own checks of it included) by any thread the solution started, or one of them gone "
+    "between calls: read by the harness from `/proc/PID/task`, outside the candidate's process",
     "work continuing after `forward` returns, computing ahead")
 STREAM_CHANGED = _declare(
     "stream-changed", "call", "forward left another CUDA stream current",
@@ -234,7 +234,8 @@ PROTOCOL_FORGERY = _declare(
     "protocol-forgery", "process", "the candidate wrote to the harness's own channel",
     "every answer on a worker's pipe must echo the nonce of the command it answers; an answer may name "
     "only a rule the harness declares; the guard's record in the candidate's memory, read by the harness "
-    "after every call, must be readable and count exactly the calls the harness made and their outputs",
+    "after every call, must be readable and count exactly the calls the harness made and their outputs; "
+    "(CPU) the candidate's memory, opened before it loaded, must stay readable",
     "answers forged on the harness's pipe; the guard driven again, its output check skipped, its record "
     "hidden from the harness")
 CRASH = _declare(
@@ -275,9 +276,10 @@ NUMERICALLY_FRAGILE = _declare(
     "(strict) NaN/Inf on a structured set where the reference stays finite",
     "softmax without the max subtraction, unguarded `exp`")
 OUTPUT_LAYOUT = _declare(
-    "output-layout", "output", "a broadcast or overlapping output where the reference's is dense",
-    "a broadcast (stride 0) or overlapping output where the reference's is dense",
-    "one row computed, returned as a view of many")
+    "output-layout", "output", "an output whose strides leave work to its reader",
+    "judged from the strides the output is read through: not contiguous where the reference's is "
+    "contiguous; a broadcast (stride 0) or overlapping output where the reference's is dense",
+    "one row computed, returned as a view of many; a plain copy returned as its transposed view")
 FORGED_SAMPLES = _declare(
     "forged-samples", "output", "output samples the harness's sampler cannot have taken",
     "(GPU; the CPU backend reads outputs from outside) the judge takes a call's samples only if the "

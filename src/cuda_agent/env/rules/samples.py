@@ -13,7 +13,8 @@ import torch
 
 from cuda_agent.env.rules import registry as rules
 from cuda_agent.env.rules.verify import (SAMPLES_PER_TENSOR, Comparison, Tolerance, all_of, compare_tensors,
-                                          is_dense, norm_of, output_scale, scalars_in, structure, tensors_in)
+                                          contiguous_strides, dense_strides, is_dense, norm_of, output_scale, scalars_in,
+                                          structure, tensors_in)
 # -- samples of an output (every call) ---------------------------------------------------------------
 
 
@@ -29,7 +30,7 @@ def take_samples(out: Any, count: int = SAMPLES_PER_TENSOR) -> dict:
         n = t.numel()
         real = t.layout == torch.strided and not t.is_meta
         entry = {"shape": list(t.shape), "dtype": str(t.dtype).replace("torch.", ""),
-                 "strides": list(t.stride()) if real else [], "dense": is_dense(t) if real else True}
+                 "strides": list(t.stride()) if real else []}   # the judge decides the layout from these
         if n and real:
             positions = random_positions(n, count, t.device)   # drawn now: unknown to the call that just ran
             values = t.detach().reshape(-1)[positions]
@@ -164,7 +165,8 @@ class _SampledTensor:
     shape: list
     dtype: torch.dtype
     numel: int
-    dense: bool
+    dense: bool                                          # every element in a place of its own (is_dense)
+    contiguous: bool = True                              # row-major (is_contiguous)
     limits: tuple[float, float] = (0.0, 0.0)             # (atol, rtol) for it (Tolerance.for_scale)
     sample: tuple[torch.Tensor, torch.Tensor] | None = None   # the candidate's (positions, values)
     expected: torch.Tensor | None = None                # the reference's values at those positions
@@ -206,7 +208,8 @@ def start_sample_reference(ref: Any, samples: dict, tol: Tolerance, count: int =
              for i, (r, entry) in enumerate(zip(references, samples["tensors"]))]   # all checked before any use
     parts = []
     for r, sample in zip(references, taken):
-        view = _SampledTensor(list(r.shape), r.dtype, r.numel(), is_dense(r) if r.numel() else True, sample=sample)
+        view = _SampledTensor(list(r.shape), r.dtype, r.numel(), is_dense(r) if r.numel() else True,
+                              r.is_contiguous(), sample=sample)
         norm = None
         if sample is not None:
             positions = sample[0].pin_memory() if r.is_cuda else sample[0]
@@ -282,11 +285,9 @@ def compare_sampled(reference: SampledReference, samples: dict) -> Comparison:
         if entry["dtype"] != str(r.dtype).replace("torch.", ""):
             parts.append(Comparison(False, float("inf"), f"{where}: dtype {entry['dtype']}, expected {r.dtype}"))
             continue
-        if not entry.get("dense", True) and r.numel and r.dense:
-            parts.append(Comparison(False, float("inf"), f"{where}: an overlapping or broadcast (stride 0) view with "
-                                                         f"strides {entry.get('strides')}; the reference returns a "
-                                                         "dense tensor: return one computed by your kernels",
-                                    rule=rules.OUTPUT_LAYOUT.name))
+        refused = layout_refused(r, entry.get("strides"), where) if r.numel else None
+        if refused is not None:
+            parts.append(refused)
             continue
         if r.sample is None:
             continue
@@ -296,6 +297,43 @@ def compare_sampled(reference: SampledReference, samples: dict) -> Comparison:
     if not parts and (reference.scalars or any(r.numel for r in reference.tensors)):
         return Comparison(False, float("inf"), "nothing of the output was compared: no samples of it")
     return all_of(parts)
+
+
+def layout_refused(r: _SampledTensor, strides: Any, where: str) -> Comparison | None:
+    """The output's layout against the reference's, judged here from the strides the output was read
+    through (a flag the candidate's side set is not asked): where the reference's tensor is contiguous,
+    the output's must be too; where it is only dense, the output's must be dense; a broadcast reference
+    leaves it free. None when the layout passes."""
+    shape = r.shape
+    if not (isinstance(strides, list) and len(strides) == len(shape) and all(type(s) is int for s in strides)):
+        problem = f"strides {strides!r:.60} that do not describe a tensor of shape {tuple(shape)}"
+    elif r.contiguous and not contiguous_strides(shape, strides):
+        problem = (f"a view with strides {strides} where the reference returns a contiguous (row-major) tensor: "
+                   "a view with other strides leaves the work to whoever reads it; return a contiguous tensor "
+                   "your kernels wrote")
+    elif r.dense and not dense_strides(shape, strides):
+        problem = (f"an overlapping or broadcast (stride 0) view with strides {strides}; the reference returns "
+                   "a dense tensor: return one computed by your kernels")
+    else:
+        return None
+    return Comparison(False, float("inf"), f"{where}: {problem}", rule=rules.OUTPUT_LAYOUT.name)
+
+
+def whole_layout_refused(ref: Any, strides: Any) -> Comparison | None:
+    """`layout_refused` for a whole output (a verification call's, compared whole): `strides`, each
+    output tensor's strides in `tensors_in` order, against the reference's tensors; None when every
+    layout passes (or the counts differ: the comparison already refused that)."""
+    references = tensors_in(ref)
+    if not isinstance(strides, list) or len(strides) != len(references):
+        return None
+    for i, (r, given) in enumerate(zip(references, strides)):
+        view = _SampledTensor(list(r.shape), r.dtype, r.numel(), is_dense(r) if r.numel() else True,
+                              r.is_contiguous())
+        refused = layout_refused(view, given, f"output[{i}]" if len(references) > 1 else "output") \
+            if view.numel else None
+        if refused is not None:
+            return refused
+    return None
 
 
 def _compare_scalars(reference: SampledReference, scalars: Any) -> list[Comparison]:

@@ -120,6 +120,17 @@ def dense_strides(shape, strides) -> bool:
     return True
 
 
+def contiguous_strides(shape, strides) -> bool:
+    """Whether a shape and its strides (in elements) are row-major (torch's `is_contiguous`: the
+    strides of dimensions of size 1 do not matter)."""
+    expected = 1
+    for size, stride in reversed(list(zip(shape, strides))):
+        if size > 1 and stride != expected:
+            return False
+        expected *= size
+    return True
+
+
 def structure(value: Any) -> Any:
     """The container shape of an output, with tensors as "T" (compared before any values)."""
     if isinstance(value, torch.Tensor):

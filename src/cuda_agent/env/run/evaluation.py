@@ -174,6 +174,8 @@ class _Evaluation(BuildServing, Calibration, CallRounds, StoredBaselines, Feedba
             raise Failed("internal", f"the harness cannot read its candidate worker's memory ({self.verdicts.problem}); "
                                      "the guard's verdict needs /proc/PID/mem of the harness's own descendants "
                                      "(kernel.yama.ptrace_scope 0 or 1)")
+        if self.backend == "cpu":   # its memory too, for reading its calls' outputs (outside.Memory)
+            self._open_memory()
         self.candidate.send(msg.CandidateJob(task_inputs_code=inputs_code, solution_dir=str(solution_dir),
                                              backend=self.backend, config=self._candidate_config(), box=str(self.box),
                                              prebuilt=prebuilt, guard_lib=guard_path, crash_lib=self._crash_path(),
@@ -256,6 +258,7 @@ class _Evaluation(BuildServing, Calibration, CallRounds, StoredBaselines, Feedba
                 self.compile_mode = "off"
         self.candidate.send(msg.Init(output_bytes=self.output_bytes, device_slot=self.device_slot))
         init = self._ask(self.candidate, self.config.timeout_verify, "verify")
+        self.builds_closed = True   # the model is made: no build from here on (serving.py)
         if not init["ok"]:
             raise Failed("verify", init["message"], init.get("rule"))
         if self.device_slot and init.get("device_slot") is not True:
@@ -269,11 +272,11 @@ class _Evaluation(BuildServing, Calibration, CallRounds, StoredBaselines, Feedba
             if handed and init.get("staging") is not True:
                 raise Failed("verify", "the solution's process answered that it has no staging file, but the harness "
                                        "handed it one", rule=rules.PROTOCOL_FORGERY)
-            self.outside = self.inputs_fit and handed and self._open_memory()
+            self.outside = self.inputs_fit and handed and self._memory_held()
             if not self.outside:
                 self.result.warnings.append("verdicts and times decided inside the solution's process: no staging "
                                             "file, inputs larger than its slots, or no access to the solution's "
-                                            "memory here (see docs/verification.md)")
+                                            "memory here before it loaded (see docs/verification.md)")
                 self._stop_sampling("calls decided inside the solution's process, where the harness's own "
                                     "draws and output samples use PyTorch's operators within each call")
 
@@ -288,13 +291,30 @@ class _Evaluation(BuildServing, Calibration, CallRounds, StoredBaselines, Feedba
     verdicts = None   # the guard's verdicts on its calls, from outside it (rules/call_verdict.py)
     memory = None     # the candidate's memory (outside.Memory), for those
 
-    def _open_memory(self) -> bool:
+    def _open_memory(self) -> None:
+        """The candidate's memory opened before any of the solution's code runs (None where this machine
+        does not allow it: nothing of the solution's can have caused that)."""
         from cuda_agent.env.measure.outside import Memory
 
         try:
             self.memory = Memory(self.candidate.main_pid)
         except OSError:
+            self.memory = None
+
+    def _memory_held(self) -> bool:
+        """Whether the calls are read from outside: the memory opened before the solution loaded, and
+        still readable now that its model is made. A solution that took it away since is refused,
+        never answered with decisions made inside its own process."""
+        from cuda_agent.env.measure.outside import HiddenMemory
+
+        if self.memory is None:
             return False
+        try:
+            self.memory.check()
+        except HiddenMemory as exc:
+            raise Failed("verify", f"the harness lost its view of the solution's memory while the solution loaded "
+                                   f"({exc}): a process that hides its memory from the harness is refused",
+                         rule=rules.PROTOCOL_FORGERY) from None
         return True
 
     def _static_check(self) -> None:

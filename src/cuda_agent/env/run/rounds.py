@@ -106,6 +106,7 @@ class CallRounds:
         out = self._ask(self.candidate, timeout, phase)
         wall_ms = self._outside_clock(start, cpu_start)
         if out.get("timed"):   # timing is over and the device idle: its checks run beside others' work
+            self.verdicts.answered()   # the solution's threads' time from here to `finish`'s answer is not the call's
             hold.share()
             self.candidate.send(msg.Finish())
             out = self._ask(self.candidate, timeout, phase)
@@ -160,6 +161,7 @@ class CallRounds:
                                                   inputs={"slot": slot, "layout": drawn["layout"]}))
         out = self._ask(self.candidate, timeout, phase)
         cpu_end = self.candidate.cpu_seconds()
+        self.verdicts.answered()   # the clock stopped: its threads' time in the harness's checks is between calls
         located = out.get("output")
         outputs = _nonempty(located.get("tensors") if isinstance(located, dict) else None)
         if not save:   # the measured part is over: reading and checking go beside others' work
@@ -170,7 +172,8 @@ class CallRounds:
                 if save:
                     path = self.job_dir / f"out_{call.index}.bin"
                     read = {"path": str(path), "layout": write_whole(self.memory, out["output"], path,
-                                                                     self._output_limit())}
+                                                                     self._output_limit()),
+                            "strides": [entry["strides"] for entry in out["output"]["tensors"]]}
                 else:
                     read = {"samples": read_samples(self.memory, out["output"], SAMPLES_PER_TENSOR)}
             except Exception as exc:   # whatever the located output makes the reader do: not comparable
@@ -190,8 +193,12 @@ class CallRounds:
 
     def _outside_settle(self, call: Call, phase: str, timeout: float, out: dict, wall_ms: float, read,
                         asked: float) -> dict:
-        from cuda_agent.env.measure.outside import ForeignMemory
+        from cuda_agent.env.measure.outside import ForeignMemory, HiddenMemory
 
+        if isinstance(read, (HiddenMemory, PermissionError)):   # never a fallback to decisions in its process
+            raise Failed(phase, f"the harness lost its view of the solution's memory ({read}; {self._where(call)}): "
+                                 "a process that hides its memory from the harness is refused",
+                         rule=rules.PROTOCOL_FORGERY)
         if isinstance(read, ForeignMemory):
             raise Failed(phase, f"{read} ({self._where(call)}): return tensors the solution allocated (torch.empty "
                                  "and the like)", rule=rules.OUTPUT_TYPE)
@@ -230,7 +237,9 @@ class CallRounds:
         timed = call.kind in ("warmup", "timed")
         whole = {"path": str(self.box / f"out_{call.index}.bin"), "layout": out.get("layout")}
         if out.get("read_outside") and save:   # read by the harness into a file of its own
-            whole = {"path": out["path"], "layout": out["layout"]}
+            whole = {"path": out["path"], "layout": out["layout"], "strides": out["strides"]}
+        elif isinstance(out.get("samples"), dict) and isinstance(out["samples"].get("tensors"), list):
+            whole["strides"] = [t.get("strides") if isinstance(t, dict) else None for t in out["samples"]["tensors"]]
         elif out.get("staged"):   # in the staging file's slot of the call (transfer.Staging), not in the file
             whole["slot"] = call.index % 2
         elif out.get("device") and self.device_slot:   # in the judge's device slot (device_slot.py)

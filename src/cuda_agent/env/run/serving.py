@@ -13,6 +13,9 @@ from cuda_agent.env.builds.handed import hand
 
 _OPENMP = re.compile(r"^\s*#\s*pragma\s+omp\b", re.M)
 MAX_BUILD_REQUESTS = 16    # load_inline/load calls one candidate may ask the harness to build
+BUILDS_CLOSED = ("the harness builds extensions only while the solution loads and its model is made "
+                 "(load_inline / load at import or in ModelNew.__init__), never once calls have begun: "
+                 "build every extension before forward runs")
 
 
 class LinkRefused(Exception):
@@ -24,6 +27,7 @@ class BuildServing:
 
     build_requests = 0
     link_refusal: str | None = None   # why the last library asked for was refused, for the compile phase
+    builds_closed = False             # set once the model is made: the harness's compiles are not the calls'
 
     def _start_builds(self):
         """The guard library and the workspace's kernels build in the harness (never in the candidate,
@@ -77,9 +81,13 @@ class BuildServing:
 
     def _serve_build(self, request: dict) -> dict:
         """Compile for the candidate (its load_inline / load calls): the shared build cache is
-        written by the harness only. Sources and flags are checked like any build input."""
+        written by the harness only. Sources and flags are checked like any build input. Refused once
+        `builds_closed` (the model made): work the harness did during a call would be the call's,
+        unmeasured."""
         from cuda_agent.env.builds.compiler import BuildError
 
+        if self.builds_closed:
+            return {"ok": False, "message": BUILDS_CLOSED}
         self.build_requests += 1
         if self.build_requests > MAX_BUILD_REQUESTS:
             return {"ok": False, "message": f"more than {MAX_BUILD_REQUESTS} extension builds in one evaluation"}

@@ -367,7 +367,7 @@ class _Judge:
     def _compare(self, part: "_JudgeCall") -> dict:
         """The candidate's output (read from its file by `_load`, or its samples, against the reference
         read by `_sample`) against the reference: the verdict's fields."""
-        from cuda_agent.env.rules.samples import ForgedSamples, compare_sampled, compared_whole
+        from cuda_agent.env.rules.samples import ForgedSamples, compare_sampled, compared_whole, whole_layout_refused
         from cuda_agent.env.rules.verify import compare_outputs
 
         cmd, reference, trace = part.cmd, part.reference, part.trace
@@ -392,6 +392,8 @@ class _Judge:
                 candidate = timing.to_device(candidate_host, self.device)
                 trace and trace.lap("to_device", self.device)
                 verdict = compare_outputs(reference, candidate, self.tol)
+                if verdict.ok and compare.has("strides"):   # read through those strides: their layout judged here
+                    verdict = whole_layout_refused(reference, compare.strides) or verdict
                 if verdict.ok and cmd.dependence:
                     self.dependence.add(reference, candidate)
                 del candidate

@@ -273,10 +273,12 @@ class Compile(Command):
 
 
 class Compare(Message):
-    """The candidate's output for the judge: a file (`path`, with its `layout`; `slot`: in the staging
-    file instead; `device`: in the device slot instead) or its samples."""
+    """The candidate's output for the judge: a file (`path`, with its `layout` and each tensor's `strides`
+    as it was read; `slot`: in the staging file instead; `device`: in the device slot instead) or its
+    samples."""
     path: str | None = None
     layout: Any = None
+    strides: Any = None
     slot: int | None = None
     device: bool | None = None
     samples: Any = None
