@@ -171,7 +171,6 @@ class OpSampling:
         self.unattributed = 0.0                            # seconds in code no library file holds
         self.bearing = _Pool()                             # the calls where samples against made MIN_SHARE
         self.phases = {False: [0.0, 0.0, 0], True: [0.0, 0.0, 0]}   # timed -> [CPU s, unsampled s on ended threads, calls]
-        self.drainer: threading.Thread | None = None
         self.clock0 = 0.0
         self.threads0: dict[str, float] = {}
 
