@@ -140,7 +140,9 @@ class CallVerdicts:
         the last call ended (work kept running after forward returned, or started ahead). `timed`: a
         timed call (sampled more sparsely); `null`: one of the harness's empty calls (sampled as the timed ones
         are: their time is taken off the timed calls')."""
-        usage = self._solution_threads()
+        ids = thread_ids(self.pid)
+        every = threads_cpu_seconds(self.pid, ids)   # read once: the sampling's start needs all of them
+        usage = {tid: seconds for tid, seconds in every.items() if tid not in self.harness_threads}
         gap = sum(max(0.0, seconds - self.thread_time.get(tid, 0.0)) for tid, seconds in usage.items())
         self.gap_total += gap
         # a thread gone since the last call ran after forward returned (to exit, at least), and the CPU
@@ -150,11 +152,11 @@ class CallVerdicts:
             raise Refused(rules.BACKGROUND_THREAD, "a thread the solution started kept working outside forward "
                                                    "(after it returned or before the next call); all work must "
                                                    "finish inside forward")
-        self.before = thread_ids(self.pid)
+        self.before = ids
         self.at_call = usage
         self.calls += 1
         if self.sampling is not None:
-            self.sampling.start(timed, null)
+            self.sampling.start(timed, null, threads=every)
 
     def answered(self) -> None:
         """On a call's first answer (the candidate stopped, the call's clock stopped), before the harness

@@ -181,11 +181,12 @@ class OpSampling:
         for sampler in self.samplers.values():
             sampler.close()
 
-    def start(self, timed: bool = False, null: bool = False) -> None:
+    def start(self, timed: bool = False, null: bool = False, threads: dict[str, float] | None = None) -> None:
         """Samples the call about to be sent; a thread of the harness's empties the buffers while it runs
         (a long call would fill them, and the kernel would drop the rest of its samples). `null`: one of the
         harness's empty calls, sampled as the timed calls are (their time is taken off the timed calls', so
-        the sampling's cost must be the same in both)."""
+        the sampling's cost must be the same in both). `threads`: every thread's CPU time now, where the
+        caller has just read it (the candidate stopped)."""
         self.timed, self.null = timed, null
         # an untimed call starts at the finest period (a short call holds enough samples), then goes on at FINE_NS
         self.used = ([self.samplers[True]] if timed or null
@@ -193,7 +194,7 @@ class OpSampling:
         self.used = [sampler for sampler in self.used if sampler is not None]
         self.drained = {id(sampler): [] for sampler in self.used}
         self.clock0 = cpu_seconds(self.pid) or 0.0
-        self.threads0 = threads_cpu_seconds(self.pid, thread_ids(self.pid))
+        self.threads0 = threads if threads is not None else threads_cpu_seconds(self.pid, thread_ids(self.pid))
         self.used[0].enable()
         self.stopped = threading.Event()
         self.drainer = threading.Thread(target=self._drain_while_running, name="op-samples-drain", daemon=True)
