@@ -95,9 +95,14 @@ def test_the_judge_is_sent_to_the_device_slot_only_when_the_harness_made_one(tmp
                                     (True, {"staged": True, "layout": layout}, "slot"),
                                     (True, {"layout": layout}, "path")]:
         rounds.device_slot = has_slot
-        compare = rounds._judge_request(call, answer)["compare"]
-        assert compare["layout"] == layout and compare["path"] == str(tmp_path / "out_3.bin")
-        assert ("device" in compare) == (where == "device") and ("slot" in compare) == (where == "slot")
+        # a GPU verification call's answer also carries its located output (strides for the layout rule):
+        # where the output lies is decided the same with it
+        located = {"tensors": [{"strides": [1]}]}
+        for answer in (answer, {**answer, "samples": located}):
+            compare = rounds._judge_request(call, answer)["compare"]
+            assert compare["layout"] == layout and compare["path"] == str(tmp_path / "out_3.bin")
+            assert ("device" in compare) == (where == "device") and ("slot" in compare) == (where == "slot")
+            assert compare.get("strides") == ([[1]] if "samples" in answer else None)
 
 
 def test_the_slot_descriptor_reaches_a_candidate_inside_the_sandbox(tmp_path):

@@ -238,12 +238,15 @@ class CallRounds:
         whole = {"path": str(self.box / f"out_{call.index}.bin"), "layout": out.get("layout")}
         if out.get("read_outside") and save:   # read by the harness into a file of its own
             whole = {"path": out["path"], "layout": out["layout"], "strides": out["strides"]}
-        elif isinstance(out.get("samples"), dict) and isinstance(out["samples"].get("tensors"), list):
-            whole["strides"] = [t.get("strides") if isinstance(t, dict) else None for t in out["samples"]["tensors"]]
-        elif out.get("staged"):   # in the staging file's slot of the call (transfer.Staging), not in the file
-            whole["slot"] = call.index % 2
-        elif out.get("device") and self.device_slot:   # in the judge's device slot (device_slot.py)
-            whole["device"] = True
+        else:
+            if isinstance(out.get("samples"), dict) and isinstance(out["samples"].get("tensors"), list):
+                # the strides the candidate's output was located with (output layout, judged by the judge)
+                whole["strides"] = [t.get("strides") if isinstance(t, dict) else None
+                                    for t in out["samples"]["tensors"]]
+            if out.get("staged"):   # in the staging file's slot of the call (transfer.Staging), not in the file
+                whole["slot"] = call.index % 2
+            elif out.get("device") and self.device_slot:   # in the judge's device slot (device_slot.py)
+                whole["device"] = True
         return dict(index=call.index, seed=call.seed, transform=call.transform, time=timed,
                     compile=timed and self.compile_mode == "paired",
                     compare=whole if save else {"samples": out["samples"]},
