@@ -325,6 +325,7 @@ def test_cpu_outputs_are_read_from_outside_or_in_process_when_the_inputs_do_not_
     back to the in-process path (the candidate draws them, and its outputs go through the box's
     file), with the same verdicts and a warning. (The trace of the first also says how its workers
     started.)"""
+    from cuda_agent.env.run import evaluation
     from cuda_agent.env.workers import transfer
 
     monkeypatch.setenv("CUDA_AGENT_TRACE_CALLS", "1")   # the harness's steps in phase_seconds
@@ -346,6 +347,15 @@ def test_cpu_outputs_are_read_from_outside_or_in_process_when_the_inputs_do_not_
     # the outside sampling judges only calls decided from outside (rules/op_samples.py)
     assert "symbols" in outside.cpu_samples or "unavailable" in outside.cpu_samples
     assert "decided inside the solution's process" in filed.cpu_samples["unavailable"]
+    # in-process with outputs that fit a slot (the GPU's path): the verification outputs are staged
+    # there, never written to the box's file, and the judge is sent to the slot
+    monkeypatch.setattr(transfer, "STAGING_SLOT_BYTES", 1 << 30)
+    monkeypatch.setattr(evaluation._Evaluation, "_memory_held", lambda self: False)
+    staged = evaluate(example_task(), cpu_workspace(), config)
+    assert staged.correct, staged.error
+    assert "trace.verify.write" not in staged.phase_seconds
+    assert any("inside the solution's process" in w for w in staged.warnings)
+    monkeypatch.undo()
     no_relu = kernel(HONEST_BODY.replace("v > 0.f ? v : 0.f", "v"))
     monkeypatch.setattr(transfer, "STAGING_SLOT_BYTES", 1 << 30)
     wrong = evaluate(example_task(), cpu_workspace(no_relu), config)
