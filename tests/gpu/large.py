@@ -85,7 +85,10 @@ def describe(result, wall_s: float, watch: MemoryWatch | None = None) -> str:
     """Where an evaluation's time went, its verdict and warnings, and the GPU memory it peaked at."""
     phases = " ".join(f"{k}={v:.2f}" for k, v in sorted(result.phase_seconds.items()) if not k.startswith("trace."))
     traced = sorted(((v, k) for k, v in result.phase_seconds.items() if k.startswith("trace.")), reverse=True)[:12]
-    error = f"{result.error.phase}/{result.error.rule}: {result.error.message[:600]}" if result.error else "none"
+    message = result.error.message if result.error else ""
+    if len(message) > 1200:   # a traceback: its first lines and its last (the exception itself)
+        message = message[:400] + "\n  [...]\n" + message[-800:]
+    error = f"{result.error.phase}/{result.error.rule}: {message}" if result.error else "none"
     peak = f"{watch.peak_mib} MiB ({watch.samples} samples)" if watch and watch.peak_mib is not None else "unknown"
     return (f"wall {wall_s:.1f} s | correct {result.correct} | error {error} | kernel {result.kernel_ms} ms | "
             f"eager {result.eager_ms} ms | reward {result.reward} | device {result.device}\n"
