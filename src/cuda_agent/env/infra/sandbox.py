@@ -63,6 +63,11 @@ def sandbox_available() -> tuple[bool, str]:
     return path is not None, why
 
 
+def user_namespaces_work() -> bool:
+    """Whether the sandbox gets a user namespace of its own here (what the candidate zygote needs)."""
+    return _bwrap_status()[1]
+
+
 def sandbox_prefix(config, box: Path) -> list[str] | None:
     """The command prefix that runs a worker inside the sandbox, or None when sandboxing is off."""
     if config.sandbox == "none":
