@@ -213,7 +213,7 @@ def start_worker(role: str, job_dir: Path, backend: str, gpu: int | None,
 
             proc = fork_worker(role, env, cwd, write_fd, log.fileno(), staging_fd, device=gpu)
         elif role == "candidate" and wrap and os.environ.get("CUDA_AGENT_CANDIDATE_ZYGOTE") == "1":
-            proc = _from_zygote(plain_wrap, env, box, write_fd, log, backend, gpu, staging_fd, notes)
+            proc = _from_zygote(plain_wrap, program, env, box, write_fd, log, backend, gpu, staging_fd, notes)
         if proc is None:
             cmd = [*(wrap or []), sys.executable, "-m", "cuda_agent.env.workers", role]
             passed = (*keep, staging_fd) if staging_fd is not None else tuple(keep)
@@ -227,14 +227,14 @@ def start_worker(role: str, job_dir: Path, backend: str, gpu: int | None,
                   notes=notes)
 
 
-def _from_zygote(wrap: list[str], env: dict, box: Path, protocol_fd: int, log, backend: str, gpu: int | None,
+def _from_zygote(wrap: list[str], program: bytes | None, env: dict, box: Path, protocol_fd: int, log, backend: str, gpu: int | None,
                  staging_fd: int | None, notes: list[str]):
     """A candidate forked from the sandboxed zygote (zygote.py), or None (with the reason in `notes`):
     then it starts afresh."""
     from cuda_agent.env.infra.zygote import ZygoteUnavailable, fork_candidate
 
     try:
-        return fork_candidate(wrap, env, box, protocol_fd, log.fileno(), backend, gpu, staging_fd)
+        return fork_candidate(wrap, program, env, box, protocol_fd, log.fileno(), backend, gpu, staging_fd)
     except (ZygoteUnavailable, OSError) as exc:
         log.flush()
         log.seek(0)

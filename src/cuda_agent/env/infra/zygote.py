@@ -173,9 +173,7 @@ def _candidate(request: dict, fds: list[int]) -> None:
     staging_fd = rest[0] if rest else None
     try:
         from cuda_agent.env.infra.forkserver import _become_worker
-        from cuda_agent.env.infra.sandbox import seccomp_program
-
-        program = seccomp_program(no_processes=request["backend"] == "cpu")
+        program = bytes.fromhex(request["seccomp"]) if request["seccomp"] else None
         os.dup2(log_fd, 2)   # a failed set-up says why in the job's log
         _prctl(_PR_SET_DUMPABLE, 1)   # (the zygote's 0 is inherited) its /proc/self is its own: the harness reads it
         _private_mounts(request)
@@ -358,10 +356,11 @@ _zygotes: dict = {}
 _zygotes_lock = threading.Lock()
 
 
-def fork_candidate(wrap: list[str], env: dict, box, protocol_fd: int, log_fd: int, backend: str,
-                   gpu: int | None, staging_fd: int | None = None):
+def fork_candidate(wrap: list[str], program: bytes | None, env: dict, box, protocol_fd: int, log_fd: int,
+                   backend: str, gpu: int | None, staging_fd: int | None = None):
     """A candidate forked from the zygote of (backend, gpu, sandbox), started on first use with
-    `env`; a forkserver.ForkedProcess whose pid is the candidate's. Raises ZygoteUnavailable."""
+    `env`, under the seccomp filter `program` (what bubblewrap would have installed); a
+    forkserver.ForkedProcess whose pid is the candidate's. Raises ZygoteUnavailable."""
     box = str(box)
     prefix, plan, libs = _split(wrap, box)
     job = os.path.dirname(box)
@@ -373,8 +372,8 @@ def fork_candidate(wrap: list[str], env: dict, box, protocol_fd: int, log_fd: in
         zygote = _zygotes.get(key)
         if zygote is None or zygote.proc.poll() is not None:
             zygote = _zygotes[key] = _Zygote(prefix, env)
-    request = {"role": "candidate", "env": env, "cwd": box, "backend": backend, "plan": plan,
-               "box": box, "libs": libs, "job": os.path.basename(job)}
+    request = {"role": "candidate", "env": env, "cwd": box, "plan": plan,
+               "seccomp": program.hex() if program else None, "box": box, "libs": libs, "job": os.path.basename(job)}
     return zygote.fork(request, protocol_fd, log_fd, staging_fd)
 
 
