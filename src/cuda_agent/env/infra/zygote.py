@@ -206,6 +206,8 @@ def _private_mounts(request: dict) -> None:
     for name in _PROC_COVERS:
         if os.path.exists(f"/proc/{name}"):
             _read_only(f"/proc/{name}")
+    if os.path.isdir("/dev/pts"):   # terminals of its own (bubblewrap's instance is shared by every child)
+        _mount("devpts", "/dev/pts", "devpts", _NOSUID | _NOEXEC, "newinstance,ptmxmode=0666,mode=620")
     sources = {path: os.open(path, os.O_PATH) for kind, path in request["plan"] if kind == "ro-bind"}
     try:
         for kind, path in request["plan"]:
