@@ -252,3 +252,28 @@ def test_without_a_user_namespace_the_candidate_starts_afresh_and_says_why(cache
         sandbox._bwrap_status.cache_clear()
     assert result.correct, result.error
     assert any("no user namespace" in w and "started afresh" in w for w in zygote_warnings(result)), result.warnings
+
+
+def test_a_zygote_that_cannot_start_is_not_tried_again_and_the_candidate_starts_afresh(cache_dir, monkeypatch):
+    split = zygote._split
+    monkeypatch.setattr(zygote, "_split", lambda wrap, box: (lambda p, plan, libs: (
+        [*p, "--no-such-option"], plan, libs))(*split(wrap, box)))
+    monkeypatch.setattr(zygote, "_broken", {})
+    started = []
+    init = zygote._Zygote.__init__
+    monkeypatch.setattr(zygote._Zygote, "__init__", lambda self, *a: (started.append(1), init(self, *a))[1])
+    results = [evaluate(example_task(), cpu_workspace(), config(cache_dir)) for _ in range(2)]
+    for result in results:
+        assert result.correct, result.error
+        said = zygote_warnings(result)
+        assert len(said) == 1 and "the zygote stopped" in said[0] and "no-such-option" in said[0], said
+    assert len(started) == 1
+
+
+def test_a_child_that_cannot_set_its_sandbox_up_runs_nothing_and_the_candidate_starts_afresh(cache_dir, monkeypatch):
+    monkeypatch.setattr(zygote, "ZYGOTE_ALLOWED", frozenset())   # the zygote's filter refuses mount and unshare
+    monkeypatch.setattr(zygote, "_zygotes", {})
+    result = evaluate(example_task(), cpu_workspace(), config(cache_dir))
+    assert result.correct, result.error
+    said = zygote_warnings(result)
+    assert len(said) == 1 and "could not be set up" in said[0] and "Operation not permitted" in said[0], said

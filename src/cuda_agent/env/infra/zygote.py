@@ -18,10 +18,13 @@ handed, says hello over a unix socket (the kernel hands the harness its pid as t
 SCM_CREDENTIALS), sets no_new_privs and installs the candidate's seccomp filter (`seccomp_program`,
 stacked on the zygote's), and then is the candidate worker.
 
+The zygote sees every job folder of the harness's job root (bound at JOBS); a child binds its own
+job's `box` and `libs` from there and unmounts JOBS before it runs anything of the candidate's.
+
 A request is one message on a socketpair shared only with the harness: JSON (environment, folder,
-backend, mount plan, box and libs paths) and the descriptors: the worker's stdin, protocol pipe and
-log, the write end of a status pipe (the keeper's exit status is written there, as forkserver.py
-does), the hello socket, the box and libs folders (O_PATH), and the staging file when there is one.
+the mount plan, the job's name and its box and libs paths, the seccomp program) and the descriptors:
+the worker's stdin, protocol pipe and log, the write end of a status pipe (the keeper's exit status is
+written there, as forkserver.py does), the hello socket, and the staging file when there is one.
 """
 
 from __future__ import annotations
@@ -58,6 +61,10 @@ SANDBOX_UID = 65534
 
 
 class ZygoteUnavailable(RuntimeError):
+    pass
+
+
+class ZygoteStopped(ZygoteUnavailable):
     pass
 
 
@@ -307,6 +314,10 @@ class _Zygote:
         self.lock = threading.Lock()
 
     def why_dead(self) -> str:
+        try:
+            self.proc.wait(5)   # what bubblewrap or Python said before it ended
+        except subprocess.TimeoutExpired:
+            pass
         self.errors.seek(0)
         return self.errors.read()[-500:].decode(errors="replace").strip() or "no output"
 
@@ -320,16 +331,19 @@ class _Zygote:
         try:
             try:
                 with self.lock:
-                    socket.send_fds(self.sock, [json.dumps(request).encode()],
-                                    [stdin_read, protocol_fd, log_fd, status_write, hello_theirs.fileno(),
-                                     *([staging_fd] if staging_fd is not None else [])])
-                    answer = self.sock.recv(64)
+                    try:
+                        socket.send_fds(self.sock, [json.dumps(request).encode()],
+                                        [stdin_read, protocol_fd, log_fd, status_write, hello_theirs.fileno(),
+                                         *([staging_fd] if staging_fd is not None else [])])
+                        answer = self.sock.recv(64)
+                    except OSError:   # (a reset or a broken pipe) it ended
+                        answer = b""
             finally:
                 os.close(stdin_read)
                 os.close(status_write)
                 hello_theirs.close()
             if not answer:
-                raise ZygoteUnavailable(f"the zygote stopped: {self.why_dead()}")
+                raise ZygoteStopped(f"the zygote stopped: {self.why_dead()}")
             pid = _hello_pid(hello)
             if pid is None:
                 raise ZygoteUnavailable("the candidate's sandbox could not be set up (its log says why)")
@@ -355,6 +369,7 @@ def _hello_pid(hello: socket.socket) -> int | None:
 
 
 _zygotes: dict = {}
+_broken: dict = {}   # key -> why its zygote died before its first child
 _zygotes_lock = threading.Lock()
 
 
@@ -371,12 +386,20 @@ def fork_candidate(wrap: list[str], program: bytes | None, env: dict, box, proto
     prefix += ["--bind", os.path.dirname(job), JOBS]   # every job's folder, for its children to pick theirs
     key = (backend, gpu, tuple(prefix))
     with _zygotes_lock:
+        if key in _broken:   # one that could not start once will not start here: no second try
+            raise ZygoteUnavailable(_broken[key])
         zygote = _zygotes.get(key)
-        if zygote is None or zygote.proc.poll() is not None:
+        fresh = zygote is None or zygote.proc.poll() is not None
+        if fresh:
             zygote = _zygotes[key] = _Zygote(prefix, env)
     request = {"role": "candidate", "env": env, "cwd": box, "plan": plan,
                "seccomp": program.hex() if program else None, "box": box, "libs": libs, "job": os.path.basename(job)}
-    return zygote.fork(request, protocol_fd, log_fd, staging_fd)
+    try:
+        return zygote.fork(request, protocol_fd, log_fd, staging_fd)
+    except ZygoteStopped as exc:
+        if fresh:
+            _broken[key] = str(exc)
+        raise
 
 
 if __name__ == "__main__":
