@@ -83,14 +83,16 @@ def _serve(sock: socket.socket) -> None:
         sock.sendall(f"{pid}\n".encode())
 
 
-def _become_worker(request: dict, sock: socket.socket, stdin_fd: int, protocol_fd: int, log_fd: int,
-                   server_fds: list[int], staging_fd: int | None = None) -> None:
-    """In the forked child: what `python -m cuda_agent.env.workers ROLE` would be. Never returns."""
+def _become_worker(request: dict, sock: socket.socket | None, stdin_fd: int, protocol_fd: int, log_fd: int,
+                   server_fds: list[int], staging_fd: int | None = None, last=None) -> None:
+    """In the forked child: what `python -m cuda_agent.env.workers ROLE` would be. Never returns.
+    `last`: called just before the worker's main (the candidate zygote's seccomp filter)."""
     try:
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGCHLD])
         os.setsid()
-        sock.close()
+        if sock is not None:
+            sock.close()
         for fd in server_fds:   # the status pipes are the server's (and the harness's) alone
             os.close(fd)
         os.dup2(stdin_fd, 0)
@@ -111,6 +113,8 @@ def _become_worker(request: dict, sock: socket.socket, stdin_fd: int, protocol_f
         import random
 
         random.seed()   # not the server's state, shared by every fork
+        if last is not None:
+            last()
         from cuda_agent.env.workers.main import main as worker_main
 
         worker_main()

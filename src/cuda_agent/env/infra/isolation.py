@@ -44,6 +44,7 @@ class Worker:
     startup: dict[str, float] = field(default_factory=dict)
     stopped: bool = False                              # SIGSTOPped between commands (`stop`)
     has_staging: bool = False                          # handed the pair's staging file (the harness's own fact)
+    notes: list[str] = field(default_factory=list)     # for the result's warnings (how it was started)
 
     def log_tail(self, limit: int = 2000) -> str:
         try:
@@ -163,6 +164,7 @@ def start_worker(role: str, job_dir: Path, backend: str, gpu: int | None,
 
     read_fd, write_fd = os.pipe()
     keep = [write_fd]
+    plain_wrap = wrap   # (without the filter: the zygote installs the same program itself)
     program = seccomp_program(no_processes=backend == "cpu") if wrap else None   # sandbox.py says why
     if program is not None:   # bubblewrap reads the filter from a file descriptor it inherits
         filter_fd = os.memfd_create("cuda-agent-seccomp")
@@ -201,15 +203,18 @@ def start_worker(role: str, job_dir: Path, backend: str, gpu: int | None,
     box = box_of(job_dir)
     box.mkdir(parents=True, exist_ok=True)
     log_path = Path(job_dir) / f"{role}.log"
-    log = open(log_path, "wb")
+    log = open(log_path, "w+b")
     cwd = box if role == "candidate" else job_dir
     spawned = time.monotonic()   # before the process exists: a forked judge reaches its main at once
+    notes, proc = [], None
     try:
         if role == "judge" and not wrap and fork_judges():   # no torch import to wait for (forkserver.py)
             from cuda_agent.env.infra.forkserver import fork_worker
 
             proc = fork_worker(role, env, cwd, write_fd, log.fileno(), staging_fd, device=gpu)
-        else:
+        elif role == "candidate" and wrap and os.environ.get("CUDA_AGENT_CANDIDATE_ZYGOTE") == "1":
+            proc = _from_zygote(plain_wrap, program, env, box, write_fd, log, backend, gpu, staging_fd, notes)
+        if proc is None:
             cmd = [*(wrap or []), sys.executable, "-m", "cuda_agent.env.workers", role]
             passed = (*keep, staging_fd) if staging_fd is not None else tuple(keep)
             proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
@@ -218,4 +223,24 @@ def start_worker(role: str, job_dir: Path, backend: str, gpu: int | None,
         for fd in keep:
             os.close(fd)
         log.close()
-    return Worker(role, proc, ParentChannel(proc, read_fd), log_path, spawned, has_staging=staging_fd is not None)
+    return Worker(role, proc, ParentChannel(proc, read_fd), log_path, spawned, has_staging=staging_fd is not None,
+                  notes=notes)
+
+
+def _from_zygote(wrap: list[str], program: bytes | None, env: dict, box: Path, protocol_fd: int, log, backend: str, gpu: int | None,
+                 staging_fd: int | None, notes: list[str]):
+    """A candidate forked from the sandboxed zygote (zygote.py), or None (with the reason in `notes`):
+    then it starts afresh."""
+    from cuda_agent.env.infra.zygote import ZygoteUnavailable, fork_candidate
+
+    try:
+        return fork_candidate(wrap, program, env, box, protocol_fd, log.fileno(), backend, gpu, staging_fd)
+    except (ZygoteUnavailable, OSError) as exc:
+        log.flush()
+        log.seek(0)
+        said = log.read().decode(errors="replace").strip().splitlines()[-1:] if log.readable() else []
+        log.seek(0)
+        log.truncate()
+        notes.append(f"candidate zygote unavailable ({exc}{': ' + said[0] if said else ''}); the candidate "
+                     "was started afresh")
+        return None

@@ -63,6 +63,11 @@ def sandbox_available() -> tuple[bool, str]:
     return path is not None, why
 
 
+def user_namespaces_work() -> bool:
+    """Whether the sandbox gets a user namespace of its own here (what the candidate zygote needs)."""
+    return _bwrap_status()[1]
+
+
 def sandbox_prefix(config, box: Path) -> list[str] | None:
     """The command prefix that runs a worker inside the sandbox, or None when sandboxing is off."""
     if config.sandbox == "none":
@@ -114,9 +119,10 @@ _FORK, _VFORK, _CLONE, _CLONE3 = 57, 58, 56, 435
 _CLONE_THREAD = 0x00010000
 
 
-def seccomp_program(no_processes: bool = False) -> bytes | None:
+def seccomp_program(no_processes: bool = False, allowed: frozenset[str] = frozenset()) -> bytes | None:
     """The filter as the compiled classic-BPF program bubblewrap's --seccomp reads (None off x86-64);
-    `no_processes`: process creation refused too (threads allowed)."""
+    `no_processes`: process creation refused too (threads allowed); `allowed`: calls of the refused
+    list let through (the candidate zygote's own filter, zygote.py)."""
     import platform
     import struct
 
@@ -131,7 +137,8 @@ def seccomp_program(no_processes: bool = False) -> bytes | None:
     if no_processes:
         program += [(jeq, "enosys", "next", _CLONE3), (jeq, "deny", "next", _FORK), (jeq, "deny", "next", _VFORK),
                     (jeq, "clone", "next", _CLONE)]
-    program += [(jeq, "deny", "next", number) for number in sorted(set(_DENIED_SYSCALLS.values()))]
+    denied = {number for name, number in _DENIED_SYSCALLS.items() if name not in allowed}
+    program += [(jeq, "deny", "next", number) for number in sorted(denied)]
     program.append((jeq, "allow", "allow", 0))                    # any other call: allowed
     labels = {"clone": len(program)}                              # (every jump goes forward)
     program += [(ld, None, None, 16),                             # clone's flags: args[0], low half

@@ -145,6 +145,7 @@ class _Evaluation(BuildServing, Calibration, CallRounds, StoredBaselines, Feedba
             with pair_staging() as fd:
                 self.judge = self._start("judge", fd) if need_judge else None
                 self.candidate = self._start("candidate", fd)
+        self.result.warnings += self.candidate.notes   # how it was started, when not as asked (zygote.py)
         if need_judge:   # the judge sets up (the task's model, its first run) while the candidate loads
             self._send_judge_job()
         begun = self._traced("compile.judge_job", begun)
