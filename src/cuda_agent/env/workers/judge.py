@@ -183,7 +183,17 @@ class _Judge:
                     break
         if answers:   # the device lock's wait, for the harness's account of device time
             answers[-1]["lock_wait_s"] = self.lock_wait_s
+        self._drop_unjudged(max((item.index for item in items if item.index is not None), default=-1))
+        if common.TRACE_CALLS:   # what the judge holds between batches (diagnosis: it must not grow)
+            print(f"judge heap drawn={len(self.drawn)} tensors={_live_tensors()}", file=sys.stderr, flush=True)
         return answers
+
+    def _drop_unjudged(self, last: int) -> None:
+        """Drop the inputs drawn for calls up to `last` that were not judged: the harness sends its
+        calls in the schedule's order, so those are calls it never sends (empty calls), or calls after
+        a task error; kept, they would grow the judge's heap call by call."""
+        for index in [index for index in self.drawn if index <= last]:
+            del self.drawn[index]
 
     def _draw_group(self, queue: list[JudgeCall]) -> list["_JudgeCall"]:
         """The next calls of `queue` (taken off it), drawn under one shared hold: until GROUP_BYTES of
@@ -240,6 +250,7 @@ class _Judge:
             part.again = draw_inputs(self.module, part.cmd.seed, self.device, part.transform) if paired else None
             if not part.timed:
                 part.reference = self.model(*part.inputs)
+                part.reached = True
                 self._sample(part)
         except Exception as exc:
             part.fail(exc)
@@ -296,8 +307,12 @@ class _Judge:
             with self._device(shared=False, label="timed") as hold:
                 for part in timed:
                     try:
-                        eager = self._timed("eager", self.model, part.inputs)
-                        part.extra["eager_ms"], part.extra["eager_host_ms"], part.reference = eager
+                        # unpacked at once: a name kept for the result would hold its output into the next run
+                        part.extra["eager_ms"], part.extra["eager_host_ms"], part.reference = \
+                            self._timed("eager", self.model, part.inputs)
+                        part.reached = True
+                        if self.device.type == "cpu":   # read at once and let go (`_release`)
+                            self._release(part)
                         part.extra["timers"] = {"eager": self.timers["eager"].mode}
                         if part.again is not None:
                             part.extra["compile_ms"], part.extra["compile_host_ms"], _ = \
@@ -313,7 +328,7 @@ class _Judge:
                 if hold is not None:
                     hold.share()
                 for part in timed:
-                    if part.answer is None and part.reference is not None:
+                    if part.answer is None and part.reference is not None and part.sampled is None:
                         self._start_sample(part)
             # the reads landed when the hold ended (it waits for the device); a reference with NaN or
             # Inf values needs the device once more for its scale
@@ -332,7 +347,7 @@ class _Judge:
         with self._device(shared=True, label="compare") if whole else nullcontext():
             for part in group:
                 part.inputs = part.again = None
-                if part.answer is None and part.reference is None:   # not reached: after a task error
+                if part.answer is None and not part.reached:   # not reached: after a task error
                     break
                 part.trace and part.trace.lap("reference", self.device)
                 if part.answer is None:
@@ -342,6 +357,15 @@ class _Judge:
                 if "task_error" in part.answer:
                     break
         return answers
+
+    def _release(self, part: "_JudgeCall") -> None:
+        """On the CPU, a timed call's reference read where the candidate sampled it right after its
+        run, and its output freed before the next run: each eager run then writes into the memory the
+        previous one freed, as the candidate's calls do, instead of into fresh pages (a page fault per
+        4 KiB, all inside the timed run) while the batch's outputs pile up."""
+        self._sample(part)
+        if part.compare.has("samples"):
+            part.reference = None
 
     def _timed(self, name: str, model, inputs) -> tuple[float, float | None, object]:
         """One timed run of a reference, held while its forward lets the hold work (hold.Timer): its
@@ -422,6 +446,13 @@ class _Judge:
                 "fp32_relative_error": verdict.fp32_relative_error, "worst": list(verdict.worst)}
 
 
+def _live_tensors() -> int:
+    """The tensors alive in this process, reachable or not yet collected (a slow walk: diagnosis only)."""
+    import gc
+
+    return sum(1 for o in gc.get_objects() if issubclass(type(o), torch.Tensor))   # type(): never a proxy's target
+
+
 GROUP_BYTES = 1 << 30   # the judge's drawn inputs held at once before their reference runs are timed
 
 
@@ -434,6 +465,7 @@ class _JudgeCall:
         self.compare = cmd.compare or Compare()
         self.transform, self.timed = cmd.transform, cmd.time
         self.inputs = self.again = self.reference = None
+        self.reached = False        # the reference ran on its draw (its output may be let go since)
         self.bytes = 0
         self.extra: dict = {}
         self.answer: dict | None = None
