@@ -5,14 +5,18 @@ a steady eager time lets the next evaluation reuse the stored torch.compile base
 from __future__ import annotations
 
 import gc
+import os
 import re
 import shutil
+import subprocess
+import sys
 import weakref
 
 import pytest
 import torch
 
 from cuda_agent.env import evaluate
+from cuda_agent.env.infra.isolation import STEADY_HEAP
 from cuda_agent.env.workers.transfer import build_output, output_layout
 from cuda_agent.tasks.layout import value_layout
 from tests.env.helpers import cpu_config, cpu_workspace, example_task
@@ -62,5 +66,33 @@ def test_judge_holds_no_more_after_many_timed_calls_and_the_next_evaluation_reus
     tensors = [t for _, t in heap]
     settled = tensors[len(tensors) // 3]           # after verification and the first timed batches
     assert max(tensors[len(tensors) // 3:]) <= settled + 4, tensors
+    # the reference's timed runs write into mapped pages: less than one output's pages faulted in over
+    # the later half of the batches (each output of the example is 512 pages)
+    faults = [int(f) for f in re.findall(r"judge batch trace n=\d+ .* minor faults=(\d+)", first.log)]
+    assert len(faults) >= 4 and sum(faults[len(faults) // 2:]) < 512, faults
     second = evaluate(example_task(), cpu_workspace(), config)
     assert second.correct and second.baseline_source == "stored", (second.eager_ms, first.eager_ms)
+
+
+HEAP_SCRIPT = """
+import resource, sys, torch
+from cuda_agent.env.infra.reserve import reserve_heap
+faults = lambda: resource.getrusage(resource.RUSAGE_THREAD).ru_minflt
+if sys.argv[1] == "reserved":
+    reserve_heap(8 << 20)
+before = faults()
+kept = [torch.ones(1 << 21, dtype=torch.uint8) for _ in range(12)]
+print(faults() - before)
+"""
+
+
+@pytest.mark.parametrize("reserved", [True, False])
+def test_a_reserved_heap_maps_the_pages_of_later_tensors(reserved):
+    """Under the CPU workers' heap settings, tensors allocated after `reserve_heap` land in pages already
+    mapped (a few faults for small allocations); without it each of their 4 KiB pages is faulted in."""
+    env = {**os.environ, **STEADY_HEAP, "MALLOC_PERTURB_": "165", "OMP_NUM_THREADS": "1"}
+    out = subprocess.run([sys.executable, "-c", HEAP_SCRIPT, "reserved" if reserved else "plain"], env=env,
+                         capture_output=True, text=True, timeout=120, check=True)
+    faults = int(out.stdout.split()[-1])
+    pages = 12 * (2 << 20) // 4096
+    assert (faults < pages // 20) if reserved else (faults >= pages // 2), faults

@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 from cuda_agent.env.infra.locks import DeviceLock
-from cuda_agent.env.infra.reserve import call_bytes, judge_bytes, reserve
+from cuda_agent.env.infra.reserve import call_bytes, judge_bytes, reserve, reserve_heap
 from cuda_agent.env.measure import timing
 from cuda_agent.env.measure.hold import Timer, load_hold
 from cuda_agent.env.rules.verify import tensors_in
@@ -81,7 +81,10 @@ class _Judge:
                        self.box / "reference_init.pt")
         with torch.no_grad(), self._device(shared=True, label="setup"):   # the task runs at all (and is warm)
             # the memory of a batch of timed calls, asked for here and not inside the first one (reserve.py)
-            reserve(self.device, judge_bytes(job.footprint, job.batch, GROUP_BYTES), call_bytes(job.footprint))
+            batch_bytes = judge_bytes(job.footprint, job.batch, GROUP_BYTES)
+            reserve(self.device, batch_bytes, call_bytes(job.footprint))
+            if self.device.type == "cpu":   # its heap's pages, mapped before any timed run
+                reserve_heap(batch_bytes)
             inputs = draw_inputs(self.module, self.cfg.seed, self.device)
             self.input_bytes = staged_bytes(tensors_in(inputs))   # what a call's inputs take in a slot
             first = self.model(*inputs)
@@ -302,7 +305,7 @@ class _Judge:
         from cuda_agent.env.rules.samples import PendingReference
 
         timed = [part for part in group if part.timed and part.answer is None]
-        began, waited = timing._perf_counter(), self.lock_wait_s
+        began, waited, faults = timing._perf_counter(), self.lock_wait_s, _minor_faults()
         if timed:
             with self._device(shared=False, label="timed") as hold:
                 for part in timed:
@@ -340,7 +343,8 @@ class _Judge:
         if common.TRACE_CALLS and timed:
             eager = " ".join(f"{part.extra.get('eager_ms', float('nan')):.4f}" for part in timed)
             print(f"judge batch trace n={len(timed)} held={(timing._perf_counter() - began) * 1e3:.3f} "
-                  f"of which lock wait={(self.lock_wait_s - waited) * 1e3:.3f} eager_ms {eager}",
+                  f"of which lock wait={(self.lock_wait_s - waited) * 1e3:.3f} minor faults={_minor_faults() - faults} "
+                  f"eager_ms {eager}",
                   file=sys.stderr, flush=True)
         answers = []
         whole = any(_whole(part.cmd) for part in group)   # compared on the device
@@ -444,6 +448,13 @@ class _Judge:
         return {"ok": verdict.ok, "max_abs_error": verdict.max_abs_error, "message": verdict.message,
                 "rule": verdict.rule, "nonfinite": verdict.nonfinite,
                 "fp32_relative_error": verdict.fp32_relative_error, "worst": list(verdict.worst)}
+
+
+def _minor_faults() -> int:
+    """This thread's minor page faults so far (fresh pages mapped in: a timed run's hidden cost)."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_THREAD).ru_minflt
 
 
 def _live_tensors() -> int:
