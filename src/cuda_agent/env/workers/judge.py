@@ -305,7 +305,8 @@ class _Judge:
         from cuda_agent.env.rules.samples import PendingReference
 
         timed = [part for part in group if part.timed and part.answer is None]
-        began, waited, faults = timing._perf_counter(), self.lock_wait_s, _minor_faults()
+        began, waited = timing._perf_counter(), self.lock_wait_s
+        faults = _minor_faults() if common.TRACE_CALLS else 0
         if timed:
             with self._device(shared=False, label="timed") as hold:
                 for part in timed:
@@ -318,8 +319,8 @@ class _Judge:
                             self._release(part)
                         part.extra["timers"] = {"eager": self.timers["eager"].mode}
                         if part.again is not None:
-                            part.extra["compile_ms"], part.extra["compile_host_ms"], _ = \
-                                self._timed("compile", self.compiled, part.again)
+                            part.extra["compile_ms"], part.extra["compile_host_ms"] = \
+                                self._timed("compile", self.compiled, part.again)[:2]   # its output freed at once
                             part.extra["timers"]["compile"] = self.timers["compile"].mode
                     except Exception as exc:
                         part.fail(exc)
