@@ -24,6 +24,11 @@ from cuda_agent.env.workers.protocol import PROTOCOL_FD_ENV, STAGING_FD_ENV, Par
 # Startup is importing torch and (on CUDA) creating a context; generous, but finite.
 STARTUP_TIMEOUT_S = 120.0
 
+# The CPU workers' glibc heap, alike on both sides and steady: blocks up to 32 MiB come from the heap
+# (no mmap per tensor: fresh pages, a fault per 4 KiB, inside the timed call) and freed memory stays
+# (no trim: the next call's tensors reuse pages already mapped). Values are glibc's tunables' aliases.
+STEADY_HEAP = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(1 << 40)}
+
 
 def box_of(job_dir: Path) -> Path:
     """The candidate's writable folder inside a job folder."""
@@ -191,7 +196,7 @@ def start_worker(role: str, job_dir: Path, backend: str, gpu: int | None,
         # loading the machine) while the baselines are timed
         env["TORCHINDUCTOR_COMPILE_THREADS"] = "1"
     if backend == "cpu":   # both sides alike: one thread each (timed by CPU time), the same allocator
-        env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", MALLOC_PERTURB_="165")
+        env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", MALLOC_PERTURB_="165", **STEADY_HEAP)
     if role == "candidate":
         env["MALLOC_PERTURB_"] = "165"  # heap memory comes back as garbage, never stale results
         # OpenMP workers park at once after a parallel region (instead of spinning for a while):

@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 from cuda_agent.env.infra.locks import DeviceLock
-from cuda_agent.env.infra.reserve import call_bytes, judge_bytes, reserve
+from cuda_agent.env.infra.reserve import call_bytes, judge_bytes, reserve, reserve_heap
 from cuda_agent.env.measure import timing
 from cuda_agent.env.measure.hold import Timer, load_hold
 from cuda_agent.env.rules.verify import tensors_in
@@ -81,7 +81,10 @@ class _Judge:
                        self.box / "reference_init.pt")
         with torch.no_grad(), self._device(shared=True, label="setup"):   # the task runs at all (and is warm)
             # the memory of a batch of timed calls, asked for here and not inside the first one (reserve.py)
-            reserve(self.device, judge_bytes(job.footprint, job.batch, GROUP_BYTES), call_bytes(job.footprint))
+            batch_bytes = judge_bytes(job.footprint, job.batch, GROUP_BYTES)
+            reserve(self.device, batch_bytes, call_bytes(job.footprint))
+            if self.device.type == "cpu":   # its heap's pages, mapped before any timed run
+                reserve_heap(batch_bytes)
             inputs = draw_inputs(self.module, self.cfg.seed, self.device)
             self.input_bytes = staged_bytes(tensors_in(inputs))   # what a call's inputs take in a slot
             first = self.model(*inputs)
@@ -183,7 +186,17 @@ class _Judge:
                     break
         if answers:   # the device lock's wait, for the harness's account of device time
             answers[-1]["lock_wait_s"] = self.lock_wait_s
+        self._drop_unjudged(max((item.index for item in items if item.index is not None), default=-1))
+        if common.TRACE_CALLS:   # what the judge holds between batches (diagnosis: it must not grow)
+            print(f"judge heap drawn={len(self.drawn)} tensors={_live_tensors()}", file=sys.stderr, flush=True)
         return answers
+
+    def _drop_unjudged(self, last: int) -> None:
+        """Drop the inputs drawn for calls up to `last` that were not judged: the harness sends its
+        calls in the schedule's order, so those are calls it never sends (empty calls), or calls after
+        a task error; kept, they would grow the judge's heap call by call."""
+        for index in [index for index in self.drawn if index <= last]:
+            del self.drawn[index]
 
     def _draw_group(self, queue: list[JudgeCall]) -> list["_JudgeCall"]:
         """The next calls of `queue` (taken off it), drawn under one shared hold: until GROUP_BYTES of
@@ -240,6 +253,7 @@ class _Judge:
             part.again = draw_inputs(self.module, part.cmd.seed, self.device, part.transform) if paired else None
             if not part.timed:
                 part.reference = self.model(*part.inputs)
+                part.reached = True
                 self._sample(part)
         except Exception as exc:
             part.fail(exc)
@@ -292,16 +306,21 @@ class _Judge:
 
         timed = [part for part in group if part.timed and part.answer is None]
         began, waited = timing._perf_counter(), self.lock_wait_s
+        faults = _minor_faults() if common.TRACE_CALLS else 0
         if timed:
             with self._device(shared=False, label="timed") as hold:
                 for part in timed:
                     try:
-                        eager = self._timed("eager", self.model, part.inputs)
-                        part.extra["eager_ms"], part.extra["eager_host_ms"], part.reference = eager
+                        # unpacked at once: a name kept for the result would hold its output into the next run
+                        part.extra["eager_ms"], part.extra["eager_host_ms"], part.reference = \
+                            self._timed("eager", self.model, part.inputs)
+                        part.reached = True
+                        if self.device.type == "cpu":   # read at once and let go (`_release`)
+                            self._release(part)
                         part.extra["timers"] = {"eager": self.timers["eager"].mode}
                         if part.again is not None:
-                            part.extra["compile_ms"], part.extra["compile_host_ms"], _ = \
-                                self._timed("compile", self.compiled, part.again)
+                            part.extra["compile_ms"], part.extra["compile_host_ms"] = \
+                                self._timed("compile", self.compiled, part.again)[:2]   # its output freed at once
                             part.extra["timers"]["compile"] = self.timers["compile"].mode
                     except Exception as exc:
                         part.fail(exc)
@@ -313,7 +332,7 @@ class _Judge:
                 if hold is not None:
                     hold.share()
                 for part in timed:
-                    if part.answer is None and part.reference is not None:
+                    if part.answer is None and part.reference is not None and part.sampled is None:
                         self._start_sample(part)
             # the reads landed when the hold ended (it waits for the device); a reference with NaN or
             # Inf values needs the device once more for its scale
@@ -325,14 +344,15 @@ class _Judge:
         if common.TRACE_CALLS and timed:
             eager = " ".join(f"{part.extra.get('eager_ms', float('nan')):.4f}" for part in timed)
             print(f"judge batch trace n={len(timed)} held={(timing._perf_counter() - began) * 1e3:.3f} "
-                  f"of which lock wait={(self.lock_wait_s - waited) * 1e3:.3f} eager_ms {eager}",
+                  f"of which lock wait={(self.lock_wait_s - waited) * 1e3:.3f} minor faults={_minor_faults() - faults} "
+                  f"eager_ms {eager}",
                   file=sys.stderr, flush=True)
         answers = []
         whole = any(_whole(part.cmd) for part in group)   # compared on the device
         with self._device(shared=True, label="compare") if whole else nullcontext():
             for part in group:
                 part.inputs = part.again = None
-                if part.answer is None and part.reference is None:   # not reached: after a task error
+                if part.answer is None and not part.reached:   # not reached: after a task error
                     break
                 part.trace and part.trace.lap("reference", self.device)
                 if part.answer is None:
@@ -342,6 +362,15 @@ class _Judge:
                 if "task_error" in part.answer:
                     break
         return answers
+
+    def _release(self, part: "_JudgeCall") -> None:
+        """On the CPU, a timed call's reference read where the candidate sampled it right after its
+        run, and its output freed before the next run: each eager run then writes into the memory the
+        previous one freed, as the candidate's calls do, instead of into fresh pages (a page fault per
+        4 KiB, all inside the timed run) while the batch's outputs pile up."""
+        self._sample(part)
+        if part.compare.has("samples"):
+            part.reference = None
 
     def _timed(self, name: str, model, inputs) -> tuple[float, float | None, object]:
         """One timed run of a reference, held while its forward lets the hold work (hold.Timer): its
@@ -422,6 +451,20 @@ class _Judge:
                 "fp32_relative_error": verdict.fp32_relative_error, "worst": list(verdict.worst)}
 
 
+def _minor_faults() -> int:
+    """This thread's minor page faults so far (fresh pages mapped in: a timed run's hidden cost)."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_THREAD).ru_minflt
+
+
+def _live_tensors() -> int:
+    """The tensors alive in this process, reachable or not yet collected (a slow walk: diagnosis only)."""
+    import gc
+
+    return sum(1 for o in gc.get_objects() if issubclass(type(o), torch.Tensor))   # type(): never a proxy's target
+
+
 GROUP_BYTES = 1 << 30   # the judge's drawn inputs held at once before their reference runs are timed
 
 
@@ -434,6 +477,7 @@ class _JudgeCall:
         self.compare = cmd.compare or Compare()
         self.transform, self.timed = cmd.transform, cmd.time
         self.inputs = self.again = self.reference = None
+        self.reached = False        # the reference ran on its draw (its output may be let go since)
         self.bytes = 0
         self.extra: dict = {}
         self.answer: dict | None = None

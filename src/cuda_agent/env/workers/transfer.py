@@ -152,20 +152,20 @@ def parse_layout(layout: Any) -> list[tuple[torch.dtype, list[int]]]:
 
 def build_output(layout: Any, tensors: list[torch.Tensor]) -> Any:
     """The output a (parsed) layout describes, with `tensors` in its order."""
-    remaining = iter(tensors)
+    return _build(layout, iter(tensors))
 
-    def build(node: dict) -> Any:
-        if "tensor" in node:
-            return next(remaining)
-        if "list" in node:
-            return [build(item) for item in node["list"]]
-        if "dict" in node:
-            return {key: build(item) for key, item in node["dict"]}
-        if "value" in node:
-            return node["value"]
-        return _Unsupported(node["other"])
 
-    return build(layout)
+def _build(node: dict, remaining) -> Any:
+    # not a recursive closure: that is a reference cycle holding the tensors until the collector runs
+    if "tensor" in node:
+        return next(remaining)
+    if "list" in node:
+        return [_build(item, remaining) for item in node["list"]]
+    if "dict" in node:
+        return {key: _build(item, remaining) for key, item in node["dict"]}
+    if "value" in node:
+        return node["value"]
+    return _Unsupported(node["other"])
 
 
 def read_output(path: str | Path, layout: Any, device: torch.device, pin: bool = False) -> Any:
