@@ -1,0 +1,97 @@
+"""The hack suite's eleventh round (cases_round11.py): candidates forked from the candidate zygote try to
+leave something for a later candidate of the same zygote, to see or reach the zygote and its siblings, and
+to find an earlier candidate's traces in what the fork copied. Each runs with CUDA_AGENT_CANDIDATE_ZYGOTE=1
+and is skipped where the zygote cannot be used (its warning says why)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tests.hacks.cases import assert_accepted, assert_rejected, hack_config
+from tests.hacks.cases_round11 import (
+    KEY, cache_recorder, cache_replayer, quiet_large_file, recorder, replayer, report_of, reporter,
+)
+
+from cuda_agent.env import evaluate
+
+ROUNDS = 2   # recorder then replayer, twice: a channel that works does so every time
+
+
+@pytest.fixture
+def zygote(monkeypatch, cache_dir):
+    monkeypatch.setenv("CUDA_AGENT_CANDIDATE_ZYGOTE", "1")
+
+    def run(built):
+        task, solution = built
+        result = evaluate(task, solution, hack_config(cache_dir))
+        unavailable = [w for w in result.warnings if "zygote unavailable" in w]
+        if unavailable:
+            pytest.skip(unavailable[0])
+        return result
+
+    return run
+
+
+def test_nothing_a_candidate_leaves_reaches_the_next(zygote):
+    for _ in range(ROUNDS):
+        recorded = zygote(recorder())
+        assert_accepted(recorded)
+        replayed = zygote(replayer())
+        assert_rejected(replayed, ("correctness",), "the replayer found a recording")
+
+
+def test_the_recorder_did_leave_its_key(zygote):
+    """The channels above were written (so the replayer's failure to find them means something): the
+    recorder's own report of where its key went."""
+    took = report_of(zygote(reporter(f"cuda_extension.record({KEY!r})")))
+    for channel in ("file:/tmp", "file:/dev/shm", "sysv-shm", "sysv-msg", "posix-mq", "abstract-socket", "env"):
+        assert channel in took, took
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "the page cache of a file on the read-only root is shared by every sandbox (docs: 'the kernel's page "
+    "cache of files they all read'): posix_fadvise(DONTNEED) and a read write one bit per page, "
+    "preadv2(RWF_NOWAIT) reads it back in the next candidate; the same with the zygote off"))
+def test_the_page_cache_carries_nothing_to_the_next(zygote):
+    path = quiet_large_file()
+    if path is None:
+        pytest.skip("no large file on the root that nothing maps")
+    for _ in range(ROUNDS):
+        assert_accepted(zygote(cache_recorder(path)))
+        assert_rejected(zygote(cache_replayer(path)), ("correctness",), "the replayer read the page cache")
+
+
+def test_the_candidate_sees_only_itself(zygote):
+    for _ in range(ROUNDS):
+        seen = report_of(zygote(reporter("cuda_extension.probe()")))
+        assert re.search(r"pid=1 ppid=0 uid=65534 ", seen), seen
+        assert "| procs: 1 |" in seen, seen            # no zygote, keeper or sibling in its /proc
+        assert "CapEff:\t0000000000000000" in seen and "CapBnd:\t0000000000000000" in seen, seen
+        assert "NoNewPrivs:\t1" in seen and "Seccomp:\t2" in seen, seen
+        fds = re.findall(r"(\d+)->(.*?)\(fl=", seen.split("| fds: ")[1].split(" | ")[0])
+        kinds = sorted(target.split(":")[0] if ":" in target else target.rsplit("/", 1)[-1] for _, target in fds)
+        # stdin, its log twice, the protocol's two pipes, the staging memory file, the probe's own /proc/1/fd
+        # (and a second /dev/null the worker opens)
+        assert kinds == sorted(["/memfd", "candidate.log", "candidate.log", "fd", "null", "null", "pipe", "pipe"]), fds
+        writable = seen.split("| writable: ")[1].split(" |")[0].split()
+        assert sorted(writable) == ["..", "/dev/shm", "/tmp"], writable   # fresh tmpfs each (see the first test)
+        assert "/dev/.cuda-agent-jobs" not in seen, seen
+
+
+def test_the_fork_leaves_no_earlier_job_in_memory(zygote):
+    """Each candidate's memory (its copy of the zygote's) names its own job folder only."""
+    first = report_of(zygote(reporter("cuda_extension.memscan('cuda-agent-job-')")))
+    second = report_of(zygote(reporter("cuda_extension.memscan('cuda-agent-job-')")))
+    jobs = [set(re.findall(r"cuda-agent-job-\w{8}", text)) for text in (first, second)]
+    assert len(jobs[0]) == 1 and len(jobs[1]) == 1 and jobs[0] != jobs[1], jobs
+
+
+def test_forked_candidates_share_the_zygotes_layout_and_hash_seed(zygote):
+    """What the docs say forked candidates share, and what it gives: the same hash seed and the same
+    addresses (the zygote's ASLR layout) in each. Recorded so a change is noticed; no use of it was found."""
+    call = "str(hash('r11')) + ' ' + cuda_extension.probe().split('| stack@')[1].split(' | ')[0]"
+    first, second = (report_of(zygote(reporter(call))) for _ in range(2))
+    print(first)
+    assert first == second
