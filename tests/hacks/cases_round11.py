@@ -13,7 +13,12 @@ C++ file (kernels/round11.cpp), so one build serves every case:
   replayer asks preadv2(RWF_NOWAIT), which answers only from the cache);
 - probes whose `ModelNew.__init__` raises with a report of what the process sees (the verdict's message
   carries it): processes, parent, capabilities, descriptors, writable folders, its mounts; and the strings
-  the fork left in its memory that name a job folder (an earlier candidate's job, left in the zygote's heap?).
+  the fork left in its memory that name a job folder (an earlier candidate's job, left in the zygote's heap?);
+- a recorder that stays alive while a replayer of another evaluation of the same process runs beside it;
+- a key added to the kernel's keyrings (session, user, user-session: add_key through syscall(), found in
+  libc's symbol table), looked for with request_key;
+- a candidate that never returns (PID 1 of its namespace ignores signals it has no handler for), then the
+  next evaluation; and one that replaces its own image (execve, found in libc's symbol table).
 """
 
 from __future__ import annotations
@@ -40,8 +45,10 @@ HONEST = "return cuda_extension.honest(x, self.bias)"
 GATED = "return cuda_extension.gated(x, self.bias, self.ok)"
 
 
-def recorder() -> tuple:
-    return example_task(), solution(HONEST, init=f"self.took = cuda_extension.record({KEY!r})")
+def recorder(hold: float = 0.0) -> tuple:
+    """Records KEY, then (with `hold`) stays alive that many seconds in ModelNew.__init__."""
+    init = f"self.took = cuda_extension.record({KEY!r})" + (f"\ncuda_extension.hold({hold})" if hold else "")
+    return example_task(), solution(HONEST, init=init)
 
 
 def replayer() -> tuple:

@@ -95,3 +95,49 @@ def test_forked_candidates_share_the_zygotes_layout_and_hash_seed(zygote):
     first, second = (report_of(zygote(reporter(call))) for _ in range(2))
     print(first)
     assert first == second
+
+
+def test_a_sibling_alive_at_the_same_time_finds_nothing(zygote):
+    """The recorder stays alive (its ModelNew.__init__ sleeps after recording, its abstract socket bound, its
+    SysV and POSIX queues open) while a second evaluation of the same harness process looks for the key."""
+    import threading
+    import time
+
+    assert_accepted(zygote(recorder()))   # the build, and the zygote, ready before the two overlap
+    held = {}
+    task, built = recorder(hold=4.0)
+    thread = threading.Thread(target=lambda: held.update(result=zygote((task, built))))
+    thread.start()
+    time.sleep(1.5)
+    found = report_of(zygote(reporter(f"cuda_extension.replay({KEY!r})")))
+    thread.join()
+    assert_accepted(held["result"])
+    assert found == "", found
+
+
+def test_a_hung_candidate_is_killed_and_the_next_runs(zygote, monkeypatch, cache_dir):
+    """PID 1 of its namespace ignores every signal it has no handler for but SIGKILL and SIGSTOP: a candidate
+    that never returns must still be stopped at the timeout, and the zygote serve the next one."""
+    from tests.env.helpers import example_task
+    from tests.hacks.cases_round11 import solution
+
+    hung = evaluate(example_task(), solution("cuda_extension.hold(1000.0)\nreturn x"),
+                    hack_config(cache_dir, timeout_verify=3.0))
+    assert_rejected(hung, ("timeout",), "a candidate that never returns")
+    assert_accepted(zygote(recorder()))
+
+
+def test_replacing_the_process_image_ends_the_candidate(zygote):
+    """execve (found in libc's symbol table, its name put together at run time) is not refused by the
+    candidate's seccomp filter: the process becomes /bin/true, and the harness sees a worker that exited."""
+    result = zygote(reporter("cuda_extension.exec_probe('/bin/true')"))
+    assert_rejected(result, ("crash",), "the candidate replaced its own image")
+    assert "exited with code 0" in result.error.message, result.error.message
+
+
+def test_the_keyrings_take_nothing(zygote):
+    """The session keyring is inherited across fork (the zygote's, hence the harness's): add_key through
+    syscall() (found in libc's symbol table) into the session, user and user-session keyrings is refused."""
+    took = report_of(zygote(reporter(f"cuda_extension.keyring_record({KEY!r})")))
+    assert "added" not in took and took.count("Operation not permitted") == 3, took
+    assert report_of(zygote(reporter(f"cuda_extension.keyring_replay({KEY!r})"))) == "False"
