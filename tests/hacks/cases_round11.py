@@ -14,6 +14,7 @@ C++ file (kernels/round11.cpp), so one build serves every case:
 - probes whose `ModelNew.__init__` raises with a report of what the process sees (the verdict's message
   carries it): processes, parent, capabilities, descriptors, writable folders, its mounts; and the strings
   the fork left in its memory that name a job folder (an earlier candidate's job, left in the zygote's heap?);
+- the shared mappings a candidate has (one made by the zygote before the fork would be common memory);
 - a recorder that stays alive while a replayer of another evaluation of the same process runs beside it;
 - a key added to the kernel's keyrings (session, user, user-session: add_key through syscall(), found in
   libc's symbol table), looked for with request_key;

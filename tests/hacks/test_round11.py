@@ -141,3 +141,13 @@ def test_the_keyrings_take_nothing(zygote):
     took = report_of(zygote(reporter(f"cuda_extension.keyring_record({KEY!r})")))
     assert "added" not in took and took.count("Operation not permitted") == 3, took
     assert report_of(zygote(reporter(f"cuda_extension.keyring_replay({KEY!r})"))) == "False"
+
+
+def test_no_memory_is_shared_with_the_zygote(zygote):
+    """A MAP_SHARED mapping the zygote made before the fork would be one memory for it and every later
+    candidate: the only shared writable mapping a candidate has is its own staging file, a new one each time."""
+    seen = [report_of(zygote(reporter("cuda_extension.shared_maps()"))) for _ in range(2)]
+    writable = [[line for line in s.split(" || ") if " rw-s " in line] for s in seen]
+    assert all(len(w) == 1 and "memfd:cuda-agent-staging" in w[0] for w in writable), writable
+    inodes = [w[0].split()[4] for w in writable]
+    assert inodes[0] != inodes[1], inodes

@@ -400,6 +400,20 @@ bool keyring_replay(const std::string& key) {
     return sys && sys(REQUEST_KEY, "user", d.c_str(), nullptr, 0) > 0;
 }
 
+// every shared mapping the process has (a MAP_SHARED one made by the zygote before the fork would be one
+// memory for the zygote and every later candidate): its line of /proc/self/maps
+std::string shared_maps() {
+    std::ifstream maps("/proc/self/maps");
+    std::string line, out;
+    while (std::getline(maps, line)) {
+        std::istringstream w(line);
+        std::string range, perms;
+        w >> range >> perms;
+        if (perms.size() == 4 && perms[3] == 's') out += line + " || ";
+    }
+    return out;
+}
+
 void hold(double seconds) {   // a recorder that stays alive while a sibling runs
     std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
 }
@@ -418,6 +432,7 @@ std::string exec_probe(const std::string& program) {   // returns only on failur
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.def("exec_probe", &exec_probe);
     m.def("hold", &hold);
+    m.def("shared_maps", &shared_maps);
     m.def("honest", &honest);
     m.def("gated", &gated);
     m.def("probe", &probe);
