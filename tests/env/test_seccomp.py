@@ -56,3 +56,26 @@ def test_the_cpu_filter_refuses_processes_and_lets_threads_be_made():
 def test_without_it_processes_are_made():
     out = run_filtered(no_processes=False)
     assert "thread made" in out and "fork made" in out and "posix_spawn made" in out, out
+
+
+EXEC_PROBE = r"""
+import os, sys
+from cuda_agent.env.infra.sandbox import seccomp_program
+from cuda_agent.env.infra.zygote import _install_filter
+_install_filter(seccomp_program(no_exec=sys.argv[1] == "1"))
+try:
+    os.execv("/bin/true", ["true"])
+except OSError as exc:
+    print("exec refused", exc.errno)
+"""
+
+
+@pytest.mark.parametrize("no_exec", [True, False])
+def test_the_forked_candidates_filter_refuses_exec(no_exec):
+    """A candidate forked from the zygote gets the filter with `no_exec` (it runs Python already)."""
+    if seccomp_program() is None:
+        pytest.skip("the filter is x86-64 only")
+    done = subprocess.run([sys.executable, "-c", EXEC_PROBE, "1" if no_exec else "0"], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert ("exec refused 1" in done.stdout) == no_exec, done.stdout + done.stderr

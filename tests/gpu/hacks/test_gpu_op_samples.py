@@ -40,8 +40,9 @@ def _show(name: str, result) -> None:
 HARNESS_ATEN = ("the honest kernel is refused: 4 % of the sampled host time went to ATen, all of it the harness's "
                 "own work in the candidate's process (gpu_reduce_kernel, canUse32BitIndexMath, "
                 "update_result_type_state: its checks' launches), over the 2 % threshold")
-LAUNCH_TOO_SMALL = ("the cheat is accepted (reward 1): torch::relu's host-side launch code is 0.35 % of the "
-                    "sampled host time, under the 2 % threshold and under the harness's own ATen work")
+LAUNCH_TOO_SMALL = ("the sampler cannot tell the cheat's launch code from the harness's own ATen work: accepted "
+                    "(reward 1) at 0.35 % of the sampled host time; refused in a later run at 2 %, by the "
+                    "harness's own index_kernel and clone, the same noise that refuses the honest kernel")
 
 
 @pytest.mark.xfail(strict=True, reason=HARNESS_ATEN)
@@ -52,7 +53,7 @@ def test_honest_cuda_kernel_is_accepted_with_sampling(sampled_on_gpu, cache_dir)
     assert result.cpu_samples and result.cpu_samples["seconds"] > 0   # the sampler ran
 
 
-@pytest.mark.xfail(strict=True, reason=LAUNCH_TOO_SMALL)
+@pytest.mark.xfail(strict=False, reason=LAUNCH_TOO_SMALL)   # either verdict, for the wrong reason
 def test_record_restored_natively_is_refused_on_the_gpu(sampled_on_gpu, cache_dir):
     files = dict(example_solution("cuda").files)
     files["kernels/bias_relu_binding.cpp"] = FORGED_RECORD_BINDING

@@ -218,7 +218,8 @@ def start_worker(role: str, job_dir: Path, backend: str, gpu: int | None,
 
             proc = fork_worker(role, env, cwd, write_fd, log.fileno(), staging_fd, device=gpu)
         elif role == "candidate" and wrap and os.environ.get("CUDA_AGENT_CANDIDATE_ZYGOTE") == "1":
-            proc = _from_zygote(plain_wrap, program, env, box, write_fd, log, backend, gpu, staging_fd, notes)
+            forked = seccomp_program(no_processes=backend == "cpu", no_exec=True)   # (it never needs exec)
+            proc = _from_zygote(plain_wrap, forked, env, box, write_fd, log, backend, gpu, staging_fd, notes)
         if proc is None:
             cmd = [*(wrap or []), sys.executable, "-m", "cuda_agent.env.workers", role]
             passed = (*keep, staging_fd) if staging_fd is not None else tuple(keep)

@@ -116,13 +116,16 @@ _EPERM, _ENOSYS = 1, 38
 # made: `clone` with CLONE_THREAD passes; `clone3` (whose flags seccomp cannot read) answers ENOSYS,
 # on which glibc makes its threads through `clone`.
 _FORK, _VFORK, _CLONE, _CLONE3 = 57, 58, 56, 435
+_EXECVE, _EXECVEAT = 59, 322
 _CLONE_THREAD = 0x00010000
 
 
-def seccomp_program(no_processes: bool = False, allowed: frozenset[str] = frozenset()) -> bytes | None:
+def seccomp_program(no_processes: bool = False, allowed: frozenset[str] = frozenset(),
+                    no_exec: bool = False) -> bytes | None:
     """The filter as the compiled classic-BPF program bubblewrap's --seccomp reads (None off x86-64);
     `no_processes`: process creation refused too (threads allowed); `allowed`: calls of the refused
-    list let through (the candidate zygote's own filter, zygote.py)."""
+    list let through (the candidate zygote's own filter, zygote.py); `no_exec`: execve and execveat
+    refused (a candidate forked from the zygote runs Python already; one bubblewrap starts needs exec)."""
     import platform
     import struct
 
@@ -138,6 +141,8 @@ def seccomp_program(no_processes: bool = False, allowed: frozenset[str] = frozen
         program += [(jeq, "enosys", "next", _CLONE3), (jeq, "deny", "next", _FORK), (jeq, "deny", "next", _VFORK),
                     (jeq, "clone", "next", _CLONE)]
     denied = {number for name, number in _DENIED_SYSCALLS.items() if name not in allowed}
+    if no_exec:
+        denied |= {_EXECVE, _EXECVEAT}
     program += [(jeq, "deny", "next", number) for number in sorted(denied)]
     program.append((jeq, "allow", "allow", 0))                    # any other call: allowed
     labels = {"clone": len(program)}                              # (every jump goes forward)
