@@ -35,30 +35,32 @@ _MAX_REQUEST = 1 << 20
 # -- the server (its own process) -------------------------------------------------------------
 
 
+def report_exits(status_fds: dict[int, int]) -> None:
+    """Reap every child that has exited and write its status (Popen's convention: minus the signal's
+    number for a signal) to the status pipe noted for it, then close that pipe (SIGCHLD's handler)."""
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        fd = status_fds.pop(pid, None)
+        if fd is not None:
+            code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+            try:
+                os.write(fd, f"{code}\n".encode())
+            except OSError:   # the harness is gone (its end of the status pipe closed)
+                pass
+            finally:
+                os.close(fd)
+
+
 def _serve(sock: socket.socket) -> None:
     importlib.import_module("cuda_agent.env.workers.main")   # the import every judge would otherwise pay
 
     status_fds: dict[int, int] = {}
-
-    def reap(*_):
-        while True:
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                return
-            if pid == 0:
-                return
-            fd = status_fds.pop(pid, None)
-            if fd is not None:
-                code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
-                try:
-                    os.write(fd, f"{code}\n".encode())
-                except OSError:   # the harness is gone (its end of the status pipe closed)
-                    pass
-                finally:
-                    os.close(fd)
-
-    signal.signal(signal.SIGCHLD, reap)
+    signal.signal(signal.SIGCHLD, lambda *_: report_exits(status_fds))
     while True:
         try:
             message, fds, _, _ = socket.recv_fds(sock, _MAX_REQUEST, 5)

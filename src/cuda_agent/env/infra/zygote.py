@@ -100,29 +100,12 @@ def _prctl(option: int, arg: int = 0) -> None:
 
 
 def _serve(sock: socket.socket) -> None:
+    from cuda_agent.env.infra.forkserver import report_exits
+
     importlib.import_module("cuda_agent.env.workers.main")   # the import every candidate would otherwise pay
     _prctl(_PR_SET_DUMPABLE, 0)   # no child, in whatever user namespace, may ptrace it or open its memory
     status_fds: dict[int, int] = {}
-
-    def reap(*_):
-        while True:
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                return
-            if pid == 0:
-                return
-            fd = status_fds.pop(pid, None)
-            if fd is not None:
-                code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
-                try:
-                    os.write(fd, f"{code}\n".encode())
-                except OSError:
-                    pass
-                finally:
-                    os.close(fd)
-
-    signal.signal(signal.SIGCHLD, reap)
+    signal.signal(signal.SIGCHLD, lambda *_: report_exits(status_fds))   # forkserver.py's reaper
     while True:
         try:
             message, fds, _, _ = socket.recv_fds(sock, _MAX_REQUEST, 8)
