@@ -91,3 +91,26 @@ def test_a_harness_process_per_device_evaluates_and_reports_its_death(cache_dir)
     finally:
         pool.close()
     assert pool._hosts is None
+
+
+def test_a_host_that_dies_between_the_check_and_the_send_is_reported_dead():
+    """A harness process killed after `is_alive()` said yes: the send's broken pipe is the same
+    `DeviceHostDied`, and nothing is left waiting for an answer."""
+    import threading
+    from types import SimpleNamespace
+
+    import pytest
+
+    from cuda_agent.env.infra.device_host import DeviceHost, DeviceHostDied
+
+    class BrokenPipe:
+        def send(self, _):
+            raise BrokenPipeError(32, "Broken pipe")
+
+    host = DeviceHost.__new__(DeviceHost)
+    host.process = SimpleNamespace(is_alive=lambda: True, name="cuda-agent-device-0")
+    host._conn, host._lock, host._waiting = BrokenPipe(), threading.Lock(), {}
+    host._ids = iter(range(10))
+    with pytest.raises(DeviceHostDied, match="not running"):
+        host.submit(None, None, None)
+    assert host._waiting == {}

@@ -78,8 +78,12 @@ class DeviceHost:
             if not self.process.is_alive():
                 raise DeviceHostDied(f"the harness process of device {self.process.name} is not running")
             request_id = next(self._ids)
+            try:
+                self._conn.send((request_id, task, solution, config))
+            except OSError as exc:   # it died after the check (BrokenPipeError): the same answer as before it
+                raise DeviceHostDied(f"the harness process of device {self.process.name} is not running "
+                                     f"({exc})") from None
             self._waiting[request_id] = future
-            self._conn.send((request_id, task, solution, config))
         return future
 
     def _read(self) -> None:
