@@ -56,19 +56,23 @@ def report_exits(status_fds: dict[int, int]) -> None:
                 os.close(fd)
 
 
+def next_request(sock: socket.socket, max_fds: int) -> tuple[dict, list[int]] | None:
+    """The harness's next request (its JSON and the descriptors sent with it), or None once the
+    harness is gone (its end of the socket closed)."""
+    try:
+        message, fds, _, _ = socket.recv_fds(sock, _MAX_REQUEST, max_fds)
+    except OSError:
+        return None
+    return (json.loads(message), fds) if message else None
+
+
 def _serve(sock: socket.socket) -> None:
     importlib.import_module("cuda_agent.env.workers.main")   # the import every judge would otherwise pay
 
     status_fds: dict[int, int] = {}
     signal.signal(signal.SIGCHLD, lambda *_: report_exits(status_fds))
-    while True:
-        try:
-            message, fds, _, _ = socket.recv_fds(sock, _MAX_REQUEST, 5)
-        except OSError:
-            return
-        if not message:   # the harness is gone
-            return
-        request = json.loads(message)
+    while (received := next_request(sock, 5)) is not None:
+        request, fds = received
         stdin_fd, protocol_fd, log_fd, status_fd = fds[:4]
         staging_fd = fds[4] if len(fds) > 4 else None   # the pair's staging file, when it has one
         signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGCHLD])   # the child is noted before it is reaped

@@ -44,7 +44,6 @@ import threading
 import traceback
 
 ENV = "CUDA_AGENT_CANDIDATE_ZYGOTE"
-_MAX_REQUEST = 1 << 20
 _HELLO_TIMEOUT_S = 30.0
 
 _NEWNS, _NEWUTS, _NEWIPC, _NEWUSER, _NEWPID, _NEWNET = 0x20000, 0x4000000, 0x8000000, 0x10000000, 0x20000000, 0x40000000
@@ -100,20 +99,14 @@ def _prctl(option: int, arg: int = 0) -> None:
 
 
 def _serve(sock: socket.socket) -> None:
-    from cuda_agent.env.infra.forkserver import report_exits
+    from cuda_agent.env.infra.forkserver import next_request, report_exits
 
     importlib.import_module("cuda_agent.env.workers.main")   # the import every candidate would otherwise pay
     _prctl(_PR_SET_DUMPABLE, 0)   # no child, in whatever user namespace, may ptrace it or open its memory
     status_fds: dict[int, int] = {}
     signal.signal(signal.SIGCHLD, lambda *_: report_exits(status_fds))   # forkserver.py's reaper
-    while True:
-        try:
-            message, fds, _, _ = socket.recv_fds(sock, _MAX_REQUEST, 8)
-        except OSError:
-            return
-        if not message:   # the harness is gone
-            return
-        request = json.loads(message)
+    while (received := next_request(sock, 8)) is not None:
+        request, fds = received
         signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGCHLD])
         try:
             pid = os.fork()
