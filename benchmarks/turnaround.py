@@ -14,7 +14,7 @@ Measured in one run, on the embedded bias+ReLU task, each line printed as soon a
                linker), alternating, with the seconds of each part
 
     python benchmarks/turnaround.py [--backend cuda] [--edits 5] [--plain-edits 1] [--build-edits 5]
-                                    [--only-build] [--json out.json]
+                                    [--only-build] [--json out.json] [--logs DIR]
 """
 
 from __future__ import annotations
@@ -109,10 +109,13 @@ def build_only(backend: str, cache: Path, i: int, before: bool, first: bool = Fa
     return wall, report.seconds
 
 
-def timed(task, solution, config) -> tuple[float, dict]:
+def timed(task, solution, config, log: Path | None = None) -> tuple[float, dict]:
     start = time.perf_counter()
     result = evaluate(task, solution, config)
     wall = time.perf_counter() - start
+    if log is not None:   # the workers' log (with CUDA_AGENT_TRACE_CALLS=1: each call's steps)
+        log.parent.mkdir(parents=True, exist_ok=True)
+        log.write_text(result.log or "")
     if not result.correct:
         raise SystemExit(f"benchmark solution failed: {result.error}")
     return wall, result.phase_seconds
@@ -129,6 +132,7 @@ def main() -> None:
                         "(no evaluation: no GPU or sandbox needed)")
     parser.add_argument("--cache-dir", type=Path, default=None, help="default: a fresh folder (a cold toolchain)")
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--logs", type=Path, default=None, help="folder for each warm edit's worker log")
     parser.add_argument("--no-inline", action="store_true",
                         help="skip our builder on the single-file form (its .cu includes torch headers: ~1 min per build under nvcc)")
     args = parser.parse_args()
@@ -152,7 +156,8 @@ def main() -> None:
         warm = EvalConfig(**base, prewarm=True)
         timed(task, workspace_edit(backend, 0), warm)  # starts the first spare worker pair
         for i in range(1, args.edits + 1):
-            wall, phases = timed(task, workspace_edit(backend, i), warm)
+            log = args.logs / f"edit{i}.log" if args.logs else None
+            wall, phases = timed(task, workspace_edit(backend, i), warm, log)
             rec.add("ours: workspace kernel edit", wall,
                     "(" + ", ".join(f"{k} {v:.2f} s" for k, v in phases.items()) + ")")
         plain = EvalConfig(**base, fast_build=False)
