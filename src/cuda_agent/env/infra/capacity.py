@@ -14,6 +14,7 @@ from cuda_agent.env.infra.memory import EvalMemory, evaluation_memory
 from cuda_agent.tasks.footprint import Footprint, estimate_footprint, human_bytes
 from cuda_agent.tasks.task import Task, TaskError
 
+LARGE_SHARE = 0.25                    # of a GPU: an evaluation this large waits for the last one's exit
 HEADROOM = 0.9                        # of the available memory, an evaluation may plan to use
 TRY_SCALES = (0.5, 0.25, 0.125, 0.0625, 0.03125, 0.015625)
 
@@ -56,6 +57,14 @@ def device_available(gpu: int = 0) -> int | None:
         return int(torch.cuda.get_device_properties(gpu).total_memory)
     except Exception:
         return None
+
+
+def takes_much_of_gpu(task: Task, trials: int, gpu: int | None) -> bool:
+    """Whether an evaluation of `task` on `gpu` holds more than LARGE_SHARE of its memory (the model's
+    device bytes): such an evaluation starts only once the workers killed before it are gone (teardown.py)."""
+    fp = estimate_footprint(task)
+    total = device_available(gpu or 0)
+    return fp is not None and total is not None and needed_bytes(fp, "cuda", trials).device > LARGE_SHARE * total
 
 
 def _shortfall(need: EvalMemory, host: int | None, device: int | None) -> tuple[str, int, int] | None:

@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cuda_agent.env.infra import teardown
 from cuda_agent.env.workers.messages import Command
 from cuda_agent.env.workers.protocol import PROTOCOL_FD_ENV, STAGING_FD_ENV, ParentChannel
 
@@ -50,6 +51,8 @@ class Worker:
     stopped: bool = False                              # SIGSTOPped between commands (`stop`)
     has_staging: bool = False                          # handed the pair's staging file (the harness's own fact)
     notes: list[str] = field(default_factory=list)     # for the result's warnings (how it was started)
+    gpu: int | None = None                             # the GPU it was started on (teardown.py)
+    reaping: bool = False                              # killed; its exit reaped in the background
 
     def log_tail(self, limit: int = 2000) -> str:
         try:
@@ -138,13 +141,18 @@ class Worker:
         except (OSError, AttributeError):
             pass
         self.channel.close()
-        threading.Thread(target=self._reap, daemon=True).start()
+        if not self.reaping:
+            self.reaping = True
+            teardown.exiting(self.gpu)
+            threading.Thread(target=self._reap, daemon=True).start()
 
     def _reap(self) -> None:
         try:
             self.proc.wait(timeout=60)
         except subprocess.TimeoutExpired:
             pass
+        finally:
+            teardown.gone(self.gpu)
 
 
 def _parent(pid: int) -> int | None:
@@ -230,7 +238,7 @@ def start_worker(role: str, job_dir: Path, backend: str, gpu: int | None,
             os.close(fd)
         log.close()
     return Worker(role, proc, ParentChannel(proc, read_fd), log_path, spawned, has_staging=staging_fd is not None,
-                  notes=notes)
+                  notes=notes, gpu=gpu)
 
 
 def _from_zygote(wrap: list[str], program: bytes | None, env: dict, box: Path, protocol_fd: int, log, backend: str, gpu: int | None,

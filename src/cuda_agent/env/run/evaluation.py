@@ -57,6 +57,9 @@ from cuda_agent.tasks.solution import Solution, missing_model_new
 from cuda_agent.tasks.task import Task, TaskError, strip_reference_model
 
 
+TEARDOWN_WAIT_S = 60.0   # the most a large task waits for the killed workers before it to exit
+
+
 @lru_cache(maxsize=256)
 def _too_large(task: Task, backend: str, trials: int) -> str | None:
     """Whether the task's tensors cannot fit this machine (measured on the meta device, once per task)."""
@@ -147,6 +150,7 @@ class _Evaluation(BuildServing, Calibration, CallRounds, StoredBaselines, Feedba
                 self.candidate = self._start("candidate", fd)
         self.result.warnings += self.candidate.notes   # how it was started, when not as asked (zygote.py)
         if need_judge:   # the judge sets up (the task's model, its first run) while the candidate loads
+            self._wait_for_memory()
             self._send_judge_job()
         begun = self._traced("compile.judge_job", begun)
         prebuilt = {}
@@ -480,6 +484,17 @@ class _Evaluation(BuildServing, Calibration, CallRounds, StoredBaselines, Feedba
         if mutated:
             raise Failed(phase, f"forward modified its inputs (input set {mutated[0]}); inputs must be left "
                                  "unchanged", rule=rules.INPUT_MUTATION)
+
+    def _wait_for_memory(self) -> None:
+        """A task that takes much of the GPU waits until the workers of the evaluations before it have
+        exited (their CUDA contexts torn down in the background): their memory is not free until then."""
+        from cuda_agent.env.infra import capacity, teardown
+
+        if self.backend == "cuda" and teardown.pending(self.gpu) and capacity.takes_much_of_gpu(
+                self.task, self.config.num_correct_trials, self.gpu):
+            waited = teardown.wait_gone(self.gpu, TEARDOWN_WAIT_S)
+            if self.trace is not None:
+                self.trace["compile.teardown_wait"] = waited
 
     def _kill_candidate(self) -> None:
         """Nothing of the candidate's is alive from here on (its sandbox's PID namespace goes with it)."""
