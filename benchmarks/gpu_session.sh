@@ -62,6 +62,10 @@ for step in $STEPS; do
       CUDA_AGENT_TRACE_CALLS=${SCALING_TRACE:-0} run scaling 450 python3 benchmarks/pool_scaling.py --roles \
         --budget-s "${SCALING_BUDGET:-330}" ${SCALING_ARGS:-} --json "$OUT/scaling.json"
       TAIL=8 run context_rate 90 python3 benchmarks/diag/context_rate.py --counts "${CONTEXT_COUNTS:-1,4,8}" ;;
+    contexts)   # the host's steady rate of CUDA contexts made and ended (forked children, as judges are), on
+      # one GPU and over all: an evaluation makes two, so the pool cannot pass half this rate
+      TAIL=8 run contexts 150 python3 benchmarks/diag/context_rate.py --sustained "${CONTEXT_SECONDS:-15}" \
+        --in-flight "${CONTEXT_IN_FLIGHT:-4,12}" ;;
     traced)   # per-call traces of one evaluation per mode (CUDA_AGENT_TRACE_CALLS=1), under $OUT/logs
       CUDA_AGENT_TRACE_CALLS=1 run traced 300 python3 benchmarks/pool_throughput.py \
         ${TRACED_ARGS:---evals 3 --kernels small --modes back-to-back} --logs "$OUT/logs" --json "$OUT/traced.json" ;;

@@ -6,6 +6,13 @@ evaluations per second whatever the number of GPUs). Teardown: from a process's 
 being reaped (the driver frees its context and memory in between).
 
     python benchmarks/diag/context_rate.py [--counts 1,4,8,12] [--alloc-mb 1024]
+    python benchmarks/diag/context_rate.py --sustained 20 [--in-flight 4,12]
+
+--sustained S: the host's steady rate instead of a burst. A parent that imported torch (no CUDA, as
+the judges' fork server) keeps K forked children in flight for S seconds, each creating its context on
+its GPU, taking `--alloc-mb`, and exiting: children (contexts made and torn down) per second, on one
+GPU and spread over all. An evaluation makes and ends two contexts, so the pool's evaluations per
+second cannot pass half this rate, whatever the number of GPUs.
 """
 
 from __future__ import annotations
@@ -63,17 +70,61 @@ def start_many(count: int, gpus: list[int], alloc_mb: int) -> dict:
     return row
 
 
+def sustained(seconds: float, in_flight: int, gpus: list[int], alloc_mb: int) -> dict:
+    """Children that make a context and exit, `in_flight` at a time, for `seconds` (this process has
+    imported torch and made no context: forked children may make their own)."""
+    import os
+
+    began, done, running, turn = time.monotonic(), 0, {}, 0
+    while True:
+        now = time.monotonic()
+        while now - began < seconds and len(running) < in_flight:
+            pid = os.fork()
+            if pid == 0:   # the child: its own context, then out without Python's teardown
+                code = 1
+                try:
+                    import torch   # the parent's copy: imported, no context yet
+
+                    os.environ["CUDA_VISIBLE_DEVICES"] = str(gpus[turn % len(gpus)])
+                    torch.empty(alloc_mb << 20, dtype=torch.uint8, device="cuda")
+                    torch.cuda.synchronize()
+                    code = 0
+                finally:
+                    os._exit(code)
+            running[pid] = now
+            turn += 1
+        if not running:
+            break
+        pid, status = os.wait()
+        if running.pop(pid, None) is not None and os.waitstatus_to_exitcode(status) == 0:
+            done += 1
+    wall = time.monotonic() - began
+    return {"mode": "sustained", "in_flight": in_flight, "gpus": len(gpus), "alloc_mb": alloc_mb,
+            "wall_s": round(wall, 2), "contexts": done, "contexts_per_s": round(done / wall, 2)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--counts", default="1,4,8,12")
     parser.add_argument("--alloc-mb", type=int, default=1024, help="device memory each process takes")
+    parser.add_argument("--sustained", type=float, default=None, metavar="S", help="the steady rate over S seconds")
+    parser.add_argument("--in-flight", default="4,12", help="children at once (--sustained)")
     args = parser.parse_args()
-    import torch
+    import torch  # noqa: F401 - imported once here, so --sustained's forked children start at once (no CUDA call here)
 
-    visible = list(range(torch.cuda.device_count()))
+    try:
+        listed = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True).stdout
+    except OSError:
+        listed = ""
+    visible = list(range(sum(line.startswith("GPU ") for line in listed.splitlines())))
     if not visible:
         raise SystemExit("no GPU")
     spreads = [[0]] + ([visible] if len(visible) > 1 else [])
+    if args.sustained:
+        for k in (int(c) for c in args.in_flight.split(",")):
+            for gpus in spreads:
+                print(json.dumps(sustained(args.sustained, k, gpus, args.alloc_mb)), flush=True)
+        return
     for count in (int(c) for c in args.counts.split(",")):
         for gpus in spreads:
             print(json.dumps(start_many(count, gpus, args.alloc_mb)), flush=True)
