@@ -73,3 +73,27 @@ def test_only_a_task_that_takes_much_of_the_gpu_waits(monkeypatch):
     assert not capacity.takes_much_of_gpu(task, 5, 0)
     monkeypatch.setattr(capacity, "device_available", lambda gpu=0: None)   # no GPU to ask
     assert not capacity.takes_much_of_gpu(task, 5, 0)
+
+
+def test_an_evaluation_of_a_large_task_waits_for_the_killed_workers(monkeypatch, tmp_path):
+    from types import SimpleNamespace
+
+    from cuda_agent.env.run import evaluation
+
+    proc = SlowExit()
+    _worker(proc, 5, tmp_path).kill()
+    threading.Timer(0.3, proc.released.set).start()
+    large = SimpleNamespace(backend="cuda", gpu=5, task=Task("big", BIG_INPUTS), trace={},
+                            config=SimpleNamespace(num_correct_trials=5))
+    monkeypatch.setattr(capacity, "device_available", lambda gpu=0: 2 << 30)
+    evaluation._Evaluation._wait_for_memory(large)
+    assert large.trace["compile.teardown_wait"] >= 0.2 and teardown.pending(5) == 0
+
+    small = SimpleNamespace(**{**vars(large), "trace": {}})   # the same task on a big GPU: no wait
+    proc = SlowExit()
+    _worker(proc, 5, tmp_path).kill()
+    monkeypatch.setattr(capacity, "device_available", lambda gpu=0: 1 << 40)
+    evaluation._Evaluation._wait_for_memory(small)
+    assert "compile.teardown_wait" not in small.trace and teardown.pending(5) == 1
+    proc.released.set()
+    assert teardown.wait_gone(5, 10.0) < 10.0 and teardown.pending(5) == 0
