@@ -62,6 +62,13 @@ for step in $STEPS; do
       CUDA_AGENT_TRACE_CALLS=${SCALING_TRACE:-0} run scaling 450 python3 benchmarks/pool_scaling.py --roles \
         --budget-s "${SCALING_BUDGET:-330}" ${SCALING_ARGS:-} --json "$OUT/scaling.json"
       TAIL=8 run context_rate 90 python3 benchmarks/diag/context_rate.py --counts "${CONTEXT_COUNTS:-1,4,8}" ;;
+    runs_scaling)   # one command's wall time at 1, 2, 4 GPUs (runs_scaling.py): RUNS_KIND=baseline|bench|synth;
+      # synth runs RUNS_SECONDS each from data/ops6k/build.tar.xz and brings the 4-GPU run's state back as
+      # $OUT/build.tar.xz (an Ops-6K part: copy it over data/ops6k/build.tar.xz and commit)
+      kind=${RUNS_KIND:-bench}; rm -rf /tmp/runs-keep
+      run "runs_$kind" 570 python3 benchmarks/runs_scaling.py "$kind" --kernelbench .kb --counts "${RUNS_COUNTS:-1,2,4}" \
+        --seconds "${RUNS_SECONDS:-100}" --keep /tmp/runs-keep ${RUNS_ARGS:-} --json "$OUT/runs_$kind.json"
+      [ -d /tmp/runs-keep/work ] && tar -cJf "$OUT/build.tar.xz" -C /tmp/runs-keep --exclude='work/kernelbench_trees_*' . ;;
     contexts)   # the host's steady rate of CUDA contexts made and ended (forked children, as judges are), on
       # one GPU and over all: an evaluation makes two, so the pool cannot pass half this rate
       TAIL=8 run contexts 150 python3 benchmarks/diag/context_rate.py --sustained "${CONTEXT_SECONDS:-15}" \

@@ -1,0 +1,140 @@
+"""One command's wall time at 1, 2, 4, ... GPUs: `cuda-agent baseline`, `cuda-agent bench` (the
+hand-written solutions) or the Ops-6K synthesis, each run afresh on the first N GPUs of this machine.
+
+    python benchmarks/runs_scaling.py baseline --kernelbench .kb [--tasks level2/1-40] [--counts 1,2,4]
+    python benchmarks/runs_scaling.py bench --kernelbench .kb [--counts 1,2,4]
+    python benchmarks/runs_scaling.py synth --kernelbench .kb --seconds 120 [--state data/ops6k/build.tar.xz]
+
+baseline and bench do a fixed amount of work (the tasks; baseline with --force, so each run measures
+them all) and report tasks per second; one untimed run on every GPU first builds and caches what the
+timed runs would otherwise pay for once (extensions, torch.compile's caches). synth runs for a fixed
+time from the same saved state (the Ops-6K build's, so the catalog is ready) with 12 workers per GPU,
+and reports tasks kept per hour; `--keep DIR` keeps the largest count's state (an Ops-6K part). Each
+row: the rate, the ratio to one GPU, and that ratio over N (the issue's target: at least 0.9).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SOLUTIONS = ROOT / "benchmarks" / "kernelbench_solutions"
+LARGE = {"level1/19", "level1/20", "level1/21", "level1/22", "level1/23", "level1/24", "level1/25", "level1/26",
+         "level1/29", "level1/32", "level1/36", "level1/38", "level1/39", "level1/47"}
+WORKERS_PER_GPU = 12
+
+
+def solution_tasks() -> list[str]:
+    """The hand-written solutions' tasks, less the 6-8 GiB ones (one at a time per GPU: they measure
+    memory admission, not scaling)."""
+    found = sorted(f"{level.name}/{task.name}" for level in SOLUTIONS.glob("level*") for task in level.iterdir())
+    return [key for key in found if key not in LARGE]
+
+
+def gpu_list(count: int) -> str:
+    return ",".join(str(i) for i in range(count))
+
+
+def command(kind: str, count: int, out: Path, args) -> tuple[list[str], dict]:
+    """The command line and the environment changes for one run on the first `count` GPUs."""
+    cli = [sys.executable, "-m", "cuda_agent.cli"]
+    if kind == "baseline":
+        return [*cli, "baseline", "--tasks", args.tasks, "--gpus", gpu_list(count), "--out", str(out), "--force",
+                "--kernelbench", args.kernelbench], {}
+    if kind == "bench":
+        return [*cli, "bench", "--solutions", str(SOLUTIONS), "--tasks", ",".join(solution_tasks()),
+                "--gpus", gpu_list(count), "--out", str(out), "--kernelbench", args.kernelbench], {}
+    return [sys.executable, str(ROOT / "benchmarks" / "synth_gpu.py"), "--num", "6000", "--out", str(out),
+            "--budget-seconds", str(args.seconds), "--workers", str(WORKERS_PER_GPU * count),
+            "--kernelbench", args.kernelbench], {"CUDA_VISIBLE_DEVICES": gpu_list(count)}
+
+
+def passed_tasks(out: Path) -> int:
+    results = out / "work" / "results.jsonl"
+    if not results.exists():
+        return 0
+    return sum(1 for line in results.read_text().splitlines() if line.strip() and json.loads(line).get("ok"))
+
+
+def prepare(kind: str, out: Path, state: Path | None) -> int:
+    """A fresh run folder (synth: unpacked from `state`); the tasks already kept there."""
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    if kind == "synth" and state is not None and state.exists():
+        with tarfile.open(state) as tar:
+            tar.extractall(out, filter="data")
+    return passed_tasks(out) if kind == "synth" else 0
+
+
+def run_once(kind: str, count: int, out: Path, args) -> dict:
+    before = prepare(kind, out, args.state)
+    cmd, env = command(kind, count, out, args)
+    start = time.monotonic()
+    done = subprocess.run(cmd, env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    wall = time.monotonic() - start
+    (out.parent / f"{kind}-{count}.log").write_text(done.stdout)
+    row = {"kind": kind, "gpus": count, "wall_s": round(wall, 1), "exit": done.returncode}
+    if kind == "synth":
+        row["tasks"] = passed_tasks(out) - before
+        row["rate"] = round(row["tasks"] / wall * 3600, 1)   # tasks kept per hour
+    else:
+        row["tasks"] = len(solution_tasks()) if kind == "bench" else None
+        row["rate"] = round(1.0 / wall, 5)                   # runs per second: the same work at every count
+    return row
+
+
+def with_ratios(rows: list[dict]) -> list[dict]:
+    """Each row with its rate over the one-GPU rows' mean and that ratio over its GPUs."""
+    ones = [r["rate"] for r in rows if r["gpus"] == 1 and r["rate"]]
+    base = sum(ones) / len(ones) if ones else None
+    for row in rows:
+        row["x_vs_1"] = round(row["rate"] / base, 2) if base else None
+        row["x_per_gpu"] = round(row["x_vs_1"] / row["gpus"], 2) if base else None
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("kind", choices=["baseline", "bench", "synth"])
+    parser.add_argument("--counts", default="1,2,4")
+    parser.add_argument("--tasks", default="level2/1-40", help="baseline's tasks")
+    parser.add_argument("--kernelbench", default=os.environ.get("CUDA_AGENT_KERNELBENCH", str(ROOT.parent / "shared" / "kernelbench")))
+    parser.add_argument("--seconds", type=float, default=120.0, help="synth: each run's time")
+    parser.add_argument("--state", type=Path, default=ROOT / "data" / "ops6k" / "build.tar.xz",
+                        help="synth: the saved state each run starts from")
+    parser.add_argument("--keep", type=Path, default=None, help="synth: where to keep the largest count's state")
+    parser.add_argument("--no-prime", dest="prime", action="store_false")
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args()
+    counts = [int(c) for c in args.counts.split(",")]
+    root = Path(tempfile.mkdtemp(prefix=f"runs-scaling-{args.kind}-"))
+    if args.prime and args.kind != "synth":
+        primed = run_once(args.kind, max(counts), root / "prime", args)
+        print(f"primed on {max(counts)} GPU(s) in {primed['wall_s']} s (exit {primed['exit']}), not counted", flush=True)
+    rows = []
+    for count in counts:
+        rows.append(run_once(args.kind, count, root / f"run-{count}", args))
+        print(json.dumps(rows[-1]), flush=True)
+    unit = "tasks kept per hour" if args.kind == "synth" else "runs per second (the same work)"
+    print(f"\n{args.kind}: {unit}")
+    for row in with_ratios(rows):
+        print(f"  {row['gpus']} GPU(s): wall {row['wall_s']} s, rate {row['rate']}, x vs 1 {row['x_vs_1']}, "
+              f"x / GPUs {row['x_per_gpu']} (target >= 0.9), exit {row['exit']}")
+    if args.keep and args.kind == "synth":
+        shutil.rmtree(args.keep, ignore_errors=True)
+        shutil.copytree(root / f"run-{max(counts)}", args.keep)
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()

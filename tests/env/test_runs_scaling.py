@@ -1,0 +1,56 @@
+"""benchmarks/runs_scaling.py (the GPU session's `runs_scaling` step): the command of each run, its
+GPUs, the ratios, and a synthesis state unpacked as each run's start, checked here so its first use on
+a multi-GPU machine does not fail on the script's own logic."""
+
+import importlib.util
+import io
+import json
+import tarfile
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def runs():
+    spec = importlib.util.spec_from_file_location("runs_scaling", ROOT / "benchmarks" / "runs_scaling.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_each_run_takes_the_first_n_gpus(runs, tmp_path):
+    args = SimpleNamespace(tasks="level2/1-3", kernelbench="/kb", seconds=30)
+    cmd, env = runs.command("baseline", 2, tmp_path, args)
+    assert cmd[cmd.index("--gpus") + 1] == "0,1" and "--force" in cmd and env == {}
+    cmd, env = runs.command("bench", 4, tmp_path, args)
+    tasks = cmd[cmd.index("--tasks") + 1].split(",")
+    assert cmd[cmd.index("--gpus") + 1] == "0,1,2,3"
+    assert "level1/1" in tasks and "level1/19" not in tasks and tasks == runs.solution_tasks()
+    cmd, env = runs.command("synth", 2, tmp_path, args)
+    assert env == {"CUDA_VISIBLE_DEVICES": "0,1"} and cmd[cmd.index("--workers") + 1] == str(2 * runs.WORKERS_PER_GPU)
+
+
+def test_ratios_against_the_mean_of_one_gpu(runs):
+    rows = runs.with_ratios([{"gpus": 1, "rate": 1.0}, {"gpus": 2, "rate": 1.8}, {"gpus": 1, "rate": 1.2},
+                             {"gpus": 4, "rate": 2.2}])
+    assert [r["x_vs_1"] for r in rows] == [0.91, 1.64, 1.09, 2.0]
+    assert [r["x_per_gpu"] for r in rows] == [0.91, 0.82, 1.09, 0.5]
+
+
+def test_a_synthesis_run_starts_from_the_saved_state(runs, tmp_path):
+    state = tmp_path / "build.tar.xz"
+    lines = "\n".join(json.dumps({"ok": ok}) for ok in (True, False, True)) + "\n"
+    with tarfile.open(state, "w:xz") as tar:
+        data = lines.encode()
+        info = tarfile.TarInfo("./work/results.jsonl")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    out = tmp_path / "run"
+    (out / "stale").mkdir(parents=True)
+    assert runs.prepare("synth", out, state) == 2
+    assert not (out / "stale").exists() and runs.passed_tasks(out) == 2
+    assert runs.prepare("bench", out, state) == 0 and not (out / "work").exists()
