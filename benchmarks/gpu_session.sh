@@ -71,8 +71,8 @@ for step in $STEPS; do
       [ -d /tmp/runs-keep/work ] && tar -cJf "$OUT/build.tar.xz" -C /tmp/runs-keep --exclude='work/kernelbench_trees_*' . ;;
     contexts)   # the host's steady rate of CUDA contexts made and ended (forked children, as judges are), on
       # one GPU and over all: an evaluation makes two, so the pool cannot pass half this rate
-      TAIL=8 run contexts 150 python3 benchmarks/diag/context_rate.py --sustained "${CONTEXT_SECONDS:-15}" \
-        --in-flight "${CONTEXT_IN_FLIGHT:-4,12}" ;;
+      TAIL=8 run contexts 150 python3 benchmarks/diag/context_rate.py --sustained "${CONTEXT_SECONDS:-10}" \
+        --in-flight "${CONTEXT_IN_FLIGHT:-4,12}" --variants "${CONTEXT_VARIANTS:-CUDA_DEVICE_MAX_CONNECTIONS=1}" ;;
     traced)   # per-call traces of one evaluation per mode (CUDA_AGENT_TRACE_CALLS=1), under $OUT/logs
       CUDA_AGENT_TRACE_CALLS=1 run traced 300 python3 benchmarks/pool_throughput.py \
         ${TRACED_ARGS:---evals 3 --kernels small --modes back-to-back} --logs "$OUT/logs" --json "$OUT/traced.json" ;;

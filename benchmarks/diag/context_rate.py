@@ -6,7 +6,7 @@ evaluations per second whatever the number of GPUs). Teardown: from a process's 
 being reaped (the driver frees its context and memory in between).
 
     python benchmarks/diag/context_rate.py [--counts 1,4,8,12] [--alloc-mb 1024]
-    python benchmarks/diag/context_rate.py --sustained 20 [--in-flight 4,12]
+    python benchmarks/diag/context_rate.py --sustained 20 [--in-flight 4,12] [--variants 'A=1;B=2,C=3']
 
 --sustained S: the host's steady rate instead of a burst. A parent that imported torch (no CUDA, as
 the judges' fork server) keeps K forked children in flight for S seconds, each creating its context on
@@ -70,9 +70,10 @@ def start_many(count: int, gpus: list[int], alloc_mb: int) -> dict:
     return row
 
 
-def sustained(seconds: float, in_flight: int, gpus: list[int], alloc_mb: int) -> dict:
+def sustained(seconds: float, in_flight: int, gpus: list[int], alloc_mb: int, env: dict | None = None) -> dict:
     """Children that make a context and exit, `in_flight` at a time, for `seconds` (this process has
-    imported torch and made no context: forked children may make their own)."""
+    imported torch and made no context: forked children may make their own), each with `env` set
+    before its context is made (the driver reads its settings then)."""
     import os
 
     began, done, running, turn = time.monotonic(), 0, {}, 0
@@ -86,6 +87,7 @@ def sustained(seconds: float, in_flight: int, gpus: list[int], alloc_mb: int) ->
                     import torch   # the parent's copy: imported, no context yet
 
                     os.environ["CUDA_VISIBLE_DEVICES"] = str(gpus[turn % len(gpus)])
+                    os.environ.update(env or {})
                     torch.empty(alloc_mb << 20, dtype=torch.uint8, device="cuda")
                     torch.cuda.synchronize()
                     code = 0
@@ -99,7 +101,7 @@ def sustained(seconds: float, in_flight: int, gpus: list[int], alloc_mb: int) ->
         if running.pop(pid, None) is not None and os.waitstatus_to_exitcode(status) == 0:
             done += 1
     wall = time.monotonic() - began
-    return {"mode": "sustained", "in_flight": in_flight, "gpus": len(gpus), "alloc_mb": alloc_mb,
+    return {"mode": "sustained", "env": env or {}, "in_flight": in_flight, "gpus": len(gpus), "alloc_mb": alloc_mb,
             "wall_s": round(wall, 2), "contexts": done, "contexts_per_s": round(done / wall, 2)}
 
 
@@ -109,6 +111,8 @@ def main() -> None:
     parser.add_argument("--alloc-mb", type=int, default=1024, help="device memory each process takes")
     parser.add_argument("--sustained", type=float, default=None, metavar="S", help="the steady rate over S seconds")
     parser.add_argument("--in-flight", default="4,12", help="children at once (--sustained)")
+    parser.add_argument("--variants", default="", help="--sustained: settings to compare, alternated, e.g. "
+                        "'CUDA_DEVICE_MAX_CONNECTIONS=1;CUDA_MODULE_LOADING=EAGER' (the default always runs)")
     args = parser.parse_args()
     import torch  # noqa: F401 - imported once here, so --sustained's forked children start at once (no CUDA call here)
 
@@ -121,9 +125,12 @@ def main() -> None:
         raise SystemExit("no GPU")
     spreads = [[0]] + ([visible] if len(visible) > 1 else [])
     if args.sustained:
+        variants = [{}] + [dict(kv.split("=", 1) for kv in v.split(",") if "=" in kv)
+                           for v in args.variants.split(";") if v.strip()]
         for k in (int(c) for c in args.in_flight.split(",")):
             for gpus in spreads:
-                print(json.dumps(sustained(args.sustained, k, gpus, args.alloc_mb)), flush=True)
+                for env in variants:
+                    print(json.dumps(sustained(args.sustained, k, gpus, args.alloc_mb, env)), flush=True)
         return
     for count in (int(c) for c in args.counts.split(",")):
         for gpus in spreads:
