@@ -95,3 +95,20 @@ def test_a_run_that_made_nothing_takes_the_new_settings(seeded_out, kernelbench,
                                         "--seed", "3", "--no-progress", "--no-transformers"])
     assert result.exit_code == 0, result.output
     assert [c.seed for c in seen] == [3] and not (seeded_out / "work" / "config.json").exists()
+
+
+
+def test_write_only_writes_what_a_partial_run_kept_without_filtering_more(seeded_out, kernelbench, tmp_path):
+    """A partial build's preview: the outputs from the journals, no new candidate filtered, exit 0."""
+    missing = CliRunner().invoke(app(), ["synth", "--num", "4", "--out", str(tmp_path / "none"), "--write-only"])
+    assert missing.exit_code != 0 and "holds no synthesis run" in missing.output
+    settings = ["--out", str(seeded_out), "--kernelbench", str(kernelbench), "--no-compile", "--mix", "2:1",
+                "--window", "0.001,100", "--workers", "1", "--no-progress", "--no-transformers"]
+    first = CliRunner().invoke(app(), ["synth", "--num", "2", *settings])
+    assert first.exit_code == 0, first.output
+    results = (seeded_out / "work" / "results.jsonl").read_text()
+    (seeded_out / "tasks.jsonl").unlink()
+    preview = CliRunner().invoke(app(), ["synth", "--num", "50", *settings, "--write-only"])
+    assert preview.exit_code == 0, preview.output
+    assert (seeded_out / "work" / "results.jsonl").read_text() == results   # nothing filtered
+    assert len((seeded_out / "tasks.jsonl").read_text().splitlines()) == 2 and "wrote 2 tasks" in preview.output

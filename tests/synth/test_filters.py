@@ -43,6 +43,11 @@ def test_a_sound_task_passes_with_eager_time():
     r = job("torch.tanh(self.linear(x))")
     assert r["ok"], r
     assert r["eager_ms"] > 0 and r["compile_ms"] is None and r["output_shape"] == [8, 16]
+    # where its times were taken: a build's parts may run on other machines than the one writing the datasheet
+    import platform
+
+    import torch
+    assert r["device"] == f"CPU ({platform.machine()})" and r["torch"] == torch.__version__ and r["sharing"] == 1
 
 
 @pytest.mark.parametrize("body, reason", [

@@ -175,3 +175,36 @@ def test_a_candidate_that_found_the_device_full_is_tried_again_not_dropped(kerne
     synthesize(config(stuck, kernelbench, num=1, max_attempts_factor=1.0), pool_factory=lambda fn, *a: InlinePool(always_busy, *a))
     journal = [json.loads(x) for x in (stuck / "work" / "results.jsonl").read_text().splitlines()]
     assert journal and all(r["reason"] == DEVICE_BUSY for r in journal)
+
+
+def test_the_datasheet_says_where_each_task_was_timed(reference, kernelbench):
+    """Rows carry their device and torch; the datasheet counts the places from the records, so a
+    build continued on other machines (or records from before they were kept) is told as it was."""
+    import platform
+    import shutil
+
+    import torch
+
+    seeded_out, _ = reference
+    rows = pq.read_table(seeded_out / "tasks.parquet").to_pylist()
+    assert {(r["device"], r["torch"]) for r in rows} == {(f"CPU ({platform.machine()})", torch.__version__)}
+    sheet = (seeded_out / "datasheet.md").read_text()
+    assert f"| timed on | CPU ({platform.machine()}), torch {torch.__version__}: 8 tasks |" in sheet
+
+    other = seeded_out.parent / "retimed"
+    shutil.copytree(seeded_out, other)
+    journal = other / "work" / "results.jsonl"
+    records = [json.loads(line) for line in journal.read_text().splitlines()]
+    passed = [r for r in records if r["ok"]]
+    passed[0].update(device="NVIDIA H100 80GB HBM3", torch="2.11.0+cu130", sharing=12)
+    for r in passed[1:3]:
+        for key in ("device", "torch", "sharing"):
+            r.pop(key)
+    journal.write_text("".join(json.dumps(r) + "\n" for r in records))
+    from cuda_agent.synth.pipeline import Pipeline
+
+    Pipeline(config(other, kernelbench)).write()
+    sheet = (other / "datasheet.md").read_text()
+    assert f"| timed on | CPU ({platform.machine()}), torch {torch.__version__}: 5 tasks |" in sheet
+    assert "| timed on | not recorded: 2 tasks |" in sheet
+    assert "| timed on | NVIDIA H100 80GB HBM3, torch 2.11.0+cu130: 1 tasks |" in sheet   # cpu: no sharing

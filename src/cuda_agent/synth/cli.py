@@ -59,6 +59,8 @@ def synth(
     timeout: Optional[float] = typer.Option(None, help="Per-task filter timeout in seconds."),
     ray: Optional[str] = typer.Option(None, help="Ray cluster address: run filters as Ray tasks."),
     no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar."),
+    write_only: bool = typer.Option(False, "--write-only", help="Filter nothing more: write the outputs from the "
+                                    "tasks the run in OUT kept so far (a partial build's preview; no GPU needed)."),
 ) -> None:
     """Synthesise NUM runnable, filtered, decontaminated tasks into OUT (tasks.parquet, tasks.jsonl, datasheet.md)."""
     from rich.console import Console
@@ -70,11 +72,14 @@ def synth(
         raise typer.BadParameter("--backend must be cpu or cuda")
     if composer not in ("rules", "llm"):
         raise typer.BadParameter("--composer must be rules or llm")
-    require_machine(backend, "none", None)   # e.g. --backend cuda without a GPU: refused now, not after minutes
+    if write_only and not (out / "work" / "results.jsonl").is_file():
+        fail(f"--write-only: {out} holds no synthesis run (no work/results.jsonl)")
+    if not write_only:
+        require_machine(backend, "none", None)   # e.g. --backend cuda without a GPU: refused now, not after minutes
     why = kernelbench_problem(kernelbench, not no_decontaminate)   # before the minute-long catalog crawl
     if why:
         fail(why)
-    from cuda_agent.synth.pipeline import DEFAULT_MIX, SynthConfig, synthesize
+    from cuda_agent.synth.pipeline import DEFAULT_MIX, Pipeline, SynthConfig, synthesize
     cfg = SynthConfig(num=num, out=str(out), backend=backend, seed=seed, workers=workers,
                       mix=parse_mix(mix) if mix else dict(DEFAULT_MIX),
                       window_ms=parse_window(window) if window else None,
@@ -87,7 +92,7 @@ def synth(
         fail(why)
     console = Console()
     try:
-        summary = synthesize(cfg)
+        summary = Pipeline(cfg).write() if write_only else synthesize(cfg)
     except ValueError as exc:
         console.print(f"[red]error:[/] {exc}")
         raise typer.Exit(2) from None
@@ -96,7 +101,7 @@ def synth(
         raise typer.Exit(130) from None
     console.print(f"wrote {summary['written']} tasks to {out} ({summary['generated']} candidates, "
                   f"{summary['filtered']} filtered, {summary['accepted']} passed); see {summary['datasheet']}")
-    if summary["written"] < num:
+    if summary["written"] < num and not write_only:
         console.print(f"[yellow]only {summary['written']} of {num} tasks[/]: see the datasheet's drop reasons")
         raise typer.Exit(1)
 

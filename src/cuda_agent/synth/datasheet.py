@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import platform
 import statistics
 from collections import Counter
 from pathlib import Path
@@ -77,10 +76,22 @@ def _histogram_png(path: Path, eager: list[float], compiled: list[float], window
     return True
 
 
-def _timed_on(cfg, device: str) -> str:
-    shared = f", {cfg.workers} filter workers sharing it" if cfg.backend == "cuda" else ""
-    return (f"medians per call on {device}{shared} (`time_callable`: fresh inputs per call"
-            + (", L2 flushed)" if cfg.backend == "cuda" else ")"))
+def _timed_on(cfg, results: list[dict], rows: list[dict]) -> list[str]:
+    """Where the written tasks' eager and torch.compile times were taken, from each task's record
+    (a build's parts may run on different machines): one table row per device, torch and sharing."""
+    passed = {r["id"]: r for r in results if r["ok"]}
+    places = Counter()
+    for row in rows:
+        rec = passed.get(row["id"], {})
+        if rec.get("device"):
+            shared = f", {rec.get('sharing', 1)} filter workers sharing it" if cfg.backend == "cuda" else ""
+            places[f"{rec['device']}, torch {rec.get('torch', '?')}{shared}"] += 1
+        else:
+            places["not recorded"] += 1
+    method = "medians per call (`time_callable`: fresh inputs per call" + (", L2 flushed)" if cfg.backend == "cuda" else ")")
+    lines = [f"| eager / torch.compile times | {method} |"]
+    lines += [f"| timed on | {place}: {count} tasks |" for place, count in places.most_common()]
+    return lines
 
 
 def write_datasheet(out: Path, cfg, catalog, candidates: list[dict], results: list[dict], rows: list[dict],
@@ -99,27 +110,14 @@ def write_datasheet(out: Path, cfg, catalog, candidates: list[dict], results: li
     lines += [f"`cuda-agent synth --num {cfg.num} --backend {cfg.backend} --seed {cfg.seed}`: "
               f"{len(rows)} tasks written to `tasks.parquet` / `tasks.jsonl`.", ""]
 
-    # Settings
-    device = "CPU" if cfg.backend == "cpu" else "GPU"
-    if cfg.backend == "cuda":
-        try:
-            import torch
-
-            device = torch.cuda.get_device_name(0)
-        except Exception:  # noqa: BLE001
-            pass
-    else:
-        device = f"CPU ({platform.machine()}, {cfg.workers} worker processes, 1 thread each)"
-    import torch
-
+    # Settings (the machine that writes the datasheet need not be the one that timed the tasks)
     lines += ["## Settings", "", "| setting | value |", "|---|---|",
-              f"| backend / device | {cfg.backend} / {device} |", f"| torch | {torch.__version__} |",
+              f"| backend | {cfg.backend} |",
               f"| seed | {cfg.seed} |", f"| base shapes | {cfg.profile} |",
               f"| eager runtime window | {cfg.window_ms[0]} to {cfg.window_ms[1]} ms |",
               f"| decontamination | {'AST similarity > ' + str(cfg.similarity_threshold) if cfg.decontaminate else 'off'} |",
               f"| torch.compile filter | {'on' if cfg.compile else 'off'} |",
-              f"| composer | {cfg.composer} |",
-              f"| eager / torch.compile times | {_timed_on(cfg, device)} |", ""]
+              f"| composer | {cfg.composer} |", *_timed_on(cfg, results, rows), ""]
 
     # Counts per stage
     lines += ["## Counts per stage", "", "| stage | in | dropped | out |", "|---|---:|---:|---:|"]

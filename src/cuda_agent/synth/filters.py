@@ -13,6 +13,7 @@ from __future__ import annotations
 import gc
 import json
 import os
+import platform
 import time
 import traceback
 import warnings
@@ -41,6 +42,7 @@ class FilterConfig:
     timing_budget_s: float = 10.0
     seed: int = 0
     threads: int = 1                # torch threads per CPU worker
+    sharing: int = 1                # filter workers sharing one device (recorded with each time)
     catalog_path: str = ""
 
     to_dict = asdict
@@ -53,6 +55,15 @@ class Drop(Exception):
     def __init__(self, reason: str, detail: str = ""):
         super().__init__(reason)
         self.reason, self.detail = reason, detail
+
+
+def timed_on(device: torch.device, sharing: int) -> dict:
+    """Where a task's times were taken (a build's parts may run on different machines)."""
+    if device.type == "cuda":
+        name = torch.cuda.get_device_name(device)
+    else:
+        name = f"CPU ({platform.machine()})"
+    return {"device": name, "torch": torch.__version__, "sharing": sharing}
 
 
 @lru_cache(maxsize=4)
@@ -234,7 +245,8 @@ def run_filters(job: dict) -> dict:
             result.update(_check_outputs(module, model, cfg, device))
             compile_ms = _check_compile(module, model, cfg, device) if cfg.compile else None
         result.update(ok=True, code=code, batch=batch, eager_ms=round(eager_ms, 5),
-                      compile_ms=None if compile_ms is None else round(compile_ms, 5), rescales=rescales)
+                      compile_ms=None if compile_ms is None else round(compile_ms, 5), rescales=rescales,
+                      **timed_on(device, cfg.sharing))
     except Drop as drop:
         result.update(reason=drop.reason, detail=drop.detail)
     except torch.OutOfMemoryError as exc:   # past the base-size fit: the device was full, or the task is

@@ -336,7 +336,16 @@ class Pipeline:
         return FilterConfig(backend=cfg.backend, window_ms=tuple(cfg.window_ms), max_rescales=cfg.max_rescales,
                             draws=cfg.draws, min_varying_fraction=cfg.min_varying_fraction,
                             compile=cfg.compile, warmup=cfg.warmup, iters=cfg.iters, seed=cfg.seed,
-                            threads=threads, catalog_path=str(self.work / "catalog.json")).to_dict()
+                            threads=threads, catalog_path=str(self.work / "catalog.json"),
+                            sharing=self._sharing()).to_dict()
+
+    def _sharing(self) -> int:
+        """Filter workers per device: on cuda the workers spread over the GPUs (`_make_pool`)."""
+        if self.cfg.backend != "cuda":
+            return 1
+        import torch
+
+        return max(1, -(-self.cfg.workers // max(1, torch.cuda.device_count())))
 
     def _make_pool(self):
         if self.pool_factory is not None:
@@ -439,6 +448,7 @@ class Pipeline:
                     "batch": res.get("batch"), "output_shape": res.get("output_shape"),
                     "kb_similarity": rec.get("kb_similarity"), "kb_nearest": rec.get("kb_nearest"),
                     "backend": self.cfg.backend, "seed": self.cfg.seed, "id": ident,
+                    "device": res.get("device"), "torch": res.get("torch"),   # where its times were taken
                 })
         return rows
 
@@ -477,7 +487,7 @@ def _schema():
         ("data_source", pa.string()), ("eager_ms", pa.float64()), ("compile_ms", pa.float64()),
         ("families", pa.list_(pa.string())), ("batch", pa.int64()), ("output_shape", pa.list_(pa.int64())),
         ("kb_similarity", pa.float64()), ("kb_nearest", pa.string()), ("backend", pa.string()),
-        ("seed", pa.int64()), ("id", pa.string()),
+        ("seed", pa.int64()), ("id", pa.string()), ("device", pa.string()), ("torch", pa.string()),
     ])
 
 
