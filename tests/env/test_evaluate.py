@@ -282,14 +282,19 @@ def test_a_reference_failing_inside_a_batch_of_timed_calls_is_a_task_error(cache
     assert result.task_error and "draw 14" in result.error.message and result.reward is None
 
 
-def test_the_judge_holds_the_device_only_for_draws_timing_and_whole_outputs(cache_dir, tmp_path, monkeypatch):
+@pytest.mark.parametrize("batch", [None, 8])
+def test_the_judge_holds_the_device_only_for_draws_timing_and_whole_outputs(cache_dir, tmp_path, monkeypatch, batch):
     """Who holds the device's lock, from its log: the judge compares a timed call's samples on the CPU
     (the reference is read where the candidate was sampled inside the timed hold), so only whole
-    outputs (verification) take a compare hold; a batch's inputs are drawn under one hold; the
-    candidate's checks after a timed call's timing hold the lock shared, and so do the judge's reads of
-    its references at the samples after a batch's timed runs."""
+    outputs (verification) take a compare hold; the candidate's checks after a timed call's timing hold
+    the lock shared, and so do the judge's reads of its references at the samples after its timed runs.
+    On the CPU the judge takes timed calls one at a time (`schedule.judge_batch`); in batches, as on the
+    GPU (`batch=8`), a batch's inputs are drawn under one hold and its runs timed under another."""
     from cuda_agent.env.infra.lock_log import read_log
+    from cuda_agent.env.run import evaluation
 
+    if batch is not None:
+        monkeypatch.setattr(evaluation, "judge_batch", lambda backend: batch)
     log = tmp_path / "lock.log"
     monkeypatch.setenv("CUDA_AGENT_LOCK_LOG", str(log))
     monkeypatch.setenv("CUDA_AGENT_LOCK_DIR", str(tmp_path))
@@ -304,8 +309,11 @@ def test_the_judge_holds_the_device_only_for_draws_timing_and_whole_outputs(cach
     judged = sum(count.get(f"harness.profile.{kind}", 0) for kind in ("warmup", "timed", "spot"))
     assert count["harness.verify.verify"] == verification and judged > 8
     assert count["judge.compare"] == verification
-    assert count["judge.draw"] < verification + judged   # timed calls drawn a batch at a time
-    assert count["judge.timed"] < judged
+    if batch is None:   # call by call: a timed hold for each call the judge times (every timed call, and more)
+        assert count["harness.profile.timed"] <= count["judge.timed"] <= judged
+    else:
+        assert count["judge.draw"] < verification + judged   # timed calls drawn a batch at a time
+        assert count["judge.timed"] < judged
     assert all(not h["shared"] for h in holds if h["label"] in ("judge.timed", "harness.profile.timed"))
     # a timed call's checks after its timing run shared (locks.Hold.share); verification calls are shared throughout
     assert count["harness.profile.timed.shared"] == count["harness.profile.timed"]

@@ -45,7 +45,7 @@ from cuda_agent.env.run.feedback import Feedback
 from cuda_agent.env.run.judge_pipe import JudgePipe
 from cuda_agent.env.run.measures import as_scored, calls_to_add, check_clock, less_overhead, precise_enough
 from cuda_agent.env.run.rounds import CallRounds
-from cuda_agent.env.run.schedule import (JUDGE_BATCH, NULL_CALLS, Call, fresh_seed, shortened, timing_calls,
+from cuda_agent.env.run.schedule import (NULL_CALLS, Call, fresh_seed, judge_batch, shortened, timing_calls,
                                          verification_calls)
 from cuda_agent.env.run.scoring import note_intervals, paired_speedup, round_times, score
 from cuda_agent.env.run.serving import BuildServing, LinkRefused
@@ -392,7 +392,7 @@ class _Evaluation(BuildServing, Calibration, CallRounds, StoredBaselines, Feedba
         deadline = time.monotonic() + self.config.timeout_profile
         nulls = NULL_CALLS if self.config.clock_check or self.outside else 0   # outside: they measure the overhead
         calls = timing_calls(self.config.warmup, iters, self.strict, nulls, rng)
-        pipe = JudgePipe(self, "profile", batch=JUDGE_BATCH)
+        pipe = JudgePipe(self, "profile", batch=judge_batch(self.backend))
         started, done = time.monotonic(), 0
         budget_checked, budget = False, None
         measured: list[tuple] = []   # the candidate's timed calls so far, (device, host) ms (verdicts come later)

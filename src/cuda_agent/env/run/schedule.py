@@ -31,6 +31,14 @@ class Call:
     index: int = 0
 
 
+def judge_batch(backend: str) -> int:
+    """Timed calls the judge takes at once. On the GPU a batch (JUDGE_BATCH) overlaps the candidate's
+    next calls. On the CPU one at a time: a judge that waited through a batch of the candidate's calls
+    (tens of milliseconds idle) ran its first references up to half again slower than the candidate,
+    which runs moments after the judge wrote its inputs; call by call, each side waits as long."""
+    return JUDGE_BATCH if backend == "cuda" else 1
+
+
 def fresh_seed() -> int:
     return secrets.randbelow(1 << 62)
 
