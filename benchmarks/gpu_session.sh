@@ -69,6 +69,8 @@ for step in $STEPS; do
       run "runs_$kind" 570 python3 benchmarks/runs_scaling.py "$kind" --kernelbench .kb --counts "${RUNS_COUNTS:-1,2,4}" \
         --seconds "${RUNS_SECONDS:-100}" --keep /tmp/runs-keep ${RUNS_ARGS:-} --json "$OUT/runs_$kind.json"
       [ -d /tmp/runs-keep/work ] && tar -cJf "$OUT/build.tar.xz" -C /tmp/runs-keep --exclude='work/kernelbench_trees_*' . ;;
+    same_code)   # each task's reference handed in as its own solution: a fair harness says about 1.0x
+      run same_code 420 python3 benchmarks/same_code.py --backend cuda --kernelbench .kb --evals "${SAME_EVALS:-2}" ${SAME_TASKS:-} ;;
     contexts)   # the host's steady rate of CUDA contexts made and ended (forked children, as judges are), on
       # one GPU and over all: an evaluation makes two, so the pool cannot pass half this rate
       TAIL=8 run contexts 150 python3 benchmarks/diag/context_rate.py --sustained "${CONTEXT_SECONDS:-10}" \
