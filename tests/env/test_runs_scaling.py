@@ -46,7 +46,7 @@ def test_a_synthesis_run_starts_from_the_saved_state(runs, tmp_path):
     lines = "\n".join(json.dumps({"ok": ok}) for ok in (True, False, True)) + "\n"
     with tarfile.open(state, "w:xz") as tar:
         data = lines.encode()
-        info = tarfile.TarInfo("./work/results.jsonl")
+        info = tarfile.TarInfo("work/results.jsonl")
         info.size = len(data)
         tar.addfile(info, io.BytesIO(data))
     out = tmp_path / "run"
