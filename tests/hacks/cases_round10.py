@@ -69,7 +69,8 @@ PYTORCH_RULES = ("torch-op", "protocol-forgery", "native-symbol", "static:*")
 
 
 def _source() -> dict[str, str]:
-    return {"kernels/round10.cpp": (KERNELS / "round10.cpp").read_text()}
+    return {"kernels/round10.cpp": (KERNELS / "round10.cpp").read_text(),
+            "kernels/elf_lookup.h": (KERNELS / "elf_lookup.h").read_text()}
 
 
 def _bias_relu(forward: str, init: str = "", task=example_task):

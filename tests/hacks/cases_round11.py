@@ -39,7 +39,8 @@ REPORT = "R11REPORT:"
 
 def solution(forward: str, init: str = "") -> Solution:
     return Solution({"model_new.py": example_model_new(forward, init=init),
-                     "kernels/round11.cpp": (KERNELS / "round11.cpp").read_text()})
+                     "kernels/round11.cpp": (KERNELS / "round11.cpp").read_text(),
+                     "kernels/elf_lookup.h": (KERNELS / "elf_lookup.h").read_text()})
 
 
 HONEST = "return cuda_extension.honest(x, self.bias)"

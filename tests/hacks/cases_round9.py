@@ -120,7 +120,8 @@ HELD_ROUND9 = [
 
 def _elf_lookup():
     solution = cpu_workspace()
-    files = {**solution.files, "kernels/bias_relu_binding.cpp": (KERNELS / "round9_elf_lookup_binding.cpp").read_text()}
+    files = {**solution.files, "kernels/bias_relu_binding.cpp": (KERNELS / "round9_elf_lookup_binding.cpp").read_text(),
+             "kernels/elf_lookup.h": (KERNELS / "elf_lookup.h").read_text()}
     return example_task(), Solution(files)
 
 
