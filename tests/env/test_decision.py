@@ -6,6 +6,7 @@ evaluation's rounds do."""
 
 from __future__ import annotations
 
+import math
 import random
 import statistics
 
@@ -16,7 +17,7 @@ from cuda_agent.env.config import EvalConfig
 from cuda_agent.env.explain import explain_reward, noise_text, reward_line, timing_rows
 from cuda_agent.env.measure.stats import median_precision
 from cuda_agent.env.result import EvalResult, Timing
-from cuda_agent.env.run.measures import DECISION_CAP, calls_to_add, precise_enough
+from cuda_agent.env.run.measures import DECISION_CAP, calls_to_add, harness_overhead, overhead_spread, precise_enough
 from cuda_agent.env.run.scoring import decision_open, note_intervals, paired_ratios, paired_speedup, score, speedup_interval
 
 CONFIG = EvalConfig(backend="cpu", iters=20)
@@ -83,6 +84,54 @@ def test_a_clear_decision_adds_no_calls_and_a_near_one_adds_up_to_the_cap():
     # compile from the store: its speedup is eager's times the stored ratio, and so is its interval
     eager_clear = rounds(1.5, 0.05, 20)
     assert not decision_open(eager_clear) and decision_open(eager_clear, compile_scale=1.05 / 1.5)
+
+
+def test_the_overhead_taken_off_calls_measured_from_outside_is_in_the_interval():
+    """The CPU's calls less the empty calls' median: that median's own interval widens the speedup's,
+    so a decision confident on the calls alone is open when the overhead is known too loosely."""
+    nulls = [0.20, 0.21, 0.22, 0.23, 0.24, 0.25, 0.26, 0.27, 0.28, 0.30, 0.40, 0.45]
+    less, more = overhead_spread(nulls)
+    overhead = harness_overhead(nulls)
+    assert 0 < less < overhead and 0 < more and overhead - less in nulls and overhead + more in nulls
+    # capped as the overhead is: the empty calls before the solution loaded bound what is taken off
+    capped = overhead_spread(nulls, calibrated=[5.0, 0.05, 0.05, 0.05, 0.05, 0.05, 0.05])
+    assert harness_overhead(nulls, [5.0] + [0.05] * 6) + capped[1] <= 2.5 * 0.05 + 0.1 + 1e-12
+    assert overhead_spread([]) == (0.0, 0.0)
+    assert overhead_spread([0.3, 0.2, 0.4]) == pytest.approx((0.1, 0.1))   # too few for an interval: their range
+
+    # a 1 ms kernel 1.10x faster than eager, its calls steady: confident alone, open with the overhead's spread
+    timed = [{"kernel": 1.0, "eager": 1.10 * (1 + 0.004 * (-1) ** i)} for i in range(40)]
+    assert not decision_open(timed)
+    wide = speedup_interval(timed, "eager", (0.06, 0.02))
+    alone = speedup_interval(timed, "eager")
+    assert wide[0] < policy.NEEDED < alone[0] < alone[1] < wide[1]
+    # each side's reach: the calls' own and the overhead's, in quadrature
+    median = paired_speedup(timed, "eager")
+    down, up = median - median / 1.06, median / 0.98 - median
+    assert median - wide[0] == pytest.approx(math.hypot(median - alone[0], down), rel=1e-9)
+    assert wide[1] - median == pytest.approx(math.hypot(alone[1] - median, up), rel=1e-9)
+    assert decision_open(timed, spread=(0.06, 0.0)) and not decision_open(timed, spread=(0.0, 0.06))
+    assert calls_to_add(CONFIG, timed, 20, 20, spread=(0.06, 0.0)) == 10
+    r = EvalResult(task="t", backend="cpu", compiled=True, correct=True, kernel_ms=1.0, eager_ms=1.1,
+                   speedup_vs_eager=paired_speedup(timed, "eager"))
+    note_intervals(r, timed, (0.06, 0.0))
+    score(r)
+    assert r.within_noise and r.speedup_ci["eager"][0] < policy.NEEDED and r.reward == 2   # decided on the median
+    assert "within noise" in explain_reward(r)
+
+
+def test_an_empty_call_on_the_cpu_is_followed_by_a_warm_up():
+    """Where calls are measured from outside, the call after an empty one is not timed (`empty_calls`)."""
+    from cuda_agent.env.run.schedule import timing_calls
+
+    for settle in (False, True):
+        calls = timing_calls(3, 40, True, 12, random.Random(1), settle_nulls=settle)
+        kinds = [c.kind for c in calls]
+        assert kinds.count("null") == 12 and kinds.count("timed") >= 40 and kinds.count("spot") == 2
+        after = [kinds[i + 1] if i + 1 < len(kinds) else None for i, k in enumerate(kinds) if k == "null"]
+        assert all(k == "warmup" for k in after) == settle
+        leading = next(i for i, k in enumerate(kinds) if k != "warmup")
+        assert 3 <= leading <= 6 and kinds.count("warmup") == leading + (12 if settle else 0)
 
 
 class _Pipe:

@@ -43,9 +43,10 @@ from cuda_agent.env.rules.verify import FP32_PRECISION_WARNING, share
 from cuda_agent.env.run.calibration import Calibration
 from cuda_agent.env.run.feedback import Feedback
 from cuda_agent.env.run.judge_pipe import JudgePipe
-from cuda_agent.env.run.measures import as_scored, calls_to_add, check_clock, less_overhead, precise_enough
+from cuda_agent.env.run.measures import (as_scored, calls_to_add, check_clock, less_overhead, overhead_spread,
+                                         precise_enough)
 from cuda_agent.env.run.rounds import CallRounds
-from cuda_agent.env.run.schedule import (NULL_CALLS, Call, fresh_seed, judge_batch, shortened, timing_calls,
+from cuda_agent.env.run.schedule import (NULL_CALLS, Call, empty_calls, fresh_seed, judge_batch, shortened, timing_calls,
                                          verification_calls)
 from cuda_agent.env.run.scoring import note_intervals, paired_speedup, round_times, score
 from cuda_agent.env.run.serving import BuildServing, LinkRefused
@@ -391,7 +392,7 @@ class _Evaluation(BuildServing, Calibration, CallRounds, StoredBaselines, Feedba
         iters = self.config.timed_iters(self.backend)
         deadline = time.monotonic() + self.config.timeout_profile
         nulls = NULL_CALLS if self.config.clock_check or self.outside else 0   # outside: they measure the overhead
-        calls = timing_calls(self.config.warmup, iters, self.strict, nulls, rng)
+        calls = timing_calls(self.config.warmup, iters, self.strict, nulls, rng, settle_nulls=self.outside)
         pipe = JudgePipe(self, "profile", batch=judge_batch(self.backend))
         started, done = time.monotonic(), 0
         budget_checked, budget = False, None
@@ -408,7 +409,7 @@ class _Evaluation(BuildServing, Calibration, CallRounds, StoredBaselines, Feedba
                 if call.kind == "timed" and out is not None:
                     measured.append((out["wall_ms"] if out.get("read_outside") else out["ms"], out.get("host_ms")))
                     if precise_enough(self.config, as_scored(self.rounds, self.null_walls, self.outside, self.calibrated), measured,
-                                      pipe, self._compile_scale()):   # the timed calls left are not needed
+                                      pipe, self._compile_scale(), self._overhead_spread()):   # the timed calls left are not needed
                         calls = calls[:done] + [c for c in calls[done:] if c.kind != "timed"]
                 if not budget_checked and call.kind == "warmup" and done >= 2:
                     pipe.drain()   # the judge's part of these calls counts too
@@ -454,7 +455,8 @@ class _Evaluation(BuildServing, Calibration, CallRounds, StoredBaselines, Feedba
                     started: float, deadline: float) -> bool:
         """Once the schedule's calls are done: more timed calls at its end while the reward's margin
         lies inside a speedup's interval that decides it (measures.calls_to_add), as many as fit in
-        what is left of the profile's time budget and timeout; False when none."""
+        what is left of the profile's time budget and timeout, with empty calls among them in the
+        schedule's proportion where calls are measured from outside; False when none."""
         if self.config.precision is None or not self.config.baselines or not calls:
             return False
         pipe.drain()   # every call judged: the decision reads them all
@@ -463,9 +465,21 @@ class _Evaluation(BuildServing, Calibration, CallRounds, StoredBaselines, Feedba
         left = min(started + self.config.profile_budget_s, deadline) - now
         room = int(left / max(per_call, 1e-9))
         add = min(room, calls_to_add(self.config, as_scored(self.rounds, self.null_walls, self.outside, self.calibrated), timed,
-                                     iters, budget, self._compile_scale()))
-        calls += [Call("timed", fresh_seed()) for _ in range(max(add, 0))]
-        return add > 0
+                                     iters, budget, self._compile_scale(), self._overhead_spread()))
+        if add <= 0:
+            return False
+        more = [Call("timed", fresh_seed()) for _ in range(add)]
+        if self.outside:   # the overhead's interval is in the decision's: it narrows with the calls added
+            for _ in range(max(1, round(add * NULL_CALLS / iters))):
+                at = secrets.randbelow(len(more) + 1)
+                more[at:at] = empty_calls(settle=True)
+        calls += more
+        return True
+
+    def _overhead_spread(self) -> tuple[float, float]:
+        """How far the overhead taken off the calls measured from outside may be off (`measures.overhead_spread`);
+        none where the calls are timed inside."""
+        return overhead_spread(self.null_walls, self.calibrated) if self.outside else (0.0, 0.0)
 
     def _compile_scale(self) -> float | None:
         """Where torch.compile's time comes from the store: its speedup over eager's there (the speedup
@@ -557,7 +571,7 @@ class _Evaluation(BuildServing, Calibration, CallRounds, StoredBaselines, Feedba
         if self.result.compile_ms and self.result.speedup_vs_compile is None and self.result.speedup_vs_eager:
             # stored or re-timed: torch.compile's time relative to eager, applied to the paired speedup
             self.result.speedup_vs_compile = self.result.speedup_vs_eager * self.result.compile_ms / eager.median_ms
-        note_intervals(self.result, self.rounds)
+        note_intervals(self.result, self.rounds, self._overhead_spread())
         if self.config.compile_baseline and self.result.compile_ms is None:
             error = self.compile_error or (self.stored[1].compile_error if self.stored else None)
             self.result.warnings.append(f"torch.compile baseline unavailable: {error or 'not timed'}")

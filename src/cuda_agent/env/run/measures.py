@@ -10,24 +10,23 @@ import statistics
 
 from cuda_agent.env.config import EvalConfig
 from cuda_agent.env.measure.hold import call_times, floor_precise
-from cuda_agent.env.measure.stats import median_precision
+from cuda_agent.env.measure.stats import median_interval, median_precision
 from cuda_agent.env.rules import registry as rules
 from cuda_agent.env.run.judge_pipe import JudgePipe
 from cuda_agent.env.run.schedule import JUDGE_BATCH
-from cuda_agent.env.run.scoring import decision_open, paired_ratios, round_times, side_measures
+from cuda_agent.env.run.scoring import MIN_CALL_MS, decision_open, paired_ratios, round_times, side_measures
 from cuda_agent.env.run.worker_run import Failed
 
 CLOCK_ALLOWANCE_MS = 3.0   # per call: what the harness's own work may differ between empty and real calls
-MIN_CALL_MS = 1e-4         # a call measured from outside, less the overhead, is never counted as free
 DECISION_CAP = 3           # timing goes on for an open decision up to this many times `iters` timed calls
 
 
 def precise_enough(config: EvalConfig, rounds: list[dict], measured: list[tuple], pipe: JudgePipe,
-                   compile_scale: float | None = None) -> bool:
+                   compile_scale: float | None = None, spread: tuple[float, float] = (0.0, 0.0)) -> bool:
     """Whether the kernel's median time (`measured`: every timed call so far, its device and host
     times), its host floor where that decides (hold.floor_precise) and its median paired speedups
     (the calls judged so far) are all known to within `precision` (`stats`), and the reward's
-    decision is not open (`scoring.decision_open`; `compile_scale` as there). The calls left are
+    decision is not open (`scoring.decision_open`; `compile_scale` and `spread` as there). The calls left are
     then dropped: at most `iters` are timed (more while the decision is open: `calls_to_add`), at
     least `min_iters`. The judge's verdicts trail the candidate by a batch or two: when the kernel is
     known well enough and a batch's worth of calls awaits the judge, they are judged first."""
@@ -39,11 +38,12 @@ def precise_enough(config: EvalConfig, rounds: list[dict], measured: list[tuple]
         return False
     if config.baselines and pipe.pending() >= JUDGE_BATCH:
         pipe.drain()
-    return not config.baselines or (speedups_precise(rounds, precision) and not decision_open(rounds, compile_scale))
+    return not config.baselines or (speedups_precise(rounds, precision)
+                                    and not decision_open(rounds, compile_scale, spread))
 
 
 def calls_to_add(config: EvalConfig, rounds: list[dict], timed: int, iters: int, budget: int | None = None,
-                 compile_scale: float | None = None) -> int:
+                 compile_scale: float | None = None, spread: tuple[float, float] = (0.0, 0.0)) -> int:
     """Timed calls to add once the schedule's are done (all judged): while the reward's margin lies
     inside a speedup's interval that decides it, half of `iters` more (at least a judge batch), up to
     DECISION_CAP times `iters` timed calls in all (or `budget`, where slow calls cut the schedule);
@@ -52,7 +52,7 @@ def calls_to_add(config: EvalConfig, rounds: list[dict], timed: int, iters: int,
     cap = DECISION_CAP * iters if budget is None else min(budget, DECISION_CAP * iters)
     if config.precision is None or not config.baselines or timed >= cap:
         return 0
-    if not decision_open(rounds, compile_scale):
+    if not decision_open(rounds, compile_scale, spread):
         return 0
     return min(max(JUDGE_BATCH, iters // 2), cap - timed)
 
@@ -88,6 +88,23 @@ def harness_overhead(null_walls: list[float], calibrated: list[float] | tuple = 
     overhead = statistics.median(null_walls) if null_walls else 0.0
     cap = overhead_cap(calibrated)
     return overhead if cap is None else min(overhead, cap)
+
+
+def overhead_spread(null_walls: list[float], calibrated: list[float] | tuple = ()) -> tuple[float, float]:
+    """How far the overhead `harness_overhead` takes off each call may be off, (less, more) ms: to the
+    ends of the empty calls' median's 95 % interval (`stats.median_interval`; all of them where too few
+    give none), each under the same cap. The speedups' intervals hold it (`scoring.speedup_interval`):
+    one evaluation's dozen empty calls pin their median down to a few tenths of a millisecond, as much
+    as a small CPU kernel's margin."""
+    from cuda_agent.env.run.calibration import overhead_cap
+
+    if not null_walls:
+        return 0.0, 0.0
+    ends = median_interval(null_walls) or (min(null_walls), max(null_walls))
+    cap = overhead_cap(calibrated)
+    low, high = (end if cap is None else min(end, cap) for end in ends)
+    overhead = harness_overhead(null_walls, calibrated)
+    return max(0.0, overhead - low), max(0.0, high - overhead)
 
 
 def less_overhead(rounds: list[dict], null_walls: list[float], calibrated: list[float] | tuple = ()) -> None:

@@ -52,17 +52,27 @@ def verification_calls(seeds: list[int], strict: bool) -> list[Call]:
     return calls
 
 
-def timing_calls(warmup: int, iters: int, strict: bool, null_calls: int, rng: random.Random) -> list[Call]:
+def timing_calls(warmup: int, iters: int, strict: bool, null_calls: int, rng: random.Random,
+                 settle_nulls: bool = False) -> list[Call]:
     """Warm-up, then timed calls; structured spot checks (strict) and empty calls at random places.
-    The counts vary a little from evaluation to evaluation, so no solution can count on them."""
+    The counts vary a little from evaluation to evaluation, so no solution can count on them.
+    `settle_nulls`: each empty call followed by a warm-up call (`empty_calls`)."""
     warm = [Call("warmup", fresh_seed()) for _ in range(warmup + rng.randrange(4))]
     body = [Call("timed", fresh_seed()) for _ in range(iters + rng.randrange(max(2, iters // 10)))]
-    extras = [Call("null", 0) for _ in range(null_calls)]
+    extras = [empty_calls(settle_nulls) for _ in range(null_calls)]
     if strict:
-        extras += [Call("spot", fresh_seed(), "spikes") for _ in range(max(2, iters // 20))]
+        extras += [[Call("spot", fresh_seed(), "spikes")] for _ in range(max(2, iters // 20))]
     for extra in extras:
-        body.insert(rng.randrange(len(body) + 1), extra)
+        at = rng.randrange(len(body) + 1)
+        body[at:at] = extra
     return warm + body
+
+
+def empty_calls(settle: bool) -> list[Call]:
+    """An empty call, and where `settle`, a warm-up call after it: on the CPU, the call after an empty
+    one found both workers' caches cooled (its reference ran about a third slower, the candidate's
+    call a tenth), so it is not one of the timed calls."""
+    return [Call("null", 0)] + ([Call("warmup", fresh_seed())] if settle else [])
 
 
 def shortened(calls: list[Call], keep: int) -> list[Call]:

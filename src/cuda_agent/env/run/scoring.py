@@ -5,12 +5,15 @@ an interval that decides it.
 
 from __future__ import annotations
 
+import math
 import statistics
 
 from cuda_agent.env import reward
 from cuda_agent.env.measure.hold import call_times
 from cuda_agent.env.measure.stats import median_interval
 from cuda_agent.env.result import EvalResult
+
+MIN_CALL_MS = 1e-4         # a call measured from outside, less the overhead, is never counted as free
 
 
 def score(result: EvalResult, partial: bool = False) -> None:
@@ -54,13 +57,28 @@ def paired_speedup(rounds: list[dict], baseline: str) -> float | None:
     return statistics.median(ratios) if ratios else None
 
 
-def speedup_interval(rounds: list[dict], baseline: str) -> tuple[float, float] | None:
+def speedup_interval(rounds: list[dict], baseline: str, spread: tuple[float, float] = (0.0, 0.0)
+                     ) -> tuple[float, float] | None:
     """The paired speedup's 95 % confidence interval, (low, high): the order statistics around the
     median of the per-call ratios that `stats.median_precision` measures (`stats.median_interval`);
-    the median alone where too few calls give no interval; None where the baseline was not timed."""
+    the median alone where too few calls give no interval; None where the baseline was not timed.
+    `spread`: (less, more) ms by which the overhead taken off each candidate call may be off (the CPU's
+    calls measured from outside, `measures.overhead_spread`): how far the median moves with `less` ms
+    given back to each call, or `more` ms taken off, is added to each side's reach in quadrature (two
+    independent errors)."""
     ratios = paired_ratios(rounds, baseline)
     if not ratios:
         return None
+    median = statistics.median(ratios)
+    low, high = _ratio_interval(ratios)
+    if spread == (0.0, 0.0):
+        return low, high
+    down = median - statistics.median(paired_ratios(shifted(rounds, spread[0]), baseline))
+    up = statistics.median(paired_ratios(shifted(rounds, -spread[1]), baseline)) - median
+    return median - math.hypot(median - low, down), median + math.hypot(high - median, up)
+
+
+def _ratio_interval(ratios: list[float]) -> tuple[float, float]:
     interval = median_interval(ratios)
     if interval is None:
         speedup = statistics.median(ratios)
@@ -68,31 +86,43 @@ def speedup_interval(rounds: list[dict], baseline: str) -> tuple[float, float] |
     return interval
 
 
-def decision_open(rounds: list[dict], compile_scale: float | None = None) -> bool:
+def shifted(rounds: list[dict], ms: float) -> list[dict]:
+    """The rounds with `ms` added to each candidate call (copies; never below `MIN_CALL_MS`); the
+    rounds themselves where `ms` is 0."""
+    if not ms:
+        return rounds
+    return [{**entry, "kernel": max(entry["kernel"] + ms, MIN_CALL_MS)} if entry.get("kernel") else entry
+            for entry in rounds]
+
+
+def decision_open(rounds: list[dict], compile_scale: float | None = None,
+                  spread: tuple[float, float] = (0.0, 0.0)) -> bool:
     """Whether the reward's margin lies inside a speedup's interval that decides the reward (its ends
     give different rewards, `reward.reward_bounds`). `compile_scale`: where torch.compile's time comes
     from the store, the speedup over it is the eager one times this (evaluation._baselines), and so
-    is its interval."""
-    eager = speedup_interval(rounds, "eager")
+    is its interval. `spread`: as in `speedup_interval`."""
+    eager = speedup_interval(rounds, "eager", spread)
     if eager is None:
         return False
-    compiled = speedup_interval(rounds, "compile")
+    compiled = speedup_interval(rounds, "compile", spread)
     if compiled is None and compile_scale:
         compiled = (eager[0] * compile_scale, eager[1] * compile_scale)
     low, high = reward.reward_bounds(eager, compiled)
     return low != high
 
 
-def note_intervals(result: EvalResult, rounds: list[dict]) -> None:
+def note_intervals(result: EvalResult, rounds: list[dict], spread: tuple[float, float] = (0.0, 0.0)) -> None:
     """Each paired speedup's 95 % interval (`speedup_ci`), and whether the reward was decided within
     the noise (`within_noise`): the margin inside an interval that decides it, after timing went on
-    as far as it may (measures.calls_to_add). The reward stays the one the medians give."""
+    as far as it may (measures.calls_to_add). `spread`: as in `speedup_interval`. The reward stays the
+    one the medians give."""
     scale = None
     if result.baseline_source != "paired" and result.speedup_vs_compile and result.speedup_vs_eager:
         scale = result.speedup_vs_compile / result.speedup_vs_eager   # stored or re-timed (evaluation._baselines)
-    intervals = {"eager": speedup_interval(rounds, "eager"), "compile": speedup_interval(rounds, "compile")}
+    intervals = {"eager": speedup_interval(rounds, "eager", spread),
+                 "compile": speedup_interval(rounds, "compile", spread)}
     if intervals["compile"] is None and scale and intervals["eager"]:
         intervals["compile"] = (intervals["eager"][0] * scale, intervals["eager"][1] * scale)
     result.speedup_ci = {name: [low, high] for name, (low, high) in
                          ((n, ci) for n, ci in intervals.items() if ci) if low != high}
-    result.within_noise = result.correct and decision_open(rounds, scale)
+    result.within_noise = result.correct and decision_open(rounds, scale, spread)
