@@ -208,3 +208,22 @@ def test_the_datasheet_says_where_each_task_was_timed(reference, kernelbench):
     assert f"| timed on | CPU ({platform.machine()}), torch {torch.__version__}: 5 tasks |" in sheet
     assert "| timed on | not recorded: 2 tasks |" in sheet
     assert "| timed on | NVIDIA H100 80GB HBM3, torch 2.11.0+cu130: 1 tasks |" in sheet   # cpu: no sharing
+
+
+def test_filter_workers_per_gpu_follow_the_pool(monkeypatch):
+    """What the datasheet records as sharing: the local workers spread over this machine's GPUs, or one
+    GPU each under Ray (whose driver may see none)."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from cuda_agent.synth.pipeline import Pipeline
+
+    def sharing(**kw):   # the method on a pipeline holding only its resolved config
+        return Pipeline._sharing(SimpleNamespace(cfg=SynthConfig(**{**FAST, "num": 1, "out": "unused", "workers": 12, **kw}).resolved()))
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    assert sharing(backend="cuda") == 3
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    assert sharing(backend="cuda", ray_address="auto") == 1
+    assert sharing() == 1   # cpu

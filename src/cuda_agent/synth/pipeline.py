@@ -340,8 +340,9 @@ class Pipeline:
                             sharing=self._sharing()).to_dict()
 
     def _sharing(self) -> int:
-        """Filter workers per device: on cuda the workers spread over the GPUs (`_make_pool`)."""
-        if self.cfg.backend != "cuda":
+        """Filter workers per device: on cuda the workers spread over the GPUs (`_make_pool`); under Ray
+        each worker holds a GPU of its own (`RayPool`'s num_gpus=1)."""
+        if self.cfg.backend != "cuda" or self.cfg.ray_address:
             return 1
         import torch
 
