@@ -144,7 +144,7 @@ class CallRounds:
 
     def _outside_ready(self, call: Call, phase: str, drawn: dict) -> bool:
         if "task_error" in drawn:
-            raise Failed("task", f"the task failed on the inputs drawn for a call: {drawn['task_error']}")
+            raise Failed("task", f"the task's inputs could not be drawn: {drawn['task_error']}")
         if not drawn["ok"]:
             raise Failed("internal", drawn["message"])
         if drawn["layout"] is None:   # a structured set this task's inputs do not admit
