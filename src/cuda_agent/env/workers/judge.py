@@ -165,7 +165,7 @@ class _Judge:
                 with self._device(shared=False, label="timed_first"):
                     self._time_part(part, release=False)   # the candidate's samples come with its JudgeCall
         if part.answer is not None and "task_error" in part.answer:
-            return {"ok": False, "task_error": f"the reference failed on them: {part.answer['task_error']}"}
+            return {"ok": False, "task_error": part.answer["task_error"]}
         self.early[cmd.index] = part
         return None
 
