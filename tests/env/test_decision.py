@@ -134,32 +134,6 @@ def test_an_empty_call_on_the_cpu_is_followed_by_a_warm_up():
         assert 3 <= leading <= 6 and kinds.count("warmup") == leading + (12 if settle else 0)
 
 
-def test_alternated_orders_are_paired_each_with_its_own():
-    """Where the two sides' order alternated (the CPU), each order's median counts alike: a side
-    that gains from running first on fresh inputs gains nothing overall."""
-    from cuda_agent.env.run.measures import speedups_precise
-    from cuda_agent.env.run.schedule import Call, alternated
-    from cuda_agent.env.run.scoring import orders
-
-    # the candidate 10 % faster when it runs first, 10 % slower when the references do: no speedup
-    rng = random.Random(3)
-    timed = [{"kernel": 1.0, "eager": (0.9 if i % 2 else 1.1) * (1 + rng.uniform(-0.01, 0.01)), "judge_first": bool(i % 2)}
-             for i in range(60)]
-    assert [len(g) for g in orders(timed)] == [30, 30]
-    assert paired_speedup(timed, "eager") == pytest.approx((1.1 * 0.9) ** 0.5, rel=0.01)
-    low, high = speedup_interval(timed, "eager")
-    assert low < paired_speedup(timed, "eager") < high and high - low < 0.05   # each order's spread, not the gap
-    assert not decision_open(timed)   # confidently below the margin, where a pooled median could land anywhere
-    assert speedups_precise(timed, 0.02)
-    # without alternation, one order: the plain median
-    plain = [{"kernel": 1.0, "eager": 1.1}] * 10
-    assert orders(plain) == [plain] and paired_speedup(plain, "eager") == pytest.approx(1.1)
-
-    calls = [Call(kind, 0) for kind in ("warmup", "warmup", "timed", "null", "warmup", "timed", "spot", "timed")]
-    firsts = [c.judge_first for c in alternated(calls)]
-    assert firsts == [False, True, False, False, True, False, False, True]
-
-
 class _Pipe:
     def pending(self) -> int:
         return 0

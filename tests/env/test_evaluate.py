@@ -13,7 +13,6 @@ from cuda_agent.env import EvalPool, evaluate
 from cuda_agent.env.cli.commands import print_result
 from cuda_agent.env.reward import reward_from_speedups
 from cuda_agent.env.run.measures import DECISION_CAP
-from cuda_agent.env.run.scoring import paired_speedup
 from cuda_agent.tasks import Solution, Task, load_solution
 from tests.env.helpers import EXAMPLES, HONEST_BODY, cpu_config, cpu_workspace, example_task, kernel
 
@@ -408,8 +407,3 @@ def test_every_timed_calls_measures_can_go_to_the_log_for_diagnosis(cache_dir, m
     # when each was sent (the lock log's clock), and its sides' host times (none unheld, as on the CPU)
     sent = [r["sent"] for r in logged["rounds"]]
     assert sent == sorted(sent) and all(r["kernel_host"] is r["eager_host"] is None for r in logged["rounds"])
-    # on the CPU the references ran first on every other call's inputs (schedule.alternated), each
-    # timed: the speedup pairs each order with its own (scoring.paired_speedup)
-    first = [r for r in logged["rounds"] if r["judge_first"]]
-    assert abs(2 * len(first) - len(logged["rounds"])) <= 4 and all(r["eager"] > 0 for r in first)
-    assert result.speedup_vs_eager == pytest.approx(paired_speedup(logged["rounds"], "eager"))

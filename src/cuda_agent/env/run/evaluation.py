@@ -46,8 +46,8 @@ from cuda_agent.env.run.judge_pipe import JudgePipe
 from cuda_agent.env.run.measures import (as_scored, calls_to_add, check_clock, less_overhead, overhead_spread,
                                          precise_enough)
 from cuda_agent.env.run.rounds import CallRounds
-from cuda_agent.env.run.schedule import (NULL_CALLS, Call, alternated, empty_calls, fresh_seed, judge_batch, shortened,
-                                         timing_calls, verification_calls)
+from cuda_agent.env.run.schedule import (NULL_CALLS, Call, empty_calls, fresh_seed, judge_batch, shortened, timing_calls,
+                                         verification_calls)
 from cuda_agent.env.run.scoring import note_intervals, paired_speedup, round_times, score
 from cuda_agent.env.run.serving import BuildServing, LinkRefused
 from cuda_agent.env.run.stored import StoredBaselines
@@ -393,8 +393,6 @@ class _Evaluation(BuildServing, Calibration, CallRounds, StoredBaselines, Feedba
         deadline = time.monotonic() + self.config.timeout_profile
         nulls = NULL_CALLS if self.config.clock_check or self.outside else 0   # outside: they measure the overhead
         calls = timing_calls(self.config.warmup, iters, self.strict, nulls, rng, settle_nulls=self.outside)
-        if self.outside:   # the judge draws each call's inputs: either side can run on them first
-            alternated(calls)
         pipe = JudgePipe(self, "profile", batch=judge_batch(self.backend))
         started, done = time.monotonic(), 0
         budget_checked, budget = False, None
@@ -472,7 +470,6 @@ class _Evaluation(BuildServing, Calibration, CallRounds, StoredBaselines, Feedba
             return False
         more = [Call("timed", fresh_seed()) for _ in range(add)]
         if self.outside:   # the overhead's interval is in the decision's: it narrows with the calls added
-            alternated(more)
             for _ in range(max(1, round(add * NULL_CALLS / iters))):
                 at = secrets.randbelow(len(more) + 1)
                 more[at:at] = empty_calls(settle=True)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import math
 import time
-from contextlib import nullcontext
 
 from cuda_agent.env.rules import registry as rules
 from cuda_agent.env.run.schedule import Call
@@ -47,9 +46,7 @@ class CallRounds:
                                                self._inside_call, self._inside_settle)
         save = call.kind == "verify"
         asked = time.perf_counter()
-        # the judge drawing and timing the references first (`Call.judge_first`) holds the lock itself
-        first = call.judge_first and self.outside
-        with nullcontext() if first else self.lock.held(shared=True, label=f"harness.{phase}.prepare"):
+        with self.lock.held(shared=True, label=f"harness.{phase}.prepare"):
             asked = self._traced(f"{phase}.lock_shared", asked)
             prepared = prepare(call, phase, timeout)
         asked = self._traced(f"{phase}.prepare", asked)
@@ -138,8 +135,7 @@ class CallRounds:
 
     def _outside_prepare(self, call: Call, phase: str, timeout: float) -> dict:
         slot = call.index % 2
-        self.judge.channel.send(msg.Draw(index=call.index, seed=call.seed, transform=call.transform, slot=slot,
-                                         time_first=call.judge_first, compile=self.compile_mode == "paired"))
+        self.judge.channel.send(msg.Draw(index=call.index, seed=call.seed, transform=call.transform, slot=slot))
         return self._ask(self.judge, self.config.timeout_reference, "task")
 
     def _outside_ready(self, call: Call, phase: str, drawn: dict) -> bool:
@@ -276,7 +272,7 @@ class CallRounds:
             self.rounds.append({"kernel": kernel, "kernel_host": out.get("host_ms"), "wall": out["wall_ms"],
                                 "eager": verdict.get("eager_ms"), "eager_host": verdict.get("eager_host_ms"),
                                 "compile": verdict.get("compile_ms"), "compile_host": verdict.get("compile_host_ms"),
-                                "sent": out.get("sent"), "judge_first": call.judge_first})
+                                "sent": out.get("sent")})
             if self.backend == "cuda":   # how each side was timed (hold.Timer), as of its last call
                 self.result.timer = {"kernel": out.get("timer"), **verdict.get("timers", {})}
         return verdict

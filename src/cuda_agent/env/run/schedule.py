@@ -29,7 +29,6 @@ class Call:
     seed: int
     transform: str | None = None
     index: int = 0
-    judge_first: bool = False    # the references timed on its inputs before the candidate's run (`alternated`)
 
 
 def judge_batch(backend: str) -> int:
@@ -67,19 +66,6 @@ def timing_calls(warmup: int, iters: int, strict: bool, null_calls: int, rng: ra
         at = rng.randrange(len(body) + 1)
         body[at:at] = extra
     return warm + body
-
-
-def alternated(calls: list[Call]) -> list[Call]:
-    """Every other timed call (and warm-up) with the references timed first (`Call.judge_first`): on
-    the CPU the side that runs first on freshly drawn inputs runs faster (a same-code ReLU: the
-    candidate first 1.01-1.14x, the references first 0.91-0.98x), so each order is timed as often and
-    the speedup pairs the two (`scoring.paired_speedup`)."""
-    turn = 0
-    for call in calls:
-        if call.kind in ("timed", "warmup"):
-            call.judge_first = bool(turn % 2)
-            turn += 1
-    return calls
 
 
 def empty_calls(settle: bool) -> list[Call]:

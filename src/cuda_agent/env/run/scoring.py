@@ -51,20 +51,10 @@ def paired_ratios(rounds: list[dict], baseline: str) -> list[float]:
     return [b / k for b, k in pairs if b and k]
 
 
-def orders(rounds: list[dict]) -> list[list[dict]]:
-    """The rounds by which side ran first on the call's inputs (`Call.judge_first`): the candidate's
-    calls first, then the references' (only one list where the calls were not alternated)."""
-    first = [r for r in rounds if r.get("judge_first")]
-    rest = [r for r in rounds if not r.get("judge_first")]
-    return [group for group in (rest, first) if group]
-
-
 def paired_speedup(rounds: list[dict], baseline: str) -> float | None:
-    """Median over the timed calls of baseline time / candidate time; where the two sides' order
-    alternated (the CPU's calls from outside), the geometric mean of each order's median, so that
-    neither side's gain from running first on fresh inputs counts."""
-    medians = [statistics.median(ratios) for ratios in (paired_ratios(g, baseline) for g in orders(rounds)) if ratios]
-    return _geometric(medians) if medians else None
+    """Median over the timed calls of baseline time / candidate time."""
+    ratios = paired_ratios(rounds, baseline)
+    return statistics.median(ratios) if ratios else None
 
 
 def speedup_interval(rounds: list[dict], baseline: str, spread: tuple[float, float] = (0.0, 0.0)
@@ -72,19 +62,13 @@ def speedup_interval(rounds: list[dict], baseline: str, spread: tuple[float, flo
     """The paired speedup's 95 % confidence interval, (low, high): the order statistics around the
     median of the per-call ratios that `stats.median_precision` measures (`stats.median_interval`);
     the median alone where too few calls give no interval; None where the baseline was not timed.
-    Alternated orders (`paired_speedup`): the geometric mean of each order's ends (no narrower than
-    the interval of their mean). `spread`: (less, more) ms by which the overhead taken off each
-    candidate call may be off (the CPU's calls measured from outside, `measures.overhead_spread`): how
-    far the median moves with `less` ms given back to each call, or `more` ms taken off, is added to
-    each side's reach in quadrature (two independent errors)."""
-    ends = [_order_interval(g, baseline, spread) for g in orders(rounds) if paired_ratios(g, baseline)]
-    if not ends:
-        return None
-    return _geometric([low for low, _ in ends]), _geometric([high for _, high in ends])
-
-
-def _order_interval(rounds: list[dict], baseline: str, spread: tuple[float, float]) -> tuple[float, float]:
+    `spread`: (less, more) ms by which the overhead taken off each candidate call may be off (the CPU's
+    calls measured from outside, `measures.overhead_spread`): how far the median moves with `less` ms
+    given back to each call, or `more` ms taken off, is added to each side's reach in quadrature (two
+    independent errors)."""
     ratios = paired_ratios(rounds, baseline)
+    if not ratios:
+        return None
     median = statistics.median(ratios)
     low, high = _ratio_interval(ratios)
     if spread == (0.0, 0.0):
@@ -92,10 +76,6 @@ def _order_interval(rounds: list[dict], baseline: str, spread: tuple[float, floa
     down = median - statistics.median(paired_ratios(shifted(rounds, spread[0]), baseline))
     up = statistics.median(paired_ratios(shifted(rounds, -spread[1]), baseline)) - median
     return median - math.hypot(median - low, down), median + math.hypot(high - median, up)
-
-
-def _geometric(values: list[float]) -> float:
-    return values[0] if len(values) == 1 else math.exp(sum(math.log(v) for v in values) / len(values))
 
 
 def _ratio_interval(ratios: list[float]) -> tuple[float, float]:

@@ -23,7 +23,6 @@ from cuda_agent.env.rules.verify import tensors_in
 from cuda_agent.env.workers import common
 from cuda_agent.env.workers.common import device_of, short_traceback
 from cuda_agent.env.workers.draws import draw_inputs
-from cuda_agent.env.workers.judge_call import JudgeCallState, task_error
 from cuda_agent.env.workers.messages import (Compile, Compare, Compiled, Dependence, DependenceVerdict, Draw, Drawn,
                                              GraphTimed, InputsKept, JudgeCall, JudgeCalls, JudgeJob, JudgeSetUp,
                                              Kept, OperatorTable, ProfileReference, ReferenceProfiled, TimeGraph,
@@ -66,7 +65,6 @@ class _Judge:
         self.lock_wait_s = 0.0   # of the call in hand, for the harness's account of device time
         self.staging = Staging.from_environment()   # the candidate's verification outputs, when staged
         self.drawn: dict[int, list] = {}            # inputs drawn for the candidate (`draw`), by call index
-        self.early: dict[int, JudgeCallState] = {}      # calls whose references were timed first (`_time_first`)
         self.slots: dict[int, tuple[int, torch.Tensor]] = {}   # staging slot -> (call index, its bytes as put)
         self.mutated: list[int] = []                # calls whose inputs the candidate changed in its slot
         hold = load_hold(job.hold_lib)
@@ -117,22 +115,12 @@ class _Judge:
         (the CPU backend): the candidate runs no code of the task's and sees its inputs only inside
         its call. The judge keeps what it drew for the reference, and the bytes it put, to notice a
         candidate that wrote into its slot (`inputs_kept`)."""
+        from cuda_agent.env.workers.transfer import output_layout
+
         if self.staging is None:
             return {"ok": False, "message": "no staging file for the candidate's inputs"}
         slot = cmd.slot
         self._check_slot(slot)
-        # drawn beside others' work, as under the harness's shared hold (which a call timed first has not)
-        with self._device(shared=True, label="draw_first") if cmd.time_first else nullcontext():
-            drawn = self._draw_staged(cmd, slot)
-        if drawn is not None:
-            return drawn
-        failed = self._time_first(cmd) if cmd.time_first else None
-        return failed or {"ok": True, "layout": self.drawn_layout}
-
-    def _draw_staged(self, cmd: Draw, slot: int) -> dict | None:
-        """`draw`'s drawing and staging: its answer where it ends there, else None (`drawn_layout` set)."""
-        from cuda_agent.env.workers.transfer import output_layout
-
         try:
             inputs = draw_inputs(self.module, cmd.seed, self.device, cmd.transform)
             layout, tensors = output_layout(inputs)
@@ -143,31 +131,12 @@ class _Judge:
             if cmd.transform:   # the structured set is not defined for this task: the candidate
                 inputs, layout = None, None   # gets none, and the call is skipped (see _draw)
             else:
-                return task_error(exc)
+                return _task_error(exc)
         if inputs is None:
             return {"ok": True, "layout": None}
         self.drawn[cmd.index] = inputs
         self.slots[slot] = (cmd.index, self._slot_bytes(slot, staged_bytes(tensors)).clone())
-        self.drawn_layout = layout
-        return None
-
-    def _time_first(self, cmd: Draw) -> dict | None:
-        """The references timed on the inputs just drawn for `cmd.index`, before the candidate runs on
-        them, under an exclusive hold of the device's lock (the harness holds none for such a draw), and
-        kept with the reference's output for that call's `JudgeCall`; a task error's answer, or None.
-        On the CPU the side that runs first on freshly drawn inputs runs faster, so every other timed
-        call puts the references first (`schedule.alternated`; `scoring` pairs each order with its own)."""
-        part = JudgeCallState(JudgeCall(seed=cmd.seed, transform=cmd.transform, index=cmd.index, time=True,
-                                    compile=cmd.compile), common.trace())
-        with torch.no_grad():
-            self._draw(part)
-            if part.answer is None:
-                with self._device(shared=False, label="timed_first"):
-                    self._time_part(part, release=False)   # the candidate's samples come with its JudgeCall
-        if part.answer is not None and "task_error" in part.answer:
-            return {"ok": False, "task_error": part.answer["task_error"]}
-        self.early[cmd.index] = part
-        return None
+        return {"ok": True, "layout": layout}
 
     def _slot_bytes(self, slot: int, nbytes: int) -> torch.Tensor:
         return self.staging.memory[slot * self.staging.slot_bytes:][:nbytes]
@@ -228,10 +197,8 @@ class _Judge:
         a task error; kept, they would grow the judge's heap call by call."""
         for index in [index for index in self.drawn if index <= last]:
             del self.drawn[index]
-        for index in [index for index in self.early if index <= last]:
-            del self.early[index]
 
-    def _draw_group(self, queue: list[JudgeCall]) -> list[JudgeCallState]:
+    def _draw_group(self, queue: list[JudgeCall]) -> list["_JudgeCall"]:
         """The next calls of `queue` (taken off it), drawn under one shared hold: until GROUP_BYTES of
         inputs, a call settled early, or a call whose output file is to be read (never under the lock)."""
         group, held = [], 0
@@ -246,18 +213,14 @@ class _Judge:
                     return group
                 part = self._load(queue.pop(0))
 
-    def _load(self, cmd: JudgeCall) -> JudgeCallState:
+    def _load(self, cmd: JudgeCall) -> "_JudgeCall":
         """A call on its way; a verification call's output file read first, without the device:
         reading 128 MB outlasts most kernels (an output in the device slot is copied under a shared
         hold instead)."""
         from cuda_agent.env.workers.transfer import UnreadableOutput, read_output
         from cuda_agent.env.rules.samples import decode_samples
 
-        part = self.early.pop(cmd.index, None) if cmd.index is not None else None
-        if part is not None:   # timed before the candidate's run (`_time_first`): its compare comes now
-            part.cmd, part.compare = cmd, cmd.compare or Compare()
-        else:
-            part = JudgeCallState(cmd, common.trace())
+        part = _JudgeCall(cmd, common.trace())
         compare = part.compare
         if compare.has("path"):
             try:
@@ -280,11 +243,8 @@ class _Judge:
             part.decoded = decode_samples(compare.samples)
         return part
 
-    def _draw(self, part: JudgeCallState) -> None:
-        """The call's inputs (and the reference's output when it is not timed), under the caller's hold;
-        nothing for a call timed first (`_time_first`), drawn then."""
-        if part.reached:
-            return
+    def _draw(self, part: "_JudgeCall") -> None:
+        """The call's inputs (and the reference's output when it is not timed), under the caller's hold."""
         paired = part.timed and part.cmd.compile and self.compiled is not None
         try:
             drawn = self.drawn.pop(part.cmd.index, None)   # what the candidate was given (`draw`)
@@ -300,13 +260,13 @@ class _Judge:
         part.bytes = sum(t.numel() * t.element_size() for t in tensors_in([part.inputs, part.again]))
         part.trace and part.trace.lap("draw", self.device)
 
-    def _sample(self, part: JudgeCallState) -> None:
+    def _sample(self, part: "_JudgeCall") -> None:
         """For a call checked by samples: the reference read where the candidate's output was sampled,
         inside the hold that computed it (samples.sample_reference); comparing then needs no device."""
         self._start_sample(part)
         self._finish_sample(part)
 
-    def _start_sample(self, part: JudgeCallState) -> None:
+    def _start_sample(self, part: "_JudgeCall") -> None:
         """`_sample`'s device work, launched (the hold's end waits for it); `_finish_sample` after."""
         from cuda_agent.env.rules.samples import start_sample_reference
 
@@ -322,7 +282,7 @@ class _Judge:
         except Exception as exc:   # forged or unreadable samples: the candidate's, reported by _compare
             part.sampled = exc
 
-    def _before_comparing(self, part: JudgeCallState) -> str | None:
+    def _before_comparing(self, part: "_JudgeCall") -> str | None:
         """Why the call is not compared (a structured set the reference is not finite on), or None; the
         task's own first draw sets the tolerance's scale."""
         if part.transform and not _all_finite(part.reference):
@@ -332,7 +292,7 @@ class _Judge:
         return None
 
     @staticmethod
-    def _finish_sample(part: JudgeCallState) -> None:
+    def _finish_sample(part: "_JudgeCall") -> None:
         from cuda_agent.env.rules.samples import PendingReference
 
         if isinstance(part.sampled, PendingReference):
@@ -341,7 +301,7 @@ class _Judge:
             except Exception as exc:
                 part.sampled = exc
 
-    def _settle(self, group: list[JudgeCallState]) -> list[dict]:
+    def _settle(self, group: list["_JudgeCall"]) -> list[dict]:
         from cuda_agent.env.rules.samples import PendingReference
 
         timed = [part for part in group if part.timed and part.answer is None]
@@ -350,13 +310,22 @@ class _Judge:
         if timed:
             with self._device(shared=False, label="timed") as hold:
                 for part in timed:
-                    if part.reached:   # timed first (`_time_first`): read and let go now, as the others
-                        if self.device.type == "cpu":
+                    try:
+                        # unpacked at once: a name kept for the result would hold its output into the next run
+                        part.extra["eager_ms"], part.extra["eager_host_ms"], part.reference = \
+                            self._timed("eager", self.model, part.inputs)
+                        part.reached = True
+                        if self.device.type == "cpu":   # read at once and let go (`_release`)
                             self._release(part)
-                        continue
-                    self._time_part(part, release=self.device.type == "cpu")   # read at once and let go
-                    if part.answer is not None and part.transform is None:   # a task error ends the batch here
-                        break
+                        part.extra["timers"] = {"eager": self.timers["eager"].mode}
+                        if part.again is not None:
+                            part.extra["compile_ms"], part.extra["compile_host_ms"] = \
+                                self._timed("compile", self.compiled, part.again)[:2]   # its output freed at once
+                            part.extra["timers"]["compile"] = self.timers["compile"].mode
+                    except Exception as exc:
+                        part.fail(exc)
+                        if part.transform is None:   # a task error ends the batch here
+                            break
                 # the timed runs are over: reading the references at the samples needs the device, not
                 # alone (the rest of the hold shared, as the harness does after a candidate's timed call)
                 timing.device_synchronize(self.device)
@@ -394,26 +363,7 @@ class _Judge:
                     break
         return answers
 
-    def _time_part(self, part: JudgeCallState, release: bool) -> None:
-        """One call's timed reference runs (eager, and torch.compile where paired), under the caller's
-        exclusive hold; `release`: eager's output read where sampled and let go before torch.compile's
-        run (`_release`). A failure settles the call (`JudgeCallState.fail`)."""
-        try:
-            # unpacked at once: a name kept for the result would hold its output into the next run
-            part.extra["eager_ms"], part.extra["eager_host_ms"], part.reference = \
-                self._timed("eager", self.model, part.inputs)
-            part.reached = True
-            if release:
-                self._release(part)
-            part.extra["timers"] = {"eager": self.timers["eager"].mode}
-            if part.again is not None:
-                part.extra["compile_ms"], part.extra["compile_host_ms"] = \
-                    self._timed("compile", self.compiled, part.again)[:2]   # its output freed at once
-                part.extra["timers"]["compile"] = self.timers["compile"].mode
-        except Exception as exc:
-            part.fail(exc)
-
-    def _release(self, part: JudgeCallState) -> None:
+    def _release(self, part: "_JudgeCall") -> None:
         """On the CPU, a timed call's reference read where the candidate sampled it right after its
         run, and its output freed before the next run: each eager run then writes into the memory the
         previous one freed, as the candidate's calls do, instead of into fresh pages (a page fault per
@@ -443,7 +393,7 @@ class _Judge:
             yield hold
             timing.device_synchronize(self.device)
 
-    def _compare(self, part: JudgeCallState) -> dict:
+    def _compare(self, part: "_JudgeCall") -> dict:
         """The candidate's output (read from its file by `_load`, or its samples, against the reference
         read by `_sample`) against the reference: the verdict's fields."""
         from cuda_agent.env.rules.samples import ForgedSamples, compare_sampled, compared_whole, whole_layout_refused
@@ -518,11 +468,39 @@ def _live_tensors() -> int:
 GROUP_BYTES = 1 << 30   # the judge's drawn inputs held at once before their reference runs are timed
 
 
+class _JudgeCall:
+    """One call of a judge's batch on its way: its draw, its reference output, and its answer once
+    that is settled early (a structured set the reference is not defined on, or a task error)."""
+
+    def __init__(self, cmd: JudgeCall, trace):
+        self.cmd, self.trace = cmd, trace
+        self.compare = cmd.compare or Compare()
+        self.transform, self.timed = cmd.transform, cmd.time
+        self.inputs = self.again = self.reference = None
+        self.reached = False        # the reference ran on its draw (its output may be let go since)
+        self.bytes = 0
+        self.extra: dict = {}
+        self.answer: dict | None = None
+        self.candidate = None       # a verification call's output read into host memory, or the error
+        self.sampled = None         # the reference where the candidate was sampled, a reason to skip, or the error
+        self.decoded = None         # the candidate's samples, decoded before the device was held
+
+    def fail(self, exc: Exception) -> None:
+        if self.transform:   # the reference is not defined on this structured set: nothing to compare
+            self.answer = {"ok": True, "skipped": f"the reference fails on it ({type(exc).__name__})"}
+        else:                # the task's own code failed on one of its draws
+            self.answer = _task_error(exc)
+
+
+def _task_error(exc: Exception) -> dict:
+    return {"ok": False, "task_error": f"{type(exc).__name__}: {exc}\n{short_traceback(exc)}"}
+
+
 def _judge_answers(judge: _Judge, items: list[JudgeCall]) -> list[dict]:
     try:
         return judge.calls(items)
     except Exception as exc:   # whatever else fails in a call is the task's code too
-        return [task_error(exc)]
+        return [_task_error(exc)]
 
 
 def _dependence(judge: _Judge, cmd: Dependence) -> DependenceVerdict:

@@ -310,16 +310,13 @@ class JudgeCalls(Command):
 
 
 class Draw(Command):
-    """A call's inputs drawn by the judge into a staging slot (the CPU backend's calls from outside);
-    `time_first`: the references timed on them at once, before the candidate's run (`compile`: torch.compile's too)."""
+    """A call's inputs drawn by the judge into a staging slot (the CPU backend's calls from outside)."""
     answer: ClassVar = Drawn
     cmd: Literal["draw"] = "draw"
     index: int
     seed: int
     transform: str | None = None
     slot: int
-    time_first: bool = False
-    compile: bool = False
 
 
 class InputsKept(Command):
