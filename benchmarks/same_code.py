@@ -6,7 +6,9 @@ says about 1.0x and reward 1. A speedup far from 1 is a bias of the harness betw
 
 Default tasks: on the CPU, small memory- and compute-bound KernelBench tasks scaled down; on the GPU,
 the same at their full size. Each row: the task, every evaluation's paired speedup and reward, and
-their median; the last line the median over all.
+their median; the last line the median over all. `--plain` (CPU): after each evaluation, the
+reference timed in a fresh plain process with the CPU workers' settings (`plain_ms`), beside the
+judge's eager median: where the two part, the judge's side has drifted, not the kernel.
 """
 
 from __future__ import annotations
@@ -29,12 +31,49 @@ def as_solution(task):
     return Solution.from_code(re.sub(r"\bModel\b", "ModelNew", task.code))
 
 
+PLAIN = """
+import statistics, sys, time, torch
+torch.set_num_threads(1)
+ns = {}
+exec(open(sys.argv[1]).read(), ns)
+model = ns["Model"](*ns["get_init_inputs"]()).eval()
+times = []
+with torch.no_grad():
+    for _ in range(int(sys.argv[2])):
+        inputs = ns["get_inputs"]()
+        start = time.thread_time()
+        out = model(*inputs)
+        times.append((time.thread_time() - start) * 1e3)
+        del out   # freed after the clock, as the judge frees its output (a perturbed heap fills it on free)
+print(statistics.median(times))
+"""
+
+
+def plain_ms(task, calls: int = 40) -> float:
+    """The task's reference, its median CPU time over `calls` fresh draws, in a fresh process with
+    the CPU workers' settings (one thread, the same allocator settings) and nothing of the harness."""
+    import os
+    import subprocess
+    import tempfile
+
+    from cuda_agent.env.infra.isolation import STEADY_HEAP
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "MALLOC_PERTURB_": "165", **STEADY_HEAP}
+    with tempfile.NamedTemporaryFile("w", suffix=".py") as code:
+        code.write(task.code)
+        code.flush()
+        out = subprocess.run([sys.executable, "-c", PLAIN, code.name, str(calls)], env=env, capture_output=True,
+                             text=True, check=True)
+    return float(out.stdout.split()[-1])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("tasks", nargs="*")
     parser.add_argument("--backend", default=None)
     parser.add_argument("--evals", type=int, default=2)
     parser.add_argument("--kernelbench", default=str(ROOT.parent / "shared" / "kernelbench"))
+    parser.add_argument("--plain", action="store_true", help="CPU: the reference in a plain process after each evaluation")
     args = parser.parse_args()
 
     from cuda_agent.env import EvalConfig, evaluate
@@ -57,6 +96,9 @@ def main() -> None:
                 break
             speedups.append(result.speedup_vs_eager)
             rewards.append(result.reward)
+            if args.plain and backend == "cpu":
+                print(f"{item:22s} speedup {result.speedup_vs_eager:.3f}  eager {result.eager_ms:.3f} ms  "
+                      f"plain {plain_ms(task):.3f} ms  kernel {result.kernel_ms:.3f} ms", flush=True)
         if speedups:
             everything += speedups
             print(f"{item:22s} speedups {' '.join(f'{s:.3f}' for s in speedups)}  rewards {rewards}  "
