@@ -56,9 +56,9 @@ def plain_ms(task, calls: int = 40) -> float:
     import subprocess
     import tempfile
 
-    from cuda_agent.env.infra.isolation import STEADY_HEAP
+    from cuda_agent.env.infra.isolation import CPU_WORKER_ENV
 
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "MALLOC_PERTURB_": "165", **STEADY_HEAP}
+    env = {**os.environ, **CPU_WORKER_ENV}
     with tempfile.NamedTemporaryFile("w", suffix=".py") as code:
         code.write(task.code)
         code.flush()

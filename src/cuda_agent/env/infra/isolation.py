@@ -29,6 +29,8 @@ STARTUP_TIMEOUT_S = 120.0
 # (no mmap per tensor: fresh pages, a fault per 4 KiB, inside the timed call) and freed memory stays
 # (no trim: the next call's tensors reuse pages already mapped). Values are glibc's tunables' aliases.
 STEADY_HEAP = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(1 << 40)}
+# both CPU workers alike: one thread each (timed by CPU time), the same allocator
+CPU_WORKER_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "MALLOC_PERTURB_": "165", **STEADY_HEAP}
 
 
 def box_of(job_dir: Path) -> Path:
@@ -204,7 +206,7 @@ def start_worker(role: str, job_dir: Path, backend: str, gpu: int | None,
         # loading the machine) while the baselines are timed
         env["TORCHINDUCTOR_COMPILE_THREADS"] = "1"
     if backend == "cpu":   # both sides alike: one thread each (timed by CPU time), the same allocator
-        env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", MALLOC_PERTURB_="165", **STEADY_HEAP)
+        env.update(CPU_WORKER_ENV)
     if role == "candidate":
         env["MALLOC_PERTURB_"] = "165"  # heap memory comes back as garbage, never stale results
         # OpenMP workers park at once after a parallel region (instead of spinning for a while):

@@ -46,8 +46,8 @@ from cuda_agent.env.run.judge_pipe import JudgePipe
 from cuda_agent.env.run.measures import (as_scored, calls_to_add, check_clock, less_overhead, overhead_spread,
                                          precise_enough)
 from cuda_agent.env.run.rounds import CallRounds
-from cuda_agent.env.run.schedule import (NULL_CALLS, Call, empty_calls, fresh_seed, judge_batch, shortened, timing_calls,
-                                         verification_calls)
+from cuda_agent.env.run.schedule import (NULL_CALLS, Call, empty_calls, fresh_seed, judge_batch, shortened,
+                                         timing_calls, verification_calls)
 from cuda_agent.env.run.scoring import note_intervals, paired_speedup, round_times, score
 from cuda_agent.env.run.serving import BuildServing, LinkRefused
 from cuda_agent.env.run.stored import StoredBaselines
