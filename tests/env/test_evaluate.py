@@ -402,7 +402,9 @@ def test_every_timed_calls_measures_can_go_to_the_log_for_diagnosis(cache_dir, m
     result = evaluate(example_task(), cpu_workspace(), cpu_config(cache_dir))
     line = next(line for line in result.log.splitlines() if line.startswith("rounds "))
     logged = json.loads(line[len("rounds "):])
-    assert len(logged["rounds"]) == result.timings["kernel"].iters and len(logged["null_walls"]) == 12
+    # the schedule's 12 empty calls, and on the CPU more with any timed calls added while the decision was open
+    assert len(logged["rounds"]) == result.timings["kernel"].iters and len(logged["null_walls"]) >= 12
+    assert all(wall > 0 for wall in logged["null_walls"])
     assert statistics.median(r["kernel"] for r in logged["rounds"]) == pytest.approx(result.kernel_ms)
     # when each was sent (the lock log's clock), and its sides' host times (none unheld, as on the CPU)
     sent = [r["sent"] for r in logged["rounds"]]

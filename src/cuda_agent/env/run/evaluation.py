@@ -470,9 +470,10 @@ class _Evaluation(BuildServing, Calibration, CallRounds, StoredBaselines, Feedba
             return False
         more = [Call("timed", fresh_seed()) for _ in range(add)]
         if self.outside:   # the overhead's interval is in the decision's: it narrows with the calls added
-            for _ in range(max(1, round(add * NULL_CALLS / iters))):
-                at = secrets.randbelow(len(more) + 1)
-                more[at:at] = empty_calls(settle=True)
+            # first, so that timing stopped early (`precise_enough` drops the timed calls left) leaves
+            # none to run after the decision, whose next empty call could reopen it
+            empties = max(1, round(add * NULL_CALLS / iters))
+            more = [call for _ in range(empties) for call in empty_calls(settle=True)] + more
         calls += more
         return True
 
