@@ -455,8 +455,8 @@ class _Evaluation(BuildServing, Calibration, CallRounds, StoredBaselines, Feedba
                     started: float, deadline: float) -> bool:
         """Once the schedule's calls are done: more timed calls at its end while the reward's margin
         lies inside a speedup's interval that decides it (measures.calls_to_add), as many as fit in
-        what is left of the profile's time budget and timeout, with empty calls among them in the
-        schedule's proportion where calls are measured from outside; False when none."""
+        what is left of the profile's time budget and timeout, headed by empty calls in the schedule's
+        proportion where calls are measured from outside; False when none."""
         if self.config.precision is None or not self.config.baselines or not calls:
             return False
         pipe.drain()   # every call judged: the decision reads them all
