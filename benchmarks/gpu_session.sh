@@ -62,6 +62,16 @@ for step in $STEPS; do
       CUDA_AGENT_TRACE_CALLS=${SCALING_TRACE:-0} run scaling 450 python3 benchmarks/pool_scaling.py --roles \
         --budget-s "${SCALING_BUDGET:-330}" ${SCALING_ARGS:-} --json "$OUT/scaling.json"
       TAIL=8 run context_rate 90 python3 benchmarks/diag/context_rate.py --counts "${CONTEXT_COUNTS:-1,4,8}" ;;
+    scaling_ab)   # pool_scaling (the pool alone) for the code before (.old) and this code, in AB_ORDER, each
+      # with its own scripts: the pool's rate at 1, 2, 4 GPUs before and after a change, in one call
+      i=0
+      for code in ${AB_ORDER:-old new old}; do
+        i=$((i + 1)); root=$PWD; [ "$code" = old ] && root=$PWD/.old
+        echo "== $i: $code" >> "$OUT/scaling_ab.txt"
+        PYTHONPATH="$root/src:$PYTHONPATH" timeout "${SCALING_AB_TIMEOUT:-200}" python3 "$root/benchmarks/pool_scaling.py" \
+          --service off --rounds 1 ${SCALING_ARGS:-} --json "$OUT/scaling_${i}_$code.json" >> "$OUT/scaling_ab.txt" 2>&1
+      done
+      grep -E "^== |^pool  " "$OUT/scaling_ab.txt" ;;
     runs_scaling)   # one command's wall time at 1, 2, 4 GPUs (runs_scaling.py): RUNS_KIND=baseline|bench|synth;
       # synth runs RUNS_SECONDS each from data/ops6k/build.tar.xz and brings the 4-GPU run's state back as
       # $OUT/build.tar.xz (an Ops-6K part: copy it over data/ops6k/build.tar.xz and commit)

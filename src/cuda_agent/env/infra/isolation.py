@@ -170,6 +170,46 @@ def fork_judges() -> bool:
     return os.environ.get("CUDA_AGENT_FORK_JUDGES", "1") != "0"
 
 
+def worker_env(role: str, backend: str, gpu: int | None, base: dict) -> dict:
+    """A worker's environment: `base` (the harness's) with the settings of its role and backend."""
+    env = dict(base)
+    env["PYTHONUNBUFFERED"] = "1"
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env["CUDA_AGENT_WORKER_BACKEND"] = backend  # lets the worker create its CUDA context early
+    if backend == "cuda" and gpu is not None:   # our index, named as the machine names it (devices.py)
+        from cuda_agent.env.infra.devices import physical_gpu
+
+        env["CUDA_VISIBLE_DEVICES"] = physical_gpu(gpu)
+    elif backend == "cpu":
+        env["CUDA_VISIBLE_DEVICES"] = ""  # a CPU evaluation must not touch (or hog) a GPU
+    if backend == "cuda":
+        # One CPU thread per worker unless the harness's environment says otherwise (as Ray does for its
+        # actors): a GPU worker's CPU work is small, and a pool of a thread per core in each of a
+        # host's dozens of workers spent more CPU waking them than on the work (docs/benchmarks.md).
+        env.setdefault("OMP_NUM_THREADS", "1")
+        env.setdefault("MKL_NUM_THREADS", env["OMP_NUM_THREADS"])
+    if role == "judge":
+        # torch.compile compiles in the judge itself: no pool of compile processes left running (and
+        # loading the machine) while the baselines are timed
+        env["TORCHINDUCTOR_COMPILE_THREADS"] = "1"
+        if backend == "cuda":
+            # One hardware queue for the judge's context (it runs one stream): the host makes and ends
+            # such contexts half again as fast, and a pool's evaluations wait for them (docs/benchmarks.md).
+            # The candidate keeps the default, so streams of its own still run side by side.
+            env["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"
+    if backend == "cpu":   # both sides alike: one thread each (timed by CPU time), the same allocator
+        env.update(CPU_WORKER_ENV)
+    if role == "candidate":
+        env["MALLOC_PERTURB_"] = "165"  # heap memory comes back as garbage, never stale results
+        # OpenMP workers park at once after a parallel region (instead of spinning for a while):
+        # the thread watch counts any CPU time the solution's threads use between calls.
+        env.update(OMP_WAIT_POLICY="PASSIVE", GOMP_SPINCOUNT="0", KMP_BLOCKTIME="0")
+    # Our package must be importable in the child even when it is not installed.
+    src = str(Path(__file__).resolve().parents[3])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
+    return env
+
+
 def start_worker(role: str, job_dir: Path, backend: str, gpu: int | None,
                  wrap: list[str] | None = None, staging_fd: int | None = None) -> Worker:
     """Start a worker process (inside the sandbox when `wrap` is bubblewrap's command prefix); call
@@ -187,34 +227,11 @@ def start_worker(role: str, job_dir: Path, backend: str, gpu: int | None,
         os.lseek(filter_fd, 0, os.SEEK_SET)
         keep.append(filter_fd)
         wrap = [*wrap, "--seccomp", str(filter_fd)]
-    env = dict(os.environ)
+    env = worker_env(role, backend, gpu, dict(os.environ))
     env[PROTOCOL_FD_ENV] = str(write_fd)
     env.pop(STAGING_FD_ENV, None)
     if staging_fd is not None:
         env[STAGING_FD_ENV] = str(staging_fd)
-    env["PYTHONUNBUFFERED"] = "1"
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
-    env["CUDA_AGENT_WORKER_BACKEND"] = backend  # lets the worker create its CUDA context early
-    if backend == "cuda" and gpu is not None:   # our index, named as the machine names it (devices.py)
-        from cuda_agent.env.infra.devices import physical_gpu
-
-        env["CUDA_VISIBLE_DEVICES"] = physical_gpu(gpu)
-    elif backend == "cpu":
-        env["CUDA_VISIBLE_DEVICES"] = ""  # a CPU evaluation must not touch (or hog) a GPU
-    if role == "judge":
-        # torch.compile compiles in the judge itself: no pool of compile processes left running (and
-        # loading the machine) while the baselines are timed
-        env["TORCHINDUCTOR_COMPILE_THREADS"] = "1"
-    if backend == "cpu":   # both sides alike: one thread each (timed by CPU time), the same allocator
-        env.update(CPU_WORKER_ENV)
-    if role == "candidate":
-        env["MALLOC_PERTURB_"] = "165"  # heap memory comes back as garbage, never stale results
-        # OpenMP workers park at once after a parallel region (instead of spinning for a while):
-        # the thread watch counts any CPU time the solution's threads use between calls.
-        env.update(OMP_WAIT_POLICY="PASSIVE", GOMP_SPINCOUNT="0", KMP_BLOCKTIME="0")
-    # Our package must be importable in the child even when it is not installed.
-    src = str(Path(__file__).resolve().parents[3])
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
     box = box_of(job_dir)
     box.mkdir(parents=True, exist_ok=True)
     log_path = Path(job_dir) / f"{role}.log"

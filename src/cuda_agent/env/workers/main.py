@@ -57,8 +57,9 @@ def main() -> None:
     role = sys.argv[1]
     chan = ChildChannel()
     started = time.monotonic()
-    if os.environ.get("CUDA_AGENT_WORKER_BACKEND") == "cpu":
-        torch.set_num_threads(1)   # eager and the candidate alike, each timed by its CPU time
+    threads = os.environ.get("OMP_NUM_THREADS", "")
+    if threads.isdigit() and int(threads) > 0:   # the worker's setting (isolation.worker_env), also in a
+        torch.set_num_threads(int(threads))       # judge forked after the server imported torch
     if os.environ.get("CUDA_AGENT_WORKER_BACKEND") == "cuda" and torch.cuda.is_available():
         torch.empty(1, device="cuda")  # create the context now, while no job waits for us
         warm_harness_kernels(torch.device("cuda"))
