@@ -138,3 +138,39 @@ def _gone_soon(path: Path) -> bool:
             return True
         time.sleep(0.1)
     return False
+
+
+def test_a_judge_started_as_a_separate_interpreter_is_kept_too(cache_dir, persistent, monkeypatch):
+    monkeypatch.setenv("CUDA_AGENT_FORK_JUDGES", "0")   # its socket inherited by Popen, not the fork server
+    assert _verify(cache_dir, cpu_workspace()).correct
+    first = _idle_pids()
+    assert _verify(cache_dir, cpu_workspace()).correct
+    assert first and _idle_pids() == first
+
+
+def test_what_leaves_a_judge_unfit_for_another_job():
+    from cuda_agent.env.workers import messages as msg
+    from cuda_agent.env.workers.handover import leaves_doubt
+
+    assert leaves_doubt(msg.Verdicts(answers=[msg.Verdict(ok=False, message="wrong output")])) is None
+    assert leaves_doubt(msg.Verdicts(answers=[msg.Verdict(ok=True), msg.Verdict(ok=False, task_error="boom")]))
+    assert leaves_doubt(msg.Compiled(ok=True)) is None
+    assert "Compiled" in leaves_doubt(msg.Compiled(ok=False, error="inductor failed"))
+    assert leaves_doubt(msg.GraphTimed(error="capture failed"))
+    assert leaves_doubt(msg.Drawn(ok=False, task_error="get_inputs failed"))
+
+
+def test_the_torch_settings_a_task_may_change_are_put_back():
+    import torch
+
+    from cuda_agent.env.workers.handover import TorchSettings
+
+    settings = TorchSettings()
+    before = settings.values
+    torch.set_default_dtype(torch.float64)
+    torch.backends.cudnn.benchmark = not torch.backends.cudnn.benchmark
+    torch.use_deterministic_algorithms(not torch.are_deterministic_algorithms_enabled())
+    torch.set_float32_matmul_precision("medium" if torch.get_float32_matmul_precision() != "medium" else "high")
+    assert TorchSettings().values != before
+    settings.restore()
+    assert TorchSettings().values == before and torch.get_default_dtype() == torch.float32
