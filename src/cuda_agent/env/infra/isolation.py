@@ -241,11 +241,10 @@ def start_worker(role: str, job_dir: Path, backend: str, gpu: int | None,
     env[PROTOCOL_FD_ENV] = str(write_fd)
     env.pop(STAGING_FD_ENV, None)
     env.pop(HANDOVER_FD_ENV, None)
-    fd_env = HANDOVER_FD_ENV if handover_fd is not None else STAGING_FD_ENV
-    if handover_fd is not None:   # one descriptor inherited beside the protocol's: this one or the staging file
-        staging_fd = handover_fd
-    if staging_fd is not None:
-        env[fd_env] = str(staging_fd)
+    # one descriptor inherited beside the protocol's: the staging file, or a persistent judge's socket
+    fd_env, passed_fd = (HANDOVER_FD_ENV, handover_fd) if handover_fd is not None else (STAGING_FD_ENV, staging_fd)
+    if passed_fd is not None:
+        env[fd_env] = str(passed_fd)
     box = box_of(job_dir)
     box.mkdir(parents=True, exist_ok=True)
     log_path = Path(job_dir) / f"{role}.log"
@@ -257,13 +256,13 @@ def start_worker(role: str, job_dir: Path, backend: str, gpu: int | None,
         if role == "judge" and not wrap and fork_judges():   # no torch import to wait for (forkserver.py)
             from cuda_agent.env.infra.forkserver import fork_worker
 
-            proc = fork_worker(role, env, cwd, write_fd, log.fileno(), staging_fd, device=gpu, fd_env=fd_env)
+            proc = fork_worker(role, env, cwd, write_fd, log.fileno(), passed_fd, device=gpu, fd_env=fd_env)
         elif role == "candidate" and wrap and os.environ.get("CUDA_AGENT_CANDIDATE_ZYGOTE") == "1":
             forked = seccomp_program(no_processes=backend == "cpu", no_exec=True)   # (it never needs exec)
             proc = _from_zygote(plain_wrap, forked, env, box, write_fd, log, backend, gpu, staging_fd, notes)
         if proc is None:
             cmd = [*(wrap or []), sys.executable, "-m", "cuda_agent.env.workers", role]
-            passed = (*keep, staging_fd) if staging_fd is not None else tuple(keep)
+            passed = (*keep, passed_fd) if passed_fd is not None else tuple(keep)
             proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
                                     pass_fds=passed, env=env, cwd=cwd, start_new_session=True)
     finally:
@@ -271,7 +270,7 @@ def start_worker(role: str, job_dir: Path, backend: str, gpu: int | None,
             os.close(fd)
         log.close()
     return Worker(role, proc, ParentChannel(proc, read_fd), log_path, spawned,
-                  has_staging=staging_fd is not None or handover_fd is not None, notes=notes, gpu=gpu)
+                  has_staging=passed_fd is not None, notes=notes, gpu=gpu)
 
 
 def _from_zygote(wrap: list[str], program: bytes | None, env: dict, box: Path, protocol_fd: int, log, backend: str, gpu: int | None,
