@@ -281,8 +281,8 @@ class Staging:
         if self.mapping.closed:
             return
         for index, size in enumerate(self.pinned):
-            if size:
-                int(torch.cuda.cudart().cudaHostUnregister(self.memory.data_ptr() + index * self.slot_bytes))
+            if size and int(torch.cuda.cudart().cudaHostUnregister(self.memory.data_ptr() + index * self.slot_bytes)):
+                _clear_cuda_error()   # not left for the next job's first kernel launch
         self.pinned = [0, 0]
         self.memory = None
         self.mapping.close()
