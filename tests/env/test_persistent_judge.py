@@ -174,3 +174,34 @@ def test_the_torch_settings_a_task_may_change_are_put_back():
     assert TorchSettings().values != before
     settings.restore()
     assert TorchSettings().values == before and torch.get_default_dtype() == torch.float32
+
+
+class _FakeJudge:
+    """Answers NextJob fit; records whether it was killed."""
+
+    def __init__(self):
+        import types
+
+        self.killed = False
+        self.channel = types.SimpleNamespace(receive=lambda timeout: {"ok": True}, send=lambda message: None)
+
+    def kill(self):
+        self.killed = True
+
+
+def test_a_judge_waits_for_its_last_candidate_to_exit_and_is_killed_when_it_does_not(monkeypatch):
+    """Until the last candidate's process is gone its kernels may write into memory of the judge's
+    that it mapped: the judge is handed out only after that exit, else killed."""
+    import threading
+    import types
+
+    judges.discard_all()
+    monkeypatch.setattr(judges, "GONE_TIMEOUT_S", 0.2)
+    gone, lingering = types.SimpleNamespace(exited=threading.Event()), types.SimpleNamespace(exited=threading.Event())
+    gone.exited.set()
+    first, second = _FakeJudge(), _FakeJudge()
+    judges.give_back(first, "cuda", 0, candidate=lingering)
+    judges.give_back(second, "cuda", 0, candidate=gone)
+    assert judges.take("cuda", 0) is second
+    assert first.killed and not second.killed
+    assert judges.take("cuda", 0) is None

@@ -59,6 +59,7 @@ class Worker:
     reaping: bool = False                              # killed; its exit reaped in the background
     handover: socket.socket | None = None              # a persistent judge's socket for its jobs' staging files
     own_dir: Path | None = None                        # a folder of its own, removed once it has exited
+    exited: threading.Event = field(default_factory=threading.Event)   # set once a killed worker is reaped
 
     def log_tail(self, limit: int = 2000) -> str:
         try:
@@ -163,6 +164,8 @@ class Worker:
             if self.own_dir is not None:
                 shutil.rmtree(self.own_dir, ignore_errors=True)
             teardown.gone(self.gpu)
+            if self.proc.poll() is not None:
+                self.exited.set()
 
 
 def _parent(pid: int) -> int | None:

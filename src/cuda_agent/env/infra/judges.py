@@ -31,8 +31,10 @@ ENV = "CUDA_AGENT_PERSISTENT_JUDGE"
 BACKENDS = {"cuda"}   # where the flag applies (tests add "cpu": the lifecycle is the same)
 IDLE_PER_GPU = 2      # idle judges kept per (backend, GPU); more are killed
 DROP_TIMEOUT_S = 30.0   # for a judge's answer to NextJob (letting go of a job is collecting garbage)
+GONE_TIMEOUT_S = 30.0   # for the last job's candidate to have exited, its context torn down
 
-_idle: dict[tuple, list[Worker]] = {}   # (backend, gpu) -> judges told NextJob, oldest first
+# (backend, gpu) -> (judge told NextJob, its last job's candidate), oldest first
+_idle: dict[tuple, list[tuple[Worker, Worker | None]]] = {}
 _lock = threading.Lock()
 
 
@@ -77,14 +79,17 @@ def start(backend: str, gpu: int | None) -> Worker:
 
 
 def take(backend: str, gpu: int | None) -> Worker | None:
-    """The oldest idle judge of (backend, gpu) that answered its NextJob fit, or None; the others are killed."""
+    """The oldest idle judge of (backend, gpu) that answered its NextJob fit and whose last candidate
+    has exited, or None; the others are killed. Until that candidate's process is gone its kernels may
+    still be writing into memory it mapped of the judge's (the device slot), which the judge's next
+    job could be handed again."""
     while True:
         with _lock:
             waiting = _idle.get((backend, gpu)) or []
-            judge = waiting.pop(0) if waiting else None
+            judge, candidate = waiting.pop(0) if waiting else (None, None)
         if judge is None:
             return None
-        if _let_go(judge):
+        if _let_go(judge) and (candidate is None or candidate.exited.wait(GONE_TIMEOUT_S)):
             return judge
         judge.kill()
 
@@ -97,9 +102,10 @@ def _let_go(judge: Worker) -> bool:
         return False
 
 
-def give_back(judge: Worker, backend: str, gpu: int | None) -> None:
-    """After an evaluation the judge did in full: told to let go of its job (its answer is read by the
-    next `take`, off this evaluation's path) and put with the idle ones, or killed over the cap."""
+def give_back(judge: Worker, backend: str, gpu: int | None, candidate: Worker | None = None) -> None:
+    """After an evaluation the judge did in full (its `candidate` killed): told to let go of its job
+    (its answer is read by the next `take`, off this evaluation's path) and put with the idle ones, or
+    killed over the cap."""
     try:
         judge.channel.send(NextJob())
     except ChildDied:
@@ -109,7 +115,7 @@ def give_back(judge: Worker, backend: str, gpu: int | None) -> None:
         waiting = _idle.setdefault((backend, gpu), [])
         kept = len(waiting) < IDLE_PER_GPU
         if kept:
-            waiting.append(judge)
+            waiting.append((judge, candidate))
     if not kept:
         judge.kill()
 
@@ -117,14 +123,14 @@ def give_back(judge: Worker, backend: str, gpu: int | None) -> None:
 def idle(backend: str, gpu: int | None) -> list[Worker]:
     """The idle judges of (backend, gpu) now (a copy)."""
     with _lock:
-        return list(_idle.get((backend, gpu), []))
+        return [judge for judge, _ in _idle.get((backend, gpu), [])]
 
 
 @atexit.register
 def discard_all() -> None:
     """Kill every idle judge (at exit, or to start afresh)."""
     with _lock:
-        judges = [judge for waiting in _idle.values() for judge in waiting]
+        judges = [judge for waiting in _idle.values() for judge, _ in waiting]
         _idle.clear()
     for judge in judges:
         judge.kill()

@@ -186,7 +186,7 @@ class WorkerRun:
                 if worker.role == "candidate":
                     self.result.log = worker.log_tail()
                 if worker is self.judge and self._judge_reusable():
-                    judges.give_back(worker, self.backend, self.gpu)
+                    judges.give_back(worker, self.backend, self.gpu, candidate=self.candidate)
                 else:
                     worker.kill()
 
