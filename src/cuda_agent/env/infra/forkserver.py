@@ -9,7 +9,8 @@ a started one is), with the environment and folder it was asked for.
 
 A request is one message on a socketpair shared only with the harness: the role, environment and
 folder as JSON, and four descriptors (the worker's stdin, its protocol pipe, its log, and the write
-end of a status pipe), and a fifth when the worker's pair has a staging file (transfer.Staging).
+end of a status pipe), and a fifth when the worker's pair has a staging file (transfer.Staging) or,
+for a persistent judge, its handover socket instead (workers/handover.py; the request names which).
 The server answers with the child's pid, and when it reaps the child it writes the exit status
 (Popen's convention: minus the signal's number for a signal) to the status pipe, which is how the
 harness polls and waits for a process that is not its own child.
@@ -27,7 +28,7 @@ import subprocess
 import sys
 import threading
 
-from cuda_agent.env.workers.protocol import STAGING_FD_ENV
+from cuda_agent.env.workers.protocol import HANDOVER_FD_ENV, STAGING_FD_ENV
 
 _MAX_REQUEST = 1 << 20
 
@@ -112,8 +113,10 @@ def _become_worker(request: dict, sock: socket.socket | None, stdin_fd: int, pro
         os.environ.clear()
         os.environ.update(request["env"], CUDA_AGENT_PROTOCOL_FD=str(protocol_fd))
         os.environ.pop(STAGING_FD_ENV, None)
+        os.environ.pop(HANDOVER_FD_ENV, None)
         if staging_fd is not None:   # its number here, not the harness's
-            os.environ[STAGING_FD_ENV] = str(staging_fd)
+            fd_env = request.get("fd_env", STAGING_FD_ENV)
+            os.environ[fd_env if fd_env in (STAGING_FD_ENV, HANDOVER_FD_ENV) else STAGING_FD_ENV] = str(staging_fd)
         os.chdir(request["cwd"])
         sys.argv = ["cuda_agent.env.workers", request["role"]]
         import random
@@ -189,12 +192,12 @@ class _Server:
         self.lock = threading.Lock()
 
     def fork(self, role: str, env: dict, cwd: str, protocol_fd: int, log_fd: int,
-             staging_fd: int | None = None) -> ForkedProcess:
+             staging_fd: int | None = None, fd_env: str = STAGING_FD_ENV) -> ForkedProcess:
         stdin_read, stdin_write = os.pipe()
         status_read, status_write = os.pipe()
         try:
             with self.lock:
-                socket.send_fds(self.sock, [json.dumps({"role": role, "env": env, "cwd": cwd}).encode()],
+                socket.send_fds(self.sock, [json.dumps({"role": role, "env": env, "cwd": cwd, "fd_env": fd_env}).encode()],
                                 [stdin_read, protocol_fd, log_fd, status_write,
                                  *([staging_fd] if staging_fd is not None else [])])
                 answer = self.sock.recv(64)
@@ -215,16 +218,18 @@ _servers_lock = threading.Lock()
 
 
 def fork_worker(role: str, env: dict, cwd, protocol_fd: int, log_fd: int,
-                staging_fd: int | None = None, device: int | None = None) -> ForkedProcess:
+                staging_fd: int | None = None, device: int | None = None,
+                fd_env: str = STAGING_FD_ENV) -> ForkedProcess:
     """Fork a worker with this environment and folder from `device`'s server (started on first use,
     with `env`: the import path the worker needs). One server per device, so one device's forks never
-    wait behind another's (a server forks one request at a time). The caller keeps (and closes) its
-    own descriptors."""
+    wait behind another's (a server forks one request at a time). `staging_fd` reaches the worker
+    under `fd_env` (STAGING_FD_ENV, or HANDOVER_FD_ENV for a persistent judge's socket). The caller
+    keeps (and closes) its own descriptors."""
     with _servers_lock:
         server = _servers.get(device)
         if server is None or server.proc.poll() is not None:
             server = _servers[device] = _Server(env)
-    return server.fork(role, env, str(cwd), protocol_fd, log_fd, staging_fd)
+    return server.fork(role, env, str(cwd), protocol_fd, log_fd, staging_fd, fd_env)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,9 @@ its whole PID namespace, so nothing it started outlives it.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -20,7 +22,7 @@ from pathlib import Path
 
 from cuda_agent.env.infra import teardown
 from cuda_agent.env.workers.messages import Command
-from cuda_agent.env.workers.protocol import PROTOCOL_FD_ENV, STAGING_FD_ENV, ParentChannel
+from cuda_agent.env.workers.protocol import HANDOVER_FD_ENV, PROTOCOL_FD_ENV, STAGING_FD_ENV, ParentChannel
 
 # Startup is importing torch and (on CUDA) creating a context; generous, but finite.
 STARTUP_TIMEOUT_S = 120.0
@@ -55,6 +57,9 @@ class Worker:
     notes: list[str] = field(default_factory=list)     # for the result's warnings (how it was started)
     gpu: int | None = None                             # the GPU it was started on (teardown.py)
     reaping: bool = False                              # killed; its exit reaped in the background
+    handover: socket.socket | None = None              # a persistent judge's socket for its jobs' staging files
+    own_dir: Path | None = None                        # a folder of its own, removed once it has exited
+    exited: threading.Event = field(default_factory=threading.Event)   # set once a killed worker is reaped
 
     def log_tail(self, limit: int = 2000) -> str:
         try:
@@ -143,6 +148,8 @@ class Worker:
         except (OSError, AttributeError):
             pass
         self.channel.close()
+        if self.handover is not None:
+            self.handover.close()
         if not self.reaping:
             self.reaping = True
             teardown.exiting(self.gpu)
@@ -154,7 +161,11 @@ class Worker:
         except subprocess.TimeoutExpired:
             pass
         finally:
+            if self.own_dir is not None:
+                shutil.rmtree(self.own_dir, ignore_errors=True)
             teardown.gone(self.gpu)
+            if self.proc.poll() is not None:
+                self.exited.set()
 
 
 def _parent(pid: int) -> int | None:
@@ -211,10 +222,12 @@ def worker_env(role: str, backend: str, gpu: int | None, base: dict) -> dict:
 
 
 def start_worker(role: str, job_dir: Path, backend: str, gpu: int | None,
-                 wrap: list[str] | None = None, staging_fd: int | None = None) -> Worker:
+                 wrap: list[str] | None = None, staging_fd: int | None = None,
+                 handover_fd: int | None = None) -> Worker:
     """Start a worker process (inside the sandbox when `wrap` is bubblewrap's command prefix); call
     `wait_ready()` before sending it work. `staging_fd`: the pair's staging file (transfer.Staging),
-    which the worker inherits (the caller keeps and closes its own descriptor)."""
+    which the worker inherits (the caller keeps and closes its own descriptor); `handover_fd`, instead:
+    a persistent judge's end of its socket, through which each job's staging file comes (handover.py)."""
     from cuda_agent.env.infra.sandbox import seccomp_program
 
     read_fd, write_fd = os.pipe()
@@ -230,8 +243,11 @@ def start_worker(role: str, job_dir: Path, backend: str, gpu: int | None,
     env = worker_env(role, backend, gpu, dict(os.environ))
     env[PROTOCOL_FD_ENV] = str(write_fd)
     env.pop(STAGING_FD_ENV, None)
-    if staging_fd is not None:
-        env[STAGING_FD_ENV] = str(staging_fd)
+    env.pop(HANDOVER_FD_ENV, None)
+    # one descriptor inherited beside the protocol's: the staging file, or a persistent judge's socket
+    fd_env, passed_fd = (HANDOVER_FD_ENV, handover_fd) if handover_fd is not None else (STAGING_FD_ENV, staging_fd)
+    if passed_fd is not None:
+        env[fd_env] = str(passed_fd)
     box = box_of(job_dir)
     box.mkdir(parents=True, exist_ok=True)
     log_path = Path(job_dir) / f"{role}.log"
@@ -243,21 +259,21 @@ def start_worker(role: str, job_dir: Path, backend: str, gpu: int | None,
         if role == "judge" and not wrap and fork_judges():   # no torch import to wait for (forkserver.py)
             from cuda_agent.env.infra.forkserver import fork_worker
 
-            proc = fork_worker(role, env, cwd, write_fd, log.fileno(), staging_fd, device=gpu)
+            proc = fork_worker(role, env, cwd, write_fd, log.fileno(), passed_fd, device=gpu, fd_env=fd_env)
         elif role == "candidate" and wrap and os.environ.get("CUDA_AGENT_CANDIDATE_ZYGOTE") == "1":
             forked = seccomp_program(no_processes=backend == "cpu", no_exec=True)   # (it never needs exec)
             proc = _from_zygote(plain_wrap, forked, env, box, write_fd, log, backend, gpu, staging_fd, notes)
         if proc is None:
             cmd = [*(wrap or []), sys.executable, "-m", "cuda_agent.env.workers", role]
-            passed = (*keep, staging_fd) if staging_fd is not None else tuple(keep)
+            passed = (*keep, passed_fd) if passed_fd is not None else tuple(keep)
             proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
                                     pass_fds=passed, env=env, cwd=cwd, start_new_session=True)
     finally:
         for fd in keep:
             os.close(fd)
         log.close()
-    return Worker(role, proc, ParentChannel(proc, read_fd), log_path, spawned, has_staging=staging_fd is not None,
-                  notes=notes, gpu=gpu)
+    return Worker(role, proc, ParentChannel(proc, read_fd), log_path, spawned,
+                  has_staging=passed_fd is not None, notes=notes, gpu=gpu)
 
 
 def _from_zygote(wrap: list[str], program: bytes | None, env: dict, box: Path, protocol_fd: int, log, backend: str, gpu: int | None,

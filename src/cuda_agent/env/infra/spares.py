@@ -4,7 +4,8 @@ With `EvalConfig(prewarm=True)` (agent loops, pools, benchmarks), each evaluatio
 judge/candidate pair and starts the next one in the background (`prewarm=N` keeps N waiting, for
 callers that evaluate back to back faster than a pair starts); the start-up cost (about a second
 or two per process) leaves the critical path of the next evaluation. Workers still serve exactly
-one evaluation each: isolation is unchanged.
+one evaluation each (but a persistent judge's, CUDA_AGENT_PERSISTENT_JUDGE=1: judges.py): isolation is
+unchanged.
 """
 
 from __future__ import annotations

@@ -52,7 +52,7 @@ from cuda_agent.env.run.scoring import note_intervals, paired_speedup, round_tim
 from cuda_agent.env.run.serving import BuildServing, LinkRefused
 from cuda_agent.env.run.stored import StoredBaselines
 from cuda_agent.env.run.unscored import UnscoredTiming
-from cuda_agent.env.run.worker_run import WorkerRun, Failed, pair_staging, start_pair, job_root
+from cuda_agent.env.run.worker_run import WorkerRun, Failed, pair_judge, pair_staging, start_pair, job_root
 from cuda_agent.env.workers import messages as msg
 from cuda_agent.tasks.solution import Solution, missing_model_new
 from cuda_agent.tasks.task import Task, TaskError, strip_reference_model
@@ -147,7 +147,7 @@ class _Evaluation(BuildServing, Calibration, CallRounds, StoredBaselines, Feedba
         begun = time.perf_counter()
         if self.candidate is None:  # not handed a pre-started pair
             with pair_staging() as fd:
-                self.judge = self._start("judge", fd) if need_judge else None
+                self.judge = pair_judge(self.config, self.backend, self.job_dir, self.gpu, fd) if need_judge else None
                 self.candidate = self._start("candidate", fd)
         self.result.warnings += self.candidate.notes   # how it was started, when not as asked (zygote.py)
         if need_judge:   # the judge sets up (the task's model, its first run) while the candidate loads

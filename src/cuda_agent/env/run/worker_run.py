@@ -68,11 +68,21 @@ def _start_worker(role: str, config: EvalConfig, backend: str, job_dir: Path, gp
     return start_worker(role, job_dir, backend, gpu, wrap, staging_fd)
 
 
+def pair_judge(config: EvalConfig, backend: str, job_dir: Path, gpu: int | None, staging_fd: int | None) -> Worker:
+    """An evaluation's judge: with CUDA_AGENT_PERSISTENT_JUDGE=1 (CUDA) an idle persistent one, or one
+    started to be kept (infra/judges.py); else a judge of its own, started now."""
+    from cuda_agent.env.infra import judges
+
+    if judges.enabled(backend):
+        return judges.judge_for(backend, gpu, staging_fd)
+    return _start_worker("judge", config, backend, job_dir, gpu, staging_fd)
+
+
 def start_pair(config: EvalConfig, backend: str, job_dir: Path, gpu: int | None):
     from cuda_agent.env.infra.spares import WorkerPair
 
     with pair_staging() as fd:
-        judge = _start_worker("judge", config, backend, job_dir, gpu, fd)
+        judge = pair_judge(config, backend, job_dir, gpu, fd)
         try:
             return WorkerPair(job_dir, judge, _start_worker("candidate", config, backend, job_dir, gpu, fd))
         except BaseException:
@@ -169,11 +179,26 @@ class WorkerRun:
         raise NotImplementedError
 
     def shutdown(self) -> None:
+        from cuda_agent.env.infra import judges
+
         for worker in (self.candidate, self.judge):
             if worker is not None:
                 if worker.role == "candidate":
                     self.result.log = worker.log_tail()
-                worker.kill()
+                if worker is self.judge and self._judge_reusable():
+                    judges.give_back(worker, self.backend, self.gpu, candidate=self.candidate)
+                else:
+                    worker.kill()
+
+    judge_set_up = False   # the judge answered its job: the task's reference ran
+
+    def _judge_reusable(self) -> bool:
+        """Whether a persistent judge may serve another evaluation: it did this one's job in full (set
+        up, no answer of it still due) and nothing failed on the task's side or ours (its timeout, crash
+        or malformed answer fails the task phase too)."""
+        error = self.result.error
+        return (self.judge.handover is not None and self.judge_set_up and not self.judge.channel.awaiting
+                and (error is None or error.phase not in ("task", "internal")))
 
     def _start(self, role: str, staging_fd: int | None = None) -> Worker:
         from cuda_agent.env.infra.sandbox import SandboxUnavailable
@@ -187,6 +212,8 @@ class WorkerRun:
             raise Failed("internal", f"{exc}\n{fix}", rule=rules.SANDBOX) from None
 
     def _wait_ready(self, worker: Worker) -> None:
+        if worker.main_pid is not None:   # ready before: a persistent judge's later evaluation
+            return
         try:
             worker.wait_ready()
         except (ChildDied, ChildTimeout) as exc:
@@ -227,6 +254,7 @@ class WorkerRun:
         reference = self._ask(self.judge, self.config.timeout_reference, "task")
         if not reference["ok"]:
             raise Failed("task", f"the task's reference failed: {reference['message']}")
+        self.judge_set_up = True
         self.result.device = reference["device"]
         self.output_bytes = reference.get("output_bytes")
         # a call's inputs can go through the pair's staging file (the CPU backend's calls from outside)

@@ -100,9 +100,10 @@ class _CudaArray:
                                          "strides": None, "version": 2}
 
 
-def offer(fd: int, nbytes: int, box: Path) -> None:
+def offer(fd: int, nbytes: int, box: Path) -> socket.socket:
     """The judge's: `fd` (with the slot's size) to the first process that connects to the box's
-    socket, from a thread of its own; the descriptor is closed and the socket removed after."""
+    socket, from a thread of its own; the descriptor is closed and the socket removed after, or once
+    the listening socket returned is shut down (`DeviceSlot.close`)."""
     path = box / SOCKET_NAME
     path.unlink(missing_ok=True)
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -122,6 +123,7 @@ def offer(fd: int, nbytes: int, box: Path) -> None:
             path.unlink(missing_ok=True)
 
     threading.Thread(target=hand_over, daemon=True, name="device-slot").start()
+    return server
 
 
 def receive(box: Path) -> tuple[int, int]:
@@ -174,7 +176,7 @@ class DeviceSlot:
         fd = ctypes.c_int(-1)
         _check(_cuda().cuMemExportToShareableHandle(ctypes.byref(fd), ctypes.c_uint64(handle.value), _POSIX_FD,
                                                     ctypes.c_uint64(0)), "cuMemExportToShareableHandle")
-        offer(fd.value, size, Path(box))
+        slot.offered = offer(fd.value, size, Path(box))
         return slot
 
     # -- the candidate's: map it ------------------------------------------------------------------
@@ -221,8 +223,16 @@ class DeviceSlot:
                                                                                 device=self.device))
         return build_output(layout, tensors)
 
+    offered: socket.socket | None = None   # the judge's offer, until the candidate took it
+
     def close(self) -> None:
-        """Unmap (and, the last holder, free) the slot."""
+        """Unmap (and, the last holder, free) the slot; an offer nobody took is withdrawn."""
+        if self.offered is not None:
+            try:
+                self.offered.shutdown(socket.SHUT_RDWR)   # wakes its accept: the descriptor is closed
+            except OSError:
+                pass   # taken already: the socket is closed
+            self.offered = None
         if self.address:
             torch.cuda.synchronize(self.device)
             self.memory = None

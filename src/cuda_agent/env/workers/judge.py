@@ -23,11 +23,11 @@ from cuda_agent.env.rules.verify import tensors_in
 from cuda_agent.env.workers import common
 from cuda_agent.env.workers.common import device_of, short_traceback
 from cuda_agent.env.workers.draws import draw_inputs
+from cuda_agent.env.workers.handover import kept
 from cuda_agent.env.workers.messages import (Compile, Compare, Compiled, Dependence, DependenceVerdict, Draw, Drawn,
-                                             GraphTimed, InputsKept, JudgeCall, JudgeCalls, JudgeJob, JudgeSetUp,
-                                             Kept, OperatorTable, ProfileReference, ReferenceProfiled, TimeGraph,
-                                             UnknownMessage, Verdict, Verdicts, read_command)
-from cuda_agent.env.workers.protocol import ChildChannel
+                                             GraphTimed, InputsKept, JudgeCall, JudgeCalls, JudgeJob, Kept,
+                                             OperatorTable, ProfileReference, ReferenceProfiled, TimeGraph, Verdict,
+                                             Verdicts)
 from cuda_agent.env.workers.transfer import STAGING_SLOT_BYTES, Staging, staged_bytes
 from cuda_agent.env.rules import registry as rules
 
@@ -51,7 +51,7 @@ def _whole(cmd: JudgeCall) -> bool:
 class _Judge:
     """The reference side of an evaluation: the task's model, its compiled twin, the tolerance."""
 
-    def __init__(self, job: JudgeJob):
+    def __init__(self, job: JudgeJob, staging: Staging | None):
         from cuda_agent.env.rules import verify
         from cuda_agent.env.rules.dependence import Dependence
         from cuda_agent.tasks.task import load_task_module
@@ -61,13 +61,13 @@ class _Judge:
         self.tol = verify.Tolerance(self.cfg.atol, self.cfg.rtol, relative_to_scale=self.cfg.protocol == "strict")
         self.dependence = Dependence(seed=self.cfg.seed)
         self.compiled = None
-        self.lock = DeviceLock(job.lock) if job.lock else None
+        self.lock = kept("lock", job.lock, lambda: DeviceLock(job.lock)) if job.lock else None
         self.lock_wait_s = 0.0   # of the call in hand, for the harness's account of device time
-        self.staging = Staging.from_environment()   # the candidate's verification outputs, when staged
+        self.staging = staging   # the candidate's verification outputs, when staged
         self.drawn: dict[int, list] = {}            # inputs drawn for the candidate (`draw`), by call index
         self.slots: dict[int, tuple[int, torch.Tensor]] = {}   # staging slot -> (call index, its bytes as put)
         self.mutated: list[int] = []                # calls whose inputs the candidate changed in its slot
-        hold = load_hold(job.hold_lib)
+        hold = kept("hold", job.hold_lib, lambda: load_hold(job.hold_lib))
         self.timers = {"eager": Timer(hold), "compile": Timer(hold)}
         self.module = load_task_module(job.task_code, "reference_task", filename=f"<task {job.task_name}>")
         for name in ("Model", "get_inputs", "get_init_inputs"):
@@ -89,7 +89,8 @@ class _Judge:
             self.input_bytes = staged_bytes(tensors_in(inputs))   # what a call's inputs take in a slot
             first = self.model(*inputs)
             del inputs
-            self.flush = timing.L2Flusher(self.device, self.cfg.flush_l2)   # its buffer, likewise
+            self.flush = kept("flush", (str(self.device), self.cfg.flush_l2),   # its buffer, likewise
+                               lambda: timing.L2Flusher(self.device, self.cfg.flush_l2))
             # for the candidate's outputs (a baseline run has no candidate)
             self.device_slot, self.device_slot_error = \
                 self._device_slot(staged_bytes(tensors_in(first))) if job.save_init else (None, None)
@@ -97,6 +98,30 @@ class _Judge:
         self.output_bytes = staged_bytes(tensors_in(first))
         if self.staging is not None:
             self.staging.prepare(self.output_bytes, self.device)
+
+    def drop(self) -> None:
+        """A persistent judge's job let go (handover.py): the task's module and model, the compiled twin
+        (and torch._dynamo's caches), the inputs drawn and the slot bytes kept, the dependence check's
+        outputs, the device slot, the staging file (unmapped), then the freed memory back to the device.
+        Kept for the next job: the device lock, the hold's library and the L2 flusher (handover.kept)."""
+        import gc
+
+        compiled = self.compiled is not None
+        self.model = self.compiled = self.module = self.dependence = None
+        self.drawn.clear()
+        self.slots.clear()
+        self.mutated.clear()
+        if self.device_slot is not None:
+            self.device_slot.close()
+            self.device_slot = None
+        if compiled:
+            torch._dynamo.reset()
+        gc.collect()   # views of the staging file in cycles too, before it is unmapped
+        if self.staging is not None:
+            self.staging.close()
+            self.staging = None
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
 
     def _device_slot(self, nbytes: int):
         """(the device slot for outputs of `nbytes`, or None; why not): on CUDA, for outputs larger than
@@ -542,22 +567,3 @@ HANDLERS = {
     ProfileReference: _profile_reference,
     TimeGraph: _time_graph,
 }
-
-
-def run_judge(chan: ChildChannel) -> None:
-    job = JudgeJob.model_validate(chan.receive())
-    try:
-        judge = _Judge(job)
-    except Exception as exc:  # the task itself is broken
-        chan.send(JudgeSetUp(ok=False, message=f"{type(exc).__name__}: {exc}\n{short_traceback(exc)}"))
-        return
-    name = torch.cuda.get_device_name(judge.device) if judge.device.type == "cuda" else "cpu"
-    chan.send(JudgeSetUp(ok=True, device=name, output_bytes=judge.output_bytes, input_bytes=judge.input_bytes,
-                         slot_bytes=judge.staging.slot_bytes if judge.staging is not None else 0,
-                         device_slot=judge.device_slot is not None, device_slot_error=judge.device_slot_error))
-    while True:
-        try:
-            cmd = read_command(chan.receive(), HANDLERS)
-        except UnknownMessage:
-            return
-        chan.send(HANDLERS[type(cmd)](judge, cmd))

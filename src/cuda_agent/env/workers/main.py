@@ -1,7 +1,8 @@
 """A worker process's entry (`python -m cuda_agent.env.workers judge|candidate`, or a judge forked by
-infra/forkserver.py): its device set up, its ready message, then the role's loop (judge.py,
+infra/forkserver.py): its device set up, its ready message, then the role's loop (judge_jobs.py,
 candidate.py), each driven call by call by the harness (env/run/evaluation.py), which alone knows
-the schedule. Each gets a fresh process per evaluation.
+the schedule. Each gets a fresh process per evaluation (a persistent judge, CUDA_AGENT_PERSISTENT_JUDGE=1,
+serves several in turn: handover.py).
 
 Both roles' modules are imported here, before any job arrives: the candidate's bindings are made
 before the solution's code runs, and the fork server's judges start with everything imported.
@@ -19,7 +20,7 @@ from cuda_agent.env.measure import timing  # captures clocks and sync before can
 from cuda_agent.env.workers import common
 from cuda_agent.env.workers.common import device_of
 from cuda_agent.env.workers.candidate import run_candidate
-from cuda_agent.env.workers.judge import run_judge
+from cuda_agent.env.workers.judge_jobs import run_judge
 from cuda_agent.env.workers.messages import Ready
 from cuda_agent.env.workers.protocol import ChildChannel
 

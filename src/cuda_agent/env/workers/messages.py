@@ -198,6 +198,13 @@ class GraphTimed(JudgeAnswer):
     error: str | None = None
 
 
+class Dropped(JudgeAnswer):
+    """A persistent judge's answer to `NextJob`: its job let go, ready for the next (`ok`), or not
+    (`message`: the harness then kills it)."""
+    ok: bool
+    message: str | None = None
+
+
 class Verdicts(JudgeAnswer):
     answers: list[Verdict]
 
@@ -401,6 +408,12 @@ class TimeGraph(Command):
     answer: ClassVar = GraphTimed
     cmd: Literal["time_graph"] = "time_graph"
     calls: int = 20
+
+
+class NextJob(Command):
+    """A persistent judge's handover: let go of this job and wait for the next (handover.py)."""
+    answer: ClassVar = Dropped
+    cmd: Literal["next_job"] = "next_job"
 
 
 class Final(Command):

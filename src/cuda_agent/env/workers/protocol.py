@@ -22,6 +22,7 @@ from cuda_agent.env.workers.messages import Command, Message, Ready, read_answer
 
 PROTOCOL_FD_ENV = "CUDA_AGENT_PROTOCOL_FD"
 STAGING_FD_ENV = "CUDA_AGENT_STAGING_FD"   # a pair of workers' shared staging file (transfer.Staging)
+HANDOVER_FD_ENV = "CUDA_AGENT_HANDOVER_FD"   # a persistent judge's socket for each job's staging file (handover.py)
 STAGING_SLOT_BYTES = 1 << 30   # per slot of it: larger outputs go through files, or on CUDA the device slot
 
 
@@ -144,6 +145,11 @@ class ParentChannel:
             return read_answer(message, self._expect)
         except ValueError as exc:   # pydantic's ValidationError is one
             raise ForgedMessage(f"a malformed answer on the harness channel ({_first_error(exc)})") from None
+
+    @property
+    def awaiting(self) -> bool:
+        """Whether the last command's answer is still to come."""
+        return self._nonce is not None
 
     def close(self) -> None:
         try:

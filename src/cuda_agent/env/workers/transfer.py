@@ -275,6 +275,18 @@ class Staging:
         except (OSError, ValueError):
             return None   # outputs then go through files
 
+    def close(self) -> None:
+        """Unregister the slots from CUDA and unmap the file (a persistent judge, between its jobs):
+        nothing of it stays reachable in this process. Raises BufferError while a view of it is alive."""
+        if self.mapping.closed:
+            return
+        for index, size in enumerate(self.pinned):
+            if size and int(torch.cuda.cudart().cudaHostUnregister(self.memory.data_ptr() + index * self.slot_bytes)):
+                _clear_cuda_error()   # not left for the next job's first kernel launch
+        self.pinned = [0, 0]
+        self.memory = None
+        self.mapping.close()
+
     def _slot(self, index: int, nbytes: int, device: torch.device) -> torch.Tensor:
         if index not in (0, 1) or nbytes > self.slot_bytes:
             raise UnreadableOutput(f"{nbytes} bytes do not fit a staging slot")

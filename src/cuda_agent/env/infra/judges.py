@@ -1,0 +1,136 @@
+"""Persistent judges: one judge process serves evaluations one after another (opt-in, CUDA only).
+
+With CUDA_AGENT_PERSISTENT_JUDGE=1 an evaluation on the CUDA backend takes an idle judge of its GPU
+when one is alive, else starts one, and at its end hands the judge back instead of killing it: one
+CUDA context fewer to make and end per evaluation (a host makes and ends only a few a second, which
+caps a pool's evaluations: docs/benchmarks.md). The candidate stays a fresh process per evaluation.
+
+The judge is trusted (it runs only the task's code) and never runs the candidate's; between jobs it
+lets go of everything of the last one (workers/judge.py's `_Judge.drop`) and gets each job's staging
+file anew over its own socket (workers/handover.py). A judge whose job did not end cleanly (the task
+failed, a timeout, a crash, an answer still due or one unexpected) is killed, as every judge was
+before; so is one over `IDLE_PER_GPU`, and every idle one at exit. The CPU backend keeps fresh
+judges: its timing depends on the judge's heap (`BACKENDS`).
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import tempfile
+import threading
+from pathlib import Path
+
+from cuda_agent.env.infra.isolation import Worker, start_worker
+from cuda_agent.env.workers.handover import hand_staging, handover_pair
+from cuda_agent.env.workers.messages import NextJob
+from cuda_agent.env.workers.protocol import ChildDied, ChildTimeout, ForgedMessage
+
+ENV = "CUDA_AGENT_PERSISTENT_JUDGE"
+BACKENDS = {"cuda"}   # where the flag applies (tests add "cpu": the lifecycle is the same)
+IDLE_PER_GPU = 2      # idle judges kept per (backend, GPU); more are killed
+DROP_TIMEOUT_S = 30.0   # for a judge's answer to NextJob (letting go of a job is collecting garbage)
+GONE_TIMEOUT_S = 30.0   # for the last job's candidate to have exited, its context torn down
+
+# (backend, gpu) -> (judge told NextJob, its last job's candidate), oldest first
+_idle: dict[tuple, list[tuple[Worker, Worker | None]]] = {}
+_lock = threading.Lock()
+
+
+def enabled(backend: str) -> bool:
+    return os.environ.get(ENV) == "1" and backend in BACKENDS
+
+
+def judge_for(backend: str, gpu: int | None, staging_fd: int | None) -> Worker:
+    """A persistent judge for the next evaluation, handed its staging file: an idle one, else one
+    started now (`wait_ready` before its job, as for any worker)."""
+    judge = take(backend, gpu)
+    if judge is not None:
+        try:
+            hand_staging(judge.handover, staging_fd)
+            return judge
+        except OSError:   # gone since its answer: a fresh one
+            judge.kill()
+    judge = start(backend, gpu)
+    try:
+        hand_staging(judge.handover, staging_fd)
+    except BaseException:
+        judge.kill()
+        raise
+    return judge
+
+
+def start(backend: str, gpu: int | None) -> Worker:
+    """A persistent judge in a folder of its own (its log; removed once it has exited), which outlives
+    the evaluations' folders."""
+    home = Path(tempfile.mkdtemp(prefix="cuda-agent-judge-"))
+    ours, theirs = handover_pair()
+    try:
+        judge = start_worker("judge", home, backend, gpu, handover_fd=theirs.fileno())
+    except BaseException:
+        ours.close()
+        shutil.rmtree(home, ignore_errors=True)
+        raise
+    finally:
+        theirs.close()
+    judge.handover, judge.own_dir = ours, home
+    return judge
+
+
+def take(backend: str, gpu: int | None) -> Worker | None:
+    """The oldest idle judge of (backend, gpu) that answered its NextJob fit and whose last candidate
+    has exited, or None; the others are killed. Until that candidate's process is gone its kernels may
+    still be writing into memory it mapped of the judge's (the device slot), which the judge's next
+    job could be handed again."""
+    while True:
+        with _lock:
+            waiting = _idle.get((backend, gpu)) or []
+            judge, candidate = waiting.pop(0) if waiting else (None, None)
+        if judge is None:
+            return None
+        if _let_go(judge) and (candidate is None or candidate.exited.wait(GONE_TIMEOUT_S)):
+            return judge
+        judge.kill()
+
+
+def _let_go(judge: Worker) -> bool:
+    """Whether the judge let go of its last job and is fit for another (its answer to NextJob)."""
+    try:
+        return judge.channel.receive(DROP_TIMEOUT_S).get("ok") is True
+    except (ChildDied, ChildTimeout, ForgedMessage):
+        return False
+
+
+def give_back(judge: Worker, backend: str, gpu: int | None, candidate: Worker | None = None) -> None:
+    """After an evaluation the judge did in full (its `candidate` killed): told to let go of its job
+    (its answer is read by the next `take`, off this evaluation's path) and put with the idle ones, or
+    killed over the cap."""
+    try:
+        judge.channel.send(NextJob())
+    except ChildDied:
+        judge.kill()
+        return
+    with _lock:
+        waiting = _idle.setdefault((backend, gpu), [])
+        kept = len(waiting) < IDLE_PER_GPU
+        if kept:
+            waiting.append((judge, candidate))
+    if not kept:
+        judge.kill()
+
+
+def idle(backend: str, gpu: int | None) -> list[Worker]:
+    """The idle judges of (backend, gpu) now (a copy)."""
+    with _lock:
+        return [judge for judge, _ in _idle.get((backend, gpu), [])]
+
+
+@atexit.register
+def discard_all() -> None:
+    """Kill every idle judge (at exit, or to start afresh)."""
+    with _lock:
+        judges = [judge for waiting in _idle.values() for judge, _ in waiting]
+        _idle.clear()
+    for judge in judges:
+        judge.kill()

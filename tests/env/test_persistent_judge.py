@@ -1,0 +1,207 @@
+"""Persistent judges (infra/judges.py, workers/handover.py): one judge process serves evaluations one
+after another. The flag applies to the CUDA backend only; here it is let apply to the CPU backend
+(`judges.BACKENDS`), whose lifecycle is the same, since no GPU runs here."""
+
+import re
+from pathlib import Path
+
+import pytest
+
+from cuda_agent.env import evaluate
+from cuda_agent.env.infra import judges
+from cuda_agent.tasks import Task
+from tests.env.helpers import EXAMPLES, cpu_config, cpu_workspace, example_task, kernel
+
+WRONG_BODY = """
+for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c)
+        out[r * cols + c] = x[r * cols + c] + bias[c];
+"""   # no ReLU: wrong wherever x + bias < 0
+
+
+@pytest.fixture
+def persistent(monkeypatch):
+    """The flag on, for the CPU backend too; no idle judge before or after the test."""
+    monkeypatch.setenv(judges.ENV, "1")
+    monkeypatch.setattr(judges, "BACKENDS", {"cuda", "cpu"})
+    judges.discard_all()
+    yield
+    judges.discard_all()
+
+
+def _idle_pids() -> list[int]:
+    return [judge.proc.pid for judge in judges.idle("cpu", None)]
+
+
+def _verify(cache_dir, solution, task=None, progress=None, **settings):
+    config = cpu_config(cache_dir, seed=1234, baselines=False, **settings)
+    return evaluate(task or example_task(), solution, config, stop_after="verify", progress=progress)
+
+
+def _verdicts(result) -> tuple:
+    return result.correct, result.error, result.max_abs_error
+
+
+def test_the_flag_is_off_by_default_and_for_the_cpu_backend(monkeypatch):
+    monkeypatch.delenv(judges.ENV, raising=False)
+    assert not judges.enabled("cuda") and not judges.enabled("cpu")
+    monkeypatch.setenv(judges.ENV, "1")
+    assert judges.enabled("cuda") and not judges.enabled("cpu")
+
+
+def test_fresh_judges_are_not_kept(cache_dir, monkeypatch):
+    monkeypatch.delenv(judges.ENV, raising=False)
+    judges.discard_all()
+    assert _verify(cache_dir, cpu_workspace()).correct
+    assert judges.idle("cpu", None) == []
+
+
+def test_one_judge_serves_evaluations_in_turn_with_a_fresh_judges_verdicts(cache_dir, persistent, monkeypatch):
+    wrong = cpu_workspace(kernel(WRONG_BODY))
+    runs = [_verify(cache_dir, cpu_workspace())]
+    first = _idle_pids()
+    assert len(first) == 1
+    runs.append(_verify(cache_dir, wrong))   # the candidate's failure leaves the judge fit
+    runs.append(evaluate(example_task(), cpu_workspace(), cpu_config(cache_dir, seed=1234)))   # timed too
+    assert _idle_pids() == first
+    assert runs[0].correct and not runs[1].correct and runs[2].correct and runs[2].kernel_ms > 0
+    assert runs[1].error.phase == "verify" and "wrong output" in runs[1].error.message
+    monkeypatch.setenv(judges.ENV, "0")   # the same evaluations with fresh judges: the same verdicts
+    assert _verdicts(_verify(cache_dir, cpu_workspace())) == _verdicts(runs[0])
+    assert _verdicts(_verify(cache_dir, wrong)) == _verdicts(runs[1])
+
+
+def _flaky(fail_at: int, how: str) -> Task:
+    code = (EXAMPLES / "model.py").read_text()
+    return Task("flaky", code.replace("    def forward(self, x):\n",
+                                      f"    calls = 0\n\n    def forward(self, x):\n        Model.calls += 1\n"
+                                      f"        if Model.calls == {fail_at}:\n            {how}\n"))
+
+
+@pytest.mark.parametrize("how", ["raise RuntimeError('call 2')", "import time; time.sleep(60)"])
+def test_a_judge_whose_task_failed_or_timed_out_is_not_kept(cache_dir, persistent, how):
+    assert _verify(cache_dir, cpu_workspace()).correct
+    kept = _idle_pids()
+    result = _verify(cache_dir, cpu_workspace(), task=_flaky(2, how), timeout_reference=8.0)
+    assert result.error.phase == "task" and not result.correct
+    assert judges.idle("cpu", None) == []   # the judge that served it was the kept one, and is gone
+    assert _verify(cache_dir, cpu_workspace()).correct
+    assert _idle_pids() and _idle_pids() != kept
+
+
+def _staging_inodes(pid: int) -> set[str]:
+    """The inodes of the staging files mapped in process `pid` (its /proc/PID/maps)."""
+    maps = Path(f"/proc/{pid}/maps").read_text()
+    return {line.split()[4] for line in maps.splitlines() if re.search(r"memfd:cuda-agent-staging", line)}
+
+
+def test_each_evaluation_hands_the_judge_its_own_staging_file_and_the_last_is_unmapped(cache_dir, persistent,
+                                                                                     monkeypatch):
+    started = []
+    monkeypatch.setattr(judges, "start", lambda *args, real=judges.start: started.append(real(*args)) or started[-1])
+    seen = []
+
+    def watch(text: str) -> None:
+        if text == "verifying":   # the judge has set up: it maps this evaluation's staging file
+            seen.append(_staging_inodes(started[0].proc.pid))
+
+    for _ in range(2):
+        assert _verify(cache_dir, cpu_workspace(), progress=watch).correct
+    assert len(started) == 1 and len(seen) == 2
+    assert len(seen[0]) == 1 and len(seen[1]) == 1 and seen[0] != seen[1]
+    judge = judges.take("cpu", None)   # its answer to NextJob read: it let go of the second job
+    try:
+        assert judge is started[0] and _staging_inodes(judge.proc.pid) == set()
+    finally:
+        judge.kill()
+
+
+def test_idle_judges_are_capped_and_killed_at_discard(cache_dir, persistent, monkeypatch):
+    monkeypatch.setattr(judges, "IDLE_PER_GPU", 1)
+    extra = judges.start("cpu", None)
+    extra.wait_ready()
+    assert _verify(cache_dir, cpu_workspace()).correct
+    kept = judges.idle("cpu", None)
+    assert len(kept) == 1
+    judges.give_back(extra, "cpu", None)   # one over the cap: killed
+    assert judges.idle("cpu", None) == kept and extra.proc.wait(10) is not None
+    judges.discard_all()
+    assert judges.idle("cpu", None) == [] and kept[0].proc.wait(10) is not None
+    assert not extra.own_dir.exists() or _gone_soon(extra.own_dir)
+
+
+def _gone_soon(path: Path) -> bool:
+    import time
+
+    for _ in range(50):   # removed by the reaper thread once the process has exited
+        if not path.exists():
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_a_judge_started_as_a_separate_interpreter_is_kept_too(cache_dir, persistent, monkeypatch):
+    monkeypatch.setenv("CUDA_AGENT_FORK_JUDGES", "0")   # its socket inherited by Popen, not the fork server
+    assert _verify(cache_dir, cpu_workspace()).correct
+    first = _idle_pids()
+    assert _verify(cache_dir, cpu_workspace()).correct
+    assert first and _idle_pids() == first
+
+
+def test_what_leaves_a_judge_unfit_for_another_job():
+    from cuda_agent.env.workers import messages as msg
+    from cuda_agent.env.workers.handover import leaves_doubt
+
+    assert leaves_doubt(msg.Verdicts(answers=[msg.Verdict(ok=False, message="wrong output")])) is None
+    assert leaves_doubt(msg.Verdicts(answers=[msg.Verdict(ok=True), msg.Verdict(ok=False, task_error="boom")]))
+    assert leaves_doubt(msg.Compiled(ok=True)) is None
+    assert "Compiled" in leaves_doubt(msg.Compiled(ok=False, error="inductor failed"))
+    assert leaves_doubt(msg.GraphTimed(error="capture failed"))
+    assert leaves_doubt(msg.Drawn(ok=False, task_error="get_inputs failed"))
+
+
+def test_the_torch_settings_a_task_may_change_are_put_back():
+    import torch
+
+    from cuda_agent.env.workers.handover import TorchSettings
+
+    settings = TorchSettings()
+    before = settings.values
+    torch.set_default_dtype(torch.float64)
+    torch.backends.cudnn.benchmark = not torch.backends.cudnn.benchmark
+    torch.use_deterministic_algorithms(not torch.are_deterministic_algorithms_enabled())
+    torch.set_float32_matmul_precision("medium" if torch.get_float32_matmul_precision() != "medium" else "high")
+    assert TorchSettings().values != before
+    settings.restore()
+    assert TorchSettings().values == before and torch.get_default_dtype() == torch.float32
+
+
+class _FakeJudge:
+    """Answers NextJob fit; records whether it was killed."""
+
+    def __init__(self):
+        import types
+
+        self.killed = False
+        self.channel = types.SimpleNamespace(receive=lambda timeout: {"ok": True}, send=lambda message: None)
+
+    def kill(self):
+        self.killed = True
+
+
+def test_a_judge_waits_for_its_last_candidate_to_exit_and_is_killed_when_it_does_not(monkeypatch):
+    """Until the last candidate's process is gone its kernels may write into memory of the judge's
+    that it mapped: the judge is handed out only after that exit, else killed."""
+    import threading
+    import types
+
+    judges.discard_all()
+    monkeypatch.setattr(judges, "GONE_TIMEOUT_S", 0.2)
+    gone, lingering = types.SimpleNamespace(exited=threading.Event()), types.SimpleNamespace(exited=threading.Event())
+    gone.exited.set()
+    first, second = _FakeJudge(), _FakeJudge()
+    judges.give_back(first, "cuda", 0, candidate=lingering)
+    judges.give_back(second, "cuda", 0, candidate=gone)
+    assert judges.take("cuda", 0) is second
+    assert first.killed and not second.killed
+    assert judges.take("cuda", 0) is None
