@@ -63,12 +63,14 @@ for step in $STEPS; do
         --budget-s "${SCALING_BUDGET:-330}" ${SCALING_ARGS:-} --json "$OUT/scaling.json"
       TAIL=8 run context_rate 90 python3 benchmarks/diag/context_rate.py --counts "${CONTEXT_COUNTS:-1,4,8}" ;;
     scaling_ab)   # pool_scaling (the pool alone) for the code before (.old) and this code, in AB_ORDER, each
-      # with its own scripts: the pool's rate at 1, 2, 4 GPUs before and after a change, in one call
+      # with its own scripts: the pool's rate at 1, 2, 4 GPUs before and after a change, in one call. An entry
+      # may add settings: "new+CUDA_AGENT_PERSISTENT_JUDGE=1" (several joined by '+')
       i=0
-      for code in ${AB_ORDER:-old new old}; do
-        i=$((i + 1)); root=$PWD; [ "$code" = old ] && root=$PWD/.old
-        echo "== $i: $code" >> "$OUT/scaling_ab.txt"
-        PYTHONPATH="$root/src:$PYTHONPATH" timeout "${SCALING_AB_TIMEOUT:-200}" python3 "$root/benchmarks/pool_scaling.py" \
+      for entry in ${AB_ORDER:-old new old}; do
+        i=$((i + 1)); code=${entry%%+*}; root=$PWD; [ "$code" = old ] && root=$PWD/.old
+        settings=""; [ "$entry" != "$code" ] && settings=$(echo "${entry#*+}" | tr '+' ' ')
+        echo "== $i: $entry" >> "$OUT/scaling_ab.txt"
+        env $settings PYTHONPATH="$root/src:$PYTHONPATH" timeout "${SCALING_AB_TIMEOUT:-200}" python3 "$root/benchmarks/pool_scaling.py" \
           --service off --rounds 1 ${SCALING_ARGS:-} --json "$OUT/scaling_${i}_$code.json" >> "$OUT/scaling_ab.txt" 2>&1
       done
       grep -E "^== |^pool  " "$OUT/scaling_ab.txt" ;;
