@@ -108,6 +108,9 @@ def test_outputs_are_read_from_the_process_memory(child):
     positions = random_positions(big.numel, 2048, torch.device("cpu")).numpy()
     assert len(set(positions.tolist())) > 1900   # drawn here, spread over the whole tensor
     assert numpy.array_equal(memory.read_at(big, positions), positions.astype(numpy.float64))
+    sparse = positions[:16]   # few positions in a large tensor: one read each
+    assert memory.read_at(big, sparse).flags.writeable   # torch.from_numpy warns on a read-only array
+    assert numpy.array_equal(memory.read_at(big, sparse), sparse.astype(numpy.float64))
     outside.resume(proc.pid)
     _say(proc, "spinning")
     _say(proc, "changed")

@@ -318,7 +318,7 @@ class Memory:
         else:
             picked = numpy.frombuffer(b"".join(self.read(where.address + int(o), dtype.itemsize) for o in offsets),
                                       dtype=numpy.uint8).reshape(len(offsets), dtype.itemsize)
-        return numpy.ascontiguousarray(picked).view(dtype).reshape(-1)
+        return numpy.array(picked, order="C").view(dtype).reshape(-1)   # a writable copy: torch takes it silently
 
 
 def own_memory(pid: int, output: dict) -> None:
