@@ -37,7 +37,7 @@ ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))   # tests.* (the fidelity kernels' workspaces) and benchmarks.*
 
 from cuda_agent.env import EvalConfig, EvalPool  # noqa: E402
-from cuda_agent.env.infra import spares  # noqa: E402
+from cuda_agent.env.infra import judges, spares  # noqa: E402
 from cuda_agent.env.infra.pool import PER_DEVICE, visible_gpus  # noqa: E402
 
 SAMPLER = HERE / "diag" / "pool_host_cost.py"
@@ -239,6 +239,7 @@ def main() -> None:
         print(f"warm-up {label}: {'correct' if result.correct else 'FAILED ' + str(result.error)}, "
               f"kernel {result.kernel_ms} ms", flush=True)
     spares.discard_all()
+    judges.discard_all()   # (CUDA_AGENT_PERSISTENT_JUDGE=1) each count starts with none kept
     if not all(result.correct for result in warm):
         raise SystemExit("a warm-up evaluation failed: nothing measured")
 
@@ -274,6 +275,7 @@ def main() -> None:
                     if mode == "pool":
                         target.close()
                         spares.discard_all()   # one device's pool runs in this process: its spares go too
+                        judges.discard_all()   # and its kept judges
                     else:
                         target.shutdown()
                 rows.append(row)
