@@ -83,6 +83,15 @@ for step in $STEPS; do
       [ -d /tmp/runs-keep/work ] && tar -cJf "$OUT/build.tar.xz" -C /tmp/runs-keep --exclude='work/kernelbench_trees_*' . ;;
     same_code)   # each task's reference handed in as its own solution: a fair harness says about 1.0x
       run same_code 420 python3 benchmarks/same_code.py --backend cuda --kernelbench .kb --evals "${SAME_EVALS:-2}" ${SAME_TASKS:-} ;;
+    same_code_ab)   # same_code with settings alternated (SAME_AB: entries of settings joined by '+', "-" for none),
+      # e.g. kept judges against fresh ones: SAME_AB="- CUDA_AGENT_PERSISTENT_JUDGE=1 - CUDA_AGENT_PERSISTENT_JUDGE=1"
+      for entry in ${SAME_AB:-- CUDA_AGENT_PERSISTENT_JUDGE=1}; do
+        settings=""; [ "$entry" != "-" ] && settings=$(echo "$entry" | tr '+' ' ')
+        echo "== $entry" >> "$OUT/same_code_ab.txt"
+        env $settings timeout "${SAME_CODE_AB_TIMEOUT:-150}" python3 benchmarks/same_code.py --backend cuda --kernelbench .kb \
+          --evals "${SAME_EVALS:-3}" ${SAME_TASKS:-} >> "$OUT/same_code_ab.txt" 2>&1
+      done
+      grep -E "^== |speedups|^all" "$OUT/same_code_ab.txt" ;;
     contexts)   # the host's steady rate of CUDA contexts made and ended (forked children, as judges are), on
       # one GPU and over all: an evaluation makes two, so the pool cannot pass half this rate
       TAIL=8 run contexts 150 python3 benchmarks/diag/context_rate.py --sustained "${CONTEXT_SECONDS:-10}" \
