@@ -203,5 +203,21 @@ def test_a_judge_waits_for_its_last_candidate_to_exit_and_is_killed_when_it_does
     judges.give_back(first, "cuda", 0, candidate=lingering)
     judges.give_back(second, "cuda", 0, candidate=gone)
     assert judges.take("cuda", 0) is second
+    assert judges.take("cuda", 0) is None   # the first waited for, in vain: killed, not handed out
     assert first.killed and not second.killed
-    assert judges.take("cuda", 0) is None
+
+
+def test_a_judge_whose_last_candidate_is_gone_is_taken_before_an_older_one_still_waiting(monkeypatch):
+    import threading
+    import types
+
+    judges.discard_all()
+    gone, lingering = types.SimpleNamespace(exited=threading.Event()), types.SimpleNamespace(exited=threading.Event())
+    gone.exited.set()
+    older, newer = _FakeJudge(), _FakeJudge()
+    judges.give_back(older, "cuda", 0, candidate=lingering)
+    judges.give_back(newer, "cuda", 0, candidate=gone)
+    assert judges.take("cuda", 0) is newer   # no wait behind the older one's candidate
+    assert judges.idle("cuda", 0) == [older]
+    judges.discard_all()
+    assert older.killed

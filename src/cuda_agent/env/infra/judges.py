@@ -79,14 +79,15 @@ def start(backend: str, gpu: int | None) -> Worker:
 
 
 def take(backend: str, gpu: int | None) -> Worker | None:
-    """The oldest idle judge of (backend, gpu) that answered its NextJob fit and whose last candidate
-    has exited, or None; the others are killed. Until that candidate's process is gone its kernels may
-    still be writing into memory it mapped of the judge's (the device slot), which the judge's next
-    job could be handed again."""
+    """An idle judge of (backend, gpu) that answered its NextJob fit and whose last candidate has
+    exited (waited for, where none has yet), or None; the others are killed. Until that candidate's
+    process is gone its kernels may still be writing into memory it mapped of the judge's (the device
+    slot), which the judge's next job could be handed again."""
     while True:
         with _lock:
             waiting = _idle.get((backend, gpu)) or []
-            judge, candidate = waiting.pop(0) if waiting else (None, None)
+            gone = [i for i, (_, candidate) in enumerate(waiting) if candidate is None or candidate.exited.is_set()]
+            judge, candidate = waiting.pop(gone[0] if gone else 0) if waiting else (None, None)
         if judge is None:
             return None
         if _let_go(judge) and (candidate is None or candidate.exited.wait(GONE_TIMEOUT_S)):
