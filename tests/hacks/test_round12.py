@@ -128,8 +128,9 @@ def _state(pid: int) -> str:
 def test_the_judge_is_handed_out_only_once_its_last_candidates_processes_are_gone(kept, monkeypatch):
     """The kept judge must not serve the next job while the last candidate's process is alive (its kernels
     could still write into the judge's memory it mapped, docs/environment.md). A candidate that holds 3 GiB
-    takes a while to die; every process of its sandbox (bwrap's init, the worker) must have exited when
-    `judges.take` hands the judge out, not only bwrap, which is reaped at once. The judge's own answer to
+    takes a while to die; every process of its sandbox (bwrap, its init, the worker; forked from the
+    zygote, the worker alone) must have exited when `judges.take` hands the judge out, not only bwrap,
+    which is reaped at once. The judge's own answer to
     NextJob (its garbage collection) is taken out of the race: a stand-in answers at once."""
     from cuda_agent.env.infra import isolation, sandbox
 
@@ -138,7 +139,7 @@ def test_the_judge_is_handed_out_only_once_its_last_candidates_processes_are_gon
 
     def kill(worker):
         if worker.role == "candidate" and not worker.reaping:   # its processes, seen before the kill
-            inside[id(worker)] = sandbox.descendants(worker.proc.pid)
+            inside[id(worker)] = sandbox.descendants(worker.proc.pid) | {worker.proc.pid}
         real_kill(worker)
 
     monkeypatch.setattr(isolation.Worker, "kill", kill)
@@ -150,7 +151,7 @@ def test_the_judge_is_handed_out_only_once_its_last_candidates_processes_are_gon
     real.kill()
     taken = judges.take("cpu", None)
     alive = {p: _state(p) for p in inside[id(candidate)] if _state(p) not in ("Z", "X", "gone")}
-    assert isinstance(taken, _FitJudge) and len(inside[id(candidate)]) >= 2
+    assert isinstance(taken, _FitJudge) and candidate.main_pid in inside[id(candidate)]
     assert not alive, f"handed out while the last candidate's processes live: {alive}"
 
 
