@@ -16,7 +16,12 @@ over one C++ file (kernels/round12.cpp), so one build serves every case:
   failure): one that hangs on a call after the judge drew its inputs, one that dies of SIGSEGV mid-way,
   one that returns NaN, one that overwrites both staging slots (the inputs the judge put there and checks
   bit for bit) after its call; each followed on the same judge by an honest solution (still correct) and
-  a wrong one (still rejected).
+  a wrong one (still rejected);
+- a candidate holding 3 GiB, whose processes take a while to die once killed: the judge must not be handed
+  to the next job before they have (its kernels could still write into the judge's memory it mapped);
+- a candidate whose import, racing the judge's set-up (a task whose model takes seconds to make), makes the
+  box's `reference_init.pt` (which the judge, outside the sandbox, saves the reference's weights to) a
+  symbolic link to a file of the harness's.
 """
 
 from __future__ import annotations
@@ -81,3 +86,24 @@ def heavy(mib: int) -> tuple:
     """Honest, holding `mib` MiB of touched memory: when killed, its process takes a while to tear down
     (what a CUDA context does too), long after bwrap, outside its namespace, is gone."""
     return example_task(), solution(HONEST, init=f"cuda_extension.ballast({mib})")
+
+
+def slow_task(seconds: float):
+    """The example task, its `Model.__init__` taking `seconds` (a large model's weights being made)."""
+    from cuda_agent.tasks import Task
+    from tests.env.helpers import EXAMPLES
+
+    code = (EXAMPLES / "model.py").read_text()
+    marker = "super().__init__()\n"
+    assert marker in code
+    return Task("slow_init", code.replace(marker, marker + f"        import time; time.sleep({seconds})\n", 1))
+
+
+def planter(target: str, seconds: float = 3.0) -> tuple:
+    """At its import (before the judge has saved the reference's weights into the box) it makes the box's
+    `reference_init.pt` a symbolic link to `target`, a file of the harness's outside the sandbox."""
+    header = (f"PLANTED = cuda_extension.plant(__file__, 'reference_init.pt', {target!r})\n"
+              f"if not PLANTED.startswith('planted'):   # too late (the judge had saved), or refused\n"
+              f"    raise RuntimeError({REPORT!r} + PLANTED + '<END>')")
+    return slow_task(seconds), Solution({"model_new.py": example_model_new(HONEST, header=header),
+                                         "kernels/round12.cpp": (KERNELS / "round12.cpp").read_text()})

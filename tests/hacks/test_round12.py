@@ -14,7 +14,7 @@ import pytest
 
 from tests.hacks.cases import assert_accepted, assert_rejected, describe, hack_config
 from tests.hacks.cases_round12 import (
-    KEY, heavy, honest, on_call, recorder, replayer, report_of, reporter, scribbler, wrong,
+    KEY, REPORT, heavy, honest, on_call, planter, recorder, replayer, report_of, reporter, scribbler, wrong,
 )
 
 from cuda_agent.env import evaluate
@@ -165,3 +165,22 @@ class _FitJudge:
 
     def kill(self):
         pass
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "the judge saves the reference's weights with torch.save(..., box / 'reference_init.pt'), which follows "
+    "a symbolic link: the candidate's import runs while the judge sets up (CandidateJob is sent before the "
+    "judge's answer is awaited), so a link planted there makes the judge, the harness's user outside the "
+    "sandbox, overwrite any file of the harness's it names (its own fresh or kept judge alike)"))
+def test_the_judge_writes_nothing_through_a_link_the_candidate_planted(kept, tmp_path):
+    """The judge (the harness's user, outside the sandbox) saves the reference's weights into the box,
+    which the candidate may write: a candidate whose import, racing the judge's set-up (a task whose
+    model takes seconds to make), plants `reference_init.pt` as a symbolic link to a file of the
+    harness's must not have the judge write that file."""
+    victim = tmp_path / "victim.txt"
+    victim.write_text("the harness's own file")
+    assert_verified(kept(honest(), stop_after="verify")[0])   # the build cached: the import comes early
+    result, _ = kept(planter(str(victim), seconds=6.0), stop_after="verify")
+    if REPORT in describe(result):
+        pytest.skip(f"no link planted before the judge's save: {report_of(result)}")
+    assert victim.read_text() == "the harness's own file", victim.read_bytes()[:40]

@@ -13,6 +13,9 @@
 // on_call:       relu(x + bias), except on call `at` (counted from 1): `how` = "hang" never returns,
 //                "crash" dies of SIGSEGV, "nan" returns NaN everywhere.
 // ballast:      `mib` MiB of memory touched and kept (a process that takes a while to tear down when killed).
+// plant:        `name` beside the folder of `file` (the solution's, in the box) made a symbolic link to
+//                `target`, a path outside the sandbox: whatever the judge writes there by that name lands
+//                at `target` in the harness's file system.
 // seen:          the process's descriptors, how many processes its /proc lists, and its mounts that name
 //                the harness's folders.
 #include <torch/extension.h>
@@ -23,6 +26,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cerrno>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -158,6 +162,14 @@ int64_t ballast(int64_t mib) {
     return mib;
 }
 
+std::string plant(const std::string& file, const std::string& name, const std::string& target) {
+    std::string dir = file.substr(0, file.rfind('/'));
+    std::string link = dir.substr(0, dir.rfind('/')) + "/" + name;
+    bool existed = unlink(link.c_str()) == 0;
+    if (symlink(target.c_str(), link.c_str()) != 0) return "failed: " + std::string(strerror(errno));
+    return (existed ? "replaced " : "planted ") + link;
+}
+
 std::string seen() {
     std::ostringstream r;
     r << "fds: ";
@@ -200,4 +212,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.def("on_call", &on_call);
     m.def("seen", &seen);
     m.def("ballast", &ballast);
+    m.def("plant", &plant);
 }
