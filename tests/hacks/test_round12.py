@@ -161,7 +161,7 @@ class _FitJudge:
     def __init__(self):
         import types
 
-        self.channel = types.SimpleNamespace(receive=lambda timeout: {"ok": True})
+        self.channel = types.SimpleNamespace(receive=lambda timeout: {"ok": True}, send=lambda message: None)
 
     def kill(self):
         pass
@@ -184,3 +184,29 @@ def test_the_judge_writes_nothing_through_a_link_the_candidate_planted(kept, tmp
     if REPORT in describe(result):
         pytest.skip(f"no link planted before the judge's save: {report_of(result)}")
     assert victim.read_text() == "the harness's own file", victim.read_bytes()[:40]
+
+
+def test_a_judge_whose_last_candidate_lingers_inside_its_sandbox_is_killed(monkeypatch):
+    """`exited` set (bwrap reaped) while a process of the sandbox lives on: the judge is not handed out
+    but killed once GONE_TIMEOUT_S has passed; once that process has exited, a judge is handed out."""
+    import subprocess
+    import threading
+    import types
+
+    judges.discard_all()
+    monkeypatch.setattr(judges, "GONE_TIMEOUT_S", 0.3)
+    lingering = subprocess.Popen(["sleep", "30"])
+    try:
+        candidate = types.SimpleNamespace(exited=threading.Event(), expected={lingering.pid}, main_pid=None)
+        candidate.exited.set()
+        first, second = _FitJudge(), _FitJudge()
+        first.kill = lambda: setattr(first, "killed", True)
+        judges.give_back(first, "cuda", 0, candidate=candidate)
+        assert judges.take("cuda", 0) is None and getattr(first, "killed", False)
+        judges.give_back(second, "cuda", 0, candidate=candidate)
+        lingering.kill()
+        lingering.wait()
+        assert judges.take("cuda", 0) is second
+    finally:
+        lingering.kill()
+        judges.discard_all()

@@ -89,8 +89,12 @@ def take(backend: str, gpu: int | None) -> Worker | None:
             judge, candidate, pidfds = waiting.pop(0) if waiting else (None, None, [])
         if judge is None:
             return None
-        if _let_go(judge) and _gone(candidate, pidfds):
-            return judge
+        try:
+            if _let_go(judge) and _gone(candidate, pidfds):
+                return judge
+        finally:
+            for fd in pidfds:
+                os.close(fd)
         judge.kill()
 
 
@@ -115,16 +119,14 @@ def _gone(candidate: Worker | None, pidfds: list[int]) -> bool:
     import time
 
     deadline = time.monotonic() + GONE_TIMEOUT_S
-    try:
-        if candidate is not None and not candidate.exited.wait(GONE_TIMEOUT_S):
+    if candidate is not None and not candidate.exited.wait(GONE_TIMEOUT_S):
+        return False
+    for fd in pidfds:   # readable once the process has exited (its memory and files let go)
+        poller = select.poll()   # not select(): a pool's harness may hold descriptors past 1024
+        poller.register(fd, select.POLLIN)
+        if not poller.poll(max(0.0, deadline - time.monotonic()) * 1e3):
             return False
-        for fd in pidfds:   # readable once the process has exited (its memory and files let go)
-            if not select.select([fd], [], [], max(0.0, deadline - time.monotonic()))[0]:
-                return False
-        return True
-    finally:
-        for fd in pidfds:
-            os.close(fd)
+    return True
 
 
 def _let_go(judge: Worker) -> bool:
