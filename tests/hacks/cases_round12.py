@@ -17,7 +17,7 @@ over one C++ file (kernels/round12.cpp), so one build serves every case:
   one that returns NaN, one that overwrites both staging slots (the inputs the judge put there and checks
   bit for bit) after its call; each followed on the same judge by an honest solution (still correct) and
   a wrong one (still rejected);
-- a candidate holding 3 GiB, whose processes take a while to die once killed: the judge must not be handed
+- a candidate holding 1.5 GiB, whose processes take a while to die once killed: the judge must not be handed
   to the next job before they have (its kernels could still write into the judge's memory it mapped);
 - a candidate whose import, racing the judge's set-up (a task whose model takes seconds to make), makes the
   box's `reference_init.pt` (which the judge, outside the sandbox, saves the reference's weights to) a

@@ -127,7 +127,7 @@ def _state(pid: int) -> str:
 
 def test_the_judge_is_handed_out_only_once_its_last_candidates_processes_are_gone(kept, monkeypatch):
     """The kept judge must not serve the next job while the last candidate's process is alive (its kernels
-    could still write into the judge's memory it mapped, docs/environment.md). A candidate that holds 3 GiB
+    could still write into the judge's memory it mapped, docs/environment.md). A candidate that holds 1.5 GiB
     takes a while to die; every process of its sandbox (bwrap, its init, the worker; forked from the
     zygote, the worker alone) must have exited when `judges.take` hands the judge out, not only bwrap,
     which is reaped at once. The judge's own answer to
@@ -143,7 +143,7 @@ def test_the_judge_is_handed_out_only_once_its_last_candidates_processes_are_gon
         real_kill(worker)
 
     monkeypatch.setattr(isolation.Worker, "kill", kill)
-    result, pid = kept(heavy(3072), stop_after="verify")
+    result, pid = kept(heavy(1536), stop_after="verify")
     assert_verified(result)
     waiting = judges._idle[("cpu", None)]
     real, candidate = waiting[0][0], waiting[0][1]
