@@ -33,8 +33,8 @@ IDLE_PER_GPU = 2      # idle judges kept per (backend, GPU); more are killed
 DROP_TIMEOUT_S = 30.0   # for a judge's answer to NextJob (letting go of a job is collecting garbage)
 GONE_TIMEOUT_S = 30.0   # for the last job's candidate to have exited, its context torn down
 
-# (backend, gpu) -> (judge told NextJob, its last job's candidate), oldest first
-_idle: dict[tuple, list[tuple[Worker, Worker | None]]] = {}
+# (backend, gpu) -> (judge told NextJob, its last job's candidate, pidfds of that one's processes), oldest first
+_idle: dict[tuple, list[tuple[Worker, Worker | None, list[int]]]] = {}
 _lock = threading.Lock()
 
 
@@ -86,13 +86,48 @@ def take(backend: str, gpu: int | None) -> Worker | None:
     while True:
         with _lock:
             waiting = _idle.get((backend, gpu)) or []
-            gone = [i for i, (_, candidate) in enumerate(waiting) if candidate is None or candidate.exited.is_set()]
-            judge, candidate = waiting.pop(gone[0] if gone else 0) if waiting else (None, None)
+            gone = [i for i, (_, candidate, pidfds) in enumerate(waiting) if _gone(candidate, pidfds, 0.0)]
+            judge, candidate, pidfds = waiting.pop(gone[0] if gone else 0) if waiting else (None, None, [])
         if judge is None:
             return None
-        if _let_go(judge) and (candidate is None or candidate.exited.wait(GONE_TIMEOUT_S)):
-            return judge
+        try:
+            if _let_go(judge) and _gone(candidate, pidfds, GONE_TIMEOUT_S):
+                return judge
+        finally:
+            for fd in pidfds:
+                os.close(fd)
         judge.kill()
+
+
+def _watch(candidate: Worker | None) -> list[int]:
+    """Pidfds of the killed candidate's processes (inside a sandbox: its namespace's init and the
+    worker), taken when it is given back: the Worker's `exited` follows only bwrap, which is reaped
+    while the processes inside still tear down (an exit that frees much memory, or a CUDA context,
+    takes a while)."""
+    pids = set(getattr(candidate, "expected", None) or ()) | {getattr(candidate, "main_pid", None)}
+    pidfds = []
+    for pid in pids - {None}:
+        try:
+            pidfds.append(os.pidfd_open(pid))
+        except OSError:   # gone already
+            pass
+    return pidfds
+
+
+def _gone(candidate: Worker | None, pidfds: list[int], timeout: float) -> bool:
+    """Whether the candidate and every process `_watch` saw have exited, waiting at most `timeout` s."""
+    import select
+    import time
+
+    deadline = time.monotonic() + timeout
+    if candidate is not None and not candidate.exited.wait(timeout):
+        return False
+    for fd in pidfds:   # readable once the process has exited (its memory and files let go)
+        poller = select.poll()   # not select(): a pool's harness may hold descriptors past 1024
+        poller.register(fd, select.POLLIN)
+        if not poller.poll(max(0.0, deadline - time.monotonic()) * 1e3):
+            return False
+    return True
 
 
 def _let_go(judge: Worker) -> bool:
@@ -116,7 +151,7 @@ def give_back(judge: Worker, backend: str, gpu: int | None, candidate: Worker | 
         waiting = _idle.setdefault((backend, gpu), [])
         kept = len(waiting) < IDLE_PER_GPU
         if kept:
-            waiting.append((judge, candidate))
+            waiting.append((judge, candidate, _watch(candidate)))
     if not kept:
         judge.kill()
 
@@ -124,14 +159,16 @@ def give_back(judge: Worker, backend: str, gpu: int | None, candidate: Worker | 
 def idle(backend: str, gpu: int | None) -> list[Worker]:
     """The idle judges of (backend, gpu) now (a copy)."""
     with _lock:
-        return [judge for judge, _ in _idle.get((backend, gpu), [])]
+        return [judge for judge, _, _ in _idle.get((backend, gpu), [])]
 
 
 @atexit.register
 def discard_all() -> None:
     """Kill every idle judge (at exit, or to start afresh)."""
     with _lock:
-        judges = [judge for waiting in _idle.values() for judge, _ in waiting]
+        kept = [entry for waiting in _idle.values() for entry in waiting]
         _idle.clear()
-    for judge in judges:
+    for judge, _, pidfds in kept:
+        for fd in pidfds:
+            os.close(fd)
         judge.kill()
