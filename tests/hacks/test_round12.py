@@ -167,16 +167,12 @@ class _FitJudge:
         pass
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "the judge saves the reference's weights with torch.save(..., box / 'reference_init.pt'), which follows "
-    "a symbolic link: the candidate's import runs while the judge sets up (CandidateJob is sent before the "
-    "judge's answer is awaited), so a link planted there makes the judge, the harness's user outside the "
-    "sandbox, overwrite any file of the harness's it names (its own fresh or kept judge alike)"))
 def test_the_judge_writes_nothing_through_a_link_the_candidate_planted(kept, tmp_path):
     """The judge (the harness's user, outside the sandbox) saves the reference's weights into the box,
     which the candidate may write: a candidate whose import, racing the judge's set-up (a task whose
     model takes seconds to make), plants `reference_init.pt` as a symbolic link to a file of the
-    harness's must not have the judge write that file."""
+    harness's must not have the judge write that file (fresh judges alike: the same set-up; the judge
+    saves into a new file of its own and renames it over the name, `isolation.box_file`)."""
     victim = tmp_path / "victim.txt"
     victim.write_text("the harness's own file")
     assert_verified(kept(honest(), stop_after="verify")[0])   # the build cached: the import comes early

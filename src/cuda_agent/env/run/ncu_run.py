@@ -18,6 +18,7 @@ import tempfile
 from pathlib import Path
 
 from cuda_agent.env.config import EvalConfig
+from cuda_agent.env.infra.box_file import box_file
 from cuda_agent.env.infra.isolation import box_of
 from cuda_agent.env.measure.ncu import RANGE, SECTIONS, NcuReportError, digest, parse_csv
 from cuda_agent.env.result import EvalResult
@@ -90,7 +91,8 @@ def _profile(ncu: str, task: Task, solution: Solution, config: EvalConfig, box: 
                sys.executable, "-m", "cuda_agent.env.workers.ncu_target", str(box / "job.json")]
     env = _environment(gpu)
     for _ in range(MAX_BUILD_REQUESTS + 1):   # each run may reveal one more load_inline call's build
-        (box / "job.json").write_text(json.dumps(job))
+        with box_file(box, "job.json") as fh:   # the run before may have planted a link under that name
+            fh.write(json.dumps(job).encode())
         try:
             run = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env, cwd=box)
         except subprocess.TimeoutExpired:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import torch
 
+from cuda_agent.env.infra.box_file import box_file
 from cuda_agent.env.infra.locks import DeviceLock
 from cuda_agent.env.infra.reserve import call_bytes, judge_bytes, reserve, reserve_heap
 from cuda_agent.env.measure import timing
@@ -77,8 +78,8 @@ class _Judge:
         torch.manual_seed(common.weights_seed(self.cfg.seed))   # the candidate's model is made under it too
         self.model = self.module.Model(*init_inputs).to(self.device).eval()
         if job.save_init:   # the candidate builds its model from the same weights
-            torch.save({"init_inputs": init_inputs, "state_dict": self.model.state_dict()},
-                       self.box / "reference_init.pt")
+            with box_file(self.box, "reference_init.pt") as fh:   # never through a link its import planted
+                torch.save({"init_inputs": init_inputs, "state_dict": self.model.state_dict()}, fh)
         with torch.no_grad(), self._device(shared=True, label="setup"):   # the task runs at all (and is warm)
             # the memory of a batch of timed calls, asked for here and not inside the first one (reserve.py)
             batch_bytes = judge_bytes(job.footprint, job.batch, GROUP_BYTES)
