@@ -30,7 +30,11 @@ def test_a_device_slot_made_here_is_written_by_another_process(tmp_path):
     from cuda_agent.env.workers.device_slot import DeviceSlot
 
     device = torch.device("cuda", 0)
+    stale = torch.full((3 << 20,), 0x5A, dtype=torch.uint8, device=device)   # memory the next slot may reuse
+    del stale
+    torch.cuda.empty_cache()
     slot = DeviceSlot.create(3 << 20, device, tmp_path)
+    assert int(slot.memory.count_nonzero()) == 0   # blank before the candidate maps it
     child = textwrap.dedent(f"""
         import sys, torch
         from pathlib import Path

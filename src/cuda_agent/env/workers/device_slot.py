@@ -173,6 +173,10 @@ class DeviceSlot:
         _check(_cuda().cuMemCreate(ctypes.byref(handle), ctypes.c_size_t(size), ctypes.byref(_prop(device)),
                                    ctypes.c_uint64(0)), "cuMemCreate")
         slot = cls(handle.value, size, device)
+        # blank before the candidate maps it: memory the driver hands again within one process is not
+        # cleared, so a judge kept for evaluation after evaluation could hold an earlier job's data there
+        slot.memory.zero_()
+        torch.cuda.synchronize(device)
         fd = ctypes.c_int(-1)
         _check(_cuda().cuMemExportToShareableHandle(ctypes.byref(fd), ctypes.c_uint64(handle.value), _POSIX_FD,
                                                     ctypes.c_uint64(0)), "cuMemExportToShareableHandle")

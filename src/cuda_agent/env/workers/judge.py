@@ -103,7 +103,7 @@ class _Judge:
     def drop(self) -> None:
         """A persistent judge's job let go (handover.py): the task's module and model, the compiled twin
         (and torch._dynamo's caches), the inputs drawn and the slot bytes kept, the dependence check's
-        outputs, the device slot, the staging file (unmapped), then the freed memory back to the device.
+        outputs, the device slot, the staging file (unmapped), then the freed device and pinned host memory.
         Kept for the next job: the device lock, the hold's library and the L2 flusher (handover.kept)."""
         import gc
 
@@ -123,6 +123,9 @@ class _Judge:
             self.staging = None
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
+            host_cache = getattr(torch._C, "_host_emptyCache", None)   # pinned copies of large outputs read
+            if host_cache is not None:                                   # from files, kept job after job
+                host_cache()
 
     def _device_slot(self, nbytes: int):
         """(the device slot for outputs of `nbytes`, or None; why not): on CUDA, for outputs larger than
