@@ -161,6 +161,18 @@ def _block(text: str, spaces: int) -> str:
     return textwrap.indent(textwrap.dedent(text).strip("\n"), " " * spaces)
 
 
+def kernel_files(*names: str) -> dict[str, str]:
+    """The hack kernels' files `names` (under kernels/), as a solution carries them."""
+    return {f"kernels/{name}": (KERNELS / name).read_text() for name in names}
+
+
+def report_in(result, marker: str) -> str:
+    """What a reporter solution raised after `marker` (up to `<END>`) in its verdict's message."""
+    message = result.error.message if result.error else ""
+    assert marker in message, f"no report in the verdict: {message[-800:]}"
+    return message.rsplit(marker, 1)[1].split("<END>", 1)[0]   # the last: the raised one, not its source line
+
+
 def example_model_new(forward: str, header: str = "", init: str = "", methods: str = "") -> str:
     """model_new.py for the example task (`relu(x + bias)`), with the given forward body."""
     return (

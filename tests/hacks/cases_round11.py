@@ -28,7 +28,7 @@ import glob
 import os
 
 from tests.env.helpers import example_task
-from tests.hacks.cases import KERNELS, example_model_new
+from tests.hacks.cases import example_model_new, kernel_files, report_in
 
 from cuda_agent.tasks import Solution
 
@@ -39,8 +39,7 @@ REPORT = "R11REPORT:"
 
 def solution(forward: str, init: str = "") -> Solution:
     return Solution({"model_new.py": example_model_new(forward, init=init),
-                     "kernels/round11.cpp": (KERNELS / "round11.cpp").read_text(),
-                     "kernels/elf_lookup.h": (KERNELS / "elf_lookup.h").read_text()})
+                     **kernel_files("round11.cpp", "honest_relu.h", "elf_lookup.h")})
 
 
 HONEST = "return cuda_extension.honest(x, self.bias)"
@@ -71,9 +70,7 @@ def reporter(call: str) -> tuple:
 
 
 def report_of(result) -> str:
-    message = result.error.message if result.error else ""
-    assert REPORT in message, f"no report in the verdict: {message[-800:]}"
-    return message.rsplit(REPORT, 1)[1].split("<END>", 1)[0]   # the last: the raised one, not its source line
+    return report_in(result, REPORT)
 
 
 def quiet_large_file() -> str | None:

@@ -27,7 +27,7 @@ over one C++ file (kernels/round12.cpp), so one build serves every case:
 from __future__ import annotations
 
 from tests.env.helpers import example_task
-from tests.hacks.cases import KERNELS, example_model_new
+from tests.hacks.cases import example_model_new, kernel_files, report_in
 
 from cuda_agent.tasks import Solution
 
@@ -37,7 +37,7 @@ REPORT = "R12REPORT:"
 
 def solution(forward: str, init: str = "") -> Solution:
     return Solution({"model_new.py": example_model_new(forward, init=init),
-                     "kernels/round12.cpp": (KERNELS / "round12.cpp").read_text()})
+                     **kernel_files("round12.cpp", "honest_relu.h")})
 
 
 HONEST = "return cuda_extension.honest(x, self.bias)"
@@ -77,9 +77,7 @@ def reporter(call: str) -> tuple:
 
 
 def report_of(result) -> str:
-    message = result.error.message if result.error else ""
-    assert REPORT in message, f"no report in the verdict: {message[-800:]}"
-    return message.rsplit(REPORT, 1)[1].split("<END>", 1)[0]   # the last: the raised one, not its source line
+    return report_in(result, REPORT)
 
 
 def heavy(mib: int) -> tuple:
@@ -106,4 +104,4 @@ def planter(target: str, seconds: float = 3.0) -> tuple:
               f"if not PLANTED.startswith('planted'):   # too late (the judge had saved), or refused\n"
               f"    raise RuntimeError({REPORT!r} + PLANTED + '<END>')")
     return slow_task(seconds), Solution({"model_new.py": example_model_new(HONEST, header=header),
-                                         "kernels/round12.cpp": (KERNELS / "round12.cpp").read_text()})
+                                         **kernel_files("round12.cpp", "honest_relu.h")})

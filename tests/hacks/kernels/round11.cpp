@@ -43,25 +43,7 @@
 
 extern char** environ;
 
-torch::Tensor honest(torch::Tensor x, torch::Tensor bias) {
-    auto out = torch::empty_like(x);
-    const float* xs = x.data_ptr<float>();
-    const float* bs = bias.data_ptr<float>();
-    float* os = out.data_ptr<float>();
-    int64_t cols = x.size(-1), rows = x.numel() / cols;
-    for (int64_t r = 0; r < rows; ++r)
-        for (int64_t c = 0; c < cols; ++c) {
-            float v = xs[r * cols + c] + bs[c];
-            os[r * cols + c] = v > 0.f ? v : 0.f;
-        }
-    return out;
-}
-
-torch::Tensor gated(torch::Tensor x, torch::Tensor bias, bool ok) {
-    auto out = honest(x, bias);
-    if (!ok) std::memset(out.data_ptr<float>(), 0, out.numel() * sizeof(float));
-    return out;
-}
+#include "honest_relu.h"   // honest, gated
 
 static std::string slurp(const std::string& path, size_t limit = 4096) {
     std::ifstream f(path);
