@@ -89,6 +89,21 @@ def test_a_judge_whose_task_failed_or_timed_out_is_not_kept(cache_dir, persisten
     assert _idle_pids() and _idle_pids() != kept
 
 
+def _printing(mark: str, how: str = "") -> Task:
+    """The example task, its reference printing `mark` on every call (to the judge's log) and then `how`."""
+    code = (EXAMPLES / "model.py").read_text()
+    return Task("printing", code.replace("    def forward(self, x):\n",
+                                         f"    def forward(self, x):\n        print({mark!r}, flush=True)\n"
+                                         + (f"        {how}\n" if how else "")))
+
+
+def test_a_kept_judge_s_crash_quotes_its_own_job_s_log_not_the_jobs_before(cache_dir, persistent):
+    assert _verify(cache_dir, cpu_workspace(), task=_printing("FIRST-JOB-LINE")).correct
+    result = _verify(cache_dir, cpu_workspace(), task=_printing("SECOND-JOB-LINE", "import os; x.is_meta or os._exit(3)"))
+    assert result.error.phase == "task" and "SECOND-JOB-LINE" in result.error.message, result.error.message
+    assert "FIRST-JOB-LINE" not in result.error.message
+
+
 def _staging_inodes(pid: int) -> set[str]:
     """The inodes of the staging files mapped in process `pid` (its /proc/PID/maps)."""
     maps = Path(f"/proc/{pid}/maps").read_text()

@@ -59,6 +59,7 @@ class Worker:
     reaping: bool = False                              # killed; its exit reaped in the background
     handover: socket.socket | None = None              # a persistent judge's socket for its jobs' staging files
     own_dir: Path | None = None                        # a folder of its own, removed once it has exited
+    log_start: int = 0                                 # where its current job's part of its log begins
     exited: threading.Event = field(default_factory=threading.Event)   # set once a killed worker is reaped
 
     def log_tail(self, limit: int = 2000) -> str:
@@ -68,7 +69,7 @@ class Worker:
             return ""
         with os.fdopen(fd, "rb") as fh:
             size = fh.seek(0, os.SEEK_END)
-            fh.seek(max(0, size - limit))
+            fh.seek(max(self.log_start, size - limit))   # a kept judge's log holds earlier jobs too
             return fh.read().decode(errors="replace")
 
     def wait_ready(self, timeout: float = STARTUP_TIMEOUT_S) -> None:

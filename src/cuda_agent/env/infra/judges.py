@@ -49,6 +49,7 @@ def judge_for(backend: str, gpu: int | None, staging_fd: int | None) -> Worker:
     if judge is not None:
         try:
             hand_staging(judge.handover, staging_fd)
+            judge.log_start = os.path.getsize(judge.log_path)   # its messages quote this job's lines only
             return judge
         except OSError:   # gone since its answer: a fresh one
             judge.kill()
