@@ -81,5 +81,6 @@ def test_the_judge_asks_for_its_memory_inside_its_set_ups_shared_hold(tmp_path, 
     task = example_task()
     footprint = {"input_bytes": 1 << 20, "output_bytes": 1 << 18}
     judge._Judge(JudgeJob(config=replace(EvalConfig(backend="cpu"), seed=1), box=str(tmp_path), backend="cpu",
-                          task_code=task.code, task_name=task.name, lock=str(lock), footprint=footprint, batch=8))
+                          task_code=task.code, task_name=task.name, lock=str(lock), footprint=footprint, batch=8),
+                 staging=None)
     assert asked == [("lock held", judge_bytes(footprint, 8, GROUP_BYTES))]
