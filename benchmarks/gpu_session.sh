@@ -81,6 +81,21 @@ for step in $STEPS; do
       run "runs_$kind" 570 python3 benchmarks/runs_scaling.py "$kind" --kernelbench .kb --counts "${RUNS_COUNTS:-1,2,4}" \
         --seconds "${RUNS_SECONDS:-100}" --keep /tmp/runs-keep ${RUNS_ARGS:-} --json "$OUT/runs_$kind.json"
       [ -d /tmp/runs-keep/work ] && tar -cJf "$OUT/build.tar.xz" -C /tmp/runs-keep --exclude='work/kernelbench_trees_*' . ;;
+    synth_ab)   # the Ops-6K synthesis for SYNTH_AB_SECONDS, the code before (.old) and this code in SYNTH_AB_ORDER,
+      # each from data/ops6k/build.tar.xz with SYNTH_AB_ARGS (e.g. --workers 12); the last "new" run's state
+      # comes back as $OUT/build.tar.xz (an Ops-6K part: copy it over data/ops6k/build.tar.xz and commit)
+      for code in ${SYNTH_AB_ORDER:-old new}; do
+        root=$PWD; [ "$code" = old ] && root=$PWD/.old
+        rm -rf /tmp/synth-ab && mkdir -p /tmp/synth-ab && tar -xJf data/ops6k/build.tar.xz -C /tmp/synth-ab
+        before=$(grep -c '"ok": true' /tmp/synth-ab/work/results.jsonl)
+        echo "== $code (tasks kept before: $before)" >> "$OUT/synth_ab.txt"
+        PYTHONPATH="$root/src:$PYTHONPATH" timeout $(( ${SYNTH_AB_SECONDS:-150} + 90 )) python3 "$root/benchmarks/synth_gpu.py" \
+          --num 6000 --out /tmp/synth-ab --budget-seconds "${SYNTH_AB_SECONDS:-150}" --kernelbench .kb ${SYNTH_AB_ARGS:-} \
+          >> "$OUT/synth_ab.txt" 2>&1
+        echo "kept this run: $(( $(grep -c '"ok": true' /tmp/synth-ab/work/results.jsonl) - before ))" >> "$OUT/synth_ab.txt"
+        [ "$code" = new ] && tar -cJf "$OUT/build.tar.xz" -C /tmp/synth-ab --exclude='work/kernelbench_trees_*' .
+      done
+      grep -E "^== |candidates composed|^kept this run" "$OUT/synth_ab.txt" ;;
     same_code)   # each task's reference handed in as its own solution: a fair harness says about 1.0x
       run same_code 420 python3 benchmarks/same_code.py --backend cuda --kernelbench .kb --evals "${SAME_EVALS:-2}" ${SAME_TASKS:-} ;;
     same_code_ab)   # same_code with settings alternated (SAME_AB: entries of settings joined by '+', "-" for none),

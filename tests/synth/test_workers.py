@@ -94,3 +94,31 @@ def test_ray_pool_interface(monkeypatch):
                             ("c", {"id": "c", "what": "ok"})])
     assert results["a"]["ok"] and results["c"]["ok"]
     assert results["b"]["reason"] == "crashed"
+
+
+def test_the_workers_start_together(monkeypatch):
+    """Every worker is asked to start before the pool waits for any (a spawned worker takes a second
+    or more to import: started one after another, 48 of them took most of a short run)."""
+    import concurrent.futures as cf
+
+    from cuda_agent.synth import workers
+
+    events = []
+
+    class _Started(cf.Future):
+        def result(self, timeout=None):
+            events.append("wait")
+            return 4242
+
+    class _Executor:
+        def __init__(self, **_options):
+            pass
+
+        def submit(self, fn, *args):
+            events.append("start")
+            return _Started()
+
+    monkeypatch.setattr(workers.cf, "ProcessPoolExecutor", _Executor)
+    pool = ProcessPool(_work, workers=4, timeout_s=3.0)
+    assert events == ["start"] * 4 + ["wait"] * 4
+    assert [slot.pid for slot in pool.slots] == [4242] * 4

@@ -30,6 +30,9 @@ DEFAULT_MIX = {"1": 3.4, "2": 83.8, "3": 7.6, "4": 2.8, "5": 1.2, "transformers"
 CLASSES = ("1", "2", "3", "4", "5", "transformers")
 DEFAULT_WINDOW = {"cuda": (1.0, 100.0), "cpu": (0.1, 10.0)}
 DEFAULT_TIMEOUT = {"cuda": 600.0, "cpu": 300.0}
+# torch.compile's Triton builds in the filter worker itself: the workers are the parallelism, and by
+# default each would start a pool of compile processes as large as the host's cores (up to 32)
+COMPILE_IN_PROCESS = {"TORCHINDUCTOR_COMPILE_THREADS": "1"}
 MAX_BUSY_TRIES = 3   # a candidate that found the GPU full this often is recorded as `device_busy`
 
 
@@ -365,9 +368,9 @@ class Pipeline:
             from cuda_agent.env.infra.devices import physical_gpu
 
             ngpu = max(1, torch.cuda.device_count())
-            env = lambda i: {"CUDA_VISIBLE_DEVICES": physical_gpu(i % ngpu)}   # noqa: E731 - one GPU per worker
+            env = lambda i: {"CUDA_VISIBLE_DEVICES": physical_gpu(i % ngpu), **COMPILE_IN_PROCESS}   # noqa: E731
         else:
-            env = lambda i: {"OMP_NUM_THREADS": "1"}   # noqa: E731
+            env = lambda i: {"OMP_NUM_THREADS": "1", **COMPILE_IN_PROCESS}   # noqa: E731
         return ProcessPool(run_filters, self.cfg.workers, self.cfg.task_timeout_s, env_for_slot=env)
 
     def _record(self, result: dict) -> None:

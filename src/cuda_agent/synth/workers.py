@@ -40,12 +40,19 @@ class ProcessPool:
                  env_for_slot: Callable[[int], dict] | None = None):
         self.fn, self.timeout_s = fn, timeout_s
         self.env_for_slot = env_for_slot
-        self.slots = [self._new_slot(i) for i in range(max(1, workers))]
+        # every worker starts at once (a spawned worker takes a second or more to import): one after
+        # another, 48 workers spent most of a short run starting
+        executors = [self._executor(i) for i in range(max(1, workers))]
+        started = [executor.submit(os.getpid) for executor in executors]
+        self.slots = [_Slot(executor, pid.result(timeout=300)) for executor, pid in zip(executors, started)]
+
+    def _executor(self, index: int) -> cf.ProcessPoolExecutor:
+        env = self.env_for_slot(index) if self.env_for_slot else {}
+        return cf.ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"),
+                                      initializer=_set_env, initargs=(env,))
 
     def _new_slot(self, index: int) -> _Slot:
-        env = self.env_for_slot(index) if self.env_for_slot else {}
-        executor = cf.ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"),
-                                          initializer=_set_env, initargs=(env,))
+        executor = self._executor(index)
         pid = executor.submit(os.getpid).result(timeout=300)   # starts the worker; we may kill it later
         return _Slot(executor, pid)
 
