@@ -54,3 +54,21 @@ def cpu_config(cache_dir: Path, **overrides) -> EvalConfig:
                     num_correct_trials=3, timeout_verify=20.0, timeout_profile=60.0)
     settings.update(overrides)
     return EvalConfig(**settings)
+
+
+def wait_for_kept_judges(timeout: float = 30.0) -> None:
+    """Until every idle persistent judge's last candidate has exited: an evaluation that starts sooner
+    starts a judge of its own rather than wait (infra/judges.take), so a test that follows one judge
+    over several evaluations waits here first."""
+    import time
+
+    from cuda_agent.env.infra import judges
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with judges._lock:
+            entries = [entry for waiting in judges._idle.values() for entry in waiting]
+        if all(judges._gone(candidate, pidfds) for _, candidate, pidfds in entries):
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"an idle judge's last candidate still runs after {timeout:g} s")

@@ -3,6 +3,7 @@ after another. The flag applies to the CUDA backend only; here it is let apply t
 (`judges.BACKENDS`), whose lifecycle is the same, since no GPU runs here."""
 
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,7 @@ import pytest
 from cuda_agent.env import evaluate
 from cuda_agent.env.infra import judges
 from cuda_agent.tasks import Task
-from tests.env.helpers import EXAMPLES, cpu_config, cpu_workspace, example_task, kernel
+from tests.env.helpers import EXAMPLES, cpu_config, cpu_workspace, example_task, kernel, wait_for_kept_judges
 
 WRONG_BODY = """
 for (int64_t r = 0; r < rows; ++r)
@@ -34,6 +35,7 @@ def _idle_pids() -> list[int]:
 
 
 def _verify(cache_dir, solution, task=None, progress=None, **settings):
+    wait_for_kept_judges()   # else the evaluation may start a judge of its own
     config = cpu_config(cache_dir, seed=1234, baselines=False, **settings)
     return evaluate(task or example_task(), solution, config, stop_after="verify", progress=progress)
 
@@ -62,6 +64,7 @@ def test_one_judge_serves_evaluations_in_turn_with_a_fresh_judges_verdicts(cache
     first = _idle_pids()
     assert len(first) == 1
     runs.append(_verify(cache_dir, wrong))   # the candidate's failure leaves the judge fit
+    wait_for_kept_judges()
     runs.append(evaluate(example_task(), cpu_workspace(), cpu_config(cache_dir, seed=1234)))   # timed too
     assert _idle_pids() == first
     assert runs[0].correct and not runs[1].correct and runs[2].correct and runs[2].kernel_ms > 0
@@ -124,6 +127,7 @@ def test_each_evaluation_hands_the_judge_its_own_staging_file_and_the_last_is_un
         assert _verify(cache_dir, cpu_workspace(), progress=watch).correct
     assert len(started) == 1 and len(seen) == 2
     assert len(seen[0]) == 1 and len(seen[1]) == 1 and seen[0] != seen[1]
+    wait_for_kept_judges()
     judge = judges.take("cpu", None)   # its answer to NextJob read: it let go of the second job
     try:
         assert judge is started[0] and _staging_inodes(judge.proc.pid) == set()
@@ -138,7 +142,8 @@ def test_idle_judges_are_capped_and_killed_at_discard(cache_dir, persistent, mon
     assert _verify(cache_dir, cpu_workspace()).correct
     kept = judges.idle("cpu", None)
     assert len(kept) == 1
-    judges.give_back(extra, "cpu", None)   # one over the cap: killed
+    wait_for_kept_judges()
+    judges.give_back(extra, "cpu", None)   # one over the cap: the newest killed, none lingering
     assert judges.idle("cpu", None) == kept and extra.proc.wait(10) is not None
     judges.discard_all()
     assert judges.idle("cpu", None) == [] and kept[0].proc.wait(10) is not None
@@ -204,22 +209,40 @@ class _FakeJudge:
         self.killed = True
 
 
-def test_a_judge_waits_for_its_last_candidate_to_exit_and_is_killed_when_it_does_not(monkeypatch):
+def test_a_judge_is_handed_out_only_once_its_last_candidate_has_exited():
     """Until the last candidate's process is gone its kernels may write into memory of the judge's
-    that it mapped: the judge is handed out only after that exit, else killed."""
+    that it mapped: before, `take` has no judge to give (the caller starts one) and nothing waits;
+    the judge stays idle and is handed out after that exit."""
     import threading
     import types
 
     judges.discard_all()
-    monkeypatch.setattr(judges, "GONE_TIMEOUT_S", 0.2)
+    lingering = types.SimpleNamespace(exited=threading.Event())
+    judge = _FakeJudge()
+    judges.give_back(judge, "cuda", 0, candidate=lingering)
+    began = time.monotonic()
+    assert judges.take("cuda", 0) is None and time.monotonic() - began < 0.5
+    assert judges.idle("cuda", 0) == [judge] and not judge.killed
+    lingering.exited.set()
+    assert judges.take("cuda", 0) is judge and not judge.killed
+    judges.discard_all()
+
+
+def test_over_the_cap_a_judge_whose_candidate_lingers_goes_first(monkeypatch):
+    import threading
+    import types
+
+    judges.discard_all()
+    monkeypatch.setattr(judges, "IDLE_PER_GPU", 2)
     gone, lingering = types.SimpleNamespace(exited=threading.Event()), types.SimpleNamespace(exited=threading.Event())
     gone.exited.set()
-    first, second = _FakeJudge(), _FakeJudge()
-    judges.give_back(first, "cuda", 0, candidate=lingering)
-    judges.give_back(second, "cuda", 0, candidate=gone)
-    assert judges.take("cuda", 0) is second
-    assert judges.take("cuda", 0) is None   # the first waited for, in vain: killed, not handed out
-    assert first.killed and not second.killed
+    first, second, third = _FakeJudge(), _FakeJudge(), _FakeJudge()
+    judges.give_back(first, "cuda", 0, candidate=gone)
+    judges.give_back(second, "cuda", 0, candidate=lingering)
+    judges.give_back(third, "cuda", 0, candidate=gone)
+    assert second.killed and not first.killed and not third.killed
+    assert judges.idle("cuda", 0) == [first, third]
+    judges.discard_all()
 
 
 def test_a_judge_whose_last_candidate_is_gone_is_taken_before_an_older_one_still_waiting(monkeypatch):

@@ -9,9 +9,11 @@ the kept judge and not about a fresh one."""
 from __future__ import annotations
 
 import re
+import time
 
 import pytest
 
+from tests.env.helpers import wait_for_kept_judges
 from tests.hacks.cases import assert_accepted, assert_rejected, describe, hack_config
 from tests.hacks.cases_round12 import (
     KEY, REPORT, heavy, honest, on_call, planter, recorder, replayer, report_of, reporter, scribbler, wrong,
@@ -38,6 +40,7 @@ def kept(monkeypatch, cache_dir):
 
     def run(built, stop_after=None, **settings):
         task, solution = built
+        wait_for_kept_judges()   # else the evaluation may start a judge of its own
         result = evaluate(task, solution, hack_config(cache_dir, prewarm=False, **settings), stop_after=stop_after)
         idle = judges.idle("cpu", None)
         assert len(idle) <= 1, idle
@@ -149,7 +152,9 @@ def test_the_judge_is_handed_out_only_once_its_last_candidates_processes_are_gon
     real, candidate = waiting[0][0], waiting[0][1]
     waiting[0] = (_FitJudge(), *waiting[0][1:])
     real.kill()
-    taken = judges.take("cpu", None)
+    deadline = time.monotonic() + 30
+    while (taken := judges.take("cpu", None)) is None and time.monotonic() < deadline:
+        time.sleep(0.005)
     alive = {p: _state(p) for p in inside[id(candidate)] if _state(p) not in ("Z", "X", "gone")}
     assert isinstance(taken, _FitJudge) and candidate.main_pid in inside[id(candidate)]
     assert not alive, f"handed out while the last candidate's processes live: {alive}"
@@ -182,27 +187,25 @@ def test_the_judge_writes_nothing_through_a_link_the_candidate_planted(kept, tmp
     assert victim.read_text() == "the harness's own file", victim.read_bytes()[:40]
 
 
-def test_a_judge_whose_last_candidate_lingers_inside_its_sandbox_is_killed(monkeypatch):
+def test_a_judge_whose_last_candidate_lingers_inside_its_sandbox_is_not_handed_out():
     """`exited` set (bwrap reaped) while a process of the sandbox lives on: the judge is not handed out
-    but killed once GONE_TIMEOUT_S has passed; once that process has exited, a judge is handed out."""
+    (it waits, idle); once that process has exited, it is."""
     import subprocess
     import threading
     import types
 
     judges.discard_all()
-    monkeypatch.setattr(judges, "GONE_TIMEOUT_S", 0.3)
     lingering = subprocess.Popen(["sleep", "30"])
     try:
         candidate = types.SimpleNamespace(exited=threading.Event(), expected={lingering.pid}, main_pid=None)
         candidate.exited.set()
-        first, second = _FitJudge(), _FitJudge()
-        first.kill = lambda: setattr(first, "killed", True)
-        judges.give_back(first, "cuda", 0, candidate=candidate)
-        assert judges.take("cuda", 0) is None and getattr(first, "killed", False)
-        judges.give_back(second, "cuda", 0, candidate=candidate)
+        judge = _FitJudge()
+        judge.kill = lambda: setattr(judge, "killed", True)
+        judges.give_back(judge, "cuda", 0, candidate=candidate)
+        assert judges.take("cuda", 0) is None and not getattr(judge, "killed", False)
         lingering.kill()
         lingering.wait()
-        assert judges.take("cuda", 0) is second
+        assert judges.take("cuda", 0) is judge
     finally:
         lingering.kill()
         judges.discard_all()

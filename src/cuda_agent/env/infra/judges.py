@@ -9,8 +9,9 @@ The judge is trusted (it runs only the task's code) and never runs the candidate
 lets go of everything of the last one (workers/judge.py's `_Judge.drop`) and gets each job's staging
 file anew over its own socket (workers/handover.py). A judge whose job did not end cleanly (the task
 failed, a timeout, a crash, an answer still due or one unexpected) is killed, as every judge was
-before; so is one over `IDLE_PER_GPU`, and every idle one at exit. The CPU backend keeps fresh
-judges: its timing depends on the judge's heap (`BACKENDS`).
+before; so is one over `IDLE_PER_GPU`, and every idle one at exit. A judge is handed out only once its
+last candidate's processes have exited (`take`). The CPU backend keeps fresh judges: its timing
+depends on the judge's heap (`BACKENDS`).
 """
 
 from __future__ import annotations
@@ -29,9 +30,8 @@ from cuda_agent.env.workers.protocol import ChildDied, ChildTimeout, ForgedMessa
 
 ENV = "CUDA_AGENT_PERSISTENT_JUDGE"
 BACKENDS = {"cuda"}   # where the flag applies (tests add "cpu": the lifecycle is the same)
-IDLE_PER_GPU = 2      # idle judges kept per (backend, GPU); more are killed
+IDLE_PER_GPU = 3      # idle judges kept per (backend, GPU); more are killed
 DROP_TIMEOUT_S = 30.0   # for a judge's answer to NextJob (letting go of a job is collecting garbage)
-GONE_TIMEOUT_S = 30.0   # for the last job's candidate to have exited, its context torn down
 
 # (backend, gpu) -> (judge told NextJob, its last job's candidate, pidfds of that one's processes), oldest first
 _idle: dict[tuple, list[tuple[Worker, Worker | None, list[int]]]] = {}
@@ -80,23 +80,23 @@ def start(backend: str, gpu: int | None) -> Worker:
 
 
 def take(backend: str, gpu: int | None) -> Worker | None:
-    """An idle judge of (backend, gpu) that answered its NextJob fit and whose last candidate has
-    exited (waited for, where none has yet), or None; the others are killed. Until that candidate's
-    process is gone its kernels may still be writing into memory it mapped of the judge's (the device
-    slot), which the judge's next job could be handed again."""
+    """An idle judge of (backend, gpu) whose last candidate has exited and that answered its NextJob
+    fit, or None (the caller starts a judge). One whose candidate is still tearing down stays idle for
+    a later evaluation rather than be waited for: until that process is gone its kernels may still be
+    writing into memory it mapped of the judge's (the device slot), which the judge's next job could be
+    handed again, and an exit can take seconds on a busy host."""
     while True:
         with _lock:
             waiting = _idle.get((backend, gpu)) or []
-            gone = [i for i, (_, candidate, pidfds) in enumerate(waiting) if _gone(candidate, pidfds, 0.0)]
-            judge, candidate, pidfds = waiting.pop(gone[0] if gone else 0) if waiting else (None, None, [])
-        if judge is None:
-            return None
-        try:
-            if _let_go(judge) and _gone(candidate, pidfds, GONE_TIMEOUT_S):
-                return judge
-        finally:
-            for fd in pidfds:
-                os.close(fd)
+            gone = next((i for i, (_, candidate, pidfds) in enumerate(waiting) if _gone(candidate, pidfds)),
+                        None)
+            if gone is None:
+                return None
+            judge, _, pidfds = waiting.pop(gone)
+        for fd in pidfds:
+            os.close(fd)
+        if _let_go(judge):
+            return judge
         judge.kill()
 
 
@@ -115,18 +115,16 @@ def _watch(candidate: Worker | None) -> list[int]:
     return pidfds
 
 
-def _gone(candidate: Worker | None, pidfds: list[int], timeout: float) -> bool:
-    """Whether the candidate and every process `_watch` saw have exited, waiting at most `timeout` s."""
+def _gone(candidate: Worker | None, pidfds: list[int]) -> bool:
+    """Whether the candidate and every process `_watch` saw have exited (now: nothing waits)."""
     import select
-    import time
 
-    deadline = time.monotonic() + timeout
-    if candidate is not None and not candidate.exited.wait(timeout):
+    if candidate is not None and not candidate.exited.is_set():
         return False
     for fd in pidfds:   # readable once the process has exited (its memory and files let go)
         poller = select.poll()   # not select(): a pool's harness may hold descriptors past 1024
         poller.register(fd, select.POLLIN)
-        if not poller.poll(max(0.0, deadline - time.monotonic()) * 1e3):
+        if not poller.poll(0):
             return False
     return True
 
@@ -141,8 +139,8 @@ def _let_go(judge: Worker) -> bool:
 
 def give_back(judge: Worker, backend: str, gpu: int | None, candidate: Worker | None = None) -> None:
     """After an evaluation the judge did in full (its `candidate` killed): told to let go of its job
-    (its answer is read by the next `take`, off this evaluation's path) and put with the idle ones, or
-    killed over the cap."""
+    (its answer is read by the next `take`, off this evaluation's path) and put with the idle ones. Over
+    the cap one is killed: the oldest whose candidate is still there, else the newest."""
     try:
         judge.channel.send(NextJob())
     except ChildDied:
@@ -150,11 +148,15 @@ def give_back(judge: Worker, backend: str, gpu: int | None, candidate: Worker | 
         return
     with _lock:
         waiting = _idle.setdefault((backend, gpu), [])
-        kept = len(waiting) < IDLE_PER_GPU
-        if kept:
-            waiting.append((judge, candidate, _watch(candidate)))
-    if not kept:
-        judge.kill()
+        waiting.append((judge, candidate, _watch(candidate)))
+        evicted = None
+        if len(waiting) > IDLE_PER_GPU:
+            lingering = [i for i, (_, c, pidfds) in enumerate(waiting) if not _gone(c, pidfds)]
+            evicted = waiting.pop(lingering[0] if lingering else -1)
+    if evicted is not None:
+        for fd in evicted[2]:
+            os.close(fd)
+        evicted[0].kill()
 
 
 def idle(backend: str, gpu: int | None) -> list[Worker]:
