@@ -57,18 +57,15 @@ def cpu_config(cache_dir: Path, **overrides) -> EvalConfig:
 
 
 def wait_for_kept_judges(timeout: float = 30.0) -> None:
-    """Until every idle persistent judge's last candidate has exited: an evaluation that starts sooner
-    starts a judge of its own rather than wait (infra/judges.take), so a test that follows one judge
-    over several evaluations waits here first."""
+    """Until every idle persistent judge is ready (its last candidate exited, its job let go): an
+    evaluation that starts sooner starts a judge of its own rather than wait (infra/judges.take), so a
+    test that follows one judge over several evaluations waits here first."""
     import time
 
     from cuda_agent.env.infra import judges
 
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with judges._lock:
-            entries = [entry for waiting in judges._idle.values() for entry in waiting]
-        if all(judges._gone(candidate, pidfds) for _, candidate, pidfds in entries):
-            return
+    while not judges.all_ready():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"an idle judge is not ready after {timeout:g} s")
         time.sleep(0.02)
-    raise AssertionError(f"an idle judge's last candidate still runs after {timeout:g} s")

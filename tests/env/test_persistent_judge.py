@@ -228,6 +228,35 @@ def test_a_judge_is_handed_out_only_once_its_last_candidate_has_exited():
     judges.discard_all()
 
 
+def test_a_judge_still_letting_go_of_its_job_is_not_waited_for():
+    """Its answer to NextJob (garbage collection, a second or more) not come yet: `take` hands out a
+    judge that has answered, or none, at once; the other stays idle and is handed out once it answers."""
+    import types
+
+    from cuda_agent.env.workers.protocol import ChildTimeout
+
+    judges.discard_all()
+    answers = []
+
+    def receive(timeout):
+        if not answers:
+            raise ChildTimeout("no answer yet")
+        return answers.pop()
+
+    slow = _FakeJudge()
+    slow.channel = types.SimpleNamespace(receive=receive, send=lambda message: None)
+    judges.give_back(slow, "cuda", 0)
+    began = time.monotonic()
+    assert judges.take("cuda", 0) is None and time.monotonic() - began < 0.5
+    ready = _FakeJudge()
+    judges.give_back(ready, "cuda", 0)
+    assert judges.take("cuda", 0) is ready
+    assert judges.idle("cuda", 0) == [slow] and not slow.killed
+    answers.append({"ok": True})
+    assert judges.take("cuda", 0) is slow and not slow.killed
+    judges.discard_all()
+
+
 def test_over_the_cap_a_judge_whose_candidate_lingers_goes_first(monkeypatch):
     import threading
     import types

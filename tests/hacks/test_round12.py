@@ -148,9 +148,9 @@ def test_the_judge_is_handed_out_only_once_its_last_candidates_processes_are_gon
     monkeypatch.setattr(isolation.Worker, "kill", kill)
     result, pid = kept(heavy(1536), stop_after="verify")
     assert_verified(result)
-    waiting = judges._idle[("cpu", None)]
-    real, candidate = waiting[0][0], waiting[0][1]
-    waiting[0] = (_FitJudge(), *waiting[0][1:])
+    entry = judges._idle[("cpu", None)][0]
+    real, candidate = entry.judge, entry.candidate
+    entry.judge, entry.fit = _FitJudge(), None
     real.kill()
     deadline = time.monotonic() + 30
     while (taken := judges.take("cpu", None)) is None and time.monotonic() < deadline:

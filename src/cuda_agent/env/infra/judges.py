@@ -21,6 +21,7 @@ import os
 import shutil
 import tempfile
 import threading
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from cuda_agent.env.infra.isolation import Worker, start_worker
@@ -31,11 +32,36 @@ from cuda_agent.env.workers.protocol import ChildDied, ChildTimeout, ForgedMessa
 ENV = "CUDA_AGENT_PERSISTENT_JUDGE"
 BACKENDS = {"cuda"}   # where the flag applies (tests add "cpu": the lifecycle is the same)
 IDLE_PER_GPU = 3      # idle judges kept per (backend, GPU); more are killed
-DROP_TIMEOUT_S = 30.0   # for a judge's answer to NextJob (letting go of a job is collecting garbage)
+ANSWER_POLL_S = 0.005   # how long `take` looks for a judge's answer to NextJob
 
-# (backend, gpu) -> (judge told NextJob, its last job's candidate, pidfds of that one's processes), oldest first
-_idle: dict[tuple, list[tuple[Worker, Worker | None, list[int]]]] = {}
-_lock = threading.Lock()
+
+
+@dataclass
+class _Idle:
+    """A judge told NextJob, with what decides when it may serve again."""
+
+    judge: Worker
+    candidate: Worker | None           # its last job's candidate
+    pidfds: list[int] = field(default_factory=list)   # of that candidate's processes (`_watch`)
+    fit: bool | None = None            # its answer to NextJob, once read
+
+    def ready(self) -> bool:
+        """Whether its candidate has exited and its answer has come (read now if it has)."""
+        if not _gone(self.candidate, self.pidfds):
+            return False
+        if self.fit is None:
+            self.fit = _let_go(self.judge)
+        return self.fit is not None
+
+    def close(self) -> None:
+        for fd in self.pidfds:
+            os.close(fd)
+        self.pidfds = []
+
+
+# (backend, gpu) -> its idle judges, oldest first
+_idle: dict[tuple, list[_Idle]] = {}
+_lock = threading.Lock()   # held while an idle judge's channel is read, too
 
 
 def enabled(backend: str) -> bool:
@@ -80,24 +106,22 @@ def start(backend: str, gpu: int | None) -> Worker:
 
 
 def take(backend: str, gpu: int | None) -> Worker | None:
-    """An idle judge of (backend, gpu) whose last candidate has exited and that answered its NextJob
-    fit, or None (the caller starts a judge). One whose candidate is still tearing down stays idle for
-    a later evaluation rather than be waited for: until that process is gone its kernels may still be
+    """An idle judge of (backend, gpu) ready for a job, or None (the caller starts a judge): its last
+    candidate has exited and it has answered its NextJob, fit. Nothing waits: a judge not ready yet
+    stays idle for a later evaluation. Until that candidate's process is gone its kernels may still be
     writing into memory it mapped of the judge's (the device slot), which the judge's next job could be
-    handed again, and an exit can take seconds on a busy host."""
+    handed again; letting go of a job (garbage collection) takes the judge up to a second or more."""
     while True:
         with _lock:
             waiting = _idle.get((backend, gpu)) or []
-            gone = next((i for i, (_, candidate, pidfds) in enumerate(waiting) if _gone(candidate, pidfds)),
-                        None)
-            if gone is None:
+            entry = next((entry for entry in waiting if entry.ready()), None)
+            if entry is None:
                 return None
-            judge, _, pidfds = waiting.pop(gone)
-        for fd in pidfds:
-            os.close(fd)
-        if _let_go(judge):
-            return judge
-        judge.kill()
+            waiting.remove(entry)
+        entry.close()
+        if entry.fit:
+            return entry.judge
+        entry.judge.kill()
 
 
 def _watch(candidate: Worker | None) -> list[int]:
@@ -129,18 +153,21 @@ def _gone(candidate: Worker | None, pidfds: list[int]) -> bool:
     return True
 
 
-def _let_go(judge: Worker) -> bool:
-    """Whether the judge let go of its last job and is fit for another (its answer to NextJob)."""
+def _let_go(judge: Worker) -> bool | None:
+    """Whether the judge let go of its last job and is fit for another (its answer to NextJob), or None
+    while that answer is still to come."""
     try:
-        return judge.channel.receive(DROP_TIMEOUT_S).get("ok") is True
-    except (ChildDied, ChildTimeout, ForgedMessage):
+        return judge.channel.receive(ANSWER_POLL_S).get("ok") is True
+    except ChildTimeout:
+        return None
+    except (ChildDied, ForgedMessage):
         return False
 
 
 def give_back(judge: Worker, backend: str, gpu: int | None, candidate: Worker | None = None) -> None:
     """After an evaluation the judge did in full (its `candidate` killed): told to let go of its job
-    (its answer is read by the next `take`, off this evaluation's path) and put with the idle ones. Over
-    the cap one is killed: the oldest whose candidate is still there, else the newest."""
+    (its answer is read by a later `take`, off this evaluation's path) and put with the idle ones. Over
+    the cap one is killed: the oldest not ready yet, else the newest."""
     try:
         judge.channel.send(NextJob())
     except ChildDied:
@@ -148,21 +175,26 @@ def give_back(judge: Worker, backend: str, gpu: int | None, candidate: Worker | 
         return
     with _lock:
         waiting = _idle.setdefault((backend, gpu), [])
-        waiting.append((judge, candidate, _watch(candidate)))
+        waiting.append(_Idle(judge, candidate, _watch(candidate)))
         evicted = None
         if len(waiting) > IDLE_PER_GPU:
-            lingering = [i for i, (_, c, pidfds) in enumerate(waiting) if not _gone(c, pidfds)]
-            evicted = waiting.pop(lingering[0] if lingering else -1)
+            evicted = next((entry for entry in waiting if not entry.ready()), waiting[-1])
+            waiting.remove(evicted)
     if evicted is not None:
-        for fd in evicted[2]:
-            os.close(fd)
-        evicted[0].kill()
+        evicted.close()
+        evicted.judge.kill()
 
 
 def idle(backend: str, gpu: int | None) -> list[Worker]:
     """The idle judges of (backend, gpu) now (a copy)."""
     with _lock:
-        return [judge for judge, _, _ in _idle.get((backend, gpu), [])]
+        return [entry.judge for entry in _idle.get((backend, gpu), [])]
+
+
+def all_ready() -> bool:
+    """Whether every idle judge is ready for a job (tests that follow one judge wait for this)."""
+    with _lock:
+        return all(entry.ready() for waiting in _idle.values() for entry in waiting)
 
 
 @atexit.register
@@ -171,7 +203,6 @@ def discard_all() -> None:
     with _lock:
         kept = [entry for waiting in _idle.values() for entry in waiting]
         _idle.clear()
-    for judge, _, pidfds in kept:
-        for fd in pidfds:
-            os.close(fd)
-        judge.kill()
+    for entry in kept:
+        entry.close()
+        entry.judge.kill()
