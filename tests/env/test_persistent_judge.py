@@ -188,12 +188,41 @@ def test_the_torch_settings_a_task_may_change_are_put_back():
     settings = TorchSettings()
     before = settings.values
     torch.set_default_dtype(torch.float64)
+    torch.set_default_device("meta")
     torch.backends.cudnn.benchmark = not torch.backends.cudnn.benchmark
     torch.use_deterministic_algorithms(not torch.are_deterministic_algorithms_enabled())
     torch.set_float32_matmul_precision("medium" if torch.get_float32_matmul_precision() != "medium" else "high")
-    assert TorchSettings().values != before
-    settings.restore()
+    torch.set_anomaly_enabled(True)
+    torch.set_flush_denormal(True)
+    try:
+        changed = TorchSettings().values
+        assert {name for name in before if changed[name] != before[name]} >= {   # tf32 follows the precision
+            "default_dtype", "default_device", "cudnn_benchmark", "deterministic", "matmul_precision", "anomaly"}
+    finally:
+        settings.restore()
     assert TorchSettings().values == before and torch.get_default_dtype() == torch.float32
+    assert torch.tensor([1e-40]).item() != 0.0   # a denormal kept: not flushed to zero
+
+
+def test_putting_back_unchanged_settings_sets_nothing(monkeypatch):
+    """The deterministic-algorithms setter imports torch._inductor's config (most of a second the
+    first time): a job that changed nothing costs no setter."""
+    import torch
+
+    from cuda_agent.env.workers import handover
+
+    settings = handover.TorchSettings()
+    calls = []
+    monkeypatch.setitem(handover._SETTINGS, "deterministic",
+                        (handover._deterministic, lambda value: calls.append(value)))
+    settings.restore()
+    assert calls == []
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    try:
+        settings.restore()
+        assert calls == [(False, False)]
+    finally:
+        torch.use_deterministic_algorithms(False)
 
 
 class _FakeJudge:

@@ -73,28 +73,48 @@ def leaves_doubt(answer) -> str | None:
     return f"{type(answer).__name__}: {str(error)[:200]}" if error else None
 
 
+def _setting(owner, name: str):
+    return (lambda: getattr(owner, name)), (lambda value: setattr(owner, name, value))
+
+
+def _deterministic():
+    return torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+
+
+def _anomaly():
+    return torch.is_anomaly_enabled(), torch.is_anomaly_check_nan_enabled()
+
+
+# name -> (read it, set it): process-wide torch settings a task's module may change
+_SETTINGS = {
+    "default_dtype": (torch.get_default_dtype, torch.set_default_dtype),
+    "default_device": (torch.get_default_device, torch.set_default_device),
+    "grad": (torch.is_grad_enabled, torch.set_grad_enabled),
+    "matmul_precision": (torch.get_float32_matmul_precision, torch.set_float32_matmul_precision),
+    "matmul_tf32": _setting(torch.backends.cuda.matmul, "allow_tf32"),
+    "cudnn_tf32": _setting(torch.backends.cudnn, "allow_tf32"),
+    "cudnn_benchmark": _setting(torch.backends.cudnn, "benchmark"),
+    "cudnn_deterministic": _setting(torch.backends.cudnn, "deterministic"),
+    # its setter imports torch._inductor's config, most of a second the first time: set only if changed
+    "deterministic": (_deterministic, lambda value: torch.use_deterministic_algorithms(value[0], warn_only=value[1])),
+    "anomaly": (_anomaly, lambda value: torch.set_anomaly_enabled(*value)),
+    "threads": (torch.get_num_threads, torch.set_num_threads),
+}
+
+
 class TorchSettings:
-    """Process-wide torch settings a task's module may change, taken before a job and put back after,
-    so that the next task's reference runs as in a fresh judge."""
+    """Process-wide torch settings a task's module may change, taken before a job and put back after
+    (those changed), so that the next task's reference runs as in a fresh judge. Denormals are flushed
+    to zero in no fresh judge (a setting torch cannot read back): always put back off."""
 
     def __init__(self):
-        self.values = (torch.get_default_dtype(), torch.is_grad_enabled(), torch.get_float32_matmul_precision(),
-                       torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32,
-                       torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic,
-                       torch.are_deterministic_algorithms_enabled(), torch.get_num_threads())
+        self.values = {name: read() for name, (read, _) in _SETTINGS.items()}
 
     def restore(self) -> None:
-        (dtype, grad, precision, matmul_tf32, cudnn_tf32, benchmark, deterministic, algorithms,
-         threads) = self.values
-        torch.set_default_dtype(dtype)
-        torch.set_grad_enabled(grad)
-        torch.set_float32_matmul_precision(precision)
-        torch.backends.cuda.matmul.allow_tf32 = matmul_tf32
-        torch.backends.cudnn.allow_tf32 = cudnn_tf32
-        torch.backends.cudnn.benchmark = benchmark
-        torch.backends.cudnn.deterministic = deterministic
-        torch.use_deterministic_algorithms(algorithms)
-        torch.set_num_threads(threads)
+        for name, (read, write) in _SETTINGS.items():
+            if read() != self.values[name]:
+                write(self.values[name])
+        torch.set_flush_denormal(False)
 
 
 _kept: dict[str, tuple] = {}   # kind -> (its key, the object)
