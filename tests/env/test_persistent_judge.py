@@ -317,3 +317,32 @@ def test_a_judge_whose_last_candidate_is_gone_is_taken_before_an_older_one_still
     assert judges.idle("cuda", 0) == [older]
     judges.discard_all()
     assert older.killed
+
+
+def test_a_pool_reuses_kept_judges_over_many_evaluations(cache_dir, persistent, monkeypatch):
+    """As a pool runs at scale (evaluations in flight, spare pairs started ahead): honest and wrong
+    solutions get a fresh judge's verdicts, and once the first pairs have started (the spares, a burst
+    no judge could be kept for yet), kept judges serve the later evaluations' pairs: with fresh judges
+    each of those would start one."""
+    import asyncio
+
+    from cuda_agent.env import EvalPool
+
+    events = []
+    real_start, real_give_back = judges.start, judges.give_back
+    monkeypatch.setattr(judges, "start", lambda *a: events.append("start") or real_start(*a))
+    monkeypatch.setattr(judges, "give_back", lambda *a, **k: events.append("back") or real_give_back(*a, **k))
+    wrong = cpu_workspace(kernel(WRONG_BODY))
+    jobs = [(example_task(), wrong if i % 3 == 2 else cpu_workspace()) for i in range(EVALUATIONS)]
+    pool = EvalPool(cpu_config(cache_dir, seed=1234, baselines=False, prewarm=True), cpu_slots=1, per_device=2,
+                    processes=False)
+    results = asyncio.run(pool.evaluate_many(jobs))
+    assert [r.correct for r in results] == [i % 3 != 2 for i in range(EVALUATIONS)], [r.error for r in results]
+    assert all(r.kernel_ms > 0 for r in results if r.correct)
+    later = events[[i for i, event in enumerate(events) if event == "back"][3]:]   # from the fourth one back
+    assert later.count("back") == EVALUATIONS - 3
+    assert later.count("start") <= 2, events
+    assert len(judges.idle("cpu", None)) <= judges.IDLE_PER_GPU
+
+
+EVALUATIONS = 12
