@@ -211,19 +211,20 @@ def test_the_datasheet_says_where_each_task_was_timed(reference, kernelbench):
 
 
 def test_filter_workers_per_gpu_follow_the_pool(monkeypatch):
-    """What the datasheet records as sharing: the local workers spread over this machine's GPUs, or one
-    GPU each under Ray (whose driver may see none)."""
+    """What the datasheet records as sharing: the local workers spread over this machine's GPUs, or
+    what the Ray pool says (the driver may see no GPU)."""
     from types import SimpleNamespace
 
     import torch
 
     from cuda_agent.synth.pipeline import Pipeline
 
-    def sharing(**kw):   # the method on a pipeline holding only its resolved config
-        return Pipeline._sharing(SimpleNamespace(cfg=SynthConfig(**{**FAST, "num": 1, "out": "unused", "workers": 12, **kw}).resolved()))
+    def sharing(pool=None, **kw):   # the method on a pipeline holding only its resolved config
+        config = SynthConfig(**{**FAST, "num": 1, "out": "unused", "workers": 12, **kw}).resolved()
+        return Pipeline._sharing(SimpleNamespace(cfg=config), pool)
 
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
     assert sharing(backend="cuda") == 3
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
-    assert sharing(backend="cuda", ray_address="auto") == 1
+    assert sharing(SimpleNamespace(sharing=6), backend="cuda", ray_address="auto") == 6
     assert sharing() == 1   # cpu

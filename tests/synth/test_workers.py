@@ -51,13 +51,18 @@ class _FakeRef:
 class _FakeRay:
     """Just enough of Ray's API to run RayPool locally."""
 
-    def __init__(self):
-        self.cancelled = []
+    def __init__(self, gpus=0):
+        self.cancelled, self.gpus, self.options = [], gpus, None
 
     def is_initialized(self):
         return True
 
+    def cluster_resources(self):
+        return {"CPU": 64.0, **({"GPU": float(self.gpus)} if self.gpus else {})}
+
     def remote(self, **options):
+        self.options = options
+
         def wrap(fn):
             class Remote:
                 @staticmethod
@@ -89,11 +94,27 @@ def _maybe_fail(payload):
 
 def test_ray_pool_interface(monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", _FakeRay())
-    pool = RayPool(_maybe_fail, workers=2, timeout_s=60, address="auto", num_gpus=1.0)
+    pool = RayPool(_maybe_fail, workers=2, timeout_s=60, address="auto")
     results = _drain(pool, [("a", {"id": "a", "what": "ok"}), ("b", {"id": "b", "what": "fail"}),
                             ("c", {"id": "c", "what": "ok"})])
     assert results["a"]["ok"] and results["c"]["ok"]
     assert results["b"]["reason"] == "crashed"
+
+
+def test_ray_tasks_share_the_cluster_s_gpus_as_local_workers_do(monkeypatch):
+    """48 filter tasks over 4 GPUs: each holds a twelfth of one (not a whole GPU, which let only four
+    run at once), with the workers' environment; a cluster without GPUs is refused up front."""
+    import pytest
+
+    fake = _FakeRay(gpus=4)
+    monkeypatch.setitem(sys.modules, "ray", fake)
+    env = {"TORCHINDUCTOR_COMPILE_THREADS": "1"}
+    pool = RayPool(_maybe_fail, workers=48, timeout_s=60, address="auto", gpu=True, env=env)
+    assert pool.sharing == 12 and fake.options["num_gpus"] == 0.0833 and 12 * pool.num_gpus <= 1
+    assert fake.options["runtime_env"] == {"env_vars": env} and fake.options["max_retries"] == 0
+    monkeypatch.setitem(sys.modules, "ray", _FakeRay(gpus=0))
+    with pytest.raises(RuntimeError, match="no GPUs"):
+        RayPool(_maybe_fail, workers=48, timeout_s=60, address="auto", gpu=True)
 
 
 def test_the_workers_start_together(monkeypatch):
@@ -122,3 +143,27 @@ def test_the_workers_start_together(monkeypatch):
     pool = ProcessPool(_work, workers=4, timeout_s=3.0)
     assert events == ["start"] * 4 + ["wait"] * 4
     assert [slot.pid for slot in pool.slots] == [4242] * 4
+
+
+def _where(payload: dict) -> dict:
+    return {"id": payload["id"], "ok": True, "gpus": os.environ.get("CUDA_VISIBLE_DEVICES"),
+            "compile_threads": os.environ.get("TORCHINDUCTOR_COMPILE_THREADS")}
+
+
+def test_ray_pool_on_a_real_local_cluster_shares_gpus_and_sets_the_environment():
+    """A local Ray cluster declaring 4 GPUs (Ray hands them out as CUDA_VISIBLE_DEVICES ids without
+    touching a device): 8 tasks at a half GPU each, each told one GPU, with the workers' environment."""
+    import pytest
+
+    ray = pytest.importorskip("ray")
+    ray.init(num_cpus=2, num_gpus=4, include_dashboard=False, log_to_driver=False)
+    try:
+        pool = RayPool(_where, workers=8, timeout_s=120, address="local", gpu=True,
+                       env={"TORCHINDUCTOR_COMPILE_THREADS": "1"})
+        assert pool.sharing == 2 and pool.num_gpus == 0.5
+        results = _drain(pool, [(k, {"id": k}) for k in "abcd"])
+    finally:
+        ray.shutdown()
+    assert sorted(results) == list("abcd")
+    assert all(r["ok"] and r["compile_threads"] == "1" for r in results.values()), results
+    assert all(r["gpus"] in {"0", "1", "2", "3"} for r in results.values()), results

@@ -333,23 +333,28 @@ class Pipeline:
             self.deficits[cls.name] = (deficit, heir.name)
 
     # -- filters (worker processes) --------------------------------------------------------------
-    def _filter_config(self) -> dict:
+    def _filter_config(self, pool) -> dict:
         cfg = self.cfg
         threads = 1 if cfg.backend == "cpu" else 4
         return FilterConfig(backend=cfg.backend, window_ms=tuple(cfg.window_ms), max_rescales=cfg.max_rescales,
                             draws=cfg.draws, min_varying_fraction=cfg.min_varying_fraction,
                             compile=cfg.compile, warmup=cfg.warmup, iters=cfg.iters, seed=cfg.seed,
                             threads=threads, catalog_path=str(self.work / "catalog.json"),
-                            sharing=self._sharing()).to_dict()
+                            sharing=self._sharing(pool)).to_dict()
 
-    def _sharing(self) -> int:
+    def _sharing(self, pool) -> int:
         """Filter workers per device: on cuda the workers spread over the GPUs (`_make_pool`); under Ray
-        each worker holds a GPU of its own (`RayPool`'s num_gpus=1)."""
-        if self.cfg.backend != "cuda" or self.cfg.ray_address:
+        the pool says how many tasks share a GPU (`RayPool.sharing`)."""
+        if self.cfg.backend != "cuda":
             return 1
+        if getattr(pool, "sharing", None):
+            return pool.sharing
         import torch
 
         return max(1, -(-self.cfg.workers // max(1, torch.cuda.device_count())))
+
+    def _worker_env(self) -> dict:
+        return COMPILE_IN_PROCESS if self.cfg.backend == "cuda" else {"OMP_NUM_THREADS": "1", **COMPILE_IN_PROCESS}
 
     def _make_pool(self):
         if self.pool_factory is not None:
@@ -358,20 +363,19 @@ class Pipeline:
             from cuda_agent.synth.workers import RayPool
 
             return RayPool(run_filters, self.cfg.workers, self.cfg.task_timeout_s, self.cfg.ray_address,
-                           num_gpus=1.0 if self.cfg.backend == "cuda" else 0.0)
+                           gpu=self.cfg.backend == "cuda", env=self._worker_env())
         from cuda_agent.synth.workers import ProcessPool
 
-        env = None
+        env = self._worker_env()
         if self.cfg.backend == "cuda":
             import torch
 
             from cuda_agent.env.infra.devices import physical_gpu
 
             ngpu = max(1, torch.cuda.device_count())
-            env = lambda i: {"CUDA_VISIBLE_DEVICES": physical_gpu(i % ngpu), **COMPILE_IN_PROCESS}   # noqa: E731
-        else:
-            env = lambda i: {"OMP_NUM_THREADS": "1", **COMPILE_IN_PROCESS}   # noqa: E731
-        return ProcessPool(run_filters, self.cfg.workers, self.cfg.task_timeout_s, env_for_slot=env)
+            return ProcessPool(run_filters, self.cfg.workers, self.cfg.task_timeout_s,   # one GPU per worker
+                               env_for_slot=lambda i: {"CUDA_VISIBLE_DEVICES": physical_gpu(i % ngpu), **env})
+        return ProcessPool(run_filters, self.cfg.workers, self.cfg.task_timeout_s, env_for_slot=lambda i: env)
 
     def _record(self, result: dict) -> None:
         rec = self.by_id[result["id"]]
@@ -397,8 +401,7 @@ class Pipeline:
     def run(self) -> dict:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-        pool = None
-        fcfg = self._filter_config()
+        pool = fcfg = None
         progress = Progress(TextColumn("[bold]synth[/]"), BarColumn(), MofNCompleteColumn(),
                             TextColumn("{task.fields[status]}"), TimeElapsedColumn(),
                             disable=not self.cfg.progress, transient=False)
@@ -408,6 +411,7 @@ class Pipeline:
                 while True:
                     if pool is None and any(c.need > 0 and not c.exhausted for c in self.classes.values()):
                         pool = self._make_pool()
+                        fcfg = self._filter_config(pool)
                     while pool is not None and pool.free():
                         cls = self._pick_class()
                         if cls is None:

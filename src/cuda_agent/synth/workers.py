@@ -4,12 +4,13 @@
 timeout is pinned on the task that caused it: the slot's worker is killed (timeout) or found dead
 (crash), the task recorded as `timeout` / `crashed`, and the slot gets a fresh executor; other slots
 are not disturbed. `RayPool` has the same interface and sends each job to a Ray cluster as a task
-(one GPU each on the CUDA backend); Ray is an optional import.
+(on the CUDA backend each holds a share of a GPU); Ray is an optional import.
 """
 
 from __future__ import annotations
 
 import concurrent.futures as cf
+import math
 import multiprocessing
 import os
 import signal
@@ -117,10 +118,14 @@ def _kill(pid: int) -> None:
 
 
 class RayPool:
-    """The same interface over Ray tasks; `address` is the cluster (`ray.init(address=...)`)."""
+    """The same interface over Ray tasks; `address` is the cluster (`ray.init(address=...)`). With
+    `gpu`, each task holds an equal share of the cluster's GPUs, so that `workers` tasks run at once
+    spread over them (a filter job is mostly CPU work around short GPU timings, as in `ProcessPool`,
+    whose workers share the GPUs too); `sharing` is how many tasks share a GPU. `env` is set in the
+    tasks' worker processes."""
 
     def __init__(self, fn: Callable[[dict], dict], workers: int, timeout_s: float, address: str,
-                 num_gpus: float = 0.0):
+                 gpu: bool = False, env: dict | None = None):
         try:
             import ray
         except ImportError as exc:
@@ -128,8 +133,18 @@ class RayPool:
         self.ray = ray
         if not ray.is_initialized():
             ray.init(address=address, ignore_reinit_error=True)
-        self.remote = ray.remote(num_gpus=num_gpus, max_retries=0)(fn)
         self.capacity, self.timeout_s = max(1, workers), timeout_s
+        self.num_gpus, self.sharing = 0.0, 1
+        if gpu:
+            gpus = int(ray.cluster_resources().get("GPU", 0))
+            if gpus < 1:
+                raise RuntimeError(f"the Ray cluster at {address} has no GPUs (ray.cluster_resources())")
+            self.sharing = -(-self.capacity // gpus)
+            self.num_gpus = math.floor(1e4 / self.sharing) / 1e4   # Ray counts GPU shares to 1e-4
+        options = {"num_gpus": self.num_gpus, "max_retries": 0}
+        if env:
+            options["runtime_env"] = {"env_vars": dict(env)}
+        self.remote = ray.remote(**options)(fn)
         self.running: dict[Any, tuple[Any, float]] = {}   # ref -> (key, started)
 
     def free(self) -> int:
