@@ -54,3 +54,17 @@ def test_a_synthesis_run_starts_from_the_saved_state(runs, tmp_path):
     assert runs.prepare("synth", out, state) == 2
     assert not (out / "stale").exists() and runs.passed_tasks(out) == 2
     assert runs.prepare("bench", out, state) == 0 and not (out / "work").exists()
+
+
+def test_a_synthesis_run_s_start_up_and_its_rate_after_it(runs):
+    """The results journal's `at`: the start-up is the time to this run's first result (earlier runs'
+    results, from the saved state, do not count), the steady rate the tasks kept after it."""
+    results = [{"ok": True, "at": 50.0},                                   # an earlier part's
+               {"ok": False, "at": 130.0}, {"ok": True, "at": 160.0}, {"ok": True, "at": 220.0},
+               {"ok": False, "at": 225.0}]
+    got = runs.steady(results, began=100.0, ended=490.0)
+    assert got == {"startup_s": 30.0, "steady_rate": round(2 / 360 * 3600, 1)}
+    assert runs.steady([{"ok": True, "at": 150.0}], began=100.0, ended=200.0) == {}
+    rows = runs.with_ratios([{"gpus": 1, "rate": 10.0, "steady_rate": 20.0},
+                             {"gpus": 2, "rate": 18.0, "steady_rate": 38.0}])
+    assert [r["steady_x_per_gpu"] for r in rows] == [1.0, 0.95]

@@ -14,6 +14,7 @@ import json
 import math
 import os
 import random
+import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -385,6 +386,7 @@ class Pipeline:
             self.busy_tries[rec["id"]] += 1   # not journalled: a resumed run tries it afresh
             cls.pending.append(rec)
             return
+        result = {**result, "at": round(time.time(), 2)}   # when it came back: the run's rate over time
         self.results.append(result)
         if result["ok"]:
             cls.accepted.append((rec["j"], rec["id"]))
