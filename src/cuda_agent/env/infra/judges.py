@@ -35,7 +35,6 @@ IDLE_PER_GPU = 3      # idle judges kept per (backend, GPU); more are killed
 ANSWER_POLL_S = 0.005   # how long `take` looks for a judge's answer to NextJob
 
 
-
 @dataclass
 class _Idle:
     """A judge told NextJob, with what decides when it may serve again."""
@@ -110,7 +109,7 @@ def take(backend: str, gpu: int | None) -> Worker | None:
     candidate has exited and it has answered its NextJob, fit. Nothing waits: a judge not ready yet
     stays idle for a later evaluation. Until that candidate's process is gone its kernels may still be
     writing into memory it mapped of the judge's (the device slot), which the judge's next job could be
-    handed again; letting go of a job (garbage collection) takes the judge up to a second or more."""
+    handed again; letting go of a job (garbage collection) takes the judge a fraction of a second."""
     while True:
         with _lock:
             waiting = _idle.get((backend, gpu)) or []
