@@ -49,7 +49,7 @@ def _eval_settings(backend, kernelbench, task, scale, trials, iters, no_compile_
                    verify="strict"):
     """The task and EvalConfig shared by workspace and solve, after the machine's fail-fast checks."""
     backend = resolve_backend(backend)
-    task_obj = load_task_arg(task, kernelbench, scale)
+    task_obj = load_task_arg(task, kernelbench, scale, backend=backend)
     config = make_config(backend, cache_dir=cache_dir, no_sandbox=no_sandbox, num_correct_trials=trials, iters=iters,
                          compile_baseline=not no_compile_baseline, protocol=verify)
     require_machine(backend, config.sandbox, config.cache_dir)

@@ -30,9 +30,9 @@ USABLE = 0.85          # of a GPU's memory, for measurements
 
 _FOOTPRINTS = """
 import json, sys
-from cuda_agent.tasks.footprint import estimate_footprint
+from cuda_agent.tasks.footprint import measure_footprint
 from cuda_agent.tasks.task import Task
-found = [estimate_footprint(Task(f"task{i}", code)) for i, code in enumerate(json.load(sys.stdin))]
+found = [measure_footprint(Task(f"task{i}", code)) for i, code in enumerate(json.load(sys.stdin))]
 print(json.dumps([None if fp is None else [fp.input_bytes, fp.output_bytes, fp.param_bytes] for fp in found]))
 """
 

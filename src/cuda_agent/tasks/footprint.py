@@ -3,7 +3,8 @@
 The task runs on PyTorch's `meta` device: `get_inputs()`, the model's construction and its forward
 produce tensors that have shapes and dtypes but no storage, so a 6 GB input costs nothing to
 measure. Tasks that meta cannot run (data-dependent shapes, `.item()`, explicit devices) fall back
-to what could be measured, or to no estimate at all.
+to what could be measured, or to no estimate at all. The task's code runs in a child process, never
+the harness's (env/infra/task_child.py).
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ import itertools
 import sys
 import types
 from dataclasses import dataclass, field
-from functools import lru_cache
 
 from cuda_agent.tasks.layout import value_layout
 from cuda_agent.tasks.task import Task
@@ -46,10 +46,19 @@ def tensor_bytes(value) -> int:
     return 0
 
 
-@lru_cache(maxsize=256)
-def estimate_footprint(task: Task) -> Footprint | None:
+def estimate_footprint(task: Task, backend: str | None = None, gpu: int | None = None) -> Footprint | None:
     """Input, output and weight bytes of `task`, or None when not even its inputs can be measured.
-    Once per task (the capacity check and the judge's memory both ask for it)."""
+    Measured in a child process (env/infra/task_child.py: the fork server of `backend`'s judges on
+    `gpu`), once per task code (the capacity check and the judge's memory both ask for it). Raises
+    TaskError when the task's code exits, crashes or does not finish there."""
+    from cuda_agent.env.infra.task_child import measured
+
+    return measured("footprint", task, backend, gpu)
+
+
+def measure_footprint(task: Task) -> Footprint | None:
+    """`estimate_footprint`'s measurement, in this process: it runs the task's code, so only in a
+    process of its own (a task's exit or crash is that process's)."""
     import torch
 
     name = f"_cuda_agent_footprint_{next(_counter)}"

@@ -116,10 +116,11 @@ def scaled_size(size: int, factor: float) -> int:
     return min(size, max(new, min(size, MIN_SIZE)))
 
 
-def scale_task(task: Task, factor: float) -> Scaled:
+def scale_task(task: Task, factor: float, backend: str | None = None, gpu: int | None = None) -> Scaled:
     """`task` with its input sizes multiplied by `factor` (0 < factor <= 1). Raises TaskError when
     the task has nothing to scale, or when its forward ran on the meta device before scaling and
-    no longer does after (sizes that had to agree no longer do)."""
+    no longer does after (sizes that had to agree no longer do), or when its code cannot be measured
+    there (`estimate_footprint`, on `backend`'s fork server for `gpu`)."""
     if not 0 < factor <= 1:
         raise ValueError(f"--scale must be above 0 and at most 1, not {factor:g}")
     try:
@@ -140,17 +141,17 @@ def scale_task(task: Task, factor: float) -> Scaled:
         tail = lines[end][_byte_to_char(lines[end], node.end_col_offset):]
         lines[start:end + 1] = [head + str(new) + tail]
     scaled = replace(task, name=f"{task.name} (scale {factor:g})", code="".join(lines))
-    _check_still_runs(task, scaled)
+    _check_still_runs(task, scaled, backend, gpu)
     return Scaled(scaled, changes)
 
 
-def _check_still_runs(original: Task, scaled: Task) -> None:
+def _check_still_runs(original: Task, scaled: Task, backend: str | None, gpu: int | None) -> None:
     from cuda_agent.tasks.footprint import estimate_footprint
 
-    before = estimate_footprint(original)
+    before = estimate_footprint(original, backend, gpu)
     if before is None or not before.forward_ran:
         return   # meta cannot tell; the evaluation will
-    after = estimate_footprint(scaled)
+    after = estimate_footprint(scaled, backend, gpu)
     if after is None or not after.forward_ran:
         raise TaskError(f"scaling {original.name} breaks it (its input sizes must agree in a way --scale cannot "
                         "see); evaluate it at full size on a bigger machine, or edit its sizes by hand")

@@ -78,9 +78,9 @@ def resolve_backend(backend: str | None) -> str:
 
 
 def load_task_arg(spec: str, kernelbench: Path | None, scale: float | None = None, *, name: str | None = None,
-                  quiet: bool = False):
+                  quiet: bool = False, backend: str | None = None):
     """The task `spec` names (called `name` if given), checked for Model/get_inputs/get_init_inputs,
-    and scaled when asked."""
+    and scaled when asked (its sizes measured by `backend`'s fork server: infra/task_child.py)."""
     from dataclasses import replace
 
     from cuda_agent.tasks import TaskError, load_task
@@ -98,7 +98,7 @@ def load_task_arg(spec: str, kernelbench: Path | None, scale: float | None = Non
     from cuda_agent.tasks.scale import scale_task
 
     try:
-        scaled = scale_task(task, scale)
+        scaled = scale_task(task, scale, backend)
     except (TaskError, ValueError) as exc:
         fail(str(exc))
     if not quiet:
@@ -143,9 +143,15 @@ def make_config(backend: str, *, cache_dir: Path | None, no_sandbox: bool, **set
 
 
 def refuse_if_too_large(task, config) -> None:
-    """Stop before any process starts when the task's tensors cannot fit this machine."""
+    """Stop before the evaluation's processes start when the task's tensors cannot fit this machine. A
+    task whose code cannot be measured (it exits, crashes or hangs) goes on: its evaluation reports it,
+    as it reports a task whose reference fails."""
     from cuda_agent.env.infra.capacity import too_large
+    from cuda_agent.tasks import TaskError
 
-    message = too_large(task, config.resolved_backend(), config.num_correct_trials)
+    try:
+        message = too_large(task, config.resolved_backend(), config.num_correct_trials)
+    except TaskError:
+        return
     if message:
         fail(message, MACHINE_ERROR)

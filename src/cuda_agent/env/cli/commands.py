@@ -84,7 +84,7 @@ def register(app: typer.Typer) -> None:
             solution = solution or folder / f"solution_{backend}"
         if solution is None:
             fail("give a SOLUTION (a model_new.py file or a workspace folder)")
-        task_obj = load_task_arg(task, kernelbench, scale, name=name, quiet=as_json)
+        task_obj = load_task_arg(task, kernelbench, scale, name=name, quiet=as_json, backend=backend)
         solution_obj = load_solution_arg(solution)
         config = make_config(backend, cache_dir=cache_dir, no_sandbox=no_sandbox, num_correct_trials=trials,
                              iters=iters, precision=precision_setting(precision), atol=atol, rtol=rtol, protocol=verify,

@@ -3,7 +3,8 @@
 The bytes an evaluation holds at once are `memory.evaluation_memory`'s (the judge, the candidate,
 what passes between them; activations come on top, so a lower bound); held against the memory this machine has free
 less a tenth for headroom, they turn an out-of-memory kill minutes into a run into a refusal naming
-the sizes and a `--scale` that fits.
+the sizes and a `--scale` that fits. The footprint is measured in a child process (infra/task_child.py):
+a task whose code exits, crashes or hangs there raises TaskError from these checks.
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ def device_available(gpu: int = 0) -> int | None:
 def takes_much_of_gpu(task: Task, trials: int, gpu: int | None) -> bool:
     """Whether an evaluation of `task` on `gpu` holds more than LARGE_SHARE of its memory (the model's
     device bytes): such an evaluation starts only once the workers killed before it are gone (teardown.py)."""
-    fp = estimate_footprint(task)
+    fp = estimate_footprint(task, "cuda", gpu)
     total = device_available(gpu or 0)
     return fp is not None and total is not None and needed_bytes(fp, "cuda", trials).device > LARGE_SHARE * total
 
@@ -77,9 +78,10 @@ def _shortfall(need: EvalMemory, host: int | None, device: int | None) -> tuple[
 
 
 def too_large(task: Task, backend: str, trials: int, *, host: int | None = None, device: int | None = None,
-              measure_machine: bool = True) -> str | None:
-    """A message saying why `task` cannot be evaluated here (sizes, memory, a --scale that fits), or None."""
-    fp = estimate_footprint(task)
+              measure_machine: bool = True, gpu: int | None = None) -> str | None:
+    """A message saying why `task` cannot be evaluated here (sizes, memory, a --scale that fits), or None
+    (`gpu`: the device whose judges' fork server measures it)."""
+    fp = estimate_footprint(task, backend, gpu)
     if fp is None:
         return None
     if measure_machine:
@@ -94,34 +96,34 @@ def too_large(task: Task, backend: str, trials: int, *, host: int | None = None,
                f"one output {out}, the weights {human_bytes(fp.param_bytes or 0)}; evaluating it holds at least "
                f"{human_bytes(need)} of {what} at once (the judge and the candidate at their peaks) and "
                f"{human_bytes(have)} is available.")
-    scale = fitting_scale(task, backend, trials, host, device)
+    scale = fitting_scale(task, backend, trials, host, device, gpu)
     if scale is None:
-        return message + f" Use a machine with more memory ({_why_no_scale(task)})."
+        return message + f" Use a machine with more memory ({_why_no_scale(task, backend, gpu)})."
     return message + (f" Shrink its inputs with --scale {scale[0]:g} (one input set then {human_bytes(scale[1])}; "
                       "the shapes keep their structure), or use a bigger machine.")
 
 
-def _why_no_scale(task: Task) -> str:
+def _why_no_scale(task: Task, backend: str, gpu: int | None) -> str:
     from cuda_agent.tasks.scale import scale_task
 
     try:
-        scale_task(task, TRY_SCALES[0])
+        scale_task(task, TRY_SCALES[0], backend, gpu)
     except (TaskError, ValueError) as exc:
         return f"--scale cannot shrink it: {exc}"
     return f"not even --scale {TRY_SCALES[-1]:g} makes it fit"
 
 
 def fitting_scale(task: Task, backend: str, trials: int, host: int | None,
-                  device: int | None) -> tuple[float, int] | None:
+                  device: int | None, gpu: int | None = None) -> tuple[float, int] | None:
     """The largest of TRY_SCALES at which `task` fits, with its input bytes there."""
     from cuda_agent.tasks.scale import scale_task
 
     for factor in TRY_SCALES:
         try:
-            scaled = scale_task(task, factor).task
+            scaled = scale_task(task, factor, backend, gpu).task
+            fp = estimate_footprint(scaled, backend, gpu)
         except (TaskError, ValueError):
             return None
-        fp = estimate_footprint(scaled)
         if fp is not None and _shortfall(needed_bytes(fp, backend, trials), host, device) is None:
             return factor, fp.input_bytes
     return None

@@ -69,6 +69,9 @@ def next_request(sock: socket.socket, max_fds: int) -> tuple[dict, list[int]] | 
 
 def _serve(sock: socket.socket) -> None:
     importlib.import_module("cuda_agent.env.workers.main")   # the import every judge would otherwise pay
+    from cuda_agent.env.workers.measure import warm_up
+
+    warm_up()   # and what every measurement of a task would load again (workers/measure.py)
 
     status_fds: dict[int, int] = {}
     signal.signal(signal.SIGCHLD, lambda *_: report_exits(status_fds))
@@ -219,16 +222,16 @@ _servers_lock = threading.Lock()
 
 def fork_worker(role: str, env: dict, cwd, protocol_fd: int, log_fd: int,
                 staging_fd: int | None = None, device: int | None = None,
-                fd_env: str = STAGING_FD_ENV) -> ForkedProcess:
+                fd_env: str = STAGING_FD_ENV, server_env: dict | None = None) -> ForkedProcess:
     """Fork a worker with this environment and folder from `device`'s server (started on first use,
-    with `env`: the import path the worker needs). One server per device, so one device's forks never
-    wait behind another's (a server forks one request at a time). `staging_fd` reaches the worker
-    under `fd_env` (STAGING_FD_ENV, or HANDOVER_FD_ENV for a persistent judge's socket). The caller
-    keeps (and closes) its own descriptors."""
+    with `server_env`, else `env`: the import path the worker needs). One server per device, so one
+    device's forks never wait behind another's (a server forks one request at a time). `staging_fd`
+    reaches the worker under `fd_env` (STAGING_FD_ENV, or HANDOVER_FD_ENV for a persistent judge's
+    socket). The caller keeps (and closes) its own descriptors."""
     with _servers_lock:
         server = _servers.get(device)
         if server is None or server.proc.poll() is not None:
-            server = _servers[device] = _Server(env)
+            server = _servers[device] = _Server(server_env or env)
     return server.fork(role, env, str(cwd), protocol_fd, log_fd, staging_fd, fd_env)
 
 

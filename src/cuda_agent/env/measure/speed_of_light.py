@@ -2,7 +2,7 @@
 the device's peak (the roofline's floor: the larger of bytes / peak bandwidth and FLOPs / peak FLOP rate).
 
 Every figure but the candidate's median time comes from the harness: the work from the task's source
-(work.py, in this process), the peak from the device the judge names (peaks.py). Feedback only: the
+(work.py, in a child process), the peak from the device the judge names (peaks.py). Feedback only: the
 reward never reads it (env/reward.py).
 """
 
@@ -35,11 +35,12 @@ def held_against(work: Work, kernel_ms: float, peak: Peak | None) -> SpeedOfLigh
 
 
 def speed_of_light(task: Task, device: str, backend: str, kernel_ms: float | None,
-                   cache_dir: Path) -> SpeedOfLight | None:
-    """The candidate's speed of light on `task`, from its median time; None without a time or work figures."""
+                   cache_dir: Path, gpu: int | None = None) -> SpeedOfLight | None:
+    """The candidate's speed of light on `task`, from its median time; None without a time or work figures
+    (the work measured in a child process from `backend`'s fork server for `gpu`: infra/task_child.py)."""
     if not kernel_ms or kernel_ms <= 0:
         return None
-    work = task_work(task)
+    work = task_work(task, backend, gpu)
     if work is None or work.bytes == 0:
         return None
     return held_against(work, kernel_ms, device_peak(device, backend, cache_dir))

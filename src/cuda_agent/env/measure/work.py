@@ -1,9 +1,9 @@
 """The work a task asks for, from its reference: the FLOPs of one forward and the fewest bytes it moves.
 
-Found in the harness's process, never the candidate's, on PyTorch's `meta` device (as
-tasks/footprint.py finds the task's memory): the task's `get_inputs()`, `Model` and one forward run on
-tensors without storage, so a large task costs nothing to measure, and the figures depend on the task's
-source alone (cached per task). FLOPs are `torch.utils.flop_counter.FlopCounterMode`'s count of that
+Found for the harness, never by the candidate, on PyTorch's `meta` device (as tasks/footprint.py finds
+the task's memory), in a child process of its own (env/infra/task_child.py): the task's `get_inputs()`,
+`Model` and one forward run on tensors without storage, so a large task costs nothing to measure, and
+the figures depend on the task's source alone (kept per task code). FLOPs are `torch.utils.flop_counter.FlopCounterMode`'s count of that
 forward: matmuls, convolutions and attention; elementwise operations and reductions count nothing, so
 such a task has no FLOPs and the memory bound alone decides. The fewest bytes: every input tensor,
 parameter and buffer read once, every output tensor written once (elements x itemsize). A task that
@@ -16,7 +16,6 @@ import itertools
 import sys
 import types
 from dataclasses import dataclass
-from functools import lru_cache
 
 from cuda_agent.tasks.task import Task
 
@@ -43,9 +42,17 @@ def work_of(read: list, written: list, flops: int) -> Work:
                 dtype=max(sizes, key=sizes.get) if sizes else "float32")
 
 
-@lru_cache(maxsize=256)
-def task_work(task: Task) -> Work | None:
-    """The work of one forward of `task`'s reference on its inputs, or None where it cannot run on meta."""
+def task_work(task: Task, backend: str | None = None, gpu: int | None = None) -> Work | None:
+    """The work of one forward of `task`'s reference on its inputs, or None where it cannot run on meta.
+    Measured in a child process (env/infra/task_child.py), once per task code; raises TaskError when the
+    task's code exits, crashes or does not finish there."""
+    from cuda_agent.env.infra.task_child import measured
+
+    return measured("work", task, backend, gpu)
+
+
+def measure_work(task: Task) -> Work | None:
+    """`task_work`'s measurement, in this process: it runs the task's code, so only in a process of its own."""
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 

@@ -26,14 +26,14 @@ CAP_FACTOR = 2.5     # the schedule's empty calls measured 1.6-2.4x the calibrat
 CAP_SLACK_MS = 0.1
 
 
-def calibration_layout(task, backend: str, staging: bool) -> dict | None:
+def calibration_layout(task, backend: str, staging: bool, gpu: int | None = None) -> dict | None:
     """The task's input layout for the calibrating calls: on the CPU backend with a staging file, where
-    the task's inputs (measured on the meta device) fit a slot; else None (no calibration)."""
+    the task's inputs (measured on the meta device, in a child process) fit a slot; else None (no calibration)."""
     from cuda_agent.tasks.footprint import estimate_footprint
 
     if backend != "cpu" or not staging:
         return None
-    found = estimate_footprint(task)
+    found = estimate_footprint(task, backend, gpu)
     if found is None or found.input_layout is None:
         return None
     try:
@@ -57,7 +57,7 @@ class Calibration:
     calibration: dict | None = None   # the layout the candidate job was told to calibrate on
 
     def _calibration_calls(self) -> int:
-        self.calibration = calibration_layout(self.task, self.backend, bool(self.candidate.has_staging))
+        self.calibration = calibration_layout(self.task, self.backend, bool(self.candidate.has_staging), self.gpu)
         return CALIBRATION_CALLS if self.calibration is not None else 0
 
     def _calibrate(self) -> None:

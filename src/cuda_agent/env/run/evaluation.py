@@ -62,11 +62,12 @@ TEARDOWN_WAIT_S = 60.0   # the most a large task waits for the killed workers be
 
 
 @lru_cache(maxsize=256)
-def _too_large(task: Task, backend: str, trials: int) -> str | None:
-    """Whether the task's tensors cannot fit this machine (measured on the meta device, once per task)."""
+def _too_large(task: Task, backend: str, trials: int, gpu: int | None) -> str | None:
+    """Whether the task's tensors cannot fit this machine (measured on the meta device in a child
+    process, once per task; TaskError when the task's code exits, crashes or hangs there)."""
     from cuda_agent.env.infra.capacity import too_large
 
-    return too_large(task, backend, trials)
+    return too_large(task, backend, trials, gpu=gpu)
 
 
 def evaluate(task: Task, solution: Solution, config: EvalConfig | None = None, *,
@@ -99,6 +100,9 @@ def evaluate(task: Task, solution: Solution, config: EvalConfig | None = None, *
     except Failed as failure:
         result.error = failure.error
         result.correct = False  # whatever passed before, a rejection at any phase stands
+    except TaskError as exc:   # the task's code where the harness had it run (its size: infra/task_child.py)
+        result.error = EvalError("task", str(exc))
+        result.correct = False
     except Exception:  # a bug of ours: still a structured answer, never a crashed caller
         result.error = EvalError("internal", traceback.format_exc()[-3000:])
     finally:
@@ -138,7 +142,7 @@ class _Evaluation(BuildServing, Calibration, CallRounds, StoredBaselines, Feedba
         if problem:
             raise Failed("compile", problem)
         self._static_check()
-        too_big = _too_large(self.task, self.backend, self.config.num_correct_trials)
+        too_big = _too_large(self.task, self.backend, self.config.num_correct_trials, self.gpu)
         if too_big:
             raise Failed("task", too_big, rule=rules.TOO_LARGE)
         solution_dir = self.solution.write(self.box / "solution")
@@ -447,7 +451,7 @@ class _Evaluation(BuildServing, Calibration, CallRounds, StoredBaselines, Feedba
 
         try:
             self.result.speed_of_light = speed_of_light(self.task, self.result.device, self.backend,
-                                                        self.result.kernel_ms, self.config.cache_dir)
+                                                        self.result.kernel_ms, self.config.cache_dir, self.gpu)
         except Exception as exc:   # feedback: it never fails an evaluation that was timed
             self.result.warnings.append(f"speed of light not computed: {type(exc).__name__}: {exc}")
 

@@ -27,10 +27,10 @@ _SHAPE_FAILURES = {rules.CORRECTNESS.name, rules.CRASH.name, rules.NUMERICALLY_F
                    rules.OUTPUT_LAYOUT.name, rules.UNCOMPARABLE_OUTPUT.name, None}
 
 
-def second_size(task: Task) -> Scaled | None:
+def second_size(task: Task, backend: str | None = None, gpu: int | None = None) -> Scaled | None:
     """The task at its second size, or None where it has none."""
     try:
-        scaled = scale_task(task, FACTOR)
+        scaled = scale_task(task, FACTOR, backend, gpu)
     except (TaskError, ValueError):
         return None
     return scaled if scaled.sizes else None
@@ -40,7 +40,7 @@ def verify_other_scale(task: Task, solution: Solution, config: EvalConfig, gpu: 
                        evaluate: Callable) -> Failed | None:
     """The failure of `solution` at the task's second size, or None (passed, or no second size);
     `evaluate` is evaluation.evaluate (passed in: that module imports this one)."""
-    scaled = second_size(task)
+    scaled = second_size(task, config.resolved_backend(), gpu)
     if scaled is None:
         return None
     second = replace(config, other_scale=False, unscored=False, baselines=False)   # a pre-started pair where kept

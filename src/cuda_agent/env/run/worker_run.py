@@ -27,12 +27,12 @@ from cuda_agent.env.workers.protocol import ChildDied, ChildTimeout, ForgedMessa
 from cuda_agent.tasks.task import Task
 
 
-def job_footprint(task: Task) -> dict | None:
-    """The task's one input set and one output in bytes (on the meta device, once per task), by which
-    the judge sizes the memory it asks for in its set-up (reserve.py)."""
+def job_footprint(task: Task, backend: str | None = None, gpu: int | None = None) -> dict | None:
+    """The task's one input set and one output in bytes (on the meta device in a child process, once per
+    task), by which the judge sizes the memory it asks for in its set-up (reserve.py)."""
     from cuda_agent.tasks.footprint import estimate_footprint
 
-    found = estimate_footprint(task)
+    found = estimate_footprint(task, backend, gpu)
     return None if found is None else {"input_bytes": found.input_bytes, "output_bytes": found.output_bytes}
 
 
@@ -246,7 +246,8 @@ class WorkerRun:
         self.judge.channel.send(msg.JudgeJob(task_code=self.task.code, task_name=self.task.name, backend=self.backend,
                                              config=self.cfg, box=str(self.box), save_init=candidate,
                                              lock=str(self.lock.path), hold_lib=self._hold_path(),
-                                             footprint=job_footprint(self.task), batch=JUDGE_BATCH))
+                                             footprint=job_footprint(self.task, self.backend, self.gpu),
+                                             batch=JUDGE_BATCH))
 
     def _judge_ready(self) -> None:
         """The judge's answer to its job: the task's reference ran."""

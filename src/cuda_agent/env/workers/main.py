@@ -3,6 +3,8 @@ infra/forkserver.py): its device set up, its ready message, then the role's loop
 candidate.py), each driven call by call by the harness (env/run/evaluation.py), which alone knows
 the schedule. Each gets a fresh process per evaluation (a persistent judge, CUDA_AGENT_PERSISTENT_JUDGE=1,
 serves several in turn: handover.py).
+The role `measure` is no worker of an evaluation: a child in which the harness has the task's code
+measured on the meta device (measure.py).
 
 Both roles' modules are imported here, before any job arrives: the candidate's bindings are made
 before the solution's code runs, and the fork server's judges start with everything imported.
@@ -56,6 +58,10 @@ def main() -> None:
     common.TRACE_CALLS = os.environ.get("CUDA_AGENT_TRACE_CALLS") == "1"
     faulthandler.enable()  # a crashing kernel leaves the Python stack that called it in the log
     role = sys.argv[1]
+    if role == "measure":   # the task's code measured on meta for the harness: no device, no channel
+        from cuda_agent.env.workers.measure import child_main
+
+        child_main()
     chan = ChildChannel()
     started = time.monotonic()
     threads = os.environ.get("OMP_NUM_THREADS", "")
