@@ -67,11 +67,12 @@ def next_request(sock: socket.socket, max_fds: int) -> tuple[dict, list[int]] | 
     return (json.loads(message), fds) if message else None
 
 
-def _serve(sock: socket.socket) -> None:
+def _serve(sock: socket.socket, warm: bool) -> None:
     importlib.import_module("cuda_agent.env.workers.main")   # the import every judge would otherwise pay
-    from cuda_agent.env.workers.measure import warm_up
+    if warm:   # what every measurement of a task would load again (workers/measure.py); not yet shown
+        from cuda_agent.env.workers.measure import warm_up   # to leave CUDA untouched: CPU servers only
 
-    warm_up()   # and what every measurement of a task would load again (workers/measure.py)
+        warm_up()
 
     status_fds: dict[int, int] = {}
     signal.signal(signal.SIGCHLD, lambda *_: report_exits(status_fds))
@@ -136,7 +137,7 @@ def _become_worker(request: dict, sock: socket.socket | None, stdin_fd: int, pro
 
 def main() -> None:
     sock = socket.socket(fileno=int(sys.argv[1]))
-    _serve(sock)
+    _serve(sock, warm=sys.argv[2:] == ["warm"])
 
 
 # -- the harness's side ------------------------------------------------------------------------
@@ -185,9 +186,10 @@ class ForkedProcess:
 
 
 class _Server:
-    def __init__(self, env: dict):
+    def __init__(self, env: dict, warm: bool):
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        self.proc = subprocess.Popen([sys.executable, "-m", "cuda_agent.env.infra.forkserver", str(theirs.fileno())],
+        self.proc = subprocess.Popen([sys.executable, "-m", "cuda_agent.env.infra.forkserver", str(theirs.fileno()),
+                                      *(["warm"] if warm else [])],
                                      pass_fds=(theirs.fileno(),), env=env, stdin=subprocess.DEVNULL,
                                      start_new_session=True)
         theirs.close()
@@ -231,7 +233,7 @@ def fork_worker(role: str, env: dict, cwd, protocol_fd: int, log_fd: int,
     with _servers_lock:
         server = _servers.get(device)
         if server is None or server.proc.poll() is not None:
-            server = _servers[device] = _Server(server_env or env)
+            server = _servers[device] = _Server(server_env or env, warm=device is None)
     return server.fork(role, env, str(cwd), protocol_fd, log_fd, staging_fd, fd_env)
 
 

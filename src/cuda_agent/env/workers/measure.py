@@ -1,6 +1,6 @@
 """The child in which the harness has a task's code measured on the meta device (infra/task_child.py, the
 harness's side): role `measure` of `python -m cuda_agent.env.workers`, usually forked from the judges'
-fork server, which runs `warm_up` once before it forks anything.
+fork server, which (the CPU backend's) runs `warm_up` once before it forks anything.
 
 The request comes on stdin (the kind, the task's name, code and origin); the answer, `{"value": the
 result's fields}` (None where meta cannot tell) or `{"raised": ...}` for what the measurement does not
