@@ -86,14 +86,14 @@ for step in $STEPS; do
       # comes back as $OUT/build.tar.xz (an Ops-6K part: copy it over data/ops6k/build.tar.xz and commit)
       for code in ${SYNTH_AB_ORDER:-old new}; do
         root=$PWD; [ "$code" = old ] && root=$PWD/.old
-        rm -rf /tmp/synth-ab && mkdir -p /tmp/synth-ab && tar -xJf data/ops6k/build.tar.xz -C /tmp/synth-ab
-        before=$(grep -c '"ok": true' /tmp/synth-ab/work/results.jsonl)
+        run_dir=$(mktemp -d) && tar -xJf data/ops6k/build.tar.xz -C "$run_dir"
+        before=$(grep -c '"ok": true' "$run_dir/work/results.jsonl")
         echo "== $code (tasks kept before: $before)" >> "$OUT/synth_ab.txt"
         PYTHONPATH="$root/src:$PYTHONPATH" timeout $(( ${SYNTH_AB_SECONDS:-150} + 90 )) python3 "$root/benchmarks/synth_gpu.py" \
-          --num 6000 --out /tmp/synth-ab --budget-seconds "${SYNTH_AB_SECONDS:-150}" --kernelbench .kb ${SYNTH_AB_ARGS:-} \
+          --num 6000 --out "$run_dir" --budget-seconds "${SYNTH_AB_SECONDS:-150}" --kernelbench .kb ${SYNTH_AB_ARGS:-} \
           >> "$OUT/synth_ab.txt" 2>&1
-        echo "kept this run: $(( $(grep -c '"ok": true' /tmp/synth-ab/work/results.jsonl) - before ))" >> "$OUT/synth_ab.txt"
-        [ "$code" = new ] && tar -cJf "$OUT/build.tar.xz" -C /tmp/synth-ab --exclude='work/kernelbench_trees_*' .
+        echo "kept this run: $(( $(grep -c '"ok": true' "$run_dir/work/results.jsonl") - before ))" >> "$OUT/synth_ab.txt"
+        [ "$code" = new ] && tar -cJf "$OUT/build.tar.xz" -C "$run_dir" --exclude='work/kernelbench_trees_*' .
       done
       grep -E "^== |candidates composed|^kept this run" "$OUT/synth_ab.txt" ;;
     same_code)   # each task's reference handed in as its own solution: a fair harness says about 1.0x
