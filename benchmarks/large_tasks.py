@@ -39,7 +39,8 @@ def main() -> None:
     from cuda_agent.env import EvalConfig, evaluate
     from cuda_agent.env.infra.capacity import needed_bytes
     from cuda_agent.tasks import Solution, load_solution, load_task
-    from cuda_agent.tasks.footprint import estimate_footprint, human_bytes
+    from cuda_agent.env.infra.task_child import estimate_footprint
+    from cuda_agent.tasks.footprint import human_bytes
     from tests.gpu.large import MemoryWatch, describe
 
     begun = time.perf_counter()

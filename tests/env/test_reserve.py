@@ -17,7 +17,7 @@ from cuda_agent.env.run.schedule import JUDGE_BATCH
 from cuda_agent.env.run.worker_run import job_footprint
 from cuda_agent.env.workers.judge import GROUP_BYTES
 from cuda_agent.tasks import load_task
-from cuda_agent.tasks.footprint import estimate_footprint
+from cuda_agent.env.infra.task_child import estimate_footprint
 from tests.env.helpers import example_task
 
 MIB = 1 << 20

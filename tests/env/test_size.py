@@ -9,7 +9,7 @@ import torch
 
 from cuda_agent.env.infra.capacity import needed_bytes, too_large
 from cuda_agent.tasks import Task, TaskError, load_task
-from cuda_agent.tasks.footprint import estimate_footprint
+from cuda_agent.env.infra.task_child import estimate_footprint
 from cuda_agent.tasks.scale import input_sizes, scale_task, scaled_size
 from tests.env.helpers import EXAMPLES, example_task
 

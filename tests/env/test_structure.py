@@ -114,3 +114,26 @@ def test_each_sub_package_says_its_job_in_two_lines():
     for package in packages:
         doc = ast.get_docstring(ast.parse((package / "__init__.py").read_text()))
         assert doc and len(doc.splitlines()) <= 2, f"env/{package.name}/__init__.py: its job, in at most two lines"
+
+
+# the layers, lowest first: a package may import its own and lower ones only (bench and rl are peers)
+LAYERS = {"tasks": 0, "env": 1, "agent": 2, "synth": 2, "bench": 3, "rl": 3}
+
+
+def test_layers_depend_downward_only():
+    """tasks imports nothing of env, env nothing of agent, synth, bench or rl (imports inside functions
+    count), and so on down the layers."""
+    import cuda_agent
+
+    root = Path(cuda_agent.__file__).parent
+    upward = []
+    for package, level in LAYERS.items():
+        for path in sorted((root / package).rglob("*.py")):
+            tree = ast.parse(path.read_text(), str(path))
+            for node in ast.walk(tree):
+                for target in _imported(node, "", False) if not getattr(node, "level", 0) else []:
+                    parts = target.split(".")
+                    if parts[0] == "cuda_agent" and len(parts) > 1 and LAYERS.get(parts[1], -1) > level \
+                            and parts[1] != package:
+                        upward.append(f"{path.relative_to(root)}: {target}")
+    assert not upward, "imports of a higher layer: " + "; ".join(sorted(set(upward)))

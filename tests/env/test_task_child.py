@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from cuda_agent.env.measure.work import task_work
 from cuda_agent.tasks import Task, TaskError
-from cuda_agent.tasks.footprint import estimate_footprint
+from cuda_agent.env.infra.task_child import estimate_footprint
 from tests.env.helpers import EXAMPLES, example_task
 
 REPO = Path(__file__).resolve().parents[2]

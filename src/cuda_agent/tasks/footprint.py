@@ -46,19 +46,11 @@ def tensor_bytes(value) -> int:
     return 0
 
 
-def estimate_footprint(task: Task, backend: str | None = None, gpu: int | None = None) -> Footprint | None:
-    """Input, output and weight bytes of `task`, or None when not even its inputs can be measured.
-    Measured in a child process (env/infra/task_child.py: the fork server of `backend`'s judges on
-    `gpu`), once per task code (the capacity check and the judge's memory both ask for it). Raises
-    TaskError when the task's code exits, crashes or does not finish there."""
-    from cuda_agent.env.infra.task_child import measured
-
-    return measured("footprint", task, backend, gpu)
-
-
 def measure_footprint(task: Task) -> Footprint | None:
-    """`estimate_footprint`'s measurement, in this process: it runs the task's code, so only in a
-    process of its own (a task's exit or crash is that process's)."""
+    """Input, output and weight bytes of `task`, or None when not even its inputs can be measured,
+    measured in this process: it runs the task's code, so only in a process of its own (a task's exit
+    or crash is that process's). A harness asks env/infra/task_child.py's `estimate_footprint`, which
+    runs this in a child."""
     import torch
 
     name = f"_cuda_agent_footprint_{next(_counter)}"

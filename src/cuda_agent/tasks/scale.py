@@ -15,6 +15,7 @@ import math
 import operator
 from dataclasses import dataclass, replace
 
+from cuda_agent.tasks.footprint import measure_footprint
 from cuda_agent.tasks.parsing import parse
 from cuda_agent.tasks.task import Task, TaskError
 
@@ -116,11 +117,12 @@ def scaled_size(size: int, factor: float) -> int:
     return min(size, max(new, min(size, MIN_SIZE)))
 
 
-def scale_task(task: Task, factor: float, backend: str | None = None, gpu: int | None = None) -> Scaled:
+def scale_task(task: Task, factor: float, measure=measure_footprint) -> Scaled:
     """`task` with its input sizes multiplied by `factor` (0 < factor <= 1). Raises TaskError when
     the task has nothing to scale, or when its forward ran on the meta device before scaling and
     no longer does after (sizes that had to agree no longer do), or when its code cannot be measured
-    there (`estimate_footprint`, on `backend`'s fork server for `gpu`)."""
+    there. `measure` runs a task on meta (a harness passes env/infra/task_child.py's
+    `estimate_footprint`, which runs it in a child; by default, in this process)."""
     if not 0 < factor <= 1:
         raise ValueError(f"--scale must be above 0 and at most 1, not {factor:g}")
     try:
@@ -141,17 +143,15 @@ def scale_task(task: Task, factor: float, backend: str | None = None, gpu: int |
         tail = lines[end][_byte_to_char(lines[end], node.end_col_offset):]
         lines[start:end + 1] = [head + str(new) + tail]
     scaled = replace(task, name=f"{task.name} (scale {factor:g})", code="".join(lines))
-    _check_still_runs(task, scaled, backend, gpu)
+    _check_still_runs(task, scaled, measure)
     return Scaled(scaled, changes)
 
 
-def _check_still_runs(original: Task, scaled: Task, backend: str | None, gpu: int | None) -> None:
-    from cuda_agent.tasks.footprint import estimate_footprint
-
-    before = estimate_footprint(original, backend, gpu)
+def _check_still_runs(original: Task, scaled: Task, measure) -> None:
+    before = measure(original)
     if before is None or not before.forward_ran:
         return   # meta cannot tell; the evaluation will
-    after = estimate_footprint(scaled, backend, gpu)
+    after = measure(scaled)
     if after is None or not after.forward_ran:
         raise TaskError(f"scaling {original.name} breaks it (its input sizes must agree in a way --scale cannot "
                         "see); evaluate it at full size on a bigger machine, or edit its sizes by hand")

@@ -95,10 +95,13 @@ def load_task_arg(spec: str, kernelbench: Path | None, scale: float | None = Non
         fail(f"cannot read {spec}: {exc.strerror or exc}")
     if scale is None or scale == 1:
         return task
+    from functools import partial
+
+    from cuda_agent.env.infra.task_child import estimate_footprint
     from cuda_agent.tasks.scale import scale_task
 
     try:
-        scaled = scale_task(task, scale, backend)
+        scaled = scale_task(task, scale, partial(estimate_footprint, backend=backend))
     except (TaskError, ValueError) as exc:
         fail(str(exc))
     if not quiet:

@@ -9,10 +9,12 @@ a task whose code exits, crashes or hangs there raises TaskError from these chec
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
 from cuda_agent.env.infra.memory import EvalMemory, evaluation_memory
-from cuda_agent.tasks.footprint import Footprint, estimate_footprint, human_bytes
+from cuda_agent.env.infra.task_child import estimate_footprint
+from cuda_agent.tasks.footprint import Footprint, human_bytes
 from cuda_agent.tasks.task import Task, TaskError
 
 LARGE_SHARE = 0.25                    # of a GPU: an evaluation this large waits for the last one's exit
@@ -107,7 +109,7 @@ def _why_no_scale(task: Task, backend: str, gpu: int | None) -> str:
     from cuda_agent.tasks.scale import scale_task
 
     try:
-        scale_task(task, TRY_SCALES[0], backend, gpu)
+        scale_task(task, TRY_SCALES[0], partial(estimate_footprint, backend=backend, gpu=gpu))
     except (TaskError, ValueError) as exc:
         return f"--scale cannot shrink it: {exc}"
     return f"not even --scale {TRY_SCALES[-1]:g} makes it fit"
@@ -120,7 +122,7 @@ def fitting_scale(task: Task, backend: str, trials: int, host: int | None,
 
     for factor in TRY_SCALES:
         try:
-            scaled = scale_task(task, factor, backend, gpu).task
+            scaled = scale_task(task, factor, partial(estimate_footprint, backend=backend, gpu=gpu)).task
             fp = estimate_footprint(scaled, backend, gpu)
         except (TaskError, ValueError):
             return None

@@ -69,6 +69,13 @@ def measured(kind: str, task: Task, backend: str | None = None, gpu: int | None 
     return value
 
 
+def estimate_footprint(task: Task, backend: str | None = None, gpu: int | None = None):
+    """Input, output and weight bytes of `task` (tasks/footprint.py's `Footprint`), or None when not
+    even its inputs can be measured; once per task code (the capacity check and the judge's memory
+    both ask for it). Raises TaskError when the task's code exits, crashes or does not finish."""
+    return measured("footprint", task, backend, gpu)
+
+
 def _keep(key, outcome: tuple) -> None:
     with _guard:
         _outcomes[key] = outcome

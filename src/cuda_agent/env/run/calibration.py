@@ -29,7 +29,7 @@ CAP_SLACK_MS = 0.1
 def calibration_layout(task, backend: str, staging: bool, gpu: int | None = None) -> dict | None:
     """The task's input layout for the calibrating calls: on the CPU backend with a staging file, where
     the task's inputs (measured on the meta device, in a child process) fit a slot; else None (no calibration)."""
-    from cuda_agent.tasks.footprint import estimate_footprint
+    from cuda_agent.env.infra.task_child import estimate_footprint
 
     if backend != "cpu" or not staging:
         return None

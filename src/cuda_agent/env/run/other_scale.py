@@ -12,9 +12,11 @@ second task's own failure (its reference) says nothing about the solution and pa
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import partial
 from typing import Callable
 
 from cuda_agent.env.config import EvalConfig
+from cuda_agent.env.infra.task_child import estimate_footprint
 from cuda_agent.env.rules import registry as rules
 from cuda_agent.env.run.worker_run import Failed
 from cuda_agent.tasks.scale import Scaled, scale_task
@@ -30,7 +32,7 @@ _SHAPE_FAILURES = {rules.CORRECTNESS.name, rules.CRASH.name, rules.NUMERICALLY_F
 def second_size(task: Task, backend: str | None = None, gpu: int | None = None) -> Scaled | None:
     """The task at its second size, or None where it has none."""
     try:
-        scaled = scale_task(task, FACTOR, backend, gpu)
+        scaled = scale_task(task, FACTOR, partial(estimate_footprint, backend=backend, gpu=gpu))
     except (TaskError, ValueError):
         return None
     return scaled if scaled.sizes else None

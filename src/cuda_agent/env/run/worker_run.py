@@ -30,7 +30,7 @@ from cuda_agent.tasks.task import Task
 def job_footprint(task: Task, backend: str | None = None, gpu: int | None = None) -> dict | None:
     """The task's one input set and one output in bytes (on the meta device in a child process, once per
     task), by which the judge sizes the memory it asks for in its set-up (reserve.py)."""
-    from cuda_agent.tasks.footprint import estimate_footprint
+    from cuda_agent.env.infra.task_child import estimate_footprint
 
     found = estimate_footprint(task, backend, gpu)
     return None if found is None else {"input_bytes": found.input_bytes, "output_bytes": found.output_bytes}
