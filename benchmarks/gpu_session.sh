@@ -87,12 +87,13 @@ for step in $STEPS; do
       for code in ${SYNTH_AB_ORDER:-old new}; do
         root=$PWD; [ "$code" = old ] && root=$PWD/.old
         run_dir=$(mktemp -d) && tar -xJf data/ops6k/build.tar.xz -C "$run_dir"
-        before=$(grep -c '"ok": true' "$run_dir/work/results.jsonl")
+        kept() { (cd "$run_dir" && grep -c '"ok": true' work/results.jsonl); }   # tasks kept in the state
+        before=$(kept)
         echo "== $code (tasks kept before: $before)" >> "$OUT/synth_ab.txt"
         PYTHONPATH="$root/src:$PYTHONPATH" timeout $(( ${SYNTH_AB_SECONDS:-150} + 90 )) python3 "$root/benchmarks/synth_gpu.py" \
           --num 6000 --out "$run_dir" --budget-seconds "${SYNTH_AB_SECONDS:-150}" --kernelbench .kb ${SYNTH_AB_ARGS:-} \
           >> "$OUT/synth_ab.txt" 2>&1
-        echo "kept this run: $(( $(grep -c '"ok": true' "$run_dir/work/results.jsonl") - before ))" >> "$OUT/synth_ab.txt"
+        echo "kept this run: $(( $(kept) - before ))" >> "$OUT/synth_ab.txt"
         [ "$code" = new ] && tar -cJf "$OUT/build.tar.xz" -C "$run_dir" --exclude='work/kernelbench_trees_*' .
       done
       grep -E "^== |candidates composed|^kept this run" "$OUT/synth_ab.txt" ;;
