@@ -4,9 +4,9 @@ PyTorch's `meta` device (tasks/footprint.py `measure_footprint`, env/measure/wor
 A task is trusted, but a broken one must cost an evaluation, never the harness: code that exits
 (`os._exit`, `sys.exit`), crashes (a segfault through ctypes) or never finishes would take the
 harness's process with it. So the harness never runs it itself: each measurement is a child forked
-from the judges' fork server (forkserver.py: torch already imported, and what a first forward on meta
-loads too, so a fork costs milliseconds; with `CUDA_AGENT_FORK_JUDGES=0`, or when the server cannot
-fork, a fresh interpreter). The child sees no GPU, reads the task from its stdin and writes its answer
+from the judges' fork server (forkserver.py: torch already imported, so a fork costs milliseconds; the
+CPU backend's server has also loaded what a first forward on meta loads; with
+`CUDA_AGENT_FORK_JUDGES=0`, or when the server cannot fork, a fresh interpreter). The child sees no GPU, reads the task from its stdin and writes its answer
 (plain data: the result dataclass's fields as JSON) to a file the harness reads once it has exited.
 An exit, a crash or TIMEOUT_S without an answer becomes a TaskError naming what happened; an
 exception the task raises is, as in the measurement itself, an estimate of what could be measured
