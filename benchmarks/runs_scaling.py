@@ -7,7 +7,8 @@ hand-written solutions) or the Ops-6K synthesis, each run afresh on the first N 
 
 baseline and bench do a fixed amount of work (the tasks; baseline with --force, so each run measures
 them all) and report tasks per second; one untimed run on every GPU first builds and caches what the
-timed runs would otherwise pay for once (extensions, torch.compile's caches). synth runs for a fixed
+timed runs would otherwise pay for once (extensions, torch.compile's caches; for synth a short run,
+`--prime-seconds`: Triton's own helpers are built at a machine's first compile). synth runs for a fixed
 time from the same saved state (the Ops-6K build's, so the catalog is ready) with 12 workers per GPU,
 and reports tasks kept per hour, over the whole run and after its start-up (its first filter result);
 `--keep DIR` keeps the largest count's state (an Ops-6K part). Each row: the rate, the ratio to one
@@ -136,12 +137,14 @@ def main() -> None:
                         help="synth: the saved state each run starts from")
     parser.add_argument("--keep", type=Path, default=None, help="synth: where to keep the largest count's state")
     parser.add_argument("--no-prime", dest="prime", action="store_false")
+    parser.add_argument("--prime-seconds", type=float, default=45.0, help="synth: the untimed first run's time")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     counts = [int(c) for c in args.counts.split(",")]
     root = Path(tempfile.mkdtemp(prefix=f"runs-scaling-{args.kind}-"))
-    if args.prime and args.kind != "synth":
-        primed = run_once(args.kind, max(counts), root / "prime", args)
+    if args.prime:
+        prime_args = argparse.Namespace(**{**vars(args), "seconds": args.prime_seconds})
+        primed = run_once(args.kind, max(counts), root / "prime", prime_args)
         print(f"primed on {max(counts)} GPU(s) in {primed['wall_s']} s (exit {primed['exit']}), not counted", flush=True)
     rows = []
     for count in counts:

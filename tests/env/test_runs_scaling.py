@@ -68,3 +68,21 @@ def test_a_synthesis_run_s_start_up_and_its_rate_after_it(runs):
     rows = runs.with_ratios([{"gpus": 1, "rate": 10.0, "steady_rate": 20.0},
                              {"gpus": 2, "rate": 18.0, "steady_rate": 38.0}])
     assert [r["steady_x_per_gpu"] for r in rows] == [1.0, 0.95]
+
+
+def test_a_synthesis_measurement_starts_after_an_untimed_short_run(runs, monkeypatch, tmp_path):
+    """A machine's first torch.compile builds Triton's own helpers: a short untimed run on every GPU
+    comes first, so the first count measured (one GPU) does not pay it alone."""
+    import sys
+
+    calls = []
+
+    def run_once(kind, count, out, args):
+        calls.append((out.name, count, args.seconds))
+        return {"kind": kind, "gpus": count, "wall_s": 1.0, "exit": 0, "tasks": 1, "rate": float(count)}
+
+    monkeypatch.setattr(runs, "run_once", run_once)
+    monkeypatch.setattr(sys, "argv", ["runs_scaling.py", "synth", "--counts", "1,2,4", "--seconds", "100",
+                                      "--prime-seconds", "30"])
+    runs.main()
+    assert calls == [("prime", 4, 30.0), ("run-1", 1, 100.0), ("run-2", 2, 100.0), ("run-4", 4, 100.0)]

@@ -230,3 +230,22 @@ def test_filter_workers_per_gpu_follow_the_pool(monkeypatch):
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
     assert sharing(SimpleNamespace(sharing=6), backend="cuda", ray_address="auto") == 6
     assert sharing() == 1   # cpu
+
+
+def test_filter_workers_share_the_host_s_cores_for_torch_compile():
+    """Each local filter worker's torch.compile builds get the host's cores over the workers (12 on
+    64 cores: 5 each; 48: 1), never inductor's default of up to 32 each; Ray's workers run elsewhere: 1."""
+    from types import SimpleNamespace
+
+    from cuda_agent.synth.pipeline import Pipeline
+
+    def env(cores, **kw):
+        config = SynthConfig(**{**FAST, "num": 1, "out": "unused", "backend": "cuda", **kw}).resolved()
+        return Pipeline._worker_env(SimpleNamespace(cfg=config), cores)
+
+    assert env(64, workers=12) == {"TORCHINDUCTOR_COMPILE_THREADS": "5"}
+    assert env(64, workers=48)["TORCHINDUCTOR_COMPILE_THREADS"] == "1"
+    assert env(64, workers=100)["TORCHINDUCTOR_COMPILE_THREADS"] == "1"
+    assert env(256, workers=2)["TORCHINDUCTOR_COMPILE_THREADS"] == "32"
+    assert env(64, workers=12, ray_address="auto")["TORCHINDUCTOR_COMPILE_THREADS"] == "1"
+    assert env(64, workers=12, backend="cpu") == {"OMP_NUM_THREADS": "1", "TORCHINDUCTOR_COMPILE_THREADS": "5"}

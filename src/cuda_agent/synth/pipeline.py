@@ -31,9 +31,7 @@ DEFAULT_MIX = {"1": 3.4, "2": 83.8, "3": 7.6, "4": 2.8, "5": 1.2, "transformers"
 CLASSES = ("1", "2", "3", "4", "5", "transformers")
 DEFAULT_WINDOW = {"cuda": (1.0, 100.0), "cpu": (0.1, 10.0)}
 DEFAULT_TIMEOUT = {"cuda": 600.0, "cpu": 300.0}
-# torch.compile's Triton builds in the filter worker itself: the workers are the parallelism, and by
-# default each would start a pool of compile processes as large as the host's cores (up to 32)
-COMPILE_IN_PROCESS = {"TORCHINDUCTOR_COMPILE_THREADS": "1"}
+MAX_COMPILE_THREADS = 32   # inductor's own cap on its pool of compile processes
 MAX_BUSY_TRIES = 3   # a candidate that found the GPU full this often is recorded as `device_busy`
 
 
@@ -354,8 +352,18 @@ class Pipeline:
 
         return max(1, -(-self.cfg.workers // max(1, torch.cuda.device_count())))
 
-    def _worker_env(self) -> dict:
-        return COMPILE_IN_PROCESS if self.cfg.backend == "cuda" else {"OMP_NUM_THREADS": "1", **COMPILE_IN_PROCESS}
+    def _worker_env(self, cores: int | None = None) -> dict:
+        """The filter workers' environment: torch.compile's Triton builds get the host's cores shared
+        among the workers (by default each worker would start a pool of compile processes as large as
+        the host's cores, up to 32: dozens of workers oversubscribe the host many times over). Under
+        Ray the workers' hosts are not this one: one compile thread each. CPU workers run one thread."""
+        if self.cfg.ray_address:
+            threads = 1
+        else:
+            cores = cores or len(os.sched_getaffinity(0))
+            threads = max(1, min(MAX_COMPILE_THREADS, cores // max(1, self.cfg.workers)))
+        env = {"TORCHINDUCTOR_COMPILE_THREADS": str(threads)}
+        return env if self.cfg.backend == "cuda" else {"OMP_NUM_THREADS": "1", **env}
 
     def _make_pool(self):
         if self.pool_factory is not None:
