@@ -238,33 +238,56 @@ class _FakeJudge:
         self.killed = True
 
 
-def test_a_judge_is_handed_out_only_once_its_last_candidate_has_exited():
+def test_a_judge_is_handed_out_only_once_its_last_candidate_has_exited(monkeypatch):
     """Until the last candidate's process is gone its kernels may write into memory of the judge's
-    that it mapped: before, `take` has no judge to give (the caller starts one) and nothing waits;
-    the judge stays idle and is handed out after that exit."""
+    that it mapped: before, `take` has no judge to give (the caller starts one) once its short wait is
+    over; the judge stays idle and is handed out after that exit."""
     import threading
     import types
 
     judges.discard_all()
+    monkeypatch.setattr(judges, "TAKE_WAIT_S", 0.2)
     lingering = types.SimpleNamespace(exited=threading.Event())
     judge = _FakeJudge()
     judges.give_back(judge, "cuda", 0, candidate=lingering)
     began = time.monotonic()
-    assert judges.take("cuda", 0) is None and time.monotonic() - began < 0.5
+    assert judges.take("cuda", 0) is None and 0.2 <= time.monotonic() - began < 1.0
     assert judges.idle("cuda", 0) == [judge] and not judge.killed
     lingering.exited.set()
     assert judges.take("cuda", 0) is judge and not judge.killed
     judges.discard_all()
 
 
-def test_a_judge_still_letting_go_of_its_job_is_not_waited_for():
-    """Its answer to NextJob (garbage collection, a second or more) not come yet: `take` hands out a
-    judge that has answered, or none, at once; the other stays idle and is handed out once it answers."""
+def test_an_evaluation_starting_as_the_last_ends_waits_briefly_for_its_judge(monkeypatch):
+    """Evaluations one after another (an agent's edit loop): the last one's candidate is still tearing
+    down its CUDA context when the next asks for a judge. `take` waits for it (up to TAKE_WAIT_S, less
+    than a judge's start) rather than start a second judge; with no judge idle it returns at once."""
+    import threading
+    import types
+
+    judges.discard_all()
+    monkeypatch.setattr(judges, "TAKE_WAIT_S", 5.0)
+    began = time.monotonic()
+    assert judges.take("cuda", 0) is None and time.monotonic() - began < 0.5   # none idle: no wait
+    tearing_down = types.SimpleNamespace(exited=threading.Event())
+    judge = _FakeJudge()
+    judges.give_back(judge, "cuda", 0, candidate=tearing_down)
+    threading.Timer(0.3, tearing_down.exited.set).start()
+    began = time.monotonic()
+    assert judges.take("cuda", 0) is judge and 0.3 <= time.monotonic() - began < 2.0
+    assert not judge.killed and judges.idle("cuda", 0) == []
+    judges.discard_all()
+
+
+def test_a_judge_still_letting_go_of_its_job_is_not_waited_for_past_the_bound(monkeypatch):
+    """Its answer to NextJob (garbage collection) not come within TAKE_WAIT_S: `take` hands out a
+    judge that has answered, or none; the other stays idle and is handed out once it answers."""
     import types
 
     from cuda_agent.env.workers.protocol import ChildTimeout
 
     judges.discard_all()
+    monkeypatch.setattr(judges, "TAKE_WAIT_S", 0.2)
     answers = []
 
     def receive(timeout):
@@ -276,7 +299,7 @@ def test_a_judge_still_letting_go_of_its_job_is_not_waited_for():
     slow.channel = types.SimpleNamespace(receive=receive, send=lambda message: None)
     judges.give_back(slow, "cuda", 0)
     began = time.monotonic()
-    assert judges.take("cuda", 0) is None and time.monotonic() - began < 0.5
+    assert judges.take("cuda", 0) is None and time.monotonic() - began < 1.0
     ready = _FakeJudge()
     judges.give_back(ready, "cuda", 0)
     assert judges.take("cuda", 0) is ready

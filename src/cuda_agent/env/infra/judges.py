@@ -10,7 +10,8 @@ lets go of everything of the last one (workers/judge.py's `_Judge.drop`) and get
 file anew over its own socket (workers/handover.py). A judge whose job did not end cleanly (the task
 failed, a timeout, a crash, an answer still due or one unexpected) is killed, as every judge was
 before; so is one over `IDLE_PER_GPU`, and every idle one at exit. A judge is handed out only once its
-last candidate's processes have exited (`take`). The CPU backend keeps fresh judges: its timing
+last candidate's processes have exited and it has let go of its last job (`take`, which waits a little
+for one that is about to be: cheaper than starting one). The CPU backend keeps fresh judges: its timing
 depends on the judge's heap (`BACKENDS`).
 """
 
@@ -33,6 +34,11 @@ ENV = "CUDA_AGENT_PERSISTENT_JUDGE"
 BACKENDS = {"cuda"}   # where the flag applies (tests add "cpu": the lifecycle is the same)
 IDLE_PER_GPU = 3      # idle judges kept per (backend, GPU); more are killed
 ANSWER_POLL_S = 0.005   # how long `take` looks for a judge's answer to NextJob
+# How long `take` waits for an idle judge to become ready (its candidate's CUDA context torn down, its
+# last job let go: a few tenths of a second) before the caller starts a judge (a second or more, and
+# one more of the few CUDA contexts a host makes a second).
+TAKE_WAIT_S = 1.0
+TAKE_POLL_S = 0.01
 
 
 @dataclass
@@ -104,19 +110,28 @@ def start(backend: str, gpu: int | None) -> Worker:
     return judge
 
 
-def take(backend: str, gpu: int | None) -> Worker | None:
+def take(backend: str, gpu: int | None, wait_s: float | None = None) -> Worker | None:
     """An idle judge of (backend, gpu) ready for a job, or None (the caller starts a judge): its last
-    candidate has exited and it has answered its NextJob, fit. Nothing waits: a judge not ready yet
-    stays idle for a later evaluation. Until that candidate's process is gone its kernels may still be
-    writing into memory it mapped of the judge's (the device slot), which the judge's next job could be
-    handed again; letting go of a job (garbage collection) takes the judge a fraction of a second."""
+    candidate has exited and it has answered its NextJob, fit. Until that candidate's process is gone
+    its kernels may still be writing into memory it mapped of the judge's (the device slot), which the
+    judge's next job could be handed again; letting go of a job (garbage collection) takes the judge a
+    fraction of a second. With idle judges none of which is ready yet (an evaluation that starts just as
+    the last one ended), it waits up to `wait_s` (TAKE_WAIT_S) for one; with none idle it returns at once."""
+    import time
+
+    deadline = time.monotonic() + (TAKE_WAIT_S if wait_s is None else wait_s)
     while True:
         with _lock:
             waiting = _idle.get((backend, gpu)) or []
             entry = next((entry for entry in waiting if entry.ready()), None)
-            if entry is None:
+            if entry is not None:
+                waiting.remove(entry)
+            finishing = bool(waiting)
+        if entry is None:
+            if not finishing or time.monotonic() >= deadline:
                 return None
-            waiting.remove(entry)
+            time.sleep(TAKE_POLL_S)
+            continue
         entry.close()
         if entry.fit:
             return entry.judge
