@@ -39,6 +39,7 @@ def test_timeout_and_crash_are_recorded_and_the_pool_survives():
         pool.shutdown()
     assert results["b"]["reason"] == "timeout" and not results["b"]["ok"]
     assert results["c"]["reason"] == "crashed" and not results["c"]["ok"]
+    assert results["c"]["detail"] == "the worker process died (killed by SIGABRT)"   # how, not a guess
     assert all(results[k]["ok"] for k in "ade")
     assert results["a"]["pid"] != os.getpid()          # ran in a worker process
 

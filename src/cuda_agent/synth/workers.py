@@ -28,6 +28,7 @@ class _Slot:
     future: cf.Future | None = None
     started: float = 0.0
     killed: bool = False
+    process: Any = None   # its multiprocessing.Process, whose exit code says how a crashed worker died
 
 
 def _failure(key, reason: str, detail: str) -> dict:
@@ -45,7 +46,7 @@ class ProcessPool:
         # another, 48 workers spent most of a short run starting
         executors = [self._executor(i) for i in range(max(1, workers))]
         started = [executor.submit(os.getpid) for executor in executors]
-        self.slots = [_Slot(executor, pid.result(timeout=300)) for executor, pid in zip(executors, started)]
+        self.slots = [_slot(executor, pid.result(timeout=300)) for executor, pid in zip(executors, started)]
 
     def _executor(self, index: int) -> cf.ProcessPoolExecutor:
         env = self.env_for_slot(index) if self.env_for_slot else {}
@@ -55,7 +56,7 @@ class ProcessPool:
     def _new_slot(self, index: int) -> _Slot:
         executor = self._executor(index)
         pid = executor.submit(os.getpid).result(timeout=300)   # starts the worker; we may kill it later
-        return _Slot(executor, pid)
+        return _slot(executor, pid)
 
     def free(self) -> int:
         return sum(1 for s in self.slots if s.future is None)
@@ -85,7 +86,7 @@ class ProcessPool:
                 result = future.result()
             except BrokenProcessPool:
                 result = (_failure(slot.key, "timeout", f"killed after {self.timeout_s:.0f} s") if slot.killed
-                          else _failure(slot.key, "crashed", "the worker process died (segfault, abort or OOM)"))
+                          else _failure(slot.key, "crashed", f"the worker process died ({_how_it_died(slot)})"))
                 self._replace(slot)
             except Exception as exc:  # noqa: BLE001 - e.g. a result that cannot be pickled
                 result = _failure(slot.key, "internal_error", f"{type(exc).__name__}: {exc}")
@@ -96,7 +97,7 @@ class ProcessPool:
     def _replace(self, slot: _Slot) -> None:
         slot.executor.shutdown(wait=False, cancel_futures=True)
         fresh = self._new_slot(self.slots.index(slot))
-        slot.executor, slot.pid = fresh.executor, fresh.pid
+        slot.executor, slot.pid, slot.process = fresh.executor, fresh.pid, fresh.process
 
     def shutdown(self) -> None:
         """Stop now: kill our worker processes (in-flight tasks are simply not recorded)."""
@@ -106,8 +107,32 @@ class ProcessPool:
             slot.executor.shutdown(wait=False, cancel_futures=True)
 
 
+def _slot(executor: cf.ProcessPoolExecutor, pid: int) -> _Slot:
+    # the executor's own record of its worker (not public API: without it a crash says less)
+    return _Slot(executor, pid, process=(getattr(executor, "_processes", None) or {}).get(pid))
+
+
+def _how_it_died(slot: _Slot) -> str:
+    """The crashed worker's signal or exit status, once the executor has reaped it."""
+    process = slot.process
+    if process is not None:
+        process.join(timeout=5)
+    code = getattr(process, "exitcode", None)
+    if code is None:
+        return "segfault, abort or OOM"
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}" + (": out of memory?" if code == -signal.SIGKILL else "")
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit status {code}"
+
+
 def _set_env(env: dict) -> None:
+    import faulthandler
+
     os.environ.update(env)
+    faulthandler.enable()   # a crash prints the worker's Python stack to the run's error output
 
 
 def _kill(pid: int) -> None:
