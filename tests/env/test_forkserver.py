@@ -90,3 +90,36 @@ def test_each_device_forks_its_judges_from_a_server_of_its_own(tmp_path):
         os.kill(servers[0].proc.pid, signal.SIGCONT)
         for worker in (first, *other):
             worker.kill()
+
+
+def test_a_judge_that_fails_before_its_main_says_why_in_its_log(tmp_path, monkeypatch):
+    """Its folder is gone when it is forked: os.chdir raises in the child, whose traceback is in its log."""
+    from cuda_agent.env.workers.protocol import ChildDied
+
+    real = forkserver.fork_worker
+    gone = tmp_path / "gone"
+    monkeypatch.setattr(forkserver, "fork_worker", lambda role, env, cwd, *args, **kwargs: real(role, env, gone, *args, **kwargs))
+    worker = start_worker("judge", tmp_path / "job", "cpu", None)
+    try:
+        with pytest.raises(ChildDied, match="exited with code 1"):
+            worker.wait_ready(30)
+        tail = worker.log_tail()
+        assert "FileNotFoundError" in tail and str(gone) in tail, tail
+    finally:
+        worker.kill()
+
+
+def test_a_child_that_fails_before_its_log_is_fd_2_writes_the_traceback_to_the_log(tmp_path):
+    """A descriptor of the server's that cannot be closed: the child fails before its dup2s."""
+    import sys
+    from pathlib import Path
+
+    log = tmp_path / "judge.log"
+    src = str(Path(forkserver.__file__).resolve().parents[3])
+    with open(log, "wb") as fh:
+        code = f"from cuda_agent.env.infra.forkserver import _become_worker; _become_worker({{}}, None, 0, 1, {fh.fileno()}, [1000])"
+        child = subprocess.run([sys.executable, "-c", code], pass_fds=(fh.fileno(),), env={**os.environ, "PYTHONPATH": src},
+                               stdin=subprocess.DEVNULL, capture_output=True, timeout=60)
+    assert child.returncode == 1
+    said = log.read_text()
+    assert "OSError" in said and "Bad file descriptor" in said, (said, child.stderr)

@@ -27,6 +27,7 @@ import socket
 import subprocess
 import sys
 import threading
+import traceback
 
 from cuda_agent.env.workers.protocol import HANDOVER_FD_ENV, STAGING_FD_ENV
 
@@ -97,7 +98,9 @@ def _serve(sock: socket.socket, warm: bool) -> None:
 def _become_worker(request: dict, sock: socket.socket | None, stdin_fd: int, protocol_fd: int, log_fd: int,
                    server_fds: list[int], staging_fd: int | None = None, last=None) -> None:
     """In the forked child: what `python -m cuda_agent.env.workers ROLE` would be. Never returns.
-    `last`: called just before the worker's main (the candidate zygote's seccomp filter)."""
+    `last`: called just before the worker's main (the candidate zygote's seccomp filter). An exception,
+    before or in that main, has its traceback written to the worker's log and exits with code 1."""
+    log = log_fd   # where a failure is said: the log's own descriptor, then fd 2 once it is the log
     try:
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGCHLD])
@@ -109,6 +112,7 @@ def _become_worker(request: dict, sock: socket.socket | None, stdin_fd: int, pro
         os.dup2(stdin_fd, 0)
         os.dup2(log_fd, 1)
         os.dup2(log_fd, 2)
+        log = 2
         os.close(stdin_fd)
         os.close(log_fd)
         sys.stdin = open(0, closefd=False)
@@ -131,8 +135,19 @@ def _become_worker(request: dict, sock: socket.socket | None, stdin_fd: int, pro
         from cuda_agent.env.workers.main import main as worker_main
 
         worker_main()
+    except BaseException:
+        _write_traceback(log)
     finally:
         os._exit(1)   # main() ends the process itself; anything else is a failure to start
+
+
+def _write_traceback(fd: int) -> None:
+    """The exception being handled, written to `fd` with its traceback: os._exit, which ends a
+    child that failed, skips the interpreter's own report of it."""
+    try:
+        os.write(fd, traceback.format_exc().encode(errors="replace"))
+    except OSError:   # nowhere left to say it
+        pass
 
 
 def main() -> None:

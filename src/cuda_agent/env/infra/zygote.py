@@ -155,9 +155,9 @@ def _candidate(request: dict, fds: list[int]) -> None:
     stdin_fd, protocol_fd, log_fd, _, hello_fd, *rest = fds
     staging_fd = rest[0] if rest else None
     try:
+        os.dup2(log_fd, 2)   # a failed set-up says why in the job's log
         from cuda_agent.env.infra.forkserver import _become_worker
         program = bytes.fromhex(request["seccomp"]) if request["seccomp"] else None
-        os.dup2(log_fd, 2)   # a failed set-up says why in the job's log
         _prctl(_PR_SET_DUMPABLE, 1)   # (the zygote's 0 is inherited) its /proc/self is its own: the harness reads it
         _private_mounts(request)
         _check(_libc.unshare(_NEWUSER), "unshare(CLONE_NEWUSER)")

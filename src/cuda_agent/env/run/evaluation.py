@@ -49,6 +49,7 @@ from cuda_agent.env.run.rounds import CallRounds
 from cuda_agent.env.run.schedule import (NULL_CALLS, Call, empty_calls, fresh_seed, judge_batch, shortened,
                                          timing_calls, verification_calls)
 from cuda_agent.env.run.scoring import note_intervals, paired_speedup, round_times, score
+from cuda_agent.env.run.start_retry import with_second_start
 from cuda_agent.env.run.serving import BuildServing, LinkRefused
 from cuda_agent.env.run.stored import StoredBaselines
 from cuda_agent.env.run.unscored import UnscoredTiming
@@ -78,28 +79,40 @@ def evaluate(task: Task, solution: Solution, config: EvalConfig | None = None, *
     `stop_after="compile"` only builds and imports the solution (in the sandboxed candidate process,
     no reference needed); `stop_after="verify"` skips timing. The agent's compile/verify commands.
     `progress(text)` is told what is happening as it starts (e.g. for a spinner on a terminal).
+    A worker that never became ready is started anew once, the evaluation from scratch (start_retry.py).
     """
     if stop_after not in (None, "compile", "verify"):
         raise ValueError("stop_after must be None, 'compile' or 'verify'")
+    config = config or EvalConfig()
+    say = progress or (lambda text: None)
+    return with_second_start(lambda fresh: _evaluate_once(task, solution, config, gpu, stop_after, say, fresh))
+
+
+def _evaluate_once(task: Task, solution: Solution, config: EvalConfig, gpu: int | None, stop_after: str | None,
+                   say: Callable[[str], None], fresh: bool) -> tuple[EvalResult, bool]:
+    """One evaluation from scratch, and whether it ended because a worker never became ready.
+    `fresh`: with workers started for it alone (no pre-started pair, no kept judge), none prepared
+    for the next evaluation."""
     from cuda_agent.env.infra import spares
 
-    config = config or EvalConfig()
     backend = config.resolved_backend()
     result = EvalResult(task=task.name, backend=backend, protocol=config.protocol)
     key = (backend, gpu, config.sandbox, str(config.cache_dir))
-    pair = spares.take(key) if config.prewarm else None
+    prewarm = config.prewarm and not fresh
+    pair = spares.take(key) if prewarm else None
     job_dir = pair.job_dir if pair else Path(tempfile.mkdtemp(prefix="cuda-agent-job-", dir=job_root()))
-    evaluation = _Evaluation(task, solution, config, backend, job_dir, gpu, result, stop_after,
-                             progress or (lambda text: None))
+    evaluation = _Evaluation(task, solution, config, backend, job_dir, gpu, result, stop_after, say, fresh)
     if pair:
         evaluation.judge, evaluation.candidate = pair.judge, pair.candidate
-    if config.prewarm:  # the next evaluation's workers start while this one runs
+    if prewarm:  # the next evaluation's workers start while this one runs
         spares.prepare(key, lambda folder: start_pair(config, backend, folder, gpu), job_root(), int(config.prewarm))
+    not_started = False
     try:
         evaluation.run()
     except Failed as failure:
         result.error = failure.error
         result.correct = False  # whatever passed before, a rejection at any phase stands
+        not_started = failure.not_started
     except TaskError as exc:   # the task's code where the harness had it run (its size: infra/task_child.py)
         result.error = EvalError("task", str(exc))
         result.correct = False
@@ -109,15 +122,16 @@ def evaluate(task: Task, solution: Solution, config: EvalConfig | None = None, *
         evaluation.shutdown()
         shutil.rmtree(job_dir, ignore_errors=True)
     score(result, partial=stop_after is not None)
-    return result
+    return result, not_started
 
 
 class _Evaluation(BuildServing, Calibration, CallRounds, StoredBaselines, Feedback, UnscoredTiming, WorkerRun):
     """One evaluation's phases in order (`run`); its parts are the classes it is made of."""
 
-    def __init__(self, task, solution, config, backend, job_dir, gpu, result, stop_after, say):
+    def __init__(self, task, solution, config, backend, job_dir, gpu, result, stop_after, say, fresh=False):
         super().__init__(task, config, backend, job_dir, gpu, result, say)
         self.solution, self.stop_after = solution, stop_after
+        self.fresh = fresh   # a judge of its own, never a kept one (`evaluate`'s second attempt)
         self.strict = config.protocol == "strict"
         self.index = 0
         self.seeds = [self.cfg.seed + i for i in range(config.num_correct_trials)]
@@ -151,7 +165,8 @@ class _Evaluation(BuildServing, Calibration, CallRounds, StoredBaselines, Feedba
         begun = time.perf_counter()
         if self.candidate is None:  # not handed a pre-started pair
             with pair_staging() as fd:
-                self.judge = pair_judge(self.config, self.backend, self.job_dir, self.gpu, fd) if need_judge else None
+                self.judge = (pair_judge(self.config, self.backend, self.job_dir, self.gpu, fd, persistent=not self.fresh)
+                              if need_judge else None)
                 self.candidate = self._start("candidate", fd)
         self.result.warnings += self.candidate.notes   # how it was started, when not as asked (zygote.py)
         if need_judge:   # the judge sets up (the task's model, its first run) while the candidate loads

@@ -37,11 +37,14 @@ def job_footprint(task: Task, backend: str | None = None, gpu: int | None = None
 
 
 class Failed(Exception):
-    """Ends an evaluation (or a baseline run) early with a structured error."""
+    """Ends an evaluation (or a baseline run) early with a structured error. `not_started`: a worker
+    never became ready, before any job was sent to it (`WorkerRun._wait_ready`): the harness's own
+    failure: the evaluation runs once more (start_retry.py)."""
 
-    def __init__(self, phase: str, message: str, rule: rules.Rule | str | None = None):
+    def __init__(self, phase: str, message: str, rule: rules.Rule | str | None = None, not_started: bool = False):
         super().__init__(message)
         self.error = EvalError(phase, message, rules.reported(rule))   # a worker's answer may name the rule
+        self.not_started = not_started
 
 
 def job_root() -> str | None:
@@ -68,12 +71,13 @@ def _start_worker(role: str, config: EvalConfig, backend: str, job_dir: Path, gp
     return start_worker(role, job_dir, backend, gpu, wrap, staging_fd)
 
 
-def pair_judge(config: EvalConfig, backend: str, job_dir: Path, gpu: int | None, staging_fd: int | None) -> Worker:
-    """An evaluation's judge: with CUDA_AGENT_PERSISTENT_JUDGE=1 (CUDA) an idle persistent one, or one
-    started to be kept (infra/judges.py); else a judge of its own, started now."""
+def pair_judge(config: EvalConfig, backend: str, job_dir: Path, gpu: int | None, staging_fd: int | None,
+               persistent: bool = True) -> Worker:
+    """An evaluation's judge: with CUDA_AGENT_PERSISTENT_JUDGE=1 (CUDA) and `persistent` an idle
+    persistent one, or one started to be kept (infra/judges.py); else a judge of its own, started now."""
     from cuda_agent.env.infra import judges
 
-    if judges.enabled(backend):
+    if persistent and judges.enabled(backend):
         return judges.judge_for(backend, gpu, staging_fd)
     return _start_worker("judge", config, backend, job_dir, gpu, staging_fd)
 
@@ -217,7 +221,8 @@ class WorkerRun:
         try:
             worker.wait_ready()
         except (ChildDied, ChildTimeout) as exc:
-            raise Failed("internal", f"could not start the {worker.role} worker: {exc}\n{worker.log_tail()}")
+            raise Failed("internal", f"could not start the {worker.role} worker: {exc}\n{worker.log_tail()}",
+                         not_started=True) from None
         if self.trace is not None:   # how long the worker took to start (a spare's head start is beside it)
             for step, seconds in worker.startup.items():
                 self.trace[f"startup.{worker.role}.{step}"] = seconds
