@@ -100,3 +100,14 @@ def test_without_forked_judges_the_task_is_measured_in_a_fresh_interpreter(monke
     monkeypatch.setenv("CUDA_AGENT_FORK_JUDGES", "0")
     with pytest.raises(TaskError, match="^the task's code exited with status 4 while its size was measured$"):
         estimate_footprint(broken("get_inputs", "import os; os._exit(4)"))
+
+
+def test_every_kind_measures_the_fork_servers_warm_up_task():
+    """The CPU server's warm-up runs each kind on a small trusted task and ignores what fails: each kind
+    must measure it (a kind that failed there would pay its first forward on meta in every child)."""
+    from cuda_agent.env.workers.measure import _WARM_UP, KINDS, _measure
+    from cuda_agent.tasks.shapes import ShapeCheck
+
+    measured = {kind: _measure(kind)(Task("warm-up", _WARM_UP)) for kind in KINDS}
+    assert None not in measured.values(), measured
+    assert measured["shape"] == ShapeCheck(error=None, returns_tensor=True)

@@ -3,6 +3,7 @@ through the same client as the agent's, no model)."""
 
 from __future__ import annotations
 
+import os
 import random
 
 import pytest
@@ -97,3 +98,55 @@ def test_helpers():
     assert uses("import torch.nn.functional as F\nF.gelu(x)", "F.gelu")
     assert uses("torch.nn.functional.gelu(x)", "F.gelu")
     assert not uses("F.relu(x)", "F.gelu")
+
+
+# -- the shape check runs the model's code in a child process, never in the synthesis process ----------
+
+
+def recording(reply: str, record, line: str = "") -> str:
+    """`reply` whose program first appends the pid of the process running it to `record`, then runs `line`."""
+    first = f"import os; open({str(record)!r}, 'a').write(f'{{os.getpid()}}\\n')\n{line}\n"
+    return reply.replace("```python\n", "```python\n" + first, 1)
+
+
+def ran_in(record) -> list[str]:
+    return record.read_text().split() if record.exists() else []
+
+
+@pytest.mark.parametrize("line, change, message", [
+    ("os._exit(3)", None, r"^shape check failed: the task's code exited with status 3 while its shapes were checked$"),
+    ("import ctypes; ctypes.string_at(0)", None,
+     r"^shape check failed: the task's code crashed \(SIGSEGV\) while its shapes were checked \(in <module>, line 2\)"),
+    ("", ("return F.gelu(self.conv(x))", "return (F.gelu(self.conv(x)).shape[0], 'not a tensor')"),
+     r"^forward does not return a tensor$"),
+    ("", ("return F.gelu(self.conv(x))", "y = F.gelu(self.conv(x))\n        return ()"),
+     r"^forward does not return a tensor$"),
+], ids=["exits", "segfaults", "returns-a-tuple-of-non-tensors", "returns-an-empty-tuple"])
+def test_a_candidate_that_exits_crashes_or_returns_no_tensor_is_dropped_and_synthesis_goes_on(
+        catalog, tmp_path, line, change, message):
+    record = tmp_path / "pids"
+    reply = recording(GOOD if change is None else GOOD.replace(*change), record, line)
+    with ScriptedChatServer([say(reply)]) as server, pytest.raises(ComposeError, match=message):
+        composer(catalog, server).compose(2, random.Random(0))
+    assert len(ran_in(record)) == 1 and str(os.getpid()) not in ran_in(record)
+
+
+def test_a_good_candidate_is_checked_in_one_child_per_distinct_code(catalog, tmp_path):
+    record = tmp_path / "pids"
+    reply = recording(GOOD, record)
+    with ScriptedChatServer([say(reply), say(reply)]) as server:
+        c = composer(catalog, server)
+        first, _ = c.compose(2, random.Random(0))
+        second, _ = c.compose(2, random.Random(0))
+    assert first == second and "class Model" in first
+    assert len(ran_in(record)) == 1 and str(os.getpid()) not in ran_in(record)   # checked once, elsewhere
+
+
+def test_a_candidate_that_never_finishes_is_dropped_after_the_shape_checks_limit(catalog, tmp_path, monkeypatch):
+    from cuda_agent.env.infra import task_child
+
+    monkeypatch.setitem(task_child.KIND_TIMEOUT_S, "shape", 0.5)
+    reply = GOOD.replace("return F.gelu(self.conv(x))", "while True: pass\n        return F.gelu(self.conv(x))")
+    with ScriptedChatServer([say(reply)]) as server, pytest.raises(
+            ComposeError, match=r"^shape check failed: the task's code did not finish within 0.5 s while its shapes"):
+        composer(catalog, server).compose(2, random.Random(0))

@@ -4,9 +4,9 @@ The rule-based composer (`compose.py`) is the default and needs no model. This o
 operators (same family weights) and asks a model to chain them into a KernelBench-style program,
 the way the published dataset was made. Whatever comes back is held to the same bar: it must
 parse, define Model/get_inputs/get_init_inputs and a top-level `batch_size`, use every operator it
-was given, and pass a shape check on meta tensors; otherwise the candidate is dropped
-(`compose_failed`). The model is called through `cuda_agent.llm`'s client (`openai` is imported
-only when this composer is used).
+was given, and pass a shape check on meta tensors, run in a child process (the model's code never
+runs in the synthesis's); otherwise the candidate is dropped (`compose_failed`). The model is called
+through `cuda_agent.llm`'s client (`openai` is imported only when this composer is used).
 """
 
 from __future__ import annotations
@@ -15,14 +15,12 @@ import ast
 import os
 import random
 import re
-import warnings
 
-import torch
-
+from cuda_agent.env.infra.task_child import measured
 from cuda_agent.llm import ChatClient, make_client
 from cuda_agent.synth.catalog import Catalog
 from cuda_agent.synth.compose import FIRST_FAMILY_WEIGHTS, NEXT_FAMILY_WEIGHTS, ComposeError, _pick_op
-from cuda_agent.tasks import Task, TaskError, load_task_module
+from cuda_agent.tasks import Task, TaskError
 from cuda_agent.tasks.parsing import parse
 
 SYSTEM = """You write small PyTorch programs in the KernelBench format. Reply with one Python code block.
@@ -58,19 +56,18 @@ def uses(code: str, name: str) -> bool:
     return False
 
 
-def meta_shape_check(code: str) -> None:
-    """Build the model and run forward on meta tensors (no real compute); raise ComposeError."""
+def meta_shape_check(task: Task) -> None:
+    """Build the model and run forward on meta tensors (no real compute) in a child process
+    (tasks/shapes.py through env/infra/task_child.py, once per code): the model's code never runs in
+    the synthesis's process, so one that exits, crashes or hangs costs its candidate only. Raises
+    ComposeError."""
     try:
-        with warnings.catch_warnings(), torch.device("meta"):
-            warnings.simplefilter("ignore")
-            module = load_task_module(code, "cuda_agent_synth_llm_check")
-            model = module.Model(*module.get_init_inputs())
-            out = model(*module.get_inputs())
-    except Exception as exc:  # noqa: BLE001
-        raise ComposeError(f"shape check failed: {type(exc).__name__}: {str(exc)[:200]}") from None
-    if isinstance(out, (tuple, list)):
-        out = out[0]
-    if not isinstance(out, torch.Tensor):
+        checked = measured("shape", task, backend="cpu")   # the CPU backend's fork server: no GPU, warmed
+    except TaskError as exc:   # it exited, crashed or did not finish
+        raise ComposeError(f"shape check failed: {exc}") from None
+    if checked.error is not None:
+        raise ComposeError(f"shape check failed: {checked.error}")
+    if not checked.returns_tensor:
         raise ComposeError("forward does not return a tensor")
 
 
@@ -118,8 +115,9 @@ class LLMComposer:
         except Exception as exc:  # noqa: BLE001 - network, quota, server errors (ClientError), a local model's
             raise ComposeError(f"LLM call failed: {type(exc).__name__}: {exc}") from None
         code = extract_code(text)
+        task = Task("llm", code)
         try:
-            Task("llm", code).check_syntax()
+            task.check_syntax()
         except (TaskError, SyntaxError) as exc:
             raise ComposeError(str(exc)) from None
         if not re.search(r"^batch_size\s*=\s*\d+\s*$", code, re.M):
@@ -127,5 +125,5 @@ class LLMComposer:
         missing = [op for op in ops if not uses(code, op)]
         if missing:
             raise ComposeError(f"does not use {', '.join(missing)}")
-        meta_shape_check(code)
+        meta_shape_check(task)
         return code, ops

@@ -1,5 +1,6 @@
 """The task's own code, run for the harness in a process of its own: its size and its work, measured on
-PyTorch's `meta` device (tasks/footprint.py `measure_footprint`, env/measure/work.py `measure_work`).
+PyTorch's `meta` device (tasks/footprint.py `measure_footprint`, env/measure/work.py `measure_work`),
+and for the synthesis a composed candidate's shape check (tasks/shapes.py `check_shapes`).
 
 A task is trusted, but a broken one must cost an evaluation, never the harness: code that exits
 (`os._exit`, `sys.exit`), crashes (a segfault through ctypes) or never finishes would take the
@@ -8,9 +9,9 @@ from the judges' fork server (forkserver.py: torch already imported, so a fork c
 CPU backend's server has also loaded what a first forward on meta loads; with
 `CUDA_AGENT_FORK_JUDGES=0`, or when the server cannot fork, a fresh interpreter). The child sees no GPU, reads the task from its stdin and writes its answer
 (plain data: the result dataclass's fields as JSON) to a file the harness reads once it has exited.
-An exit, a crash or TIMEOUT_S without an answer becomes a TaskError naming what happened; an
-exception the task raises is, as in the measurement itself, an estimate of what could be measured
-(or None).
+An exit, a crash or TIMEOUT_S (KIND_TIMEOUT_S for a kind with a limit of its own) without an answer
+becomes a TaskError naming what happened; an exception the task raises is, as in the measurement
+itself, an estimate of what could be measured (or None), or for the shape check its answer.
 
 Each outcome, a TaskError's message included (but not a SIGKILL from outside), is kept per task code:
 the measurement depends on the source alone, so the first evaluation of a task pays one fork and later
@@ -38,7 +39,10 @@ from cuda_agent.tasks.task import Task, TaskError
 
 TIMEOUT_S = 120.0      # a recurrent model's forward takes seconds on meta (KernelBench's LSTMs and GRUs)
 CACHE_SIZE = 512       # outcomes kept, each kind's together
-WORDS = {"footprint": "its size was measured", "work": "its work was measured"}   # KINDS, in words
+# a synthesised candidate's shape check waits less: the synthesis composes one candidate at a time
+KIND_TIMEOUT_S = {"shape": 30.0}
+WORDS = {"footprint": "its size was measured", "work": "its work was measured",   # KINDS, in words
+         "shape": "its shapes were checked"}
 
 _outcomes: OrderedDict = OrderedDict()   # (kind, code) -> (value, error message)
 _guard = threading.Lock()
@@ -95,6 +99,7 @@ def _in_child(kind: str, task: Task, backend: str | None, gpu: int | None) -> tu
     """((value, error message), whether to keep it): a child killed from outside (SIGKILL: the OOM
     killer, or its fork server gone) says nothing certain about the task, and is asked again next time."""
     words, (module, _, cls) = WORDS[kind], KINDS[kind]
+    timeout = KIND_TIMEOUT_S.get(kind, TIMEOUT_S)
     request = json.dumps({"kind": kind, "name": task.name, "code": task.code, "origin": task.origin}).encode()
     with tempfile.TemporaryFile() as answer, tempfile.TemporaryFile() as log:
         proc = _start(backend, gpu, answer.fileno(), log.fileno())
@@ -104,10 +109,10 @@ def _in_child(kind: str, task: Task, backend: str | None, gpu: int | None) -> tu
         except OSError:   # it ended before reading: its status says how
             pass
         try:
-            status = proc.wait(TIMEOUT_S)
+            status = proc.wait(timeout)
         except subprocess.TimeoutExpired:
             _kill(proc)
-            return (None, f"the task's code did not finish within {TIMEOUT_S:g} s while {words}"), True
+            return (None, f"the task's code did not finish within {timeout:g} s while {words}"), True
         answer.seek(0)
         text = answer.read()
         log.seek(0, os.SEEK_END)

@@ -24,6 +24,7 @@ ROLE = "measure"
 KINDS = {
     "footprint": ("cuda_agent.tasks.footprint", "measure_footprint", "Footprint"),
     "work": ("cuda_agent.env.measure.work", "measure_work", "Work"),
+    "shape": ("cuda_agent.tasks.shapes", "check_shapes", "ShapeCheck"),   # a synthesised candidate's
 }
 
 _WARM_UP = """
@@ -52,8 +53,9 @@ def _measure(kind: str):
 
 
 def warm_up() -> None:
-    """In the fork server, once: a small task measured, so that what PyTorch loads at its first forward
-    on meta (sympy, dynamo) is loaded once there, not again in every child."""
+    """In the fork server, once: a small task measured by every kind (each only runs it on meta and
+    returns its result), so that what PyTorch loads at its first forward on meta (sympy, dynamo) is
+    loaded once there, not again in every child."""
     for kind in KINDS:
         try:
             _measure(kind)(Task("warm-up", _WARM_UP))
