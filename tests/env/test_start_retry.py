@@ -54,6 +54,33 @@ def test_a_worker_that_did_not_start_is_started_anew_and_the_evaluation_goes_on(
                for w in result.warnings), result.warnings
 
 
+def test_a_kept_judge_that_dies_before_its_staging_file_reaches_it_is_started_anew(cache_dir, monkeypatch, started):
+    """With kept judges, a judge started for the evaluation gets its staging file over its socket
+    before it is waited for: one that died at once makes that hand-over fail (OSError), the same
+    failure to start as a silent worker's."""
+    monkeypatch.setenv(judges.ENV, "1")
+    monkeypatch.setattr(judges, "BACKENDS", {"cuda", "cpu"})
+    judges.discard_all()
+    real_hand = judges.hand_staging
+    handed: list[int] = []
+
+    def hand_staging(sock, fd):
+        handed.append(fd)
+        if len(handed) == 1:
+            raise BrokenPipeError(32, "Broken pipe")
+        return real_hand(sock, fd)
+
+    monkeypatch.setattr(judges, "hand_staging", hand_staging)
+    try:
+        result = evaluate(example_task(), cpu_workspace(), cpu_config(cache_dir, baselines=False), stop_after="verify")
+    finally:
+        judges.discard_all()
+    assert result.error is None, result.error
+    assert result.correct and len(handed) == 1   # the second attempt's judge is not a kept one
+    assert any("could not start the judge worker: [Errno 32] Broken pipe" in w and "run again" in w
+               for w in result.warnings), result.warnings
+
+
 def test_a_worker_that_never_starts_fails_once_after_two_attempts(cache_dir, tmp_path, monkeypatch, started):
     """Every judge's folder is gone when it is forked: its chdir fails, each attempt alike."""
     monkeypatch.delenv(judges.ENV, raising=False)

@@ -38,8 +38,8 @@ def job_footprint(task: Task, backend: str | None = None, gpu: int | None = None
 
 class Failed(Exception):
     """Ends an evaluation (or a baseline run) early with a structured error. `not_started`: a worker
-    never became ready, before any job was sent to it (`WorkerRun._wait_ready`): the harness's own
-    failure: the evaluation runs once more (start_retry.py)."""
+    never became ready, before any job was sent to it (`WorkerRun._wait_ready`; a kept judge's start,
+    `pair_judge`): the harness's own failure: the evaluation runs once more (start_retry.py)."""
 
     def __init__(self, phase: str, message: str, rule: rules.Rule | str | None = None, not_started: bool = False):
         super().__init__(message)
@@ -78,7 +78,10 @@ def pair_judge(config: EvalConfig, backend: str, job_dir: Path, gpu: int | None,
     from cuda_agent.env.infra import judges
 
     if persistent and judges.enabled(backend):
-        return judges.judge_for(backend, gpu, staging_fd)
+        try:
+            return judges.judge_for(backend, gpu, staging_fd)
+        except OSError as exc:   # a judge that died as it started, before its staging file reached it
+            raise Failed("internal", f"could not start the judge worker: {exc}", not_started=True) from None
     return _start_worker("judge", config, backend, job_dir, gpu, staging_fd)
 
 
