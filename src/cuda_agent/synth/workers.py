@@ -114,10 +114,12 @@ def _slot(executor: cf.ProcessPoolExecutor, pid: int) -> _Slot:
 
 def _how_it_died(slot: _Slot) -> str:
     """The crashed worker's signal or exit status, once the executor has reaped it."""
-    process = slot.process
-    if process is not None:
-        process.join(timeout=5)
-    code = getattr(process, "exitcode", None)
+    process, code = slot.process, None
+    deadline = time.monotonic() + 5.0
+    # the executor's own thread reaps it too: the one of two waits that loses sees no status, so look
+    # again until that thread has recorded it
+    while process is not None and (code := process.exitcode) is None and time.monotonic() < deadline:
+        time.sleep(0.01)
     if code is None:
         return "segfault, abort or OOM"
     if code < 0:
