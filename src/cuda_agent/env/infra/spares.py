@@ -35,7 +35,6 @@ class WorkerPair:
 
 _spares: dict[tuple, list[WorkerPair]] = {}
 _lock = threading.Lock()
-_closing = False   # set at exit: a pair a background `prepare` finishes starting then is discarded
 
 
 def take(key: tuple) -> WorkerPair | None:
@@ -65,36 +64,18 @@ def prepare(key: tuple, start: Callable[[Path], WorkerPair], job_root: str | Non
             return
         with _lock:
             waiting = _spares.setdefault(key, [])
-            surplus = _closing or len(waiting) >= count
+            surplus = len(waiting) >= count
             if not surplus:
                 waiting.append(pair)
-        if surplus:  # another thread filled the slot meanwhile, or the process is exiting
+        if surplus:  # another thread filled the slot meanwhile
             pair.discard()
             return
 
 
-def prepare_in_background(key: tuple, start: Callable[[Path], WorkerPair], job_root: str | None,
-                          count: int = 1) -> threading.Thread:
-    """`prepare` in a thread of its own, for a caller whose pair start may wait (with kept judges,
-    `judges.take` waits a little for an idle judge that is finishing): it goes on at once."""
-    thread = threading.Thread(target=prepare, args=(key, start, job_root, count), name="spares-prepare", daemon=True)
-    thread.start()
-    return thread
-
-
+@atexit.register
 def discard_all() -> None:
     with _lock:
         pairs = [pair for waiting in _spares.values() for pair in waiting]
         _spares.clear()
     for pair in pairs:
         pair.discard()
-
-
-@atexit.register
-def _at_exit() -> None:
-    """No spare outlives the process: the waiting ones killed, and any a background `prepare` finishes
-    starting later."""
-    global _closing
-    with _lock:
-        _closing = True
-    discard_all()

@@ -93,7 +93,7 @@ def _evaluate_once(task: Task, solution: Solution, config: EvalConfig, gpu: int 
     """One evaluation from scratch, and whether it ended because a worker never became ready.
     `fresh`: with workers started for it alone (no pre-started pair, no kept judge), none prepared
     for the next evaluation."""
-    from cuda_agent.env.infra import judges, spares
+    from cuda_agent.env.infra import spares
 
     backend = config.resolved_backend()
     result = EvalResult(task=task.name, backend=backend, protocol=config.protocol)
@@ -104,9 +104,8 @@ def _evaluate_once(task: Task, solution: Solution, config: EvalConfig, gpu: int 
     evaluation = _Evaluation(task, solution, config, backend, job_dir, gpu, result, stop_after, say, fresh)
     if pair:
         evaluation.judge, evaluation.candidate = pair.judge, pair.candidate
-    if prewarm:  # the next evaluation's workers start while this one runs (a kept judge's may wait: in a thread)
-        prepare = spares.prepare_in_background if judges.enabled(backend) else spares.prepare
-        prepare(key, lambda folder: start_pair(config, backend, folder, gpu), job_root(), int(config.prewarm))
+    if prewarm:  # the next evaluation's workers start while this one runs
+        spares.prepare(key, lambda folder: start_pair(config, backend, folder, gpu), job_root(), int(config.prewarm))
     not_started = False
     try:
         evaluation.run()
