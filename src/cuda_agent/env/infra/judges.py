@@ -110,16 +110,16 @@ def start(backend: str, gpu: int | None) -> Worker:
     return judge
 
 
-def take(backend: str, gpu: int | None, wait_s: float | None = None) -> Worker | None:
+def take(backend: str, gpu: int | None) -> Worker | None:
     """An idle judge of (backend, gpu) ready for a job, or None (the caller starts a judge): its last
     candidate has exited and it has answered its NextJob, fit. Until that candidate's process is gone
     its kernels may still be writing into memory it mapped of the judge's (the device slot), which the
     judge's next job could be handed again; letting go of a job (garbage collection) takes the judge a
     fraction of a second. With idle judges none of which is ready yet (an evaluation that starts just as
-    the last one ended), it waits up to `wait_s` (TAKE_WAIT_S) for one; with none idle it returns at once."""
+    the last one ended), it waits up to TAKE_WAIT_S for one; with none idle it returns at once."""
     import time
 
-    deadline = time.monotonic() + (TAKE_WAIT_S if wait_s is None else wait_s)
+    deadline = time.monotonic() + TAKE_WAIT_S
     while True:
         with _lock:
             waiting = _idle.get((backend, gpu)) or []
