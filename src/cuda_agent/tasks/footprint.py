@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import itertools
 import sys
-import types
 from dataclasses import dataclass, field
 
 from cuda_agent.tasks.layout import value_layout
-from cuda_agent.tasks.task import Task
+from cuda_agent.tasks.task import Task, load_task_module
 
 _counter = itertools.count()
 
@@ -54,12 +53,10 @@ def measure_footprint(task: Task) -> Footprint | None:
     import torch
 
     name = f"_cuda_agent_footprint_{next(_counter)}"
-    module = types.ModuleType(name)
-    sys.modules[name] = module          # dataclasses and the like look their module up by name
     try:
         with torch.device("meta"):
             try:
-                exec(compile(task.code, task.origin or task.name, "exec"), module.__dict__)
+                module = load_task_module(task.code, name, task.origin or task.name)
                 inputs = module.get_inputs()
                 init = module.get_init_inputs()
             except Exception:

@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import itertools
 import sys
-import types
 import warnings
 from dataclasses import dataclass
 
-from cuda_agent.tasks.task import Task
+from cuda_agent.tasks.task import Task, load_task_module
 
 _counter = itertools.count()
 
@@ -29,12 +28,10 @@ def check_shapes(task: Task) -> ShapeCheck:
     import torch
 
     name = f"_cuda_agent_shapes_{next(_counter)}"
-    module = types.ModuleType(name)
-    sys.modules[name] = module          # dataclasses and the like look their module up by name
     try:
         with warnings.catch_warnings(), torch.device("meta"):
             warnings.simplefilter("ignore")   # a warning's text would be the child's last output
-            exec(compile(task.code, task.origin or task.name, "exec"), module.__dict__)
+            module = load_task_module(task.code, name, task.origin or task.name)
             model = module.Model(*module.get_init_inputs())
             out = model(*module.get_inputs())
     except Exception as exc:  # noqa: BLE001 - any failure of the program is the check's answer

@@ -14,10 +14,9 @@ from __future__ import annotations
 
 import itertools
 import sys
-import types
 from dataclasses import dataclass
 
-from cuda_agent.tasks.task import Task
+from cuda_agent.tasks.task import Task, load_task_module
 
 _counter = itertools.count()
 
@@ -59,11 +58,9 @@ def measure_work(task: Task) -> Work | None:
     from cuda_agent.env.rules.verify import tensors_in
 
     name = f"_cuda_agent_work_{next(_counter)}"
-    module = types.ModuleType(name)
-    sys.modules[name] = module          # dataclasses and the like look their module up by name
     try:
         with torch.device("meta"):
-            exec(compile(task.code, task.origin or task.name, "exec"), module.__dict__)
+            module = load_task_module(task.code, name, task.origin or task.name)
             inputs = module.get_inputs()
             model = module.Model(*module.get_init_inputs())
             counter = FlopCounterMode(display=False)
