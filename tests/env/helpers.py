@@ -58,8 +58,8 @@ def cpu_config(cache_dir: Path, **overrides) -> EvalConfig:
 
 def wait_for_kept_judges(timeout: float = 30.0) -> None:
     """Until every idle persistent judge is ready (its last candidate exited, its job let go): an
-    evaluation that starts sooner starts a judge of its own rather than wait (infra/judges.take), so a
-    test that follows one judge over several evaluations waits here first."""
+    evaluation that starts sooner waits at most `judges.TAKE_WAIT_S` and then starts a judge of its own
+    (infra/judges.take), so a test that follows one judge over several evaluations waits here first."""
     import time
 
     from cuda_agent.env.infra import judges
