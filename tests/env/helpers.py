@@ -48,6 +48,12 @@ for (int64_t r = 0; r < rows; ++r)
     }
 """
 
+WRONG_BODY = """
+for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c)
+        out[r * cols + c] = x[r * cols + c] + bias[c];
+"""   # no ReLU: wrong wherever x + bias < 0
+
 
 def cpu_config(cache_dir: Path, **overrides) -> EvalConfig:
     settings = dict(backend="cpu", cache_dir=cache_dir, compile_baseline=False, warmup=2, iters=5,

@@ -11,13 +11,8 @@ import pytest
 from cuda_agent.env import evaluate
 from cuda_agent.env.infra import judges
 from cuda_agent.tasks import Task
-from tests.env.helpers import EXAMPLES, cpu_config, cpu_workspace, example_task, kernel, wait_for_kept_judges
-
-WRONG_BODY = """
-for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c)
-        out[r * cols + c] = x[r * cols + c] + bias[c];
-"""   # no ReLU: wrong wherever x + bias < 0
+from tests.env.helpers import (EXAMPLES, WRONG_BODY, cpu_config, cpu_workspace, example_task, kernel,
+                               wait_for_kept_judges)
 
 
 @pytest.fixture
@@ -343,10 +338,9 @@ def test_a_judge_whose_last_candidate_is_gone_is_taken_before_an_older_one_still
 
 
 def test_a_pool_reuses_kept_judges_over_many_evaluations(cache_dir, persistent, monkeypatch):
-    """As a pool runs at scale (evaluations in flight, spare pairs started ahead): honest and wrong
-    solutions get a fresh judge's verdicts, and once the first pairs have started (the spares, a burst
-    no judge could be kept for yet), kept judges serve the later evaluations' pairs: with fresh judges
-    each of those would start one."""
+    """As a pool runs at scale (evaluations in flight, spares started ahead: candidates alone): honest
+    and wrong solutions get a fresh judge's verdicts, and kept judges serve the later evaluations: with
+    fresh judges each of those would start one."""
     import asyncio
 
     from cuda_agent.env import EvalPool

@@ -54,6 +54,46 @@ def test_a_worker_that_did_not_start_is_started_anew_and_the_evaluation_goes_on(
                for w in result.warnings), result.warnings
 
 
+def test_with_kept_judges_the_judge_a_spare_s_evaluation_takes_that_did_not_start_is_started_anew(
+        cache_dir, monkeypatch, started):
+    """With kept judges a spare is a candidate alone: the evaluation that takes it asks for its judge
+    when its job starts (here none idle: one started), and that judge's failure to start has the
+    evaluation run again with workers of its own."""
+    monkeypatch.setenv(judges.ENV, "1")
+    monkeypatch.setattr(judges, "BACKENDS", {"cuda", "cpu"})
+    judges.discard_all()
+    spares.discard_all()
+    config = cpu_config(cache_dir, baselines=False, prewarm=1)
+    key = ("cpu", None, config.sandbox, str(config.cache_dir))
+    spares.prepare(key, lambda folder: worker_run.start_spare(config, "cpu", folder, None), None)
+    [spare] = spares.waiting(key)
+    events: list[str] = []
+    real_take, real_judge_for, real_wait_ready = spares.take, judges.judge_for, Worker.wait_ready
+    monkeypatch.setattr(spares, "take", lambda key: events.append("spare taken") or real_take(key))
+    monkeypatch.setattr(spares, "prepare", lambda *args: events.append("spare asked for"))
+    monkeypatch.setattr(judges, "judge_for", lambda *args: events.append("judge taken") or real_judge_for(*args))
+
+    def wait_ready(worker, *args):
+        if worker.role == "judge" and "judge failed" not in events:
+            events.append("judge failed")
+            raise ChildDied("worker exited with code 1")
+        return real_wait_ready(worker, *args)
+
+    monkeypatch.setattr(Worker, "wait_ready", wait_ready)
+    try:
+        result = evaluate(example_task(), cpu_workspace(), config, stop_after="verify")
+    finally:
+        spares.discard_all()
+        judges.discard_all()
+    assert result.error is None, result.error
+    assert result.correct and result.max_abs_error == [0.0] * 8
+    assert events == ["spare taken", "spare asked for", "judge taken", "judge failed"]   # the second attempt: none
+    assert spare.judge is None and spare.candidate.proc.wait(10) is not None   # it served the first attempt
+    assert started == ["candidate", "judge", "candidate"]   # the spare's; the second attempt's (fresh judge)
+    assert any("could not start the judge worker: worker exited with code 1" in w and "run again" in w
+               for w in result.warnings), result.warnings
+
+
 def test_a_kept_judge_that_dies_before_its_staging_file_reaches_it_is_started_anew(cache_dir, monkeypatch, started):
     """With kept judges, a judge started for the evaluation gets its staging file over its socket
     before it is waited for: one that died at once makes that hand-over fail (OSError), the same

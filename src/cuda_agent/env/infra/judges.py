@@ -1,9 +1,11 @@
 """Persistent judges: one judge process serves evaluations one after another (opt-in, CUDA only).
 
-With CUDA_AGENT_PERSISTENT_JUDGE=1 an evaluation on the CUDA backend takes an idle judge of its GPU
-when one is alive, else starts one, and at its end hands the judge back instead of killing it: one
-CUDA context fewer to make and end per evaluation (a host makes and ends only a few a second, which
-caps a pool's evaluations: docs/benchmarks.md). The candidate stays a fresh process per evaluation.
+With CUDA_AGENT_PERSISTENT_JUDGE=1 an evaluation on the CUDA backend, as its job starts, takes an idle
+judge of its GPU when one is alive, else starts one, and at its end hands the judge back instead of
+killing it: one CUDA context fewer to make and end per evaluation (a host makes and ends only a few a
+second, which caps a pool's evaluations: docs/benchmarks.md). The candidate stays a fresh process per
+evaluation; a spare started ahead (spares.py) is a candidate alone, so only evaluations in flight hold
+judges.
 
 The judge is trusted (it runs only the task's code) and never runs the candidate's; between jobs it
 lets go of everything of the last one (workers/judge.py's `_Judge.drop`) and gets each job's staging

@@ -53,7 +53,7 @@ from cuda_agent.env.run.start_retry import with_second_start
 from cuda_agent.env.run.serving import BuildServing, LinkRefused
 from cuda_agent.env.run.stored import StoredBaselines
 from cuda_agent.env.run.unscored import UnscoredTiming
-from cuda_agent.env.run.worker_run import WorkerRun, Failed, pair_judge, pair_staging, start_pair, job_root
+from cuda_agent.env.run.worker_run import WorkerRun, Failed, start_spare, job_root
 from cuda_agent.env.workers import messages as msg
 from cuda_agent.tasks.solution import Solution, missing_model_new
 from cuda_agent.tasks.task import Task, TaskError, strip_reference_model
@@ -91,21 +91,21 @@ def evaluate(task: Task, solution: Solution, config: EvalConfig | None = None, *
 def _evaluate_once(task: Task, solution: Solution, config: EvalConfig, gpu: int | None, stop_after: str | None,
                    say: Callable[[str], None], fresh: bool) -> tuple[EvalResult, bool]:
     """One evaluation from scratch, and whether it ended because a worker never became ready.
-    `fresh`: with workers started for it alone (no pre-started pair, no kept judge), none prepared
-    for the next evaluation."""
+    `fresh`: with workers started for it alone (no spare, no kept judge), none prepared for the next
+    evaluation."""
     from cuda_agent.env.infra import spares
 
     backend = config.resolved_backend()
     result = EvalResult(task=task.name, backend=backend, protocol=config.protocol)
     key = (backend, gpu, config.sandbox, str(config.cache_dir))
     prewarm = config.prewarm and not fresh
-    pair = spares.take(key) if prewarm else None
-    job_dir = pair.job_dir if pair else Path(tempfile.mkdtemp(prefix="cuda-agent-job-", dir=job_root()))
+    spare = spares.take(key) if prewarm else None
+    job_dir = spare.job_dir if spare else Path(tempfile.mkdtemp(prefix="cuda-agent-job-", dir=job_root()))
     evaluation = _Evaluation(task, solution, config, backend, job_dir, gpu, result, stop_after, say, fresh)
-    if pair:
-        evaluation.judge, evaluation.candidate = pair.judge, pair.candidate
+    if spare:
+        evaluation.take_spare(spare)
     if prewarm:  # the next evaluation's workers start while this one runs
-        spares.prepare(key, lambda folder: start_pair(config, backend, folder, gpu), job_root(), int(config.prewarm))
+        spares.prepare(key, lambda folder: start_spare(config, backend, folder, gpu), job_root(), int(config.prewarm))
     not_started = False
     try:
         evaluation.run()
@@ -163,11 +163,7 @@ class _Evaluation(BuildServing, Calibration, CallRounds, StoredBaselines, Feedba
         guard_lib, kernels = self._start_builds()
         need_judge = self.stop_after != "compile"
         begun = time.perf_counter()
-        if self.candidate is None:  # not handed a pre-started pair
-            with pair_staging() as fd:
-                self.judge = (pair_judge(self.config, self.backend, self.job_dir, self.gpu, fd, persistent=not self.fresh)
-                              if need_judge else None)
-                self.candidate = self._start("candidate", fd)
+        self._start_workers(need_judge, persistent=not self.fresh)
         self.result.warnings += self.candidate.notes   # how it was started, when not as asked (zygote.py)
         if need_judge:   # the judge sets up (the task's model, its first run) while the candidate loads
             self._wait_for_memory()

@@ -85,32 +85,53 @@ def pair_judge(config: EvalConfig, backend: str, job_dir: Path, gpu: int | None,
     return _start_worker("judge", config, backend, job_dir, gpu, staging_fd)
 
 
-def start_pair(config: EvalConfig, backend: str, job_dir: Path, gpu: int | None):
-    from cuda_agent.env.infra.spares import WorkerPair
+def start_spare(config: EvalConfig, backend: str, job_dir: Path, gpu: int | None):
+    """Workers started ahead for a later evaluation (infra/spares.py): a judge and a candidate sharing a
+    staging file, both fresh; with kept judges (infra/judges.py) the candidate alone, the staging file
+    kept open for the judge its evaluation takes when its job starts (`WorkerRun.spare_staging`)."""
+    from cuda_agent.env.infra import judges
+    from cuda_agent.env.infra.spares import Spare
 
-    with pair_staging() as fd:
-        judge = pair_judge(config, backend, job_dir, gpu, fd)
+    if judges.enabled(backend):
+        fd = create_pair_staging()
         try:
-            return WorkerPair(job_dir, judge, _start_worker("candidate", config, backend, job_dir, gpu, fd))
+            return Spare(job_dir, _start_worker("candidate", config, backend, job_dir, gpu, fd), staging_fd=fd)
+        except BaseException:
+            close_staging(fd)
+            raise
+    with pair_staging() as fd:
+        judge = _start_worker("judge", config, backend, job_dir, gpu, fd)
+        try:
+            return Spare(job_dir, _start_worker("candidate", config, backend, job_dir, gpu, fd), judge=judge)
         except BaseException:
             judge.kill()
             raise
 
 
-@contextmanager
-def pair_staging():
-    """The staging file a pair of workers shares (transfer.create_staging), ours only until both have it."""
+def create_pair_staging() -> int | None:
+    """The staging file a pair of workers shares (transfer.create_staging), or None where there are no
+    sealed memory files (outputs then go through files); the caller closes it once both workers have it."""
     from cuda_agent.env.workers.transfer import create_staging
 
     try:
-        fd = create_staging()
-    except (OSError, AttributeError):   # no sealed memory files here: outputs go through files
-        fd = None
+        return create_staging()
+    except (OSError, AttributeError):
+        return None
+
+
+def close_staging(fd: int | None) -> None:
+    if fd is not None:
+        os.close(fd)
+
+
+@contextmanager
+def pair_staging():
+    """The staging file a pair of workers shares (`create_pair_staging`), ours only until both have it."""
+    fd = create_pair_staging()
     try:
         yield fd
     finally:
-        if fd is not None:
-            os.close(fd)
+        close_staging(fd)
 
 
 class WorkerRun:
@@ -188,6 +209,7 @@ class WorkerRun:
     def shutdown(self) -> None:
         from cuda_agent.env.infra import judges
 
+        self._close_spare_staging()
         for worker in (self.candidate, self.judge):
             if worker is not None:
                 if worker.role == "candidate":
@@ -206,6 +228,31 @@ class WorkerRun:
         error = self.result.error
         return (self.judge.handover is not None and self.judge_set_up and not self.judge.channel.awaiting
                 and (error is None or error.phase not in ("task", "internal")))
+
+    spare_staging: int | None = None   # a spare's staging file: its candidate has it, its judge not yet
+
+    def take_spare(self, spare) -> None:
+        """Workers started ahead (infra/spares.py): a candidate, and with fresh judges its judge."""
+        self.judge, self.candidate, self.spare_staging = spare.judge, spare.candidate, spare.staging_fd
+
+    def _start_workers(self, need_judge: bool, persistent: bool) -> None:
+        """The run's candidate and (`need_judge`) its judge, sharing a staging file: both started now, or a
+        spare's; a spare's candidate alone (kept judges) gets its judge now, as its job starts (`pair_judge`:
+        an idle kept judge, else one started; `persistent` False: a judge of its own), handed the staging
+        file the spare kept."""
+        if self.candidate is None:   # not handed a spare
+            with pair_staging() as fd:
+                self.judge = (pair_judge(self.config, self.backend, self.job_dir, self.gpu, fd, persistent=persistent)
+                              if need_judge else None)
+                self.candidate = self._start("candidate", fd)
+        elif need_judge and self.judge is None:
+            self.judge = pair_judge(self.config, self.backend, self.job_dir, self.gpu, self.spare_staging,
+                                    persistent=persistent)
+        self._close_spare_staging()   # the judge has it, or none needs it
+
+    def _close_spare_staging(self) -> None:
+        fd, self.spare_staging = self.spare_staging, None
+        close_staging(fd)
 
     def _start(self, role: str, staging_fd: int | None = None) -> Worker:
         from cuda_agent.env.infra.sandbox import SandboxUnavailable
