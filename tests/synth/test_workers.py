@@ -54,7 +54,8 @@ def test_a_worker_is_replaced_after_max_tasks_and_every_result_stays_its_own():
     try:
         first_pids = {slot.pid for slot in pool.slots}
         jobs = [(f"k{i}", {"id": f"k{i}", "what": "ok"}) for i in range(7)]
-        results = _drain(pool, jobs + [("late", {"id": "late", "what": "sleep"}), ("last", {"id": "last", "what": "ok"})])
+        tail = [("late", {"id": "late", "what": "sleep"}), ("last", {"id": "last", "what": "ok"})]
+        results = _drain(pool, jobs + tail)
         recycled = pool.recycled
     finally:
         pool.shutdown()
@@ -97,7 +98,8 @@ def test_a_worker_killed_by_sigkill_is_reported_with_the_memory_facts():
     detail = results["b"]["detail"]
     assert results["b"]["reason"] == "crashed"
     assert detail.startswith("the worker process died (killed by SIGKILL, not by the pool: out of memory?); ")
-    assert re.search(r"its RSS after its last task [\d.]+ MiB \(1 task run\), at least [\d.]+ MiB during this one", detail)
+    assert re.search(r"its RSS [\d.]+ MiB after its last task \(1 task run\), at least [\d.]+ MiB during this one",
+                     detail)
     assert re.search(r"host MemAvailable [\d.]+ [MG]iB of [\d.]+ [MG]iB, Shmem [\d.]+ [MG]iB", detail)
     if memory.cgroup_memory().get("oom_kill") is not None:
         assert re.search(r"cgroup [\d.]+ [MG]iB.*, oom_kill \d+ \(0 since the pool started\)", detail)

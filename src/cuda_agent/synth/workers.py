@@ -196,7 +196,8 @@ class ProcessPool:
     def _memory_facts(self, slot: _Slot) -> str:
         """What is known of the memory when a worker was found killed: its own, the host's, the cgroup's."""
         runs = f"{slot.tasks} task{'s' if slot.tasks != 1 else ''} run"
-        own = f"its RSS after its last task {_size(slot.rss_mb)} ({runs})" if slot.tasks else "no task finished by it before"
+        own = (f"its RSS {_size(slot.rss_mb)} after its last task ({runs})" if slot.tasks
+               else "its RSS not reported yet (its first task)")
         if slot.seen_rss_mb is not None:
             own += f", at least {_size(slot.seen_rss_mb)} during this one"
         host = memory.host_memory_mb()
