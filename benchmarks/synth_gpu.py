@@ -6,7 +6,8 @@
 Runs `cuda-agent synth --backend cuda` (its default workers, or --workers N; several workers share
 a GPU) in a child process, stops it when the budget is spent (the run is resumable: rerun to
 continue), then reads the run's journals and prints the per-task cost (worker-seconds per filtered
-and per written task, split by outcome) and the projected wall time for 6,000 written tasks on this
+and per written task, split by outcome), the filter workers' memory (the largest RSS after a task and
+during one, from the records of this run) and the projected wall time for 6,000 written tasks on this
 machine and on N such machines.
 """
 
@@ -49,8 +50,24 @@ def run_pipeline(args) -> float:
     return time.monotonic() - start
 
 
+def workers_memory(results: list[dict], since: float | None = None) -> dict:
+    """The filter workers' memory in the records that came back since `since` (time.time(); None: all):
+    the largest RSS after a task and during one (MiB), and the task of the latter."""
+    from cuda_agent.synth.workers import PEAK_FIELD, RSS_FIELD
+
+    mine = [r for r in results if since is None or r.get("at", 0) >= since]
+    after = [r[RSS_FIELD] for r in mine if r.get(RSS_FIELD) is not None]
+    during = [r for r in mine if r.get(PEAK_FIELD) is not None]
+    if not after and not during:
+        return {}
+    top = max(during, key=lambda r: r[PEAK_FIELD]) if during else None
+    return {"tasks": len(after), "rss_after_task_max_mb": max(after, default=None),
+            "rss_after_task_median_mb": statistics.median(after) if after else None,
+            "peak_mb": top[PEAK_FIELD] if top else None, "peak_task": top["id"] if top else None}
+
+
 def report(out: Path, wall_s: float, workers: int, gpus_here: int, target: int = 6000,
-           machines: tuple = (8, 16)) -> dict:
+           machines: tuple = (8, 16), since: float | None = None) -> dict:
     work = out / "work"
     candidates = [json.loads(x) for x in (work / "candidates.jsonl").read_text().splitlines() if x.strip()]
     results = [json.loads(x) for x in (work / "results.jsonl").read_text().splitlines() if x.strip()]
@@ -78,9 +95,17 @@ def report(out: Path, wall_s: float, workers: int, gpus_here: int, target: int =
     if eager:
         print(f"written tasks: eager median {statistics.median(eager):.3g} ms, "
               f"torch.compile median {statistics.median(compiled):.3g} ms" if compiled else "")
+    memory = workers_memory(results, since)
+    if memory:
+        gib = lambda mb: f"{mb / 1024:.2f} GiB" if mb is not None else "-"  # noqa: E731
+        print(f"filter workers' memory over {memory['tasks']} tasks: RSS after a task median "
+              f"{gib(memory['rss_after_task_median_mb'])}, max {gib(memory['rss_after_task_max_mb'])}; "
+              f"peak during a task {gib(memory['peak_mb'])} ({memory['peak_task']})")
+    else:
+        print("filter workers' memory: not in the records (a run from before they carried it)")
     rate = passed / wall_s if wall_s > 0 else 0.0
     projection = {"worker_seconds_per_written_task": per_written, "observed_tasks_per_hour": rate * 3600,
-                  "workers": workers, "gpus": gpus_here}
+                  "workers": workers, "gpus": gpus_here, "workers_memory": memory}
     if rate:
         hours = target / rate / 3600
         projection["hours_on_this_machine"] = hours
@@ -111,11 +136,12 @@ def main() -> None:
     if not torch.cuda.is_available() and not args.report_only:
         sys.exit("no CUDA device: this benchmark runs the pipeline with --backend cuda")
     workers = SynthConfig(num=args.num, out=str(args.out), backend="cuda", workers=args.workers).resolved().workers
+    started = None if args.report_only else time.time()
     wall = 0.0 if args.report_only else run_pipeline(args)
     if args.report_only:
         stats = args.out / "work" / "results.jsonl"
         wall = max(1.0, stats.stat().st_mtime - (args.out / "work" / "config.json").stat().st_mtime)
-    projection = report(args.out, wall, workers, max(1, torch.cuda.device_count()))
+    projection = report(args.out, wall, workers, max(1, torch.cuda.device_count()), since=started)
     (args.out / "gpu_cost.json").write_text(json.dumps(projection, indent=2))
 
 

@@ -96,3 +96,26 @@ def test_torch_compile_filter_times_the_compiled_model():
     r = job("torch.nn.functional.gelu(self.linear(x)) * 2.0", compile=True)
     assert r["ok"], r
     assert r["compile_ms"] > 0
+
+
+def test_a_task_larger_than_the_memory_it_would_be_built_in_is_dropped_without_building_it(monkeypatch):
+    """Its weights and inputs are measured on meta first: built, a task larger than the host (an
+    `nn.Bilinear` of 16384 features holds 512 GiB of weights) fills it until the kernel kills the
+    worker. At its base size it is `oom`; grown past it by the runtime window, above the window."""
+    from cuda_agent.synth import memory
+
+    def no_build(*_args):
+        raise AssertionError("the model was built")
+
+    monkeypatch.setattr(memory, "memory_limit_mb", lambda: 0.1)   # a host of 100 KiB
+    real_build = filters._build
+    monkeypatch.setattr(filters, "_build", no_build)
+    r = job("self.linear(x)", batch=4096)            # 512 KiB of inputs
+    assert not r["ok"] and r["reason"] == "oom", r
+    assert r["detail"] == "weights and inputs need 0.00049 GiB, more than the host's memory (9.77e-05 GiB)"
+
+    monkeypatch.setattr(filters, "_build", real_build)
+    monkeypatch.setattr(filters, "_time", linear_clock(1e-5))   # far below the window: the batch grows
+    r = job("self.linear(x)", batch=8, window_ms=(0.2, 5.0), max_batch=1 << 18)
+    assert not r["ok"] and r["reason"] == "runtime_above_window", r
+    assert r["detail"].endswith("more than the host's memory (9.77e-05 GiB) at batch 40000"), r

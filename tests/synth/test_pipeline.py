@@ -249,3 +249,45 @@ def test_filter_workers_share_the_host_s_cores_for_torch_compile():
     assert env(256, workers=2)["TORCHINDUCTOR_COMPILE_THREADS"] == "32"
     assert env(64, workers=12, ray_address="auto")["TORCHINDUCTOR_COMPILE_THREADS"] == "1"
     assert env(64, workers=12, backend="cpu") == {"OMP_NUM_THREADS": "1", "TORCHINDUCTOR_COMPILE_THREADS": "5"}
+
+
+def test_the_workers_memory_is_in_the_run_s_records_not_in_the_tasks_or_the_datasheet(kernelbench, tmp_path,
+                                                                                      catalog_file):
+    """Each filter result carries its worker's memory (results.jsonl: where a run's memory is read
+    from later); the written tasks and the datasheet do not, and the run's summary has the pool's."""
+    from functools import partial
+
+    from cuda_agent.synth.workers import PEAK_FIELD, RSS_FIELD, run_measured
+    from tests.synth.conftest import InlinePool
+
+    class MeasuredPool(InlinePool):   # in this process, reporting memory as a ProcessPool worker does
+        def __init__(self, fn, *args):
+            super().__init__(partial(run_measured, fn), *args)
+
+        def memory_summary(self):
+            return {"worker_peak_rss_mb": 321.0, "workers_recycled": 2}
+
+    out = seeded_folder(tmp_path / "out", catalog_file)
+    summary = synthesize(config(out, kernelbench, num=2), pool_factory=MeasuredPool)
+    journal = [json.loads(x) for x in (out / "work" / "results.jsonl").read_text().splitlines()]
+    assert journal and all(r[RSS_FIELD] > 0 and r[PEAK_FIELD] > 0 for r in journal)
+    rows = [json.loads(line) for line in (out / "tasks.jsonl").read_text().splitlines()]
+    columns = pq.read_table(out / "tasks.parquet").column_names
+    assert len(rows) == 2 and not any(k.startswith("worker_") for k in [*rows[0], *columns])
+    assert "worker_" not in (out / "datasheet.md").read_text()
+    assert summary["worker_peak_rss_mb"] == 321.0 and summary["workers_recycled"] == 2
+
+
+def test_filter_workers_are_replaced_after_100_tasks_or_past_half_their_share_of_memory(monkeypatch):
+    """The defaults: 48 workers on a 512 GiB host may each keep 5.3 GiB; never less than 2 GiB; 0 is off."""
+    from cuda_agent.synth import memory
+
+    def resolved(limit_gib, **kw):
+        monkeypatch.setattr(memory, "memory_limit_mb", lambda: limit_gib * 1024.0)
+        return SynthConfig(**{**FAST, "num": 1, "out": "unused", **kw}).resolved()
+
+    c = resolved(512, workers=48)
+    assert c.worker_max_tasks == 100 and c.worker_max_rss_mb == round(512 * 1024 / 48 / 2)
+    assert resolved(64, workers=64).worker_max_rss_mb == 2048
+    off = resolved(512, workers=48, worker_max_tasks=0, worker_max_rss_mb=0)
+    assert off.worker_max_tasks == 0 and off.worker_max_rss_mb == 0

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+import re
+import signal
 import sys
 import time
 
-from cuda_agent.synth.workers import ProcessPool, RayPool
+from cuda_agent.synth.workers import PEAK_FIELD, RSS_FIELD, ProcessPool, RayPool
 
 
 def _work(payload: dict) -> dict:
@@ -42,6 +44,66 @@ def test_timeout_and_crash_are_recorded_and_the_pool_survives():
     assert results["c"]["detail"] == "the worker process died (killed by SIGABRT)"   # how, not a guess
     assert all(results[k]["ok"] for k in "ade")
     assert results["a"]["pid"] != os.getpid()          # ran in a worker process
+
+
+def test_a_worker_is_replaced_after_max_tasks_and_every_result_stays_its_own():
+    """Two slots, a new worker after every two tasks: each result comes back under its own key from a
+    worker that ran at most two tasks, with that worker's memory; a timeout after the replacements
+    still kills the task's own worker, and the pool goes on."""
+    pool = ProcessPool(_work, workers=2, timeout_s=2.0, max_tasks=2)
+    try:
+        first_pids = {slot.pid for slot in pool.slots}
+        jobs = [(f"k{i}", {"id": f"k{i}", "what": "ok"}) for i in range(7)]
+        tail = [("late", {"id": "late", "what": "sleep"}), ("last", {"id": "last", "what": "ok"})]
+        results = _drain(pool, jobs + tail)
+        recycled = pool.recycled
+    finally:
+        pool.shutdown()
+    assert sorted(results) == sorted([k for k, _ in jobs] + ["late", "last"])
+    assert all(results[k]["id"] == k and results[k]["ok"] for k, _ in jobs + [("last", None)])
+    per_worker = {}
+    for k, _ in jobs:
+        per_worker.setdefault(results[k]["pid"], []).append(k)
+    assert max(len(keys) for keys in per_worker.values()) <= 2 and len(per_worker) >= 4
+    assert set(per_worker) - first_pids            # new workers, not the first two reused
+    assert recycled >= 2
+    assert results["late"]["reason"] == "timeout"
+    assert all(results[k][RSS_FIELD] > 0 and results[k][PEAK_FIELD] >= results[k][RSS_FIELD] for k, _ in jobs)
+
+
+def test_a_worker_whose_memory_passes_the_bound_is_replaced_before_its_next_task():
+    pool = ProcessPool(_work, workers=1, timeout_s=30.0, max_rss_mb=1.0)   # any worker is above 1 MiB
+    try:
+        results = _drain(pool, [(k, {"id": k, "what": "ok"}) for k in "abc"])
+    finally:
+        pool.shutdown()
+    assert len({results[k]["pid"] for k in "abc"}) == 3
+
+
+def test_a_worker_killed_by_sigkill_is_reported_with_the_memory_facts():
+    """Not the pool's kill (that is a timeout): the detail says what is known of the memory then, so a
+    run's records tell an out-of-memory kill from another."""
+    from cuda_agent.synth import memory
+
+    pool = ProcessPool(_work, workers=1, timeout_s=60.0)
+    try:
+        assert _drain(pool, [("a", {"id": "a", "what": "ok"})])["a"]["ok"]
+        pool.submit("b", {"id": "b", "what": "sleep"})
+        victim = pool.slots[0].pid
+        assert pool.wait(0.7) == []                      # running (and its memory read meanwhile)
+        os.kill(victim, signal.SIGKILL)
+        results = _drain(pool, [("c", {"id": "c", "what": "ok"})])
+    finally:
+        pool.shutdown()
+    detail = results["b"]["detail"]
+    assert results["b"]["reason"] == "crashed"
+    assert detail.startswith("the worker process died (killed by SIGKILL, not by the pool: out of memory?); ")
+    assert re.search(r"its RSS [\d.]+ MiB after its last task \(1 task run\), at least [\d.]+ MiB during this one",
+                     detail)
+    assert re.search(r"host MemAvailable [\d.]+ [MG]iB of [\d.]+ [MG]iB, Shmem [\d.]+ [MG]iB", detail)
+    if memory.cgroup_memory().get("oom_kill") is not None:
+        assert re.search(r"cgroup [\d.]+ [MG]iB.*, oom_kill \d+ \(0 since the pool started\)", detail)
+    assert results["c"]["ok"] and results["c"]["pid"] != victim
 
 
 class _FakeRef:

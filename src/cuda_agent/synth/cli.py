@@ -58,6 +58,11 @@ def synth(
     llm_base_url: Optional[str] = typer.Option(None, help="Base URL for --composer llm (or $OPENAI_BASE_URL)."),
     timeout: Optional[float] = typer.Option(None, help="Per-task filter timeout in seconds."),
     ray: Optional[str] = typer.Option(None, help="Ray cluster address: run filters as Ray tasks."),
+    worker_max_tasks: Optional[int] = typer.Option(None, min=0, help="Replace a filter worker after this many "
+                                                   "tasks (default 100; 0: never; not under --ray)."),
+    worker_max_gb: Optional[float] = typer.Option(None, min=0, help="Replace a filter worker whose memory (RSS) "
+                                                  "after a task passes this many GiB (default: half its share of "
+                                                  "the host's memory, at least 2; 0: no bound; not under --ray)."),
     no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar."),
     write_only: bool = typer.Option(False, "--write-only", help="Filter nothing more: write the outputs from the "
                                     "tasks the run in OUT kept so far (a partial build's preview; no GPU needed)."),
@@ -86,7 +91,8 @@ def synth(
                       kernelbench=str(kernelbench) if kernelbench else None, decontaminate=not no_decontaminate,
                       similarity_threshold=threshold, compile=not no_compile, include_transformers=not no_transformers,
                       composer=composer, llm_model=llm_model, llm_base_url=llm_base_url, task_timeout_s=timeout,
-                      ray_address=ray, progress=not no_progress and on_terminal())
+                      ray_address=ray, progress=not no_progress and on_terminal(), worker_max_tasks=worker_max_tasks,
+                      worker_max_rss_mb=None if worker_max_gb is None else worker_max_gb * 1024)
     why = settings_conflict(out, cfg.resolved().fingerprint())
     if why:
         fail(why)
@@ -101,6 +107,9 @@ def synth(
         raise typer.Exit(130) from None
     console.print(f"wrote {summary['written']} tasks to {out} ({summary['generated']} candidates, "
                   f"{summary['filtered']} filtered, {summary['accepted']} passed); see {summary['datasheet']}")
+    if summary.get("worker_peak_rss_mb") is not None:
+        console.print(f"filter workers: peak RSS {summary['worker_peak_rss_mb'] / 1024:.2f} GiB, "
+                      f"{summary['workers_recycled']} replaced for their task count or size")
     if summary["written"] < num and not write_only:
         console.print(f"[yellow]only {summary['written']} of {num} tasks[/]: see the datasheet's drop reasons")
         raise typer.Exit(1)

@@ -1,8 +1,10 @@
 """The runtime filters, run per task in a worker process (`workers.py`). In order, each drops the task
 with a recorded reason (thresholds in `FilterConfig`, table in docs/synthesis.md): `eager_error`;
 `runtime_below_window` / `runtime_above_window` (eager median outside the window after up to
-`max_rescales` batch rescalings, time taken as linear in the batch; `oom` when a rescaled task does
-not fit); `nondeterministic`; `nonfinite_output`; `constant_output` (the mean over draws matches every
+`max_rescales` batch rescalings, time taken as linear in the batch; `oom` when the task does not fit
+at its base size, `runtime_above_window` when a rescaled one does not: found without building it
+where its weights and inputs, measured on the meta device, exceed the memory it would be built in);
+`nondeterministic`; `nonfinite_output`; `constant_output` (the mean over draws matches every
 draw within the verifier's tolerance, so a constant would pass) and `low_variation` (too few output
 elements vary beyond it); `compile_error` / `compile_mismatch` (torch.compile fails, or differs from
 eager beyond the tolerance). Survivors get `eager_ms` and `compile_ms` from `time_callable`.
@@ -127,6 +129,11 @@ def _fit_window(candidate: dict, catalog_ops, cfg: FilterConfig, device) -> tupl
                 raise Drop("eager_error", _short(exc)) from None
             note = f"; batch {batch} does not fit the chain ({_short(exc)[:80]})"
             break
+        too_large = _too_large(code, ident, device)
+        if too_large:
+            if attempt == 0:
+                raise Drop("oom", too_large)
+            raise Drop("runtime_above_window", f"{too_large} at batch {batch}")
         try:
             module, model = _build(code, ident, cfg, device)
             inputs = _draw(module, cfg.seed, device)
@@ -155,6 +162,28 @@ def _fit_window(candidate: dict, catalog_ops, cfg: FilterConfig, device) -> tupl
         batch = new
     raise Drop("runtime_below_window" if ms < lo else "runtime_above_window",
                f"{ms:.4g} ms, window {lo}-{hi} ms{note}")
+
+
+def _too_large(code: str, ident: str, device: torch.device) -> str | None:
+    """Why the task cannot be built here, or None: its weights and one input set (measured on the
+    meta device, nothing allocated) exceed the host's memory, where the model and inputs are made
+    first, or the GPU's. Built anyway, it would fill the host until the kernel killed the worker."""
+    from cuda_agent.synth.memory import memory_limit_mb
+    from cuda_agent.tasks import Task
+    from cuda_agent.tasks.footprint import measure_footprint
+
+    footprint = measure_footprint(Task(ident, code))
+    if footprint is None:
+        return None
+    need = footprint.input_bytes + (footprint.param_bytes or 0)
+    host_mb = memory_limit_mb()
+    rooms = [(host_mb * 2**20, "the host's memory")] if host_mb else []
+    if device.type == "cuda":
+        rooms.append((torch.cuda.get_device_properties(device).total_memory, "the GPU's memory"))
+    for room, where in rooms:
+        if need > room:
+            return f"weights and inputs need {need / 2**30:.3g} GiB, more than {where} ({room / 2**30:.3g} GiB)"
+    return None
 
 
 def _short(exc: BaseException) -> str:

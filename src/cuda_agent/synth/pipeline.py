@@ -33,6 +33,8 @@ DEFAULT_WINDOW = {"cuda": (1.0, 100.0), "cpu": (0.1, 10.0)}
 DEFAULT_TIMEOUT = {"cuda": 600.0, "cpu": 300.0}
 MAX_COMPILE_THREADS = 32   # inductor's own cap on its pool of compile processes
 MAX_BUSY_TRIES = 3   # a candidate that found the GPU full this often is recorded as `device_busy`
+WORKER_MAX_TASKS = 100   # a filter worker is replaced after this many tasks (docs/synthesis.md: its growth)
+WORKER_MIN_RSS_BOUND_MB = 2048.0   # the RSS bound's floor: below it a worker would be replaced every task
 
 
 @dataclass
@@ -62,6 +64,8 @@ class SynthConfig:
     max_rescales: int = 4
     warmup: int | None = None
     iters: int | None = None
+    worker_max_tasks: int | None = None     # replace a filter worker after this many tasks (0: never)
+    worker_max_rss_mb: float | None = None  # ... or once its RSS after a task passes this (0: no bound)
 
     def resolved(self) -> "SynthConfig":
         c = SynthConfig(**asdict(self))
@@ -80,6 +84,10 @@ class SynthConfig:
                 c.workers = max(1, os.cpu_count() or 1)
         c.warmup = c.warmup if c.warmup is not None else (10 if c.backend == "cuda" else 3)
         c.iters = c.iters if c.iters is not None else (50 if c.backend == "cuda" else 20)
+        if c.worker_max_tasks is None:
+            c.worker_max_tasks = WORKER_MAX_TASKS
+        if c.worker_max_rss_mb is None:
+            c.worker_max_rss_mb = worker_rss_bound_mb(c.workers)
         return c
 
     def fingerprint(self) -> dict:
@@ -89,6 +97,15 @@ class SynthConfig:
                 "min_varying_fraction", "max_rescales")
         d = asdict(self)
         return json.loads(json.dumps({k: d[k] for k in keys}))
+
+
+def worker_rss_bound_mb(workers: int) -> float | None:
+    """Half of a worker's fair share of the host's memory (the cgroup's limit where there is one),
+    at least WORKER_MIN_RSS_BOUND_MB; None where the host's memory cannot be read."""
+    from cuda_agent.synth.memory import memory_limit_mb
+
+    limit = memory_limit_mb()
+    return None if limit is None else round(max(WORKER_MIN_RSS_BOUND_MB, limit / max(1, workers) / 2))
 
 
 def quotas(num: int, mix: dict) -> dict[str, int]:
@@ -376,6 +393,7 @@ class Pipeline:
         from cuda_agent.synth.workers import ProcessPool
 
         env = self._worker_env()
+        recycling = dict(max_tasks=self.cfg.worker_max_tasks or None, max_rss_mb=self.cfg.worker_max_rss_mb or None)
         if self.cfg.backend == "cuda":
             import torch
 
@@ -383,8 +401,10 @@ class Pipeline:
 
             ngpu = max(1, torch.cuda.device_count())
             return ProcessPool(run_filters, self.cfg.workers, self.cfg.task_timeout_s,   # one GPU per worker
-                               env_for_slot=lambda i: {"CUDA_VISIBLE_DEVICES": physical_gpu(i % ngpu), **env})
-        return ProcessPool(run_filters, self.cfg.workers, self.cfg.task_timeout_s, env_for_slot=lambda i: env)
+                               env_for_slot=lambda i: {"CUDA_VISIBLE_DEVICES": physical_gpu(i % ngpu), **env},
+                               **recycling)
+        return ProcessPool(run_filters, self.cfg.workers, self.cfg.task_timeout_s, env_for_slot=lambda i: env,
+                           **recycling)
 
     def _record(self, result: dict) -> None:
         rec = self.by_id[result["id"]]
@@ -412,6 +432,7 @@ class Pipeline:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
         pool = fcfg = None
+        workers_memory: dict = {}
         progress = Progress(TextColumn("[bold]synth[/]"), BarColumn(), MofNCompleteColumn(),
                             TextColumn("{task.fields[status]}"), TimeElapsedColumn(),
                             disable=not self.cfg.progress, transient=False)
@@ -444,10 +465,11 @@ class Pipeline:
                                            f"filtered {len(self.results.records)}")
         finally:
             if pool is not None:
+                workers_memory = getattr(pool, "memory_summary", dict)()   # a Ray pool reports none
                 pool.shutdown()
             self.candidates.close()
             self.results.close()
-        return self.write()
+        return {**self.write(), **workers_memory}
 
     # -- output ------------------------------------------------------------------------------------
     def selected(self) -> list[dict]:

@@ -3,8 +3,13 @@
 `ProcessPool` keeps one single-worker `ProcessPoolExecutor` (spawn context) per slot, so a crash or a
 timeout is pinned on the task that caused it: the slot's worker is killed (timeout) or found dead
 (crash), the task recorded as `timeout` / `crashed`, and the slot gets a fresh executor; other slots
-are not disturbed. `RayPool` has the same interface and sends each job to a Ray cluster as a task
-(on the CUDA backend each holds a share of a GPU); Ray is an optional import.
+are not disturbed. A slot's worker is also replaced, between two tasks, once it has run `max_tasks`
+tasks or its resident memory after a task passes `max_rss_mb` (a long-lived worker keeps every
+task's imports, compiled code and allocator caches). Each result carries the worker's memory
+(`RSS_FIELD`, `PEAK_FIELD`), and a worker killed by SIGKILL that the pool did not kill is reported
+with what is known of the memory at that moment. `RayPool` has the same interface and sends each
+job to a Ray cluster as a task (on the CUDA backend each holds a share of a GPU); Ray is an optional
+import.
 """
 
 from __future__ import annotations
@@ -19,85 +24,208 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from cuda_agent.synth import memory
+
+RSS_FIELD = "worker_rss_mb"     # the worker's resident memory after the task, MiB
+PEAK_FIELD = "worker_peak_mb"   # its high-water mark during the task, MiB
+START_TIMEOUT_S = 300.0         # a worker that has not started by then is a broken host, not a task
+SAMPLE_EVERY_S = 0.5            # how often the pool reads its running workers' RSS
+
 
 @dataclass
 class _Slot:
     executor: cf.ProcessPoolExecutor
-    pid: int
+    pid: int | None = None            # None while its worker starts
+    starting: cf.Future | None = None  # the starting worker's os.getpid, until it answers
+    start_asked: float = 0.0
     key: Any = None
     future: cf.Future | None = None
     started: float = 0.0
     killed: bool = False
     process: Any = None   # its multiprocessing.Process, whose exit code says how a crashed worker died
+    tasks: int = 0                     # tasks its worker has finished
+    rss_mb: float | None = None        # its worker's RSS after its last task
+    seen_rss_mb: float | None = None   # the largest RSS the pool read during the running task
 
 
 def _failure(key, reason: str, detail: str) -> dict:
     return {"id": key, "ok": False, "reason": reason, "detail": detail}
 
 
+def run_measured(fn: Callable[[dict], dict], payload: dict) -> dict:
+    """The worker's side of a task: `fn(payload)`, with the worker's memory added to its result."""
+    memory.reset_peak_rss()   # where the kernel does not allow it, the peak is the worker's lifetime's
+    result = fn(payload)
+    if isinstance(result, dict):
+        result = {**result, RSS_FIELD: memory.rss_mb(), PEAK_FIELD: memory.peak_rss_mb()}
+    return result
+
+
 class ProcessPool:
-    """`submit(key, payload)` while `free() > 0`; `wait()` returns finished (key, result) pairs."""
+    """`submit(key, payload)` while `free() > 0`; `wait()` returns finished (key, result) pairs.
+    `max_tasks` / `max_rss_mb` (None: no bound) say when a slot's worker is replaced between tasks;
+    `recycled` counts those replacements and `peak_rss_mb` is the largest worker memory seen. (The
+    executor's own `max_tasks_per_child` would swap the worker behind the slot's back: a pid the
+    timeout's kill does not know.)"""
 
     def __init__(self, fn: Callable[[dict], dict], workers: int, timeout_s: float,
-                 env_for_slot: Callable[[int], dict] | None = None):
+                 env_for_slot: Callable[[int], dict] | None = None, max_tasks: int | None = None,
+                 max_rss_mb: float | None = None):
         self.fn, self.timeout_s = fn, timeout_s
         self.env_for_slot = env_for_slot
+        self.max_tasks, self.max_rss_mb = max_tasks, max_rss_mb
+        self.recycled, self.peak_rss_mb = 0, None
+        self.oom_kills_before = memory.cgroup_memory().get("oom_kill")
+        self._sampled = 0.0
         # every worker starts at once (a spawned worker takes a second or more to import): one after
         # another, 48 workers spent most of a short run starting
-        executors = [self._executor(i) for i in range(max(1, workers))]
-        started = [executor.submit(os.getpid) for executor in executors]
-        self.slots = [_slot(executor, pid.result(timeout=300)) for executor, pid in zip(executors, started)]
+        self.slots = [self._start(_Slot(self._executor(i))) for i in range(max(1, workers))]
+        for slot in self.slots:
+            self._started(slot, block=True)
 
     def _executor(self, index: int) -> cf.ProcessPoolExecutor:
         env = self.env_for_slot(index) if self.env_for_slot else {}
         return cf.ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"),
                                       initializer=_set_env, initargs=(env,))
 
-    def _new_slot(self, index: int) -> _Slot:
-        executor = self._executor(index)
-        pid = executor.submit(os.getpid).result(timeout=300)   # starts the worker; we may kill it later
-        return _slot(executor, pid)
+    @staticmethod
+    def _start(slot: _Slot) -> _Slot:
+        slot.starting, slot.start_asked = slot.executor.submit(os.getpid), time.monotonic()
+        return slot
+
+    def _started(self, slot: _Slot, block: bool = False) -> bool:
+        """Whether the slot's worker is up (and its pid known), taking it over once it has answered."""
+        if slot.starting is None:
+            return True
+        if not block and not slot.starting.done():
+            if time.monotonic() - slot.start_asked > START_TIMEOUT_S:
+                raise RuntimeError(f"a filter worker did not start in {START_TIMEOUT_S:.0f} s")
+            return False
+        slot.pid = slot.starting.result(timeout=START_TIMEOUT_S)   # starts the worker; we may kill it later
+        # the executor's own record of its worker (not public API: without it a crash says less)
+        slot.process = (getattr(slot.executor, "_processes", None) or {}).get(slot.pid)
+        slot.starting = None
+        return True
 
     def free(self) -> int:
-        return sum(1 for s in self.slots if s.future is None)
+        return sum(1 for s in self.slots if s.future is None and self._started(s))
 
     def busy(self) -> int:
         return len(self.slots) - self.free()
 
     def submit(self, key, payload: dict) -> None:
-        slot = next(s for s in self.slots if s.future is None)
-        slot.key, slot.started, slot.killed = key, time.monotonic(), False
-        slot.future = slot.executor.submit(self.fn, payload)
+        slot = next(s for s in self.slots if s.future is None and self._started(s))
+        slot.key, slot.started, slot.killed, slot.seen_rss_mb = key, time.monotonic(), False, None
+        slot.future = slot.executor.submit(run_measured, self.fn, payload)
 
     def wait(self, timeout: float = 0.5) -> list[tuple[Any, dict]]:
         running = {s.future: s for s in self.slots if s.future is not None}
-        if not running:
+        starting = [s.starting for s in self.slots if s.starting is not None]
+        if not running and not starting:
             return []
-        done, _ = cf.wait(running, timeout=timeout, return_when=cf.FIRST_COMPLETED)
+        # a worker that finishes starting ends the wait too: its slot can take a task
+        done, _ = cf.wait([*running, *starting], timeout=timeout, return_when=cf.FIRST_COMPLETED)
+        for slot in self.slots:
+            if slot.starting is not None and slot.starting.done():
+                self._started(slot)
         now = time.monotonic()
+        self._sample(running.values(), now)
         for slot in running.values():
             if slot.future not in done and not slot.killed and now - slot.started > self.timeout_s:
                 _kill(slot.pid)        # the future then fails with BrokenProcessPool
                 slot.killed = True
         finished = []
         for future in done:
-            slot = running[future]
+            slot = running.get(future)
+            if slot is None:
+                continue   # a worker that started (taken over above)
             try:
                 result = future.result()
             except BrokenProcessPool:
                 result = (_failure(slot.key, "timeout", f"killed after {self.timeout_s:.0f} s") if slot.killed
-                          else _failure(slot.key, "crashed", f"the worker process died ({_how_it_died(slot)})"))
+                          else _failure(slot.key, "crashed", self._crash_detail(slot)))
                 self._replace(slot)
             except Exception as exc:  # noqa: BLE001 - e.g. a result that cannot be pickled
                 result = _failure(slot.key, "internal_error", f"{type(exc).__name__}: {exc}")
+                slot.tasks += 1
+            else:
+                slot.tasks += 1
+                self._note_memory(slot, result)
             finished.append((slot.key, result))
             slot.future, slot.key = None, None
+            if slot.starting is None and self._worn(slot):
+                self._replace(slot)
+                self.recycled += 1
         return finished
 
+    def _sample(self, slots, now: float) -> None:
+        """Read the running workers' RSS now and then: a worker the kernel kills for memory reports
+        nothing itself."""
+        if now - self._sampled < SAMPLE_EVERY_S:
+            return
+        self._sampled = now
+        for slot in slots:
+            rss = memory.rss_mb(slot.pid)
+            if rss is not None:
+                slot.seen_rss_mb = max(rss, slot.seen_rss_mb or 0.0)
+                self._peak(rss)
+
+    def _peak(self, mb: float | None) -> None:
+        if mb is not None:
+            self.peak_rss_mb = max(mb, self.peak_rss_mb or 0.0)
+
+    def _note_memory(self, slot: _Slot, result) -> None:
+        if isinstance(result, dict):
+            slot.rss_mb = result.get(RSS_FIELD)
+            self._peak(result.get(PEAK_FIELD))
+            self._peak(slot.rss_mb)
+
+    def _worn(self, slot: _Slot) -> bool:
+        """Whether the slot's worker is due for replacement before its next task."""
+        if self.max_tasks and slot.tasks >= self.max_tasks:
+            return True
+        return bool(self.max_rss_mb and slot.rss_mb is not None and slot.rss_mb > self.max_rss_mb)
+
+    def _crash_detail(self, slot: _Slot) -> str:
+        how = _how_it_died(slot)
+        detail = f"the worker process died ({how})"
+        if how.startswith("killed by SIGKILL"):   # not the pool's kill (that is a timeout): the kernel's?
+            detail += "; " + self._memory_facts(slot)
+        return detail
+
+    def _memory_facts(self, slot: _Slot) -> str:
+        """What is known of the memory when a worker was found killed: its own, the host's, the cgroup's."""
+        runs = f"{slot.tasks} task{'s' if slot.tasks != 1 else ''} run"
+        own = (f"its RSS {_size(slot.rss_mb)} after its last task ({runs})" if slot.tasks
+               else "its RSS not reported yet (its first task)")
+        if slot.seen_rss_mb is not None:
+            own += f", at least {_size(slot.seen_rss_mb)} during this one"
+        host = memory.host_memory_mb()
+        facts = [own, f"host MemAvailable {_size(host['MemAvailable'])} of {_size(host['MemTotal'])}, "
+                      f"Shmem {_size(host['Shmem'])}"]
+        group = memory.cgroup_memory()
+        if group:
+            use = f"cgroup {_size(_mib(group['current']))}"
+            if group["limit"] is not None:
+                use += f" of {_size(_mib(group['limit']))}"
+            kills = group["oom_kill"]
+            if kills is not None:
+                use += f", oom_kill {kills}"
+                if self.oom_kills_before is not None:
+                    use += f" ({kills - self.oom_kills_before} since the pool started)"
+            facts.append(use)
+        return "; ".join(facts)
+
     def _replace(self, slot: _Slot) -> None:
+        """A fresh worker for the slot, started now; the slot takes tasks once it has answered."""
         slot.executor.shutdown(wait=False, cancel_futures=True)
-        fresh = self._new_slot(self.slots.index(slot))
-        slot.executor, slot.pid, slot.process = fresh.executor, fresh.pid, fresh.process
+        slot.executor = self._executor(self.slots.index(slot))
+        slot.pid, slot.process, slot.tasks, slot.rss_mb, slot.seen_rss_mb = None, None, 0, None, None
+        self._start(slot)
+
+    def memory_summary(self) -> dict:
+        """The workers' largest memory seen and how many were replaced for their age or size."""
+        return {"worker_peak_rss_mb": self.peak_rss_mb, "workers_recycled": self.recycled}
 
     def shutdown(self) -> None:
         """Stop now: kill our worker processes (in-flight tasks are simply not recorded)."""
@@ -107,9 +235,14 @@ class ProcessPool:
             slot.executor.shutdown(wait=False, cancel_futures=True)
 
 
-def _slot(executor: cf.ProcessPoolExecutor, pid: int) -> _Slot:
-    # the executor's own record of its worker (not public API: without it a crash says less)
-    return _Slot(executor, pid, process=(getattr(executor, "_processes", None) or {}).get(pid))
+def _mib(n_bytes: int | None) -> float | None:
+    return None if n_bytes is None else n_bytes / 2**20
+
+
+def _size(mb: float | None) -> str:
+    if mb is None:
+        return "unknown"
+    return f"{mb / 1024:.1f} GiB" if mb >= 1024 else f"{mb:.0f} MiB"
 
 
 def _how_it_died(slot: _Slot) -> str:
@@ -124,9 +257,10 @@ def _how_it_died(slot: _Slot) -> str:
         return "segfault, abort or OOM"
     if code < 0:
         try:
-            return f"killed by {signal.Signals(-code).name}" + (": out of memory?" if code == -signal.SIGKILL else "")
+            name = signal.Signals(-code).name
         except ValueError:
             return f"killed by signal {-code}"
+        return f"killed by {name}" + (", not by the pool: out of memory?" if code == -signal.SIGKILL else "")
     return f"exit status {code}"
 
 
@@ -137,7 +271,9 @@ def _set_env(env: dict) -> None:
     faulthandler.enable()   # a crash prints the worker's Python stack to the run's error output
 
 
-def _kill(pid: int) -> None:
+def _kill(pid: int | None) -> None:
+    if pid is None:
+        return
     try:
         os.kill(pid, signal.SIGKILL)
     except ProcessLookupError:
@@ -149,7 +285,8 @@ class RayPool:
     `gpu`, each task holds an equal share of the cluster's GPUs, so that `workers` tasks run at once
     spread over them (a filter job is mostly CPU work around short GPU timings, as in `ProcessPool`,
     whose workers share the GPUs too); `sharing` is how many tasks share a GPU. `env` is set in the
-    tasks' worker processes."""
+    tasks' worker processes. Ray owns those processes (their reuse, and its memory monitor's kills): it
+    has no slots, so `ProcessPool`'s worker replacement and memory reports do not apply here."""
 
     def __init__(self, fn: Callable[[dict], dict], workers: int, timeout_s: float, address: str,
                  gpu: bool = False, env: dict | None = None):
