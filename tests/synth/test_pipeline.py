@@ -279,7 +279,7 @@ def test_the_workers_memory_is_in_the_run_s_records_not_in_the_tasks_or_the_data
 
 
 def test_filter_workers_are_replaced_after_100_tasks_or_past_half_their_share_of_memory(monkeypatch):
-    """The defaults: 48 workers on a 512 GiB host may each keep 5.3 GiB; never less than 2 GiB; 0 is off."""
+    """The defaults: 48 workers on a 512 GiB host may each keep 10.7 GiB; never less than 8 GiB; 0 is off."""
     from cuda_agent.synth import memory
 
     def resolved(limit_gib, **kw):
@@ -287,7 +287,7 @@ def test_filter_workers_are_replaced_after_100_tasks_or_past_half_their_share_of
         return SynthConfig(**{**FAST, "num": 1, "out": "unused", **kw}).resolved()
 
     c = resolved(512, workers=48)
-    assert c.worker_max_tasks == 100 and c.worker_max_rss_mb == round(512 * 1024 / 48 / 2)
-    assert resolved(64, workers=64).worker_max_rss_mb == 2048
+    assert c.worker_max_tasks == 100 and c.worker_max_rss_mb == round(512 * 1024 / 48)
+    assert resolved(64, workers=64).worker_max_rss_mb == 8192
     off = resolved(512, workers=48, worker_max_tasks=0, worker_max_rss_mb=0)
     assert off.worker_max_tasks == 0 and off.worker_max_rss_mb == 0

@@ -61,8 +61,8 @@ def synth(
     worker_max_tasks: Optional[int] = typer.Option(None, min=0, help="Replace a filter worker after this many "
                                                    "tasks (default 100; 0: never; not under --ray)."),
     worker_max_gb: Optional[float] = typer.Option(None, min=0, help="Replace a filter worker whose memory (RSS) "
-                                                  "after a task passes this many GiB (default: half its share of "
-                                                  "the host's memory, at least 2; 0: no bound; not under --ray)."),
+                                                  "after a task passes this many GiB (default: its share of "
+                                                  "the host's memory, at least 8; 0: no bound; not under --ray)."),
     no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar."),
     write_only: bool = typer.Option(False, "--write-only", help="Filter nothing more: write the outputs from the "
                                     "tasks the run in OUT kept so far (a partial build's preview; no GPU needed)."),

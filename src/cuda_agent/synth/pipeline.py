@@ -34,7 +34,8 @@ DEFAULT_TIMEOUT = {"cuda": 600.0, "cpu": 300.0}
 MAX_COMPILE_THREADS = 32   # inductor's own cap on its pool of compile processes
 MAX_BUSY_TRIES = 3   # a candidate that found the GPU full this often is recorded as `device_busy`
 WORKER_MAX_TASKS = 100   # a filter worker is replaced after this many tasks (docs/synthesis.md: its growth)
-WORKER_MIN_RSS_BOUND_MB = 2048.0   # the RSS bound's floor: below it a worker would be replaced every task
+# the RSS bound's floor: a CUDA filter worker holds torch, the CUDA libraries and inductor before any task
+WORKER_MIN_RSS_BOUND_MB = 8192.0
 
 
 @dataclass
@@ -100,12 +101,12 @@ class SynthConfig:
 
 
 def worker_rss_bound_mb(workers: int) -> float | None:
-    """Half of a worker's fair share of the host's memory (the cgroup's limit where there is one),
-    at least WORKER_MIN_RSS_BOUND_MB; None where the host's memory cannot be read."""
+    """A worker's fair share of the host's memory (the cgroup's limit where there is one), at least
+    WORKER_MIN_RSS_BOUND_MB; None where the host's memory cannot be read."""
     from cuda_agent.synth.memory import memory_limit_mb
 
     limit = memory_limit_mb()
-    return None if limit is None else round(max(WORKER_MIN_RSS_BOUND_MB, limit / max(1, workers) / 2))
+    return None if limit is None else round(max(WORKER_MIN_RSS_BOUND_MB, limit / max(1, workers)))
 
 
 def quotas(num: int, mix: dict) -> dict[str, int]:
