@@ -25,7 +25,8 @@ from collections import defaultdict
 from pathlib import Path
 
 
-def run_pipeline(args) -> float:
+def pipeline_command(args) -> list[str]:
+    """The `cuda-agent synth` command line this script runs."""
     cmd = [sys.executable, "-m", "cuda_agent.cli", "synth", "--num", str(args.num), "--out", str(args.out),
            "--backend", "cuda", "--seed", str(args.seed), "--no-progress"]
     if args.kernelbench:
@@ -34,6 +35,13 @@ def run_pipeline(args) -> float:
         cmd += ["--workers", str(args.workers)]
     if args.window:
         cmd += ["--window", args.window]
+    if args.ray:
+        cmd += ["--ray", args.ray]
+    return cmd
+
+
+def run_pipeline(args) -> float:
+    cmd = pipeline_command(args)
     print("running:", " ".join(cmd), flush=True)
     start = time.monotonic()
     proc = subprocess.Popen(cmd, start_new_session=True)
@@ -127,6 +135,8 @@ def main() -> None:
                         help="KernelBench folder (default $CUDA_AGENT_KERNELBENCH)")
     parser.add_argument("--workers", type=int, default=None, help="default: the pipeline's (3/4 of the cores)")
     parser.add_argument("--window", default=None, help="eager window LO,HI in ms (default 1,100)")
+    parser.add_argument("--ray", default=None, metavar="ADDRESS",
+                        help="filter through a Ray cluster (`local`: one started on this machine for the run)")
     parser.add_argument("--report-only", action="store_true", help="only read an existing run's journals")
     args = parser.parse_args()
     import torch
