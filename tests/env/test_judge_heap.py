@@ -51,10 +51,12 @@ def _heap_lines(log: str) -> list[tuple[int, int]]:
 
 def test_judge_holds_no_more_after_many_timed_calls_and_the_next_evaluation_reuses_the_stored_baseline(
         tmp_path, cache_dir, monkeypatch):
-    """With the judge's trace on (CUDA_AGENT_TRACE_CALLS), its state after each batch: the inputs it
-    drew for calls it will not judge (empty calls) are dropped, and its live tensors do not grow with
-    the number of timed calls. The second evaluation of the task takes the stored compile time."""
+    """With the judge's trace on (CUDA_AGENT_TRACE_CALLS, CUDA_AGENT_TRACE_HEAP), its state after each
+    batch: the inputs it drew for calls it will not judge (empty calls) are dropped, and its live tensors
+    do not grow with the number of timed calls. The second evaluation of the task takes the stored
+    compile time."""
     monkeypatch.setenv("CUDA_AGENT_TRACE_CALLS", "1")
+    monkeypatch.setenv("CUDA_AGENT_TRACE_HEAP", "1")
     own = tmp_path / "cache"
     shutil.copytree(cache_dir / "build", own / "build", symlinks=True)   # builds shared, baselines not
     config = cpu_config(own, compile_baseline=True, iters=60, timeout_profile=600.0)

@@ -155,3 +155,21 @@ def test_a_staged_layout_is_checked_like_a_files():
         judge.take(0, {"tensor": "os.system", "shape": [1]}, CPU)
     with pytest.raises(UnreadableOutput, match="do not fit"):
         judge.take(2, {"tensor": "float32", "shape": [1]}, CPU)
+
+
+def test_the_judge_notices_any_byte_changed_in_an_input_slot():
+    """The judge's check of the bytes it put into a slot (compared eight at a time where it can): one
+    byte changed anywhere, at an aligned start or not, is a difference."""
+    from cuda_agent.env.workers.judge import _same_bytes
+
+    put = torch.randint(0, 256, (1 << 12,), dtype=torch.uint8)
+    assert _same_bytes(put, put.clone())
+    for at in (0, 7, 8, 2049, (1 << 12) - 1):
+        changed = put.clone()
+        changed[at] ^= 1
+        assert not _same_bytes(changed, put), at
+    memory = torch.zeros(200, dtype=torch.uint8)
+    assert _same_bytes(memory[3:67], memory[5:69])        # unaligned views: compared byte by byte
+    memory[66] = 1
+    assert not _same_bytes(memory[3:67], memory[5:69])
+    assert not _same_bytes(memory[:64], memory[:72])      # not the same length

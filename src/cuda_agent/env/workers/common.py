@@ -13,6 +13,10 @@ from cuda_agent.env.measure import timing  # captures clocks and sync before can
 # of the harness's own overhead; the harness never reads it). Set by main.main(): a forked judge's
 # environment is set after this module was imported.
 TRACE_CALLS = False
+# CUDA_AGENT_TRACE_HEAP=1 (with TRACE_CALLS): the judge also counts its live tensors after each batch, a
+# walk of every object of the process that takes tens of milliseconds; apart, so that the call traces
+# time the harness as it runs untraced.
+TRACE_HEAP = False
 
 
 def device_of(backend: str) -> torch.device:

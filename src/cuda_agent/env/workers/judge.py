@@ -175,7 +175,7 @@ class _Judge:
         if kept is None:
             return
         index, put = kept
-        if not torch.equal(self._slot_bytes(slot, put.numel()), put):
+        if not _same_bytes(self._slot_bytes(slot, put.numel()), put):
             self.mutated.append(index)
 
     def inputs_kept(self) -> dict:
@@ -217,7 +217,8 @@ class _Judge:
             answers[-1]["lock_wait_s"] = self.lock_wait_s
         self._drop_unjudged(max((item.index for item in items if item.index is not None), default=-1))
         if common.TRACE_CALLS:   # what the judge holds between batches (diagnosis: it must not grow)
-            print(f"judge heap drawn={len(self.drawn)} tensors={_live_tensors()}", file=sys.stderr, flush=True)
+            tensors = f" tensors={_live_tensors()}" if common.TRACE_HEAP else ""
+            print(f"judge heap drawn={len(self.drawn)}{tensors}", file=sys.stderr, flush=True)
         return answers
 
     def _drop_unjudged(self, last: int) -> None:
@@ -478,6 +479,14 @@ class _Judge:
         return {"ok": verdict.ok, "max_abs_error": verdict.max_abs_error, "message": verdict.message,
                 "rule": verdict.rule, "nonfinite": verdict.nonfinite,
                 "fp32_relative_error": verdict.fp32_relative_error, "worst": list(verdict.worst)}
+
+
+def _same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether two byte tensors hold the same bytes: compared eight at a time where both allow it (on
+    the CPU, torch.equal over bytes takes several times as long as over the same memory in int64)."""
+    if a.numel() == b.numel() and a.numel() % 8 == 0 and a.storage_offset() % 8 == 0 and b.storage_offset() % 8 == 0:
+        return torch.equal(a.view(torch.int64), b.view(torch.int64))
+    return torch.equal(a, b)
 
 
 def _minor_faults() -> int:

@@ -56,6 +56,7 @@ def main() -> None:
     import faulthandler
 
     common.TRACE_CALLS = os.environ.get("CUDA_AGENT_TRACE_CALLS") == "1"
+    common.TRACE_HEAP = common.TRACE_CALLS and os.environ.get("CUDA_AGENT_TRACE_HEAP") == "1"
     faulthandler.enable()  # a crashing kernel leaves the Python stack that called it in the log
     role = sys.argv[1]
     if role == "measure":   # the task's code measured on meta for the harness: no device, no channel
