@@ -8,6 +8,8 @@ import signal
 import sys
 import time
 
+import pytest
+
 from cuda_agent.synth.workers import PEAK_FIELD, RSS_FIELD, ProcessPool, RayPool
 
 
@@ -16,6 +18,8 @@ def _work(payload: dict) -> dict:
         time.sleep(60)
     if payload["what"] == "crash":
         os.abort()
+    if payload["what"] == "die":   # as the kernel's out-of-memory kill does
+        os.kill(os.getpid(), signal.SIGKILL)
     return {"id": payload["id"], "ok": True, "reason": "", "pid": os.getpid()}
 
 
@@ -106,16 +110,25 @@ def test_a_worker_killed_by_sigkill_is_reported_with_the_memory_facts():
     assert results["c"]["ok"] and results["c"]["pid"] != victim
 
 
+class _FakeActorDied(Exception):
+    pass
+
+
 class _FakeRef:
-    def __init__(self, value):
-        self.value = value
+    def __init__(self, value=None, error=None, ready=True):
+        self.value, self.error, self.ready = value, error, ready
 
 
 class _FakeRay:
-    """Just enough of Ray's API to run RayPool locally."""
+    """Just enough of Ray's actor API to run RayPool in this process: an actor is its instance here,
+    each call's result is ready at once, and a killed actor's calls fail as Ray's do; past `placeable`
+    actors, the cluster has no room: those never start."""
 
-    def __init__(self, gpus=0):
-        self.cancelled, self.gpus, self.options = [], gpus, None
+    class exceptions:
+        RayActorError = _FakeActorDied
+
+    def __init__(self, gpus=0, placeable=1000):
+        self.gpus, self.placeable, self.options, self.created, self.killed = gpus, placeable, None, [], []
 
     def is_initialized(self):
         return True
@@ -123,58 +136,112 @@ class _FakeRay:
     def cluster_resources(self):
         return {"CPU": 64.0, **({"GPU": float(self.gpus)} if self.gpus else {})}
 
-    def remote(self, **options):
-        self.options = options
+    def remote(self, cls):
+        ray = self
 
-        def wrap(fn):
-            class Remote:
-                @staticmethod
-                def remote(payload):
-                    try:
-                        return _FakeRef(fn(payload))
-                    except Exception as exc:  # noqa: BLE001
-                        return _FakeRef(exc)
-            return Remote
-        return wrap
+        class ActorClass:
+            @staticmethod
+            def options(**options):
+                ray.options = options
+
+                class Creator:
+                    @staticmethod
+                    def remote(*args):
+                        handle = _FakeActor(cls(*args), ray, placed=len(ray.created) < ray.placeable)
+                        ray.created.append(handle)
+                        return handle
+                return Creator
+        return ActorClass
 
     def wait(self, refs, num_returns=1, timeout=None):
-        return refs[:num_returns], refs[num_returns:]
+        ready = [r for r in refs if r.ready][:num_returns]
+        return ready, [r for r in refs if r not in ready]
 
     def get(self, ref):
-        if isinstance(ref.value, Exception):
-            raise ref.value
+        if ref.error is not None:
+            raise ref.error
         return ref.value
 
-    def cancel(self, ref, force=False):
-        self.cancelled.append(ref)
+    def kill(self, handle, no_restart=True):
+        self.killed.append(handle)
+
+
+class _FakeActor:
+    def __init__(self, instance, ray, placed):
+        self.instance, self.ray, self.placed = instance, ray, placed
+
+    def __getattr__(self, name):
+        method, actor = getattr(self.instance, name), self
+
+        class Method:
+            @staticmethod
+            def remote(*args):
+                if not actor.placed:
+                    return _FakeRef(ready=False)
+                if actor in actor.ray.killed:
+                    return _FakeRef(error=_FakeActorDied("the actor died"))
+                try:
+                    return _FakeRef(method(*args))
+                except Exception as exc:  # noqa: BLE001 - as Ray hands a job's exception to ray.get
+                    return _FakeRef(error=exc)
+        return Method
 
 
 def _maybe_fail(payload):
     if payload["what"] == "fail":
-        raise RuntimeError("worker died")
+        raise RuntimeError("a bug in the job")
     return {"id": payload["id"], "ok": True}
 
 
 def test_ray_pool_interface(monkeypatch):
-    monkeypatch.setitem(sys.modules, "ray", _FakeRay())
+    """Every actor is created at once and takes jobs once it has answered; a job that raises is the
+    job's error (`internal_error`) and its actor goes on; shutting down kills every actor."""
+    fake = _FakeRay()
+    monkeypatch.setitem(sys.modules, "ray", fake)
     pool = RayPool(_maybe_fail, workers=2, timeout_s=60, address="auto")
+    assert len(fake.created) == 2 and pool.free() == 0 and pool.busy() == 2
+    assert pool.wait(0.1) == [] and pool.free() == 2
     results = _drain(pool, [("a", {"id": "a", "what": "ok"}), ("b", {"id": "b", "what": "fail"}),
                             ("c", {"id": "c", "what": "ok"})])
-    assert results["a"]["ok"] and results["c"]["ok"]
-    assert results["b"]["reason"] == "crashed"
+    assert results["a"]["ok"] and results["c"]["ok"] and results["a"][RSS_FIELD] > 0
+    assert results["b"]["reason"] == "internal_error" and "a bug in the job" in results["b"]["detail"]
+    assert len(fake.created) == 2 and not fake.killed
+    pool.shutdown()
+    assert fake.killed == fake.created
 
 
-def test_ray_tasks_share_the_cluster_s_gpus_as_local_workers_do(monkeypatch):
-    """48 filter tasks over 4 GPUs: each holds a twelfth of one (not a whole GPU, which let only four
-    run at once), with the workers' environment; a cluster without GPUs is refused up front."""
+def test_a_ray_pool_works_with_the_actors_the_cluster_can_place(monkeypatch):
+    """Three slots on a cluster with room for one actor: the pool waits while none has started, then
+    works with the one (a run ends once its jobs are done, not waiting for the others); with room for
+    none, the pool gives up after START_TIMEOUT_S."""
     import pytest
+
+    from cuda_agent.synth import workers
+
+    monkeypatch.setitem(sys.modules, "ray", _FakeRay(placeable=1))
+    pool = RayPool(_maybe_fail, workers=3, timeout_s=60, address="auto")
+    assert pool.free() == 0 and pool.busy() == 3       # waiting for an actor
+    assert pool.wait(0.1) == [] and pool.free() == 1 and pool.busy() == 0
+    results = _drain(pool, [(k, {"id": k, "what": "ok"}) for k in "ab"])
+    assert results["a"]["ok"] and results["b"]["ok"] and pool.busy() == 0
+    monkeypatch.setitem(sys.modules, "ray", _FakeRay(placeable=0))
+    monkeypatch.setattr(workers, "START_TIMEOUT_S", 0.0)
+    pool = RayPool(_maybe_fail, workers=2, timeout_s=60, address="auto")
+    with pytest.raises(RuntimeError, match="no filter actor started"):
+        pool.wait(0.1)
+
+
+def test_ray_actors_share_the_cluster_s_gpus_as_local_workers_do(monkeypatch):
+    """48 filter actors over 4 GPUs: each holds a twelfth of one (not a whole GPU, which let only four
+    run at once) and a CPU, with the workers' environment; a cluster without GPUs is refused up front."""
 
     fake = _FakeRay(gpus=4)
     monkeypatch.setitem(sys.modules, "ray", fake)
     env = {"TORCHINDUCTOR_COMPILE_THREADS": "1"}
     pool = RayPool(_maybe_fail, workers=48, timeout_s=60, address="auto", gpu=True, env=env)
     assert pool.sharing == 12 and fake.options["num_gpus"] == 0.0833 and 12 * pool.num_gpus <= 1
-    assert fake.options["runtime_env"] == {"env_vars": env} and fake.options["max_retries"] == 0
+    assert fake.options["num_cpus"] == 1 and fake.options["runtime_env"] == {"env_vars": env}
+    assert fake.options["max_restarts"] == 0 and len(fake.created) == 48
     monkeypatch.setitem(sys.modules, "ray", _FakeRay(gpus=0))
     with pytest.raises(RuntimeError, match="no GPUs"):
         RayPool(_maybe_fail, workers=48, timeout_s=60, address="auto", gpu=True)
@@ -208,25 +275,54 @@ def test_the_workers_start_together(monkeypatch):
     assert [slot.pid for slot in pool.slots] == [4242] * 4
 
 
+@pytest.fixture(scope="module")
+def local_ray():
+    """A local Ray cluster declaring 4 GPUs (Ray hands them out as CUDA_VISIBLE_DEVICES ids without
+    touching a device), started once for this module's tests (several seconds)."""
+    ray = pytest.importorskip("ray")
+    ray.init(num_cpus=2, num_gpus=4, include_dashboard=False, log_to_driver=False)
+    yield ray
+    ray.shutdown()
+
+
 def _where(payload: dict) -> dict:
     return {"id": payload["id"], "ok": True, "gpus": os.environ.get("CUDA_VISIBLE_DEVICES"),
             "compile_threads": os.environ.get("TORCHINDUCTOR_COMPILE_THREADS")}
 
 
-def test_ray_pool_on_a_real_local_cluster_shares_gpus_and_sets_the_environment():
-    """A local Ray cluster declaring 4 GPUs (Ray hands them out as CUDA_VISIBLE_DEVICES ids without
-    touching a device): 8 tasks at a half GPU each, each told one GPU, with the workers' environment."""
-    import pytest
-
-    ray = pytest.importorskip("ray")
-    ray.init(num_cpus=2, num_gpus=4, include_dashboard=False, log_to_driver=False)
+def test_ray_pool_on_a_real_local_cluster_shares_gpus_and_sets_the_environment(local_ray):
+    """8 actors at a half GPU each (two placed at once: the cluster has 2 CPUs), each job told one
+    GPU, with the workers' environment."""
+    pool = RayPool(_where, workers=8, timeout_s=120, address="local", gpu=True,
+                   env={"TORCHINDUCTOR_COMPILE_THREADS": "1"})
     try:
-        pool = RayPool(_where, workers=8, timeout_s=120, address="local", gpu=True,
-                       env={"TORCHINDUCTOR_COMPILE_THREADS": "1"})
         assert pool.sharing == 2 and pool.num_gpus == 0.5
         results = _drain(pool, [(k, {"id": k}) for k in "abcd"])
     finally:
-        ray.shutdown()
+        pool.shutdown()
     assert sorted(results) == list("abcd")
     assert all(r["ok"] and r["compile_threads"] == "1" for r in results.values()), results
     assert all(r["gpus"] in {"0", "1", "2", "3"} for r in results.values()), results
+
+
+def test_a_ray_slot_runs_its_jobs_in_one_actor_and_replaces_it_when_worn_timed_out_or_dead(local_ray):
+    """One slot holding a GPU, a fresh actor after two jobs: the jobs run in one long-lived process
+    (a Ray task holding a GPU would get a new process per job), a job past the timeout has its actor
+    killed, a job that kills its own process is `crashed`, and after each the slot's next job runs in
+    a new actor."""
+    pool = RayPool(_work, workers=1, timeout_s=4.0, address="local", gpu=True, max_tasks=2)
+    try:
+        jobs = [(k, {"id": k, "what": w}) for k, w in
+                [("a", "ok"), ("b", "ok"), ("c", "ok"), ("d", "die"), ("e", "ok"), ("f", "sleep"), ("g", "ok")]]
+        results = _drain(pool, jobs)
+        summary = pool.memory_summary()
+    finally:
+        pool.shutdown()
+    assert sorted(results) == list("abcdefg")
+    pid = {k: results[k]["pid"] for k in "abceg"}
+    assert pid["a"] == pid["b"] != os.getpid()                 # one process for both jobs
+    assert len({pid["b"], pid["c"], pid["e"], pid["g"]}) == 4    # worn, then died, then timed out
+    assert results["d"]["reason"] == "crashed" and results["d"]["detail"].startswith("the filter actor died: ")
+    assert results["f"]["reason"] == "timeout"
+    assert all(results[k][RSS_FIELD] > 0 and results[k][PEAK_FIELD] >= results[k][RSS_FIELD] for k in pid)
+    assert summary["workers_recycled"] == 1 and summary["worker_peak_rss_mb"] > 0

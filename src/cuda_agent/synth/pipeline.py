@@ -386,15 +386,15 @@ class Pipeline:
     def _make_pool(self):
         if self.pool_factory is not None:
             return self.pool_factory(run_filters, self.cfg.workers, self.cfg.task_timeout_s)
+        recycling = dict(max_tasks=self.cfg.worker_max_tasks or None, max_rss_mb=self.cfg.worker_max_rss_mb or None)
         if self.cfg.ray_address:
             from cuda_agent.synth.workers import RayPool
 
             return RayPool(run_filters, self.cfg.workers, self.cfg.task_timeout_s, self.cfg.ray_address,
-                           gpu=self.cfg.backend == "cuda", env=self._worker_env())
+                           gpu=self.cfg.backend == "cuda", env=self._worker_env(), **recycling)
         from cuda_agent.synth.workers import ProcessPool
 
         env = self._worker_env()
-        recycling = dict(max_tasks=self.cfg.worker_max_tasks or None, max_rss_mb=self.cfg.worker_max_rss_mb or None)
         if self.cfg.backend == "cuda":
             import torch
 
@@ -466,7 +466,7 @@ class Pipeline:
                                            f"filtered {len(self.results.records)}")
         finally:
             if pool is not None:
-                workers_memory = getattr(pool, "memory_summary", dict)()   # a Ray pool reports none
+                workers_memory = getattr(pool, "memory_summary", dict)()   # a test's pool may have none
                 pool.shutdown()
             self.candidates.close()
             self.results.close()

@@ -7,9 +7,9 @@ are not disturbed. A slot's worker is also replaced, between two tasks, once it 
 tasks or its resident memory after a task passes `max_rss_mb` (a long-lived worker keeps every
 task's imports, compiled code and allocator caches). Each result carries the worker's memory
 (`RSS_FIELD`, `PEAK_FIELD`), and a worker killed by SIGKILL that the pool did not kill is reported
-with what is known of the memory at that moment. `RayPool` has the same interface and sends each
-job to a Ray cluster as a task (on the CUDA backend each holds a share of a GPU); Ray is an optional
-import.
+with what is known of the memory at that moment. `RayPool` has the same interface and slots on a
+Ray cluster: one long-lived actor per slot (on the CUDA backend each holds a share of a GPU),
+replaced the same way; Ray is an optional import.
 """
 
 from __future__ import annotations
@@ -280,16 +280,49 @@ def _kill(pid: int | None) -> None:
         pass
 
 
+class _FilterActor:
+    """A filter worker on a Ray cluster: one long-lived process that runs one job at a time (a Ray
+    task holding a GPU share would get a fresh process per job, Ray's `max_calls=1` for GPU tasks)."""
+
+    def __init__(self, fn: Callable[[dict], dict]):
+        self.fn = fn
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def run(self, payload: dict) -> dict:
+        return run_measured(self.fn, payload)
+
+
+@dataclass
+class _ActorSlot:
+    actor: Any = None
+    starting: Any = None     # the ref to its actor's os.getpid, until it answers
+    start_asked: float = 0.0
+    pid: int | None = None   # None while its actor starts
+    key: Any = None
+    ref: Any = None          # the running job's result
+    started: float = 0.0
+    tasks: int = 0
+    rss_mb: float | None = None
+
+
 class RayPool:
-    """The same interface over Ray tasks; `address` is the cluster (`ray.init(address=...)`). With
-    `gpu`, each task holds an equal share of the cluster's GPUs, so that `workers` tasks run at once
-    spread over them (a filter job is mostly CPU work around short GPU timings, as in `ProcessPool`,
-    whose workers share the GPUs too); `sharing` is how many tasks share a GPU. `env` is set in the
-    tasks' worker processes. Ray owns those processes (their reuse, and its memory monitor's kills): it
-    has no slots, so `ProcessPool`'s worker replacement and memory reports do not apply here."""
+    """The same interface over Ray actors; `address` is the cluster (`ray.init(address=...)`). One
+    actor per slot (`_FilterActor`, `num_cpus=1`), started together, each running one job at a time in
+    its own long-lived process, as `ProcessPool`'s workers do. With `gpu`, each actor holds an equal
+    share of the cluster's GPUs, so that `workers` jobs run at once spread over them (a filter job is
+    mostly CPU work around short GPU timings); `sharing` is how many actors share a GPU. Ray gives an
+    actor its GPU for its lifetime (a reused task worker keeps the device it first used while Ray may
+    give its next task another). `env` is set in the actors' processes. A job past `timeout_s` has its
+    actor killed (`timeout`), an actor that dies under a job gives `crashed` with Ray's error; either
+    way, and after `max_tasks` jobs or once its RSS after a job passes `max_rss_mb`, the slot gets a
+    fresh actor, which takes jobs once it has answered. A slot whose actor the cluster cannot place
+    yet (too few CPUs or GPU shares) waits for it; no actor up after `START_TIMEOUT_S` is an error."""
 
     def __init__(self, fn: Callable[[dict], dict], workers: int, timeout_s: float, address: str,
-                 gpu: bool = False, env: dict | None = None):
+                 gpu: bool = False, env: dict | None = None, max_tasks: int | None = None,
+                 max_rss_mb: float | None = None):
         try:
             import ray
         except ImportError as exc:
@@ -297,7 +330,9 @@ class RayPool:
         self.ray = ray
         if not ray.is_initialized():
             ray.init(address=address, ignore_reinit_error=True)
-        self.capacity, self.timeout_s = max(1, workers), timeout_s
+        self.fn, self.capacity, self.timeout_s = fn, max(1, workers), timeout_s
+        self.max_tasks, self.max_rss_mb = max_tasks, max_rss_mb
+        self.recycled, self.peak_rss_mb = 0, None
         self.num_gpus, self.sharing = 0.0, 1
         if gpu:
             gpus = int(ray.cluster_resources().get("GPU", 0))
@@ -305,41 +340,110 @@ class RayPool:
                 raise RuntimeError(f"the Ray cluster at {address} has no GPUs (ray.cluster_resources())")
             self.sharing = -(-self.capacity // gpus)
             self.num_gpus = math.floor(1e4 / self.sharing) / 1e4   # Ray counts GPU shares to 1e-4
-        options = {"num_gpus": self.num_gpus, "max_retries": 0}
+        self.options = {"num_gpus": self.num_gpus, "num_cpus": 1, "max_restarts": 0, "max_task_retries": 0}
         if env:
-            options["runtime_env"] = {"env_vars": dict(env)}
-        self.remote = ray.remote(**options)(fn)
-        self.running: dict[Any, tuple[Any, float]] = {}   # ref -> (key, started)
+            self.options["runtime_env"] = {"env_vars": dict(env)}
+        self.actor_class = ray.remote(_FilterActor)
+        # creating an actor does not wait for it: every slot's actor starts at once
+        self.slots = [self._start(_ActorSlot()) for _ in range(self.capacity)]
+
+    def _start(self, slot: _ActorSlot) -> _ActorSlot:
+        slot.actor = self.actor_class.options(**self.options).remote(self.fn)
+        slot.starting, slot.start_asked = slot.actor.pid.remote(), time.monotonic()
+        slot.pid, slot.tasks, slot.rss_mb = None, 0, None
+        return slot
+
+    def _replace(self, slot: _ActorSlot) -> None:
+        try:
+            self.ray.kill(slot.actor, no_restart=True)
+        except Exception:  # noqa: BLE001 - already gone
+            pass
+        slot.key, slot.ref = None, None
+        self._start(slot)
 
     def free(self) -> int:
-        return self.capacity - len(self.running)
+        return sum(1 for s in self.slots if s.pid is not None and s.ref is None)
 
     def busy(self) -> int:
-        return len(self.running)
+        """Jobs running; with none running and no slot free, the starting slots (the pool waits for
+        one). An actor the cluster cannot place yet is not waited for while another slot can work."""
+        running = sum(1 for s in self.slots if s.ref is not None)
+        if running or self.free():
+            return running
+        return sum(1 for s in self.slots if s.starting is not None)
 
     def submit(self, key, payload: dict) -> None:
-        self.running[self.remote.remote(payload)] = (key, time.monotonic())
+        slot = next(s for s in self.slots if s.pid is not None and s.ref is None)
+        slot.key, slot.started = key, time.monotonic()
+        slot.ref = slot.actor.run.remote(payload)
 
     def wait(self, timeout: float = 0.5) -> list[tuple[Any, dict]]:
-        if not self.running:
+        running = {s.ref: s for s in self.slots if s.ref is not None}
+        starting = {s.starting: s for s in self.slots if s.starting is not None}
+        refs = [*running, *starting]
+        if not refs:
             return []
-        ready, _ = self.ray.wait(list(self.running), num_returns=1, timeout=timeout)
+        # an actor that finishes starting ends the wait too: its slot can take a job
+        ready, _ = self.ray.wait(refs, num_returns=1, timeout=timeout)
+        if ready:
+            ready, _ = self.ray.wait(refs, num_returns=len(refs), timeout=0)
         finished = []
         for ref in ready:
-            key, _started = self.running.pop(ref)
-            try:
-                finished.append((key, self.ray.get(ref)))
-            except Exception as exc:  # noqa: BLE001 - worker died or task raised
-                finished.append((key, _failure(key, "crashed", f"{type(exc).__name__}: {exc}")))
+            if ref in starting:
+                self._started(starting[ref])
+            else:
+                slot = running[ref]
+                finished.append((slot.key, self._result(slot, ref)))
         now = time.monotonic()
-        for ref, (key, started) in list(self.running.items()):
-            if now - started > self.timeout_s:
-                self.ray.cancel(ref, force=True)
-                del self.running[ref]
-                finished.append((key, _failure(key, "timeout", f"cancelled after {self.timeout_s:.0f} s")))
+        for slot in self.slots:
+            if slot.ref is not None and now - slot.started > self.timeout_s:
+                finished.append((slot.key, _failure(slot.key, "timeout", f"killed after {self.timeout_s:.0f} s")))
+                self._replace(slot)
+        if all(s.pid is None and now - s.start_asked > START_TIMEOUT_S for s in self.slots):
+            raise RuntimeError(f"no filter actor started in {START_TIMEOUT_S:.0f} s: can the Ray cluster place "
+                               f"one with num_cpus=1, num_gpus={self.num_gpus}?")
         return finished
 
+    def _started(self, slot: _ActorSlot) -> None:
+        try:
+            slot.pid = self.ray.get(slot.starting)
+        except Exception as exc:  # noqa: BLE001 - a broken cluster or environment, not a task
+            raise RuntimeError(f"a filter actor did not start: {type(exc).__name__}: {exc}") from exc
+        slot.starting = None
+
+    def _result(self, slot: _ActorSlot, ref) -> dict:
+        key = slot.key
+        try:
+            result = self.ray.get(ref)
+        except self.ray.exceptions.RayActorError as exc:   # its process died (a crash, or killed for memory)
+            self._replace(slot)
+            return _failure(key, "crashed", f"the filter actor died: {type(exc).__name__}: {exc}")
+        except Exception as exc:  # noqa: BLE001 - the job raised; its actor lives on
+            result = _failure(key, "internal_error", f"{type(exc).__name__}: {exc}")
+        else:
+            if isinstance(result, dict):
+                slot.rss_mb = result.get(RSS_FIELD)
+                for mb in (slot.rss_mb, result.get(PEAK_FIELD)):
+                    if mb is not None:
+                        self.peak_rss_mb = max(mb, self.peak_rss_mb or 0.0)
+        slot.tasks += 1
+        slot.key, slot.ref = None, None
+        worn = (self.max_tasks and slot.tasks >= self.max_tasks) or \
+            (self.max_rss_mb and slot.rss_mb is not None and slot.rss_mb > self.max_rss_mb)
+        if worn:
+            self._replace(slot)
+            self.recycled += 1
+        return result
+
+    def memory_summary(self) -> dict:
+        """The actors' largest memory seen and how many were replaced for their age or size."""
+        return {"worker_peak_rss_mb": self.peak_rss_mb, "workers_recycled": self.recycled}
+
     def shutdown(self) -> None:
-        for ref in list(self.running):
-            self.ray.cancel(ref, force=True)
-        self.running.clear()
+        """Stop now: kill the actors (in-flight jobs are simply not recorded)."""
+        for slot in self.slots:
+            try:
+                self.ray.kill(slot.actor, no_restart=True)
+            except Exception:  # noqa: BLE001 - already gone
+                pass
+            slot.ref = slot.starting = None
