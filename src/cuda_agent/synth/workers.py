@@ -264,6 +264,12 @@ def _how_it_died(slot: _Slot) -> str:
     return f"exit status {code}"
 
 
+def _first_lines(exc: BaseException, lines: int = 3, chars: int = 400) -> str:
+    """The start of an exception's text: Ray's errors carry the dead worker's whole story."""
+    text = " / ".join(line.strip() for line in str(exc).splitlines()[:lines] if line.strip())
+    return text if len(text) <= chars else text[:chars] + "..."
+
+
 def _set_env(env: dict) -> None:
     import faulthandler
 
@@ -417,7 +423,7 @@ class RayPool:
             result = self.ray.get(ref)
         except self.ray.exceptions.RayActorError as exc:   # its process died (a crash, or killed for memory)
             self._replace(slot)
-            return _failure(key, "crashed", f"the filter actor died: {type(exc).__name__}: {exc}")
+            return _failure(key, "crashed", f"the filter actor died: {type(exc).__name__}: {_first_lines(exc)}")
         except Exception as exc:  # noqa: BLE001 - the job raised; its actor lives on
             result = _failure(key, "internal_error", f"{type(exc).__name__}: {exc}")
         else:
