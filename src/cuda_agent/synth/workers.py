@@ -24,6 +24,7 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from cuda_agent.env.workers.protocol import signal_name
 from cuda_agent.synth import memory
 
 RSS_FIELD = "worker_rss_mb"     # the worker's resident memory after the task, MiB
@@ -256,11 +257,7 @@ def _how_it_died(slot: _Slot) -> str:
     if code is None:
         return "segfault, abort or OOM"
     if code < 0:
-        try:
-            name = signal.Signals(-code).name
-        except ValueError:
-            return f"killed by signal {-code}"
-        return f"killed by {name}" + (", not by the pool: out of memory?" if code == -signal.SIGKILL else "")
+        return f"killed by {signal_name(-code)}" + (", not by the pool: out of memory?" if code == -signal.SIGKILL else "")
     return f"exit status {code}"
 
 

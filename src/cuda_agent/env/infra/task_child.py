@@ -35,6 +35,7 @@ import threading
 from collections import OrderedDict
 
 from cuda_agent.env.workers.measure import KINDS, ROLE
+from cuda_agent.env.workers.protocol import signal_name
 from cuda_agent.tasks.task import Task, TaskError
 
 TIMEOUT_S = 120.0      # a recurrent model's forward takes seconds on meta (KernelBench's LSTMs and GRUs)
@@ -168,10 +169,7 @@ def _kill(proc) -> None:
 def _ended(status: int, words: str, output: str, task: Task) -> str:
     """Why the child gave no answer, in words: its exit or its signal, and where or what it said."""
     if status < 0:
-        try:
-            name = signal.Signals(-status).name
-        except ValueError:
-            name = f"signal {-status}"
+        name = signal_name(-status)
         where = _crash_site(output, task.origin or task.name)
         return f"the task's code crashed ({name}) while {words}" + (f" ({where})" if where else "")
     said = [line.strip() for line in output.splitlines() if line.strip()]

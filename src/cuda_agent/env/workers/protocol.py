@@ -15,6 +15,7 @@ import json
 import os
 import secrets
 import select
+import signal
 import subprocess
 import time
 
@@ -167,15 +168,18 @@ def _first_error(exc: ValueError) -> str:
 
 
 def _describe_exit(code: int | None) -> str:
-    import signal
-
     if code is None:
         return "worker stopped answering"
     # A signal shows as a negative code, or as 128 + signal through the sandbox's init process.
     number = -code if code < 0 else code - 128 if 128 < code < 128 + 65 else None
     if number is not None:
-        try:
-            return f"worker killed by {signal.Signals(number).name}"
-        except ValueError:
-            return f"worker killed by signal {number}"
+        return f"worker killed by {signal_name(number)}"
     return f"worker exited with code {code}"
+
+
+def signal_name(number: int) -> str:
+    """A signal by its name (SIGKILL), or by its number where it has none."""
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
