@@ -85,6 +85,19 @@ def summarise(rows: list[dict]) -> dict:
     return out
 
 
+def slowest(results: list, own: list[float], n: int = 3) -> list[dict]:
+    """The `n` slowest evaluations: their own time, their largest phases (with CUDA_AGENT_TRACE_CALLS=1 the
+    traced steps too) and the start of their warnings (a retried start says so): where a run's tail went."""
+    order = sorted(range(len(results)), key=lambda i: -own[i])[:n]
+    out = []
+    for i in order:
+        phases = sorted(results[i].phase_seconds.items(), key=lambda kv: -kv[1])[:6]
+        out.append({"own_s": round(own[i], 2), "task": results[i].task,
+                    "phases": {k: round(v, 2) for k, v in phases},
+                    "warnings": [w[:120] for w in results[i].warnings[:2]]})
+    return out
+
+
 def _busy_cores() -> tuple[float, float]:
     """(busy, total) CPU seconds of the whole host so far, from /proc/stat."""
     with open("/proc/stat") as fh:
@@ -117,7 +130,8 @@ def measure(target, mode: str, count: int, jobs: list, roles: bool) -> dict:
            "eval_s": {"mean": round(statistics.fmean(own), 2), "median": round(statistics.median(own), 2),
                       "max": round(max(own), 2), "in_flight_mean": round(sum(own) / wall, 2)},
            "phase_median_s": {k: round(statistics.median(r.phase_seconds.get(k, 0.0) for r in results), 3)
-                              for k in sorted({k for r in results for k in r.phase_seconds})}}
+                              for k in sorted({k for r in results for k in r.phase_seconds})},
+           "slowest": slowest(results, own)}
     if bad:
         first = bad[0].error
         row["first_error"] = f"{first.phase}: {first.message[:300]}" if first else "?"
@@ -144,6 +158,9 @@ def report(row: dict) -> None:
           flush=True)
     print("        phases (median s): " + ", ".join(f"{k} {v}" for k, v in row["phase_median_s"].items()),
           flush=True)
+    for slow in row.get("slowest", []):
+        print(f"        slow: {slow['own_s']} s {slow['task']}: " + ", ".join(f"{k} {v}" for k, v in slow["phases"].items())
+              + "".join(f" | {w}" for w in slow["warnings"]), flush=True)
     if "cpu_s_per_eval" in row:
         print("        CPU s per evaluation: " + ", ".join(f"{k} {v}" for k, v in row["cpu_s_per_eval"].items()),
               flush=True)

@@ -48,6 +48,22 @@ def test_ratios_are_against_the_mean_of_the_one_device_rows_of_the_same_mode(sca
     assert rows[1]["ratio_vs_1"] == round(1.9 / 1.1, 2)   # each row too, against its mode's one-device mean
 
 
+def test_the_slowest_evaluations_are_named_with_their_largest_phases_and_warnings(scaling):
+    from types import SimpleNamespace
+
+    def result(task, phases, warnings=()):
+        return SimpleNamespace(task=task, phase_seconds=phases, warnings=list(warnings))
+
+    results = [result("a", {"compile": 0.5, "verify": 1.0}), result("b", {"compile": 20.0, "trace.startup.judge": 18.5},
+                                                                   ["the judge did not start: started anew"]),
+               result("c", {"compile": 0.4, "profile": 5.0}), result("d", {"compile": 0.3})]
+    own = [1.5, 20.0, 5.4, 0.3]
+    tail = scaling.slowest(results, own, n=2)
+    assert [t["task"] for t in tail] == ["b", "c"] and tail[0]["own_s"] == 20.0
+    assert list(tail[0]["phases"]) == ["compile", "trace.startup.judge"]   # largest first
+    assert tail[0]["warnings"] == ["the judge did not start: started anew"] and tail[1]["warnings"] == []
+
+
 def test_the_gpu_jobs_are_the_four_fidelity_kernels(scaling):
     kernels = scaling.load_kernels("cuda")   # files only: no GPU needed to load them
     assert len(kernels) == 4
