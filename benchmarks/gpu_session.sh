@@ -73,7 +73,7 @@ for step in $STEPS; do
         env $settings PYTHONPATH="$root/src:$PYTHONPATH" timeout "${SCALING_AB_TIMEOUT:-200}" python3 "$root/benchmarks/pool_scaling.py" \
           --service off --rounds 1 ${SCALING_ARGS:-} --json "$OUT/scaling_${i}_$code.json" >> "$OUT/scaling_ab.txt" 2>&1
       done
-      grep -E "^== |^pool  " "$OUT/scaling_ab.txt" ;;
+      grep -E "^== |^pool  |slow: " "$OUT/scaling_ab.txt" ;;
     runs_scaling)   # one command's wall time at 1, 2, 4 GPUs (runs_scaling.py): RUNS_KIND=baseline|bench|synth;
       # synth runs RUNS_SECONDS each from data/ops6k/build.tar.xz and brings the 4-GPU run's state back as
       # $OUT/build.tar.xz (an Ops-6K part: copy it over data/ops6k/build.tar.xz and commit)
