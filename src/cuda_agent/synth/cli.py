@@ -58,11 +58,13 @@ def synth(
     llm_base_url: Optional[str] = typer.Option(None, help="Base URL for --composer llm (or $OPENAI_BASE_URL)."),
     timeout: Optional[float] = typer.Option(None, help="Per-task filter timeout in seconds."),
     ray: Optional[str] = typer.Option(None, help="Ray cluster address: run the filter workers there, as Ray actors."),
-    worker_max_tasks: Optional[int] = typer.Option(None, min=0, help="Replace a filter worker after this many "
-                                                   "tasks (default 100; 0: never)."),
-    worker_max_gb: Optional[float] = typer.Option(None, min=0, help="Replace a filter worker whose memory (RSS) "
-                                                  "after a task passes this many GiB (default: its share of "
-                                                  "the host's memory, at least 8; 0: no bound)."),
+    worker_max_tasks: Optional[int] = typer.Option(
+        None, "--worker-tasks", min=0, metavar="<int>",
+        help="Replace a filter worker after this many tasks (default 100; 0: never)."),
+    worker_max_gb: Optional[float] = typer.Option(
+        None, "--worker-gb", min=0, metavar="<float>",
+        help="Replace a filter worker whose memory (RSS) after a task passes this many GiB (default: its share "
+             "of the host's memory, at least 8; 0: no bound)."),
     no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar."),
     write_only: bool = typer.Option(False, "--write-only", help="Filter nothing more: write the outputs from the "
                                     "tasks the run in OUT kept so far (a partial build's preview; no GPU needed)."),
