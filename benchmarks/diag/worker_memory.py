@@ -14,7 +14,7 @@ the backend's base shapes), or read from a run's `work/candidates.jsonl` (`--can
 GPU machine, the build's own candidates, its catalog beside them).
 
     python benchmarks/diag/worker_memory.py --backend cpu --tasks 40
-    python benchmarks/diag/worker_memory.py --backend cuda --tasks 60 --candidates /tmp/ops6k/work/candidates.jsonl
+    python benchmarks/diag/worker_memory.py --backend cuda --tasks 60 --candidates candidates.jsonl  # a run's, catalog beside it
 """
 
 from __future__ import annotations
