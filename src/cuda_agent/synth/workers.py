@@ -62,7 +62,38 @@ def run_measured(fn: Callable[[dict], dict], payload: dict) -> dict:
     return result
 
 
-class ProcessPool:
+class _Wear:
+    """What both pools keep of their workers' age and memory: when a slot's worker is due for
+    replacement (`max_tasks` jobs, or its RSS after a job past `max_rss_mb`; None: no bound), the
+    largest worker memory seen and how many were replaced. A slot has `tasks` and `rss_mb`."""
+
+    max_tasks: int | None = None
+    max_rss_mb: float | None = None
+    recycled: int = 0
+    peak_rss_mb: float | None = None
+
+    def _peak(self, mb: float | None) -> None:
+        if mb is not None:
+            self.peak_rss_mb = max(mb, self.peak_rss_mb or 0.0)
+
+    def _note_memory(self, slot, result) -> None:
+        if isinstance(result, dict):
+            slot.rss_mb = result.get(RSS_FIELD)
+            self._peak(result.get(PEAK_FIELD))
+            self._peak(slot.rss_mb)
+
+    def _worn(self, slot) -> bool:
+        """Whether the slot's worker is due for replacement before its next job."""
+        if self.max_tasks and slot.tasks >= self.max_tasks:
+            return True
+        return bool(self.max_rss_mb and slot.rss_mb is not None and slot.rss_mb > self.max_rss_mb)
+
+    def memory_summary(self) -> dict:
+        """The workers' largest memory seen and how many were replaced for their age or size."""
+        return {"worker_peak_rss_mb": self.peak_rss_mb, "workers_recycled": self.recycled}
+
+
+class ProcessPool(_Wear):
     """`submit(key, payload)` while `free() > 0`; `wait()` returns finished (key, result) pairs.
     `max_tasks` / `max_rss_mb` (None: no bound) say when a slot's worker is replaced between tasks;
     `recycled` counts those replacements and `peak_rss_mb` is the largest worker memory seen. (The
@@ -171,22 +202,6 @@ class ProcessPool:
                 slot.seen_rss_mb = max(rss, slot.seen_rss_mb or 0.0)
                 self._peak(rss)
 
-    def _peak(self, mb: float | None) -> None:
-        if mb is not None:
-            self.peak_rss_mb = max(mb, self.peak_rss_mb or 0.0)
-
-    def _note_memory(self, slot: _Slot, result) -> None:
-        if isinstance(result, dict):
-            slot.rss_mb = result.get(RSS_FIELD)
-            self._peak(result.get(PEAK_FIELD))
-            self._peak(slot.rss_mb)
-
-    def _worn(self, slot: _Slot) -> bool:
-        """Whether the slot's worker is due for replacement before its next task."""
-        if self.max_tasks and slot.tasks >= self.max_tasks:
-            return True
-        return bool(self.max_rss_mb and slot.rss_mb is not None and slot.rss_mb > self.max_rss_mb)
-
     def _crash_detail(self, slot: _Slot) -> str:
         how = _how_it_died(slot)
         detail = f"the worker process died ({how})"
@@ -223,10 +238,6 @@ class ProcessPool:
         slot.executor = self._executor(self.slots.index(slot))
         slot.pid, slot.process, slot.tasks, slot.rss_mb, slot.seen_rss_mb = None, None, 0, None, None
         self._start(slot)
-
-    def memory_summary(self) -> dict:
-        """The workers' largest memory seen and how many were replaced for their age or size."""
-        return {"worker_peak_rss_mb": self.peak_rss_mb, "workers_recycled": self.recycled}
 
     def shutdown(self) -> None:
         """Stop now: kill our worker processes (in-flight tasks are simply not recorded)."""
@@ -310,7 +321,7 @@ class _ActorSlot:
     rss_mb: float | None = None
 
 
-class RayPool:
+class RayPool(_Wear):
     """The same interface over Ray actors; `address` is the cluster (`ray.init(address=...)`). One
     actor per slot (`_FilterActor`, `num_cpus=1`), started together, each running one job at a time in
     its own long-lived process, as `ProcessPool`'s workers do. With `gpu`, each actor holds an equal
@@ -424,23 +435,13 @@ class RayPool:
         except Exception as exc:  # noqa: BLE001 - the job raised; its actor lives on
             result = _failure(key, "internal_error", f"{type(exc).__name__}: {exc}")
         else:
-            if isinstance(result, dict):
-                slot.rss_mb = result.get(RSS_FIELD)
-                for mb in (slot.rss_mb, result.get(PEAK_FIELD)):
-                    if mb is not None:
-                        self.peak_rss_mb = max(mb, self.peak_rss_mb or 0.0)
+            self._note_memory(slot, result)
         slot.tasks += 1
         slot.key, slot.ref = None, None
-        worn = (self.max_tasks and slot.tasks >= self.max_tasks) or \
-            (self.max_rss_mb and slot.rss_mb is not None and slot.rss_mb > self.max_rss_mb)
-        if worn:
+        if self._worn(slot):
             self._replace(slot)
             self.recycled += 1
         return result
-
-    def memory_summary(self) -> dict:
-        """The actors' largest memory seen and how many were replaced for their age or size."""
-        return {"worker_peak_rss_mb": self.peak_rss_mb, "workers_recycled": self.recycled}
 
     def shutdown(self) -> None:
         """Stop now: kill the actors (in-flight jobs are simply not recorded)."""
