@@ -208,7 +208,8 @@ def test_work_on_threads_shorter_than_a_period_is_refused(spinner):
         sampling.start()
         child.ask("thread")   # one thread of 0.4 s: sampled, all but its last period
         sampling.finish()
-        assert sampling.phases[False][1] < 0.01
+        # a few ms unsampled at most (a loaded machine's lost samples, clock reads); the rule refuses at half
+        assert sampling.phases[False][1] < 0.05
         sampling.start(timed=True)
         child.ask("brief")   # 300 threads of 0.2 ms: none lives a timed call's period of 1 ms
         with pytest.raises(Refused) as refused:
