@@ -193,6 +193,31 @@ def _maybe_fail(payload):
     return {"id": payload["id"], "ok": True}
 
 
+def test_an_actor_killed_by_ray_s_memory_monitor_is_named_so(monkeypatch):
+    """Ray's error for an actor its memory monitor killed: the detail says so, with the cause's text,
+    not the error's first lines (the actor's class, id and pid)."""
+    fake = _FakeRay()
+    monkeypatch.setitem(sys.modules, "ray", fake)
+    pool = RayPool(_maybe_fail, workers=1, timeout_s=30, address="local")
+    ray_text = ("The actor died unexpectedly before finishing this task.\n\tclass_name: _FilterActor\n"
+                "\tactor_id: 852fb0c0\n\tpid: 4242\n\tip: 10.0.0.2\nThe actor is dead because its worker "
+                "process has died. Worker exit type: USER_ERROR Worker exit detail: Task was killed due to the "
+                "node running low on memory. Memory on the node was 120GB / 128GB (0.96), which exceeds the "
+                "memory usage threshold of 0.95.")
+    try:
+        results = _drain(pool, [("a", {"id": "a", "what": "ok"})])
+        pool.slots[0].actor.run = type("Dead", (), {"remote": staticmethod(
+            lambda payload: _FakeRef(error=_FakeActorDied(ray_text)))})
+        results.update(_drain(pool, [("b", {"id": "b", "what": "ok"})]))
+    finally:
+        pool.shutdown()
+    detail = results["b"]["detail"]
+    assert results["a"]["ok"] and results["b"]["reason"] == "crashed"
+    assert detail.startswith("the filter actor (pid ") and "killed by Ray's memory monitor" in detail, detail
+    assert "Memory on the node was 120GB / 128GB" in detail and "actor_id" not in detail, detail
+    assert "after its last task (1 task run)" in detail
+
+
 def test_ray_pool_interface(monkeypatch):
     """Every actor is created at once and takes jobs once it has answered; a job that raises is the
     job's error (`internal_error`) and its actor goes on; shutting down kills every actor."""
@@ -322,8 +347,12 @@ def test_a_ray_slot_runs_its_jobs_in_one_actor_and_replaces_it_when_worn_timed_o
     pid = {k: results[k]["pid"] for k in "abceg"}
     assert pid["a"] == pid["b"] != os.getpid()                 # one process for both jobs
     assert len({pid["b"], pid["c"], pid["e"], pid["g"]}) == 4    # worn, then died, then timed out
-    assert results["d"]["reason"] == "crashed" and results["d"]["detail"].startswith("the filter actor died: ")
-    assert "\n" not in results["d"]["detail"] and len(results["d"]["detail"]) < 500   # Ray's story cut to its start
+    detail = results["d"]["detail"]
+    assert results["d"]["reason"] == "crashed" and detail.startswith("the filter actor (pid ")
+    # Ray's cause without its identity lines and advice, and the actor's memory as last seen
+    assert "Worker exit type" in detail and "actor_id" not in detail and "common causes" not in detail, detail
+    assert re.search(r"its RSS [\d.]+ [MG]iB after its last task \(1 task run\)$", detail), detail
+    assert "\n" not in detail and len(detail) < 500
     assert results["f"]["reason"] == "timeout"
     assert all(results[k][RSS_FIELD] > 0 and results[k][PEAK_FIELD] >= results[k][RSS_FIELD] for k in pid)
     assert summary["workers_recycled"] == 1 and summary["worker_peak_rss_mb"] > 0

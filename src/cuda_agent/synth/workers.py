@@ -88,6 +88,16 @@ class _Wear:
             return True
         return bool(self.max_rss_mb and slot.rss_mb is not None and slot.rss_mb > self.max_rss_mb)
 
+    @staticmethod
+    def _own_memory(slot) -> str:
+        """The worker's memory as the pool last saw it: after its last task, and during this one."""
+        runs = f"{slot.tasks} task{'s' if slot.tasks != 1 else ''} run"
+        own = (f"its RSS {_size(slot.rss_mb)} after its last task ({runs})" if slot.tasks
+               else "its RSS not reported yet (its first task)")
+        if getattr(slot, "seen_rss_mb", None) is not None:
+            own += f", at least {_size(slot.seen_rss_mb)} during this one"
+        return own
+
     def memory_summary(self) -> dict:
         """The workers' largest memory seen and how many were replaced for their age or size."""
         return {"worker_peak_rss_mb": self.peak_rss_mb, "workers_recycled": self.recycled}
@@ -211,13 +221,8 @@ class ProcessPool(_Wear):
 
     def _memory_facts(self, slot: _Slot) -> str:
         """What is known of the memory when a worker was found killed: its own, the host's, the cgroup's."""
-        runs = f"{slot.tasks} task{'s' if slot.tasks != 1 else ''} run"
-        own = (f"its RSS {_size(slot.rss_mb)} after its last task ({runs})" if slot.tasks
-               else "its RSS not reported yet (its first task)")
-        if slot.seen_rss_mb is not None:
-            own += f", at least {_size(slot.seen_rss_mb)} during this one"
         host = memory.host_memory_mb()
-        facts = [own, f"host MemAvailable {_size(host['MemAvailable'])} of {_size(host['MemTotal'])}, "
+        facts = [self._own_memory(slot), f"host MemAvailable {_size(host['MemAvailable'])} of {_size(host['MemTotal'])}, "
                       f"Shmem {_size(host['Shmem'])}"]
         group = memory.cgroup_memory()
         if group:
@@ -272,10 +277,15 @@ def _how_it_died(slot: _Slot) -> str:
     return f"exit status {code}"
 
 
-def _first_lines(exc: BaseException, lines: int = 3, chars: int = 400) -> str:
-    """The start of an exception's text: Ray's errors carry the dead worker's whole story."""
-    text = " / ".join(line.strip() for line in str(exc).splitlines()[:lines] if line.strip())
-    return text if len(text) <= chars else text[:chars] + "..."
+def _actor_death(exc: BaseException, chars: int = 300) -> str:
+    """Why Ray says an actor died, without its identity lines (class, id, pid, namespace, ip: indented)
+    and its generic advice: the worker's exit type and detail, or the memory monitor's kill."""
+    lines = str(exc).splitlines()
+    cause = " ".join(line.strip() for line in lines[1:] if line.strip() and not line[:1].isspace())
+    cause = cause.split(" Some common causes include")[0].split(" To troubleshoot")[0] or (lines or [""])[0]
+    if "memory pressure" in cause or "low on memory" in cause:
+        cause = "killed by Ray's memory monitor, its node low on memory: " + cause
+    return cause if len(cause) <= chars else cause[:chars] + "..."
 
 
 def _set_env(env: dict) -> None:
@@ -329,7 +339,7 @@ class RayPool(_Wear):
     mostly CPU work around short GPU timings); `sharing` is how many actors share a GPU. Ray gives an
     actor its GPU for its lifetime (a reused task worker keeps the device it first used while Ray may
     give its next task another). `env` is set in the actors' processes. A job past `timeout_s` has its
-    actor killed (`timeout`), an actor that dies under a job gives `crashed` with Ray's error; either
+    actor killed (`timeout`), an actor that dies under a job gives `crashed` with Ray's cause; either
     way, and after `max_tasks` jobs or once its RSS after a job passes `max_rss_mb`, the slot gets a
     fresh actor, which takes jobs once it has answered. A slot whose actor the cluster cannot place
     yet (too few CPUs or GPU shares) waits for it; no actor up after `START_TIMEOUT_S` is an error."""
@@ -430,8 +440,9 @@ class RayPool(_Wear):
         try:
             result = self.ray.get(ref)
         except self.ray.exceptions.RayActorError as exc:   # its process died (a crash, or killed for memory)
+            detail = f"the filter actor (pid {slot.pid}) died: {_actor_death(exc)}; {self._own_memory(slot)}"
             self._replace(slot)
-            return _failure(key, "crashed", f"the filter actor died: {type(exc).__name__}: {_first_lines(exc)}")
+            return _failure(key, "crashed", detail)
         except Exception as exc:  # noqa: BLE001 - the job raised; its actor lives on
             result = _failure(key, "internal_error", f"{type(exc).__name__}: {exc}")
         else:
