@@ -174,3 +174,28 @@ class _SelfMemory(outside.Memory):
         import os
 
         self.fd = os.open("/proc/self/mem", os.O_RDONLY)
+
+
+def test_a_process_whose_thread_names_are_not_utf8_is_stopped_and_timed():
+    """A thread's name in /proc is whatever bytes its process chose (`)` and bytes that are not UTF-8
+    among them): stopping the process (each thread's state) and its threads' CPU time read past it."""
+    child = subprocess.Popen([sys.executable, "-c", textwrap.dedent("""
+        import os, sys, threading
+        threading.Thread(target=lambda: threading.Event().wait(), daemon=True).start()
+        for tid in os.listdir("/proc/self/task"):
+            with open(f"/proc/self/task/{tid}/comm", "wb") as fh:
+                fh.write(b"a) R \\xff\\xfe")
+        print("named", flush=True)
+        sys.stdin.readline()
+    """)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "named"
+        tids = outside.thread_ids(child.pid)
+        assert len(tids) >= 2
+        assert outside.stop(child.pid)
+        assert {outside._state(child.pid, tid) for tid in tids} == {"T"}
+        assert all(outside._stat_ticks(f"/proc/{child.pid}/task/{tid}/stat") is not None for tid in tids)
+        outside.resume(child.pid)
+    finally:
+        child.kill()
+        child.wait()

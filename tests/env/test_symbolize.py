@@ -52,3 +52,65 @@ def test_an_address_no_mapping_held_is_asked_again(tmp_path):
     finally:
         libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
         libc.munmap(base, size)
+
+
+def _elf_header(loads: bool) -> bytes:
+    """A 64-bit little-endian ELF header, with one PT_LOAD (R+X) over the file from its second page where
+    `loads`, else with no program or section headers at all."""
+    import struct
+
+    ident = b"\x7fELF\x02\x01\x01" + b"\0" * 9
+    header = ident + struct.pack("<HHIQQQIHHHHHH", 3, 62, 1, 0, 64 if loads else 0, 0, 0, 64, 56, 1 if loads else 0,
+                                 64, 0, 0)
+    if loads:
+        header += struct.pack("<IIQQQQQQ", 1, 5, mmap.PAGESIZE, mmap.PAGESIZE, mmap.PAGESIZE, mmap.PAGESIZE,
+                              mmap.PAGESIZE, mmap.PAGESIZE)
+    return header
+
+
+def _mapped(path, offset: int = 0):
+    """The file mapped executable (its page at `offset`) in this process: (address, unmap)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        base = libc.mmap(None, mmap.PAGESIZE, mmap.PROT_READ | mmap.PROT_EXEC, mmap.MAP_PRIVATE, fd, offset)
+    finally:
+        os.close(fd)
+    assert base not in (None, ctypes.c_void_p(-1).value)
+    return base, lambda: libc.munmap(base, mmap.PAGESIZE)
+
+
+def test_a_mapping_named_with_bytes_that_are_not_utf8_is_read(tmp_path):
+    """A mapping's name is whatever bytes its process chose: the maps are read all the same, the file
+    found by its name and the name shown with those bytes replaced."""
+    odd = os.path.join(os.fsencode(tmp_path), b"odd-\xff\xfe.so")
+    with open(odd, "wb") as fh:
+        fh.write(b"\0" * mmap.PAGESIZE)
+    base, unmap = _mapped(odd)
+    try:
+        [(library, symbol)] = Symbolizer(os.getpid()).resolve([base + 64])
+    finally:
+        unmap()
+    assert library == symbolize.NOT_ELF + "odd-\ufffd\ufffd.so" and symbol == symbolize.UNKNOWN
+
+
+def test_code_in_a_file_that_only_looks_like_an_elf_file_is_no_librarys(tmp_path):
+    """A file that starts with the ELF magic but whose header cannot be read is not an ELF file; one whose
+    header loads nothing where the code was mapped from does not hold that code as a library would: both
+    labelled so (op_samples counts such samples against the candidate); a header whose segment loads the
+    code stays a library's."""
+    pages = {"magic.so": b"\x7fELF" + b"\0" * 60, "empty.so": _elf_header(loads=False),
+             "loaded.so": _elf_header(loads=True)}
+    found = {}
+    for name, header in pages.items():
+        (tmp_path / name).write_bytes(header.ljust(mmap.PAGESIZE, b"\0") + b"\xc3" * mmap.PAGESIZE)
+        base, unmap = _mapped(tmp_path / name, offset=mmap.PAGESIZE)
+        try:
+            found[name] = Symbolizer(os.getpid()).resolve([base + 64])[0][0]
+        finally:
+            unmap()
+    assert found == {"magic.so": symbolize.NOT_ELF + "magic.so", "empty.so": symbolize.NOT_LOADED + "empty.so",
+                     "loaded.so": "loaded.so"}, found

@@ -248,6 +248,6 @@ HACKS_ROUND8 = [
               "back into its record, found by its magic in /proc/self/maps's writable mappings (fopen, no Python)"),
     Case("r8_clone_child_lingers", "processes that outlive the candidate",
          _example(_head(CLONE_REPEAT) + CLONE_CHILD.replace("LINGER", "true")),
-         rules=("extra-process", "correctness", "timeout"), invented=True,
+         rules=("extra-process", "correctness", "timeout", "native-symbol"), invented=True,
          what="the slow loop in a CLONE_VM child that writes the output, then stays alive after forward returns"),
 ]

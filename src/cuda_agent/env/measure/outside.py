@@ -70,10 +70,16 @@ def threads_cpu_seconds(pid: int, tids: set[str]) -> dict[str, float]:
     return usage
 
 
+def _stat_fields(path: str) -> list[bytes]:
+    """The fields of a stat file after the command's name, which the process chooses (any bytes but NUL,
+    `)` among them): read as bytes, split after its last `)`. IndexError on an empty read."""
+    with open(path, "rb") as fh:
+        return fh.read().rsplit(b")", 1)[1].split()
+
+
 def _state(pid: int, tid: str) -> str:
     try:
-        with open(f"/proc/{pid}/task/{tid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0]
+        return _stat_fields(f"/proc/{pid}/task/{tid}/stat")[0].decode("ascii")
     except (OSError, IndexError):
         return "X"   # gone
 
@@ -122,8 +128,7 @@ def thread_cpu_seconds(tid: str, pid: int | str = "self") -> float | None:
 def _stat_ticks(path: str) -> int | None:
     """utime + stime of a stat file, in clock ticks."""
     try:
-        with open(path) as fh:
-            fields = fh.read().rsplit(")", 1)[1].split()
+        fields = _stat_fields(path)
         return int(fields[11]) + int(fields[12])
     except (OSError, IndexError, ValueError):
         return None
@@ -392,7 +397,7 @@ def _queried(pid: int, low: int, high: int) -> list[tuple[int, int, bool, int, s
 
 def _listed(pid: int, low: int, high: int) -> list[tuple[int, int, bool, int, str]]:
     found = []
-    with open(f"/proc/{pid}/maps") as fh:
+    with open(f"/proc/{pid}/maps", errors="replace") as fh:   # a mapping's name is any bytes the process chose
         for line in fh.read().splitlines():
             fields = line.split(maxsplit=5)
             start, end = (int(part, 16) for part in fields[0].split("-"))

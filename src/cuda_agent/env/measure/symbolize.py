@@ -11,7 +11,13 @@ symbols take a fraction of a second.
 
 Code that no library file holds is labelled so: `[anonymous]` (executable memory no file backs: code
 written at run time, or a library's code copied there), `[unmapped]` (an address no mapping holds any
-more), `memfd:...` (a memory file), `[not ELF] name` (a mapped file that is not an ELF file).
+more), `memfd:...` (a memory file), `[not ELF] name` (a mapped file this reader cannot read as an ELF
+file), `[not loaded] name` (an ELF file's bytes that none of its loadable segments holds: a library's code
+always lies in one, so these are not the file's code as a loader would map it).
+
+The maps text is read with its names as bytes (a mapping's name is whatever the process chose): decoded
+with surrogate escapes, so that a path reads back as the file's, and shown with the bytes that are not
+UTF-8 replaced.
 """
 
 from __future__ import annotations
@@ -36,7 +42,7 @@ _PHDR = numpy.dtype([("type", "<u4"), ("flags", "<u4"), ("offset", "<u8"), ("vad
                      ("filesz", "<u8"), ("memsz", "<u8"), ("align", "<u8")])
 _SHT_SYMTAB, _SHT_DYNSYM, _STT_FUNC, _PT_LOAD = 2, 11, 2, 1
 UNKNOWN = "?"
-ANONYMOUS, UNMAPPED, NOT_ELF = "[anonymous]", "[unmapped]", "[not ELF] "
+ANONYMOUS, UNMAPPED, NOT_ELF, NOT_LOADED = "[anonymous]", "[unmapped]", "[not ELF] ", "[not loaded] "
 
 
 @dataclass(frozen=True)
@@ -69,21 +75,28 @@ class ElfSymbols:
         self.path = path
         fd = os.open(path, os.O_RDONLY)
         try:
-            head = os.pread(fd, 64, 0)
+            size = os.fstat(fd).st_size
+
+            def read(nbytes: int, offset: int) -> bytes:   # within the file only (its header may say anything)
+                if nbytes < 0 or offset < 0 or offset + nbytes > size:
+                    raise ValueError(f"{path}: {nbytes} bytes at {offset} lie outside the file")
+                return os.pread(fd, nbytes, offset)
+
+            head = read(64, 0)
             if head[:4] != b"\x7fELF" or head[4] != 2 or head[5] != 1:
                 raise ValueError(f"{path} is not a 64-bit little-endian ELF file")
             phoff, shoff = struct.unpack_from("<QQ", head, 0x20)
             phentsize, phnum, shentsize, shnum = struct.unpack_from("<HHHH", head, 0x36)
-            phdrs = numpy.frombuffer(os.pread(fd, phnum * phentsize, phoff), dtype=_PHDR)
+            phdrs = numpy.frombuffer(read(phnum * phentsize, phoff), dtype=_PHDR)
             self.loads = phdrs[phdrs["type"] == _PT_LOAD]
-            sections = (numpy.frombuffer(os.pread(fd, shnum * shentsize, shoff), dtype=_SHDR) if shoff
+            sections = (numpy.frombuffer(read(shnum * shentsize, shoff), dtype=_SHDR) if shoff
                         else numpy.empty(0, _SHDR))
             table = next((s for kind in (_SHT_SYMTAB, _SHT_DYNSYM) for s in sections if s["type"] == kind), None)
             if table is None:
                 entries = numpy.empty(0, _SYM)
                 self.strings = 0
             else:
-                entries = numpy.frombuffer(os.pread(fd, int(table["size"]), int(table["offset"])), dtype=_SYM)
+                entries = numpy.frombuffer(read(int(table["size"]), int(table["offset"])), dtype=_SYM)
                 self.strings = int(sections[int(table["link"])]["offset"])
         finally:
             os.close(fd)
@@ -145,7 +158,7 @@ def symbols_of(path: str) -> ElfSymbols | None:
                 _TABLES.pop(next(iter(_TABLES)))
             try:
                 _TABLES[identity] = ElfSymbols(path)
-            except (OSError, ValueError, IndexError):
+            except (OSError, ValueError, IndexError):   # not an ELF file this reader can read
                 _TABLES[identity] = None
         return _TABLES[identity]
 
@@ -204,16 +217,9 @@ def _cxxfilt(name: str) -> str:
 _DEMANGLED: dict[str, str] = {}
 
 
-def _is_elf(path: str) -> bool:
-    """Whether the file starts as an ELF file does (False where it cannot be read: not a library either)."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return False
-    try:
-        return os.pread(fd, 4, 0) == b"\x7fELF"
-    finally:
-        os.close(fd)
+def printable(name: str) -> str:
+    """A name read with surrogate escapes, its bytes that are not UTF-8 replaced (for results and messages)."""
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
 class Symbolizer:
@@ -233,8 +239,8 @@ class Symbolizer:
         self.reload()
 
     def reload(self) -> None:
-        try:
-            with open(f"/proc/{self.pid}/maps") as fh:
+        try:   # names as the bytes they are (surrogate escapes): a path reads back as the file's
+            with open(f"/proc/{self.pid}/maps", encoding="utf-8", errors="surrogateescape") as fh:
                 text = fh.read()
         except OSError:
             text = ""
@@ -268,8 +274,9 @@ class Symbolizer:
 
     def resolve(self, addresses: list[int]) -> list[tuple[str, str]]:
         """(library, symbol) of each address: the library's file name (ANONYMOUS for memory no file backs,
-        UNMAPPED, NOT_ELF before a file's name where it is not an ELF file), the symbol demangled ("?" where
-        the file has no function there). Read after the samples were taken, while the process is stopped:
+        UNMAPPED, NOT_ELF before a file's name where it cannot be read as an ELF file, NOT_LOADED where none
+        of the file's loadable segments holds the address), the symbol demangled ("?" where the file has no
+        function there). Read after the samples were taken, while the process is stopped:
         the mappings as they are now."""
         self.reload()   # forgets the answers where the mappings changed
         unique = sorted(set(addresses))
@@ -290,24 +297,27 @@ class Symbolizer:
         for where, indices in by_mapping.items():
             if where is None:
                 continue
-            library = os.path.basename(where.path) if where.path.startswith("/") else (where.path or ANONYMOUS)
+            library = printable(os.path.basename(where.path) if where.path.startswith("/")
+                                else (where.path or ANONYMOUS))
             path = self._file(where) if where.path.startswith("/") else None
             table = symbols_of(path) if path else None
-            if path and table is None and not _is_elf(path):
+            if path and table is None:   # its header unreadable, whatever its first bytes say
                 library = NOT_ELF + library
             names: list[str | None] = [None] * len(indices)
+            labels = [library] * len(indices)
             if table is not None:
                 offsets = [addresses[i] - where.start + where.offset for i in indices]
                 vaddrs = [table.vaddr(o) for o in offsets]
                 known = [k for k, v in enumerate(vaddrs) if v is not None]
+                labels = [library if v is not None else NOT_LOADED + library for v in vaddrs]
                 try:
                     found = table.lookup(numpy.array([vaddrs[k] for k in known], dtype="<u8"), path)
                 except OSError:   # gone meanwhile: its functions unnamed
                     found = [None] * len(known)
                 for k, name in zip(known, found):
                     names[k] = name
-            for i, name in zip(indices, names):
-                resolved[i] = (library, UNKNOWN)
+            for i, name, label in zip(indices, names, labels):
+                resolved[i] = (label, UNKNOWN)
                 if name:
                     mangled[i] = name
         plain = demangle(list(mangled.values()))

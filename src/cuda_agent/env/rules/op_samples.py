@@ -9,8 +9,9 @@ and its CPU-capability namespaces, `at::vec::`, `at::cpu::`, the composite kerne
 none of the operators the guard allows (allocation, views and metadata, fills and copies: guard.py's
 ALLOWED_OPS and COPY_OPS); BLAS (MKL's and OpenBLAS's routines, `at::native::cpublas`) is allowed, as the
 CPU solution may call it. A sample in code no library file holds (anonymous executable memory, a memory
-file, a file that is not a library: code written at run time, as oneDNN's kernels are, or a library's
-code copied there) counts against it too, as the harness cannot tell what computes there.
+file, a file that cannot be read as an ELF file, bytes of one that none of its loadable segments holds:
+code written at run time, as oneDNN's kernels are, or a library's code copied there) counts against it
+too, as the harness cannot tell what computes there.
 
 The candidate is refused (`torch-op`) once any of these holds:
 - over the calls sampled so far, at least MIN_SAMPLES such samples and MIN_SHARE of its sampled CPU time
@@ -41,7 +42,7 @@ from functools import lru_cache
 
 from cuda_agent.env.measure.outside import cpu_seconds, thread_ids, threads_cpu_seconds
 from cuda_agent.env.measure.perf_sampler import PerfUnavailable, Sample, Sampler
-from cuda_agent.env.measure.symbolize import ANONYMOUS, NOT_ELF, UNMAPPED, Symbolizer
+from cuda_agent.env.measure.symbolize import ANONYMOUS, NOT_ELF, NOT_LOADED, UNMAPPED, Symbolizer
 from cuda_agent.env.rules import registry as rules
 from cuda_agent.env.rules.call_verdict import Refused
 
@@ -136,7 +137,7 @@ class _Pool:
 
 def unattributable(library: str) -> bool:
     """Whether a sample's place is code no library file holds (see symbolize.py's labels)."""
-    return library in (ANONYMOUS, UNMAPPED) or library.startswith(("memfd:", NOT_ELF))
+    return library in (ANONYMOUS, UNMAPPED) or library.startswith(("memfd:", NOT_ELF, NOT_LOADED))
 
 
 class OpSampling:

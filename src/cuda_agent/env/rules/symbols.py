@@ -41,12 +41,17 @@ _DENIED = [
      "hands work to PyTorch's thread pools, where it outlives the call"),
     (re.compile(r"^c10::impl::(TorchDispatchModeTLS|PythonDispatcherTLS|_force_tls_local_dispatch_key_set|"
                 r"tls_set_dispatch_key_(included|excluded))"), "reads or changes the dispatcher's thread-local state"),
+    (re.compile(r"^at::DynamicLibrary\b"),
+     "loads libraries and looks up symbols at run time (ATen's dlopen and dlsym), past this check"),
 ]
 _DENIED_C = {
     "fork", "vfork", "clone", "clone3", "execve", "execv", "execvp", "execvpe", "execl", "execlp", "execle",
-    "fexecve", "posix_spawn", "posix_spawnp", "system", "popen", "daemon", "setsid", "ptrace",
+    "fexecve", "execveat", "posix_spawn", "posix_spawnp", "system", "popen", "daemon", "setsid", "ptrace",
     "process_vm_readv", "process_vm_writev", "dlopen", "dlmopen", "dlsym", "dlvsym", "dl_iterate_phdr",
-    "mprotect", "pkey_mprotect", "syscall", "unshare", "setns", "prctl", "kill", "tgkill", "getrandom",
+    "mprotect", "pkey_mprotect", "syscall", "unshare", "setns", "prctl", "kill", "tgkill", "killpg",
+    "pidfd_send_signal", "getrandom",
+    # the C library's other names for some of them (glibc exports these beside the names above)
+    "__fork", "_Fork", "__libc_fork", "forkpty", "__clone", "__vfork", "_IO_popen", "__libc_system", "__mprotect",
 }
 # Signals and timers: a handler or a timer runs the solution's code outside its calls, in whatever
 # the process is doing then (the harness's timing included); a signal raised at itself lands there too.
@@ -55,6 +60,8 @@ _DENIED_SIGNALS = {
     "signalfd", "raise", "sigqueue", "tkill", "pthread_kill", "pthread_sigqueue", "setitimer", "alarm", "ualarm",
     "timer_create", "timer_settime", "timerfd_create", "timerfd_settime", "clock_settime", "settimeofday",
     "adjtime", "adjtimex", "clock_adjtime", "PyOS_setsig", "PyErr_SetInterrupt", "PyErr_SetInterruptEx",
+    # the C library's other names for some of them
+    "__sigaction", "__libc_sigaction", "ssignal", "gsignal",
 }
 # The Python C-API that runs code, imports modules or reaches the interpreter's state (frames, sys,
 # other threads, tracing, watchers, pending calls): no honest binding imports any of it. The few that
