@@ -302,6 +302,7 @@ CHEATS = {
     "format_on_a_computed_template": ("introspection", 1, "s = str.format('{0}', 1)\n"),
     "open_file": ("allowlist", 1, "fh = open('/proc/self/maps')\n"),
     "path_io": ("allowlist", 2, "from pathlib import Path\nPath('x').write_text('y')\n"),
+    "storage_from_file": ("allowlist", 1, "s = torch.ones(1).untyped_storage().from_file('x', True, 64)\n"),
     "os_environ": ("allowlist", 2, "import os\nos.environ['CUDA_VISIBLE_DEVICES'] = '1'\n"),
     "private_on_extension": ("introspection", 1, "raw = cuda_extension._target\n"),
     # what a kernel solution never needs

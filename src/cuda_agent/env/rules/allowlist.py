@@ -87,9 +87,10 @@ DUNDER_DEFS_REFUSED = frozenset("""__torch_function__ __torch_dispatch__ __new__
 # Attributes refused on any object: frames and tracebacks (they reach the harness's locals).
 FRAME_ATTRIBUTES = frozenset("""gi_frame gi_code gi_yieldfrom cr_frame cr_code cr_await ag_frame ag_code f_back
     f_globals f_locals f_builtins f_code tb_frame tb_next mro""".split())
-# Methods refused on any object: files and processes (paths are for building, not for IO).
+# Methods refused on any object: files and processes (paths are for building, not for IO; a storage's
+# `from_file` creates and writes the file it maps).
 IO_METHODS = frozenset("""write_text write_bytes open unlink symlink_to hardlink_to link_to readlink chmod
-    touch mkdir rmdir rename iterdir glob rglob fileno""".split())
+    touch mkdir rmdir rename iterdir glob rglob fileno from_file""".split())
 
 # Why a refused module or member is refused, said in the refusal (longest matching prefix wins).
 REFUSED: dict[str, tuple[rules.Rule, str]] = {
