@@ -153,12 +153,10 @@ def test_aten_code_run_from_a_file_of_the_candidates_own_is_sampled_against_it(h
     assert_own_failure(result, PYTORCH_RULES, what)
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "libtorch_cpu.so's code copied into a file of the box whose ELF header loads it (one PT_LOAD, R+X, over "
-    "the code) and has no symbol table, mapped over the original: each sample there is in a loaded segment "
-    "of an ELF file with no function at that address, as samples in a system library's unexported code are "
-    "(stripped of .symtab), so it counts for nothing; ATen's relu(x + bias) passes verification"))
 def test_aten_code_run_from_an_elf_file_of_the_candidates_own_is_sampled_against_it(cache_dir):
+    """The same file with a header that loads the code (one PT_LOAD, R+X, over it) and no symbol table, as a
+    system library's unexported code looks: its samples count against the candidate all the same, as the
+    file lies where it could write it (its box)."""
     result = evaluate(*cloaked("loaded"), hack_config(cache_dir), stop_after="verify")
     print(f"loaded: {describe(result)}; samples {result.cpu_samples}")
     assert_own_failure(result, PYTORCH_RULES, "an ELF file of its own that loads the code, without symbols")

@@ -13,7 +13,9 @@ Code that no library file holds is labelled so: `[anonymous]` (executable memory
 written at run time, or a library's code copied there), `[unmapped]` (an address no mapping holds any
 more), `memfd:...` (a memory file), `[not ELF] name` (a mapped file this reader cannot read as an ELF
 file), `[not loaded] name` (an ELF file's bytes that none of its loadable segments holds: a library's code
-always lies in one, so these are not the file's code as a loader would map it).
+always lies in one, so these are not the file's code as a loader would map it), `[writable] name` (a file
+the process could have written, wherever its mount namespace shows it: mounts.py; its symbols are not
+read, as the process chose them; judged only where that namespace is not this process's own).
 
 The maps text is read with its names as bytes (a mapping's name is whatever the process chose): decoded
 with surrogate escapes, so that a path reads back as the file's, and shown with the bytes that are not
@@ -34,6 +36,8 @@ from functools import cache
 
 import numpy
 
+from cuda_agent.env.measure.mounts import writable_files
+
 _SYM = numpy.dtype([("name", "<u4"), ("info", "u1"), ("other", "u1"), ("shndx", "<u2"), ("value", "<u8"),
                     ("size", "<u8")])
 _SHDR = numpy.dtype([("name", "<u4"), ("type", "<u4"), ("flags", "<u8"), ("addr", "<u8"), ("offset", "<u8"),
@@ -43,6 +47,7 @@ _PHDR = numpy.dtype([("type", "<u4"), ("flags", "<u4"), ("offset", "<u8"), ("vad
 _SHT_SYMTAB, _SHT_DYNSYM, _STT_FUNC, _PT_LOAD = 2, 11, 2, 1
 UNKNOWN = "?"
 ANONYMOUS, UNMAPPED, NOT_ELF, NOT_LOADED = "[anonymous]", "[unmapped]", "[not ELF] ", "[not loaded] "
+WRITABLE = "[writable] "
 
 
 @dataclass(frozen=True)
@@ -236,6 +241,8 @@ class Symbolizer:
         self._ends = numpy.empty(0, "<u8")
         self.known: dict[int, tuple[str, str]] = {}
         self._text = None
+        # read once: a sandboxed candidate cannot mount (its seccomp filter refuses mount, umount, unshare, setns)
+        self.writable = writable_files(pid)
         self.reload()
 
     def reload(self) -> None:
@@ -274,10 +281,10 @@ class Symbolizer:
 
     def resolve(self, addresses: list[int]) -> list[tuple[str, str]]:
         """(library, symbol) of each address: the library's file name (ANONYMOUS for memory no file backs,
-        UNMAPPED, NOT_ELF before a file's name where it cannot be read as an ELF file, NOT_LOADED where none
-        of the file's loadable segments holds the address), the symbol demangled ("?" where the file has no
-        function there). Read after the samples were taken, while the process is stopped:
-        the mappings as they are now."""
+        UNMAPPED, WRITABLE before a file's name where the process could have written it, NOT_ELF where it
+        cannot be read as an ELF file, NOT_LOADED where none of the file's loadable segments holds the
+        address), the symbol demangled ("?" where the file has no function there). Read after the samples
+        were taken, while the process is stopped: the mappings as they are now."""
         self.reload()   # forgets the answers where the mappings changed
         unique = sorted(set(addresses))
         missing = [a for a in unique if a not in self.known]
@@ -299,6 +306,10 @@ class Symbolizer:
                 continue
             library = printable(os.path.basename(where.path) if where.path.startswith("/")
                                 else (where.path or ANONYMOUS))
+            if where.path.startswith("/") and self.writable is not None and self.writable.holds(where.path):
+                for i in indices:
+                    resolved[i] = (WRITABLE + library, UNKNOWN)
+                continue
             path = self._file(where) if where.path.startswith("/") else None
             table = symbols_of(path) if path else None
             if path and table is None:   # its header unreadable, whatever its first bytes say
