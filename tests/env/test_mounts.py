@@ -94,6 +94,7 @@ def test_code_in_a_file_the_sandboxed_process_could_write_is_labelled_so(tmp_pat
         assert len(places) == 6, child.stderr.read()
         [pid] = [p for p in descendants(child.pid) if "code.bin" in Path(f"/proc/{p}/maps").read_text()]
         found = Symbolizer(pid).resolve(places)
+        unjudged = Symbolizer(pid, judge_files=False).resolve(places[:1])   # torch's load_inline builds in its box
     finally:
         child.stdin.close()
         child.wait(timeout=30)
@@ -102,6 +103,7 @@ def test_code_in_a_file_the_sandboxed_process_could_write_is_labelled_so(tmp_pat
         "ext.so"]   # the handed folder is read-only: its file read as the library it is
     assert found[5][0].startswith("libc") and found[5][1] == "qsort"
     assert [unattributable(library) for library, _ in found] == [True] * 4 + [False] * 2   # counted against it
+    assert unjudged[0][0] == "[not ELF] code.bin"
 
 
 def test_an_unsandboxed_process_is_not_judged(tmp_path):

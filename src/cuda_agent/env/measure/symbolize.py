@@ -230,11 +230,12 @@ def printable(name: str) -> str:
 class Symbolizer:
     """Addresses of process `pid` to (library file name, demangled symbol); the mappings are read at
     every `resolve` (parsed again only when their text changed: a library loaded, code moved or
-    written since). An address's answer is kept while that text stays the same."""
+    written since). An address's answer is kept while that text stays the same. `judge_files`: whether
+    files the process could have written are labelled WRITABLE."""
 
     MAX_KNOWN = 1 << 16   # addresses answered and kept (forgotten all at once beyond it)
 
-    def __init__(self, pid: int):
+    def __init__(self, pid: int, judge_files: bool = True):
         self.pid = pid
         self.maps: list[Mapping] = []
         self._starts = numpy.empty(0, "<u8")
@@ -242,7 +243,7 @@ class Symbolizer:
         self.known: dict[int, tuple[str, str]] = {}
         self._text = None
         # read once: a sandboxed candidate cannot mount (its seccomp filter refuses mount, umount, unshare, setns)
-        self.writable = writable_files(pid)
+        self.writable = writable_files(pid) if judge_files else None
         self.reload()
 
     def reload(self) -> None:

@@ -148,7 +148,7 @@ class OpSampling:
 
     drainer: threading.Thread | None = None   # set per call; a close before any call finds None
 
-    def __init__(self, pid: int):
+    def __init__(self, pid: int, judge_files: bool = True):
         self.pid = pid
         self.samplers = {False: Sampler(pid, FINE_NS).attach()}   # PerfUnavailable: the caller notes it
         try:
@@ -160,7 +160,7 @@ class OpSampling:
             self.samplers["finest"] = Sampler(pid, FINEST_NS, FINEST_BUFFER).attach()
         except PerfUnavailable:
             pass
-        self.symbolizer = Symbolizer(pid)
+        self.symbolizer = Symbolizer(pid, judge_files)
         self.timed = self.null = False
         self.used: list[Sampler] = []                      # the samplers of the current call, in their order
         self.cheapest_s = float("inf")                     # the cheapest call's CPU time: the harness's part of each
@@ -332,12 +332,14 @@ class OpSampling:
                 "aten_kernels": [[short_name(symbol), share(t)] for symbol, t in self.against.most_common(3)]}
 
 
-def start_sampling(pid: int, backend: str) -> tuple[OpSampling | None, str | None]:
-    """The sampling of the candidate, or None and why not (the guard's record then decides alone)."""
+def start_sampling(pid: int, backend: str, judge_files: bool = True) -> tuple[OpSampling | None, str | None]:
+    """The sampling of the candidate, or None and why not (the guard's record then decides alone).
+    `judge_files`: whether code in files the candidate could have written counts against it (not where its
+    own extension is built in its sandbox: torch's load_inline, `EvalConfig.fast_build` off)."""
     if backend not in BACKENDS:
         return None, None
     try:
-        return OpSampling(pid), None
+        return OpSampling(pid, judge_files), None
     except PerfUnavailable as exc:
         return None, (f"the harness's own sampling of the solution's CPU time is unavailable here ({exc}); "
                       "the guard's record decides alone")

@@ -558,7 +558,9 @@ class _Evaluation(BuildServing, Calibration, CallRounds, StoredBaselines, Feedba
         `cpu_samples` says why)."""
         from cuda_agent.env.rules.op_samples import start_sampling
 
-        sampling, self.sampling_unavailable = start_sampling(self.candidate.main_pid, self.backend)
+        # torch's own load_inline (fast_build off) builds the solution's library in a folder the candidate writes
+        sampling, self.sampling_unavailable = start_sampling(self.candidate.main_pid, self.backend,
+                                                             judge_files=self.config.fast_build)
         return sampling
 
     sampling_unavailable: str | None = None   # why the candidate's CPU time could not be sampled
