@@ -149,8 +149,13 @@ def test_samples_the_harness_sampler_cannot_have_taken_are_refused_not_compared(
         ahead = start_sample_reference(value, record, PUBLISHED, decoded=decode_samples(record)).finish()
         assert compare_sampled(ahead, record) == compare_samples(value, record, PUBLISHED)
         assert torch.equal(ahead.tensors[0].expected, sample_reference(value, record, PUBLISHED).tensors[0].expected)
-    # a wrong shape or dtype stays the output's own fault
+    # a wrong shape or dtype stays the output's own fault, a dtype torch does not have too (read ahead by
+    # the judge, it raised there: a failure of the harness's own)
     assert "dtype" in compare_samples(ref, take_samples(ref.double()), PUBLISHED).message
+    record = forged(lambda s: s["tensors"][0].update(dtype="no_such_dtype"))
+    verdict = compare_sampled(start_sample_reference(ref, record, PUBLISHED, decoded=decode_samples(record)).finish(),
+                              record)
+    assert not verdict.ok and "dtype" in verdict.message, verdict
 
 
 def test_broadcast_outputs_are_refused_unless_the_reference_is_one_too():

@@ -105,7 +105,7 @@ def decode_samples(samples: Any) -> list | None:
     for entry in samples["tensors"]:
         try:
             name = entry["dtype"]
-            dtype = getattr(torch, name) if isinstance(name, str) and name.isidentifier() else None
+            dtype = getattr(torch, name, None) if isinstance(name, str) and name.isidentifier() else None
             if not isinstance(dtype, torch.dtype):
                 raise TypeError(name)
             decoded.append(_decode(entry, dtype.is_floating_point or dtype.is_complex, dtype.is_complex))
