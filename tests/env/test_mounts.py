@@ -30,23 +30,23 @@ SANDBOX = """\
 131 129 0:6 /zero /dev/zero rw,nosuid,relatime - devtmpfs devtmpfs rw,mode=755
 137 109 0:49 / /proc rw,nosuid,nodev,noexec,relatime - proc proc rw
 140 109 0:50 / /tmp rw,nosuid,nodev,relatime - tmpfs tmpfs rw,mode=755
-141 109 0:51 / /work/cache rw,nosuid,nodev,relatime - tmpfs tmpfs rw,mode=755
-142 141 254:0 /work/cache/jobs/j/libs /work/cache/jobs/j/libs ro,nosuid,nodev,relatime - ext4 /dev/vda rw,discard
-143 141 254:0 /work/cache/jobs/j/my\\040box /work/cache/jobs/j/my\\040box rw,nosuid,nodev,relatime - ext4 /dev/vda rw
-144 109 254:0 /work/cache/jobs /mnt/view ro,nosuid,nodev,relatime - ext4 /dev/vda rw,discard
+141 109 0:51 / /opt/harness/cache rw,nosuid,nodev,relatime - tmpfs tmpfs rw,mode=755
+142 141 254:0 /opt/harness/cache/jobs/j/libs /opt/harness/cache/jobs/j/libs ro,nosuid,nodev,relatime - ext4 /dev/vda rw,discard
+143 141 254:0 /opt/harness/cache/jobs/j/my\\040box /opt/harness/cache/jobs/j/my\\040box rw,nosuid,nodev,relatime - ext4 /dev/vda rw
+144 109 254:0 /opt/harness/cache/jobs /mnt/view ro,nosuid,nodev,relatime - ext4 /dev/vda rw,discard
 145 109 254:0 /srv /srv rw,nosuid,nodev,relatime - ext4 /dev/vda ro
 """
 
 
 def test_a_file_is_the_processes_where_a_writable_mount_shows_it():
     files = WritableFiles(parse_mountinfo(SANDBOX))
-    own = ["/work/cache/jobs/j/my box/.code", "/work/cache/jobs/j/my box/sub/x.so (deleted)", "/tmp/x.so",
+    own = ["/opt/harness/cache/jobs/j/my box/.code", "/opt/harness/cache/jobs/j/my box/sub/x.so (deleted)", "/tmp/x.so",
            "/dev/shm/x.so",            # in the new /dev (a tmpfs), not the covered /dev/shm under the old one
            "/mnt/view/j/my box/.code",  # the box's file through a read-only view: the box shows it writable
            "/dev/zero (deleted)"]
-    not_own = ["/usr/lib/x86_64-linux-gnu/libc.so.6", "/work/cache/jobs/j/libs/ext/ext.so", "/mnt/view/j/libs/e.so",
+    not_own = ["/usr/lib/x86_64-linux-gnu/libc.so.6", "/opt/harness/cache/jobs/j/libs/ext/ext.so", "/mnt/view/j/libs/e.so",
                "/mnt/view/j/my boxes/x.so", "/srv/x.so",   # a file system mounted read-only
-               "/work/cache/jobs/j/libs/ext/ext.so (deleted)"]
+               "/opt/harness/cache/jobs/j/libs/ext/ext.so (deleted)"]
     assert {p: files.holds(p) for p in own + not_own} == {**{p: True for p in own}, **{p: False for p in not_own}}
 
 
