@@ -37,6 +37,8 @@ def pipeline_command(args) -> list[str]:
         cmd += ["--window", args.window]
     if args.ray:
         cmd += ["--ray", args.ray]
+    if args.timeout:
+        cmd += ["--timeout", str(args.timeout)]
     return cmd
 
 
@@ -137,6 +139,8 @@ def main() -> None:
     parser.add_argument("--window", default=None, help="eager window LO,HI in ms (default 1,100)")
     parser.add_argument("--ray", default=None, metavar="ADDRESS",
                         help="filter through a Ray cluster (`local`: one started on this machine for the run)")
+    parser.add_argument("--timeout", type=float, default=None,
+                        help="per-task filter timeout in seconds (default the pipeline's)")
     parser.add_argument("--report-only", action="store_true", help="only read an existing run's journals")
     args = parser.parse_args()
     import torch

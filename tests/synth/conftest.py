@@ -39,8 +39,10 @@ def seeded_out(tmp_path, catalog_file) -> Path:
 class InlinePool:
     """The pool interface, running jobs one at a time in this process (fast, for pipeline tests)."""
 
-    def __init__(self, fn, workers, timeout_s, fail_after: int | None = None):
+    def __init__(self, fn, workers, timeout_s, fail_after: int | None = None, running_for: float = 1.0):
         self.fn, self.queue, self.done, self.fail_after = fn, [], 0, fail_after
+        self.running_for = running_for   # what running_seconds says each queued job has run
+        self.spent: dict = {}            # key -> the spent_s it was submitted with
 
     def free(self):
         return 0 if self.queue else 1
@@ -48,8 +50,12 @@ class InlinePool:
     def busy(self):
         return len(self.queue)
 
-    def submit(self, key, payload):
+    def submit(self, key, payload, spent_s=0.0):
         self.queue.append((key, payload))
+        self.spent[key] = spent_s
+
+    def running_seconds(self):
+        return [(key, self.spent[key] + self.running_for) for key, _ in self.queue]
 
     def wait(self, timeout=0.5):
         if self.fail_after is not None and self.done >= self.fail_after:

@@ -10,7 +10,7 @@ import pytest
 
 from cuda_agent.synth.pipeline import SynthConfig, quotas, synthesize
 from cuda_agent.tasks import load_dataset
-from tests.synth.conftest import seeded_folder
+from tests.synth.conftest import InlinePool, seeded_folder
 
 FAST = dict(backend="cpu", window_ms=(0.005, 50.0), compile=False, progress=False, include_transformers=False)
 
@@ -81,6 +81,37 @@ def test_same_seed_same_tasks_and_resume_after_interrupt(reference, kernelbench,
     before = (other / "work" / "results.jsonl").read_text()
     synthesize(config(other, kernelbench), pool_factory=inline_pool)
     assert (other / "work" / "results.jsonl").read_text() == before
+
+
+def test_time_a_stopped_run_spent_on_a_task_counts_when_it_resumes(kernelbench, tmp_path, catalog_file):
+    """A task longer than a part of the build must not start from nothing in every part (it never
+    ends, and the build stalls): the time it ran before the stop counts against the timeout."""
+    out = seeded_folder(tmp_path / "out", catalog_file)
+    with pytest.raises(KeyboardInterrupt):
+        synthesize(config(out, kernelbench, task_timeout_s=100.0),
+                   pool_factory=lambda *a: InlinePool(*a, fail_after=2, running_for=60.0))
+    stopped = [json.loads(x) for x in (out / "work" / "interrupted.jsonl").read_text().splitlines()]
+    assert [r["seconds"] for r in stopped] == [60.0]
+    key = stopped[0]["id"]
+    # a second part: the task goes on with its 60 s counted, and is stopped again at 120 s
+    pools = []
+
+    def second_part(*a):
+        pools.append(InlinePool(*a, fail_after=0, running_for=60.0))
+        return pools[-1]
+
+    with pytest.raises(KeyboardInterrupt):
+        synthesize(config(out, kernelbench, task_timeout_s=100.0), pool_factory=second_part)
+    assert pools[0].spent[key] == 60.0
+    # the third part records it as a timeout without running it again, and goes on with the others
+    pools.clear()
+    synthesize(config(out, kernelbench, task_timeout_s=100.0),
+               pool_factory=lambda *a: pools.append(InlinePool(*a)) or pools[-1])
+    assert key not in pools[0].spent
+    results = {r["id"]: r for r in map(json.loads, (out / "work" / "results.jsonl").read_text().splitlines())}
+    assert results[key]["reason"] == "timeout" and not results[key]["ok"]
+    assert "ran 120 s in earlier runs" in results[key]["detail"]
+    assert (out / "tasks.jsonl").exists()
 
 
 def test_another_seed_gives_other_tasks(seeded_out, kernelbench, inline_pool, tmp_path, catalog_file):

@@ -35,6 +35,24 @@ def _drain(pool, jobs):
     return results
 
 
+def test_time_spent_in_earlier_runs_counts_against_the_timeout():
+    """A task resumed with 58 of its 60 s already spent is killed about 2 s in, and while it runs the
+    pool reports its time with the earlier runs' included (what a stopped run journals)."""
+    pool = ProcessPool(_work, workers=1, timeout_s=60.0)
+    try:
+        pool.submit("long", {"id": "long", "what": "sleep"}, spent_s=58.0)
+        [(key, seconds)] = pool.running_seconds()
+        assert key == "long" and 58.0 <= seconds < 59.0
+        started, results = time.monotonic(), []
+        while not results and time.monotonic() - started < 30:
+            results = pool.wait(0.2)
+    finally:
+        pool.shutdown()
+    assert results[0][1]["reason"] == "timeout"
+    assert time.monotonic() - started < 10
+    assert pool.running_seconds() == []
+
+
 def test_timeout_and_crash_are_recorded_and_the_pool_survives():
     pool = ProcessPool(_work, workers=2, timeout_s=3.0)
     try:

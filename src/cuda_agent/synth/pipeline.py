@@ -211,6 +211,11 @@ class Pipeline:
                         for c, q in quotas(self.cfg.num, self.mix_used).items()}
         self.candidates = _Journal(self.work / "candidates.jsonl")
         self.results = _Journal(self.work / "results.jsonl")
+        # tasks a stopped run left running, with the time they had run: a resumed run counts it
+        # against the timeout, so a task longer than a part ends as `timeout` instead of running
+        # again from nothing in every part
+        self.interrupted = _Journal(self.work / "interrupted.jsonl")
+        self.spent: dict[str, float] = {}
         self.by_id: dict[str, dict] = {}
         self.deficits: dict[str, tuple[int, str]] = {}   # class -> (tasks handed over, heir class)
         self.busy_tries: Counter = Counter()   # candidate id -> times it found the device full
@@ -246,6 +251,8 @@ class Pipeline:
     def _replay(self) -> None:
         """Rebuild the state from the journals (no-op on a fresh run)."""
         done = {r["id"]: r for r in self.results.records}
+        for rec in self.interrupted.records:
+            self.spent[rec["id"]] = max(self.spent.get(rec["id"], 0.0), rec["seconds"])
         for rec in self.candidates.records:
             self.by_id[rec["id"]] = rec
             cls = self.classes.get(rec["class"])
@@ -453,7 +460,13 @@ class Pipeline:
                             self._settle(cls)
                             continue
                         cls.in_flight += 1
-                        pool.submit(rec["id"], {"config": fcfg, "candidate": rec})
+                        spent = self.spent.get(rec["id"], 0.0)
+                        if spent >= self.cfg.task_timeout_s:
+                            self._record({"id": rec["id"], "ok": False, "reason": "timeout",
+                                          "detail": f"ran {spent:.0f} s in earlier runs, stopped each time "
+                                                    f"before it finished (timeout {self.cfg.task_timeout_s:.0f} s)"})
+                            continue
+                        pool.submit(rec["id"], {"config": fcfg, "candidate": rec}, spent_s=spent)
                     if pool is None or pool.busy() == 0:
                         if self._pick_class() is None:
                             break
@@ -466,10 +479,13 @@ class Pipeline:
                                            f"filtered {len(self.results.records)}")
         finally:
             if pool is not None:
+                for key, seconds in getattr(pool, "running_seconds", list)():
+                    self.interrupted.append({"id": key, "seconds": round(seconds, 1), "at": round(time.time(), 2)})
                 workers_memory = getattr(pool, "memory_summary", dict)()   # a test's pool may have none
                 pool.shutdown()
             self.candidates.close()
             self.results.close()
+            self.interrupted.close()
         return {**self.write(), **workers_memory}
 
     # -- output ------------------------------------------------------------------------------------

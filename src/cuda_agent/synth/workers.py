@@ -155,10 +155,16 @@ class ProcessPool(_Wear):
     def busy(self) -> int:
         return len(self.slots) - self.free()
 
-    def submit(self, key, payload: dict) -> None:
+    def submit(self, key, payload: dict, spent_s: float = 0.0) -> None:
+        """`spent_s`: what earlier runs of this task already spent (it counts against the timeout)."""
         slot = next(s for s in self.slots if s.future is None and self._started(s))
-        slot.key, slot.started, slot.killed, slot.seen_rss_mb = key, time.monotonic(), False, None
+        slot.key, slot.started, slot.killed, slot.seen_rss_mb = key, time.monotonic() - spent_s, False, None
         slot.future = slot.executor.submit(run_measured, self.fn, payload)
+
+    def running_seconds(self) -> list[tuple[Any, float]]:
+        """(key, seconds spent on it, earlier runs included) for each task running now."""
+        now = time.monotonic()
+        return [(s.key, now - s.started) for s in self.slots if s.future is not None]
 
     def wait(self, timeout: float = 0.5) -> list[tuple[Any, dict]]:
         running = {s.future: s for s in self.slots if s.future is not None}
@@ -396,10 +402,16 @@ class RayPool(_Wear):
             return running
         return sum(1 for s in self.slots if s.starting is not None)
 
-    def submit(self, key, payload: dict) -> None:
+    def submit(self, key, payload: dict, spent_s: float = 0.0) -> None:
+        """`spent_s`: what earlier runs of this task already spent (it counts against the timeout)."""
         slot = next(s for s in self.slots if s.pid is not None and s.ref is None)
-        slot.key, slot.started = key, time.monotonic()
+        slot.key, slot.started = key, time.monotonic() - spent_s
         slot.ref = slot.actor.run.remote(payload)
+
+    def running_seconds(self) -> list[tuple[Any, float]]:
+        """(key, seconds spent on it, earlier runs included) for each job running now."""
+        now = time.monotonic()
+        return [(s.key, now - s.started) for s in self.slots if s.ref is not None]
 
     def wait(self, timeout: float = 0.5) -> list[tuple[Any, dict]]:
         running = {s.ref: s for s in self.slots if s.ref is not None}
