@@ -3,8 +3,9 @@
 - Every translation unit is compiled on its own into a content-addressed object (`cache/obj/<hash>.o`,
   keyed by its source, the headers beside it, flags and toolchain), shared across processes.
 - C++ files that include `torch/extension.h` use a precompiled header built once per toolchain.
-- Changed units compile in parallel; the link goes to a private folder (`cache/staging/`), and the
-  library is published into `cache/lib/<hash>/NAME.so` only once the caller's `check` accepts it.
+- Changed units compile in parallel, each into a folder of its own in `cache/staging/` (the only one
+  its sandbox writes), then moved into `cache/obj/`; the link goes to a private folder there too, and
+  the library is published into `cache/lib/<hash>/NAME.so` only once the caller's `check` accepts it.
 - Writes are atomic (temp file + rename), so concurrent workers share one cache.
 - Every compile and link of a solution runs in the compiler's sandbox (build_sandbox.py: the
   toolchain, the system and the job's own files, nothing of the harness or of other builds) and
