@@ -124,17 +124,19 @@ def test_the_same_unit_built_twice_at_once_in_one_process(tmp_path, monkeypatch)
     files = {"probe.cpp": "int probe_value() { return 7; }\n"}   # no torch header: a build of a second
     both_compiling = threading.Barrier(2, timeout=60)
     real_run = compiler._run
+    met = []
 
     def run_together(cmd, *args, **kwargs):   # each build starts compiling only once the other has too
-        if any(c.endswith(".o") and ".tmp" in c for c in cmd):
-            both_compiling.wait()
+        if any(c.endswith("unit.o") and "/staging/unit-" in c for c in cmd):   # a compile, into its own folder
+            met.append(both_compiling.wait())
         return real_run(cmd, *args, **kwargs)
 
     monkeypatch.setattr(compiler, "_run", run_together)
     with ThreadPoolExecutor(2) as pool:
         reports = list(pool.map(lambda _: build_extension("probe", files, "cpu", tmp_path / "build"), range(2)))
     assert reports[0].path == reports[1].path and reports[0].path.exists()
-    assert not list((tmp_path / "build" / "obj").glob("*.tmp*"))   # no temporary object left behind
+    assert len(met) == 2   # both compiles ran at once
+    assert not list((tmp_path / "build" / "staging").glob("unit-*"))   # no temporary object left behind
 
 
 def test_a_library_the_check_refuses_is_never_published(tmp_path):

@@ -23,7 +23,7 @@ NATIVE_GUARD = SOURCES / "env" / "rules" / "native" / "guard.cpp"
 # The names results carry (EvalError.rule): RL reward data and stored attempts compare them, so a
 # rename is a change of behaviour and must show here.
 NAMES = frozenset("""
-    too-large sandbox native-symbol aten-override torch-op data-movement no-custom-kernel
+    too-large sandbox native-symbol asm-directive aten-override torch-op data-movement no-custom-kernel
     output-not-from-kernel behaviour-changed input-mutation output-type background-thread stream-changed
     extra-process protocol-forgery crash timeout correctness recheck-after-timing input-independent fixed-shape
     numerically-fragile output-layout forged-samples uncomparable-output clock-disagreement

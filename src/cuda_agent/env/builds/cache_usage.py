@@ -3,7 +3,8 @@
 Layout under the cache root (`~/.cache/cuda-agent` or `CUDA_AGENT_CACHE`):
 `build/pch/<toolchain>/` one precompiled torch header per torch install and toolchain (the big
 part: about 0.8 GB each), `build/obj/` compiled translation units, `build/lib/` linked modules,
-`build/src/` their sources, `build/locks/`, and `baselines/` the eager and torch.compile timings.
+`build/src/` their sources, `build/tools/` the assembler guard (builds/as_guard.py), `build/locks/`,
+and `baselines/` the eager and torch.compile timings.
 """
 
 from __future__ import annotations

@@ -3,9 +3,13 @@
 - Every translation unit is compiled on its own into a content-addressed object (`cache/obj/<hash>.o`,
   keyed by its source, the headers beside it, flags and toolchain), shared across processes.
 - C++ files that include `torch/extension.h` use a precompiled header built once per toolchain.
-- Changed units compile in parallel; the link goes to a private folder (`cache/staging/`), and the
-  library is published into `cache/lib/<hash>/NAME.so` only once the caller's `check` accepts it.
+- Changed units compile in parallel, each into a folder of its own in `cache/staging/` (the only one
+  its sandbox writes), then moved into `cache/obj/`; the link goes to a private folder there too, and
+  the library is published into `cache/lib/<hash>/NAME.so` only once the caller's `check` accepts it.
 - Writes are atomic (temp file + rename), so concurrent workers share one cache.
+- Every compile and link of a solution runs in the compiler's sandbox (build_sandbox.py: the
+  toolchain, the system and the job's own files, nothing of the harness or of other builds) and
+  assembles through the assembler guard (as_guard.py: no file embedded or included at the assembler).
 
 Compiler output is reduced to the first few errors with file:line for an LLM to read.
 """
@@ -23,7 +27,6 @@ import sys
 import sysconfig
 import tempfile
 import time
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -31,7 +34,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Callable
 
-from cuda_agent.env.builds import nvcc_steps
+from cuda_agent.env.builds import as_guard, build_sandbox, nvcc_steps
+from cuda_agent.env.builds.cuda_toolkit import cuda_arch_flags, find_cuda_home, with_library
+from cuda_agent.env.builds.build_sandbox import UNSANDBOXED, Box
+from cuda_agent.env.rules import registry as rules
 
 TRANSLATION_UNITS = (".cu", ".cpp", ".cc", ".cxx")
 HEADERS = (".h", ".hpp", ".cuh", ".inl")
@@ -45,12 +51,14 @@ TORCH_NVCC_FLAGS = [
 
 
 class BuildError(RuntimeError):
-    """A compile or link step failed. `summary` is short and LLM-readable; `log` is complete."""
+    """A compile or link step failed. `summary` is short and LLM-readable; `log` is complete; `rule`:
+    the rule a refused build broke (rules/registry.py), None for a plain failure."""
 
-    def __init__(self, summary: str, log: str = ""):
+    def __init__(self, summary: str, log: str = "", rule: rules.Rule | None = None):
         super().__init__(summary)
         self.summary = summary
         self.log = log
+        self.rule = rule
 
 
 def _sha(*parts: str | bytes) -> str:
@@ -59,33 +67,6 @@ def _sha(*parts: str | bytes) -> str:
         h.update(p if isinstance(p, bytes) else p.encode())
         h.update(b"\0")
     return h.hexdigest()[:24]
-
-
-def find_cuda_home() -> Path | None:
-    for var in ("CUDA_HOME", "CUDA_PATH"):
-        if os.environ.get(var):
-            return Path(os.environ[var])
-    nvcc = shutil.which("nvcc")
-    if nvcc:
-        home = Path(os.path.realpath(nvcc)).parent.parent
-        if (home / "include" / "cuda_runtime.h").exists():
-            return home
-    default = Path("/usr/local/cuda")
-    return default if default.exists() else None
-
-
-def cuda_arch_flags() -> list[str]:
-    """Target the GPU in this machine (sm_90a on Hopper, so wgmma is available)."""
-    arch = os.environ.get("CUDA_AGENT_CUDA_ARCH")  # e.g. "90a" for builds on a GPU-less host
-    if not arch:
-        import torch
-
-        if torch.cuda.is_available():
-            major, minor = torch.cuda.get_device_capability()
-            arch = f"{major}{minor}" + ("a" if major == 9 and minor == 0 else "")
-        else:
-            arch = "90a"
-    return [f"-gencode=arch=compute_{arch},code=sm_{arch}"]
 
 
 # Line tables (no variables, no types, the same code), so a crash's frames name file:line (run/crash.py),
@@ -160,6 +141,7 @@ class Toolchain:
     key: str
     linker: tuple[str, ...] = ()   # the flags of the linker chosen (fast_linker): key libraries, not objects
     line_tables: tuple[str, ...] = ()   # for units without torch headers (in their commands, so in their keys)
+    shown: tuple[str, ...] = ()    # what the compiler's sandbox shows of the toolchain beside the system
 
     @property
     def has_cuda(self) -> bool:
@@ -195,8 +177,12 @@ def toolchain(backend: str) -> Toolchain:
     if nvcc:
         versions.append(_tool_version(nvcc))
     key = _sha(backend, *versions, *include_flags, *common, *cuda_flags, *ldflags)
+    linkers = [f"ld.{flag.split('=', 1)[1]}" for flag in linker if flag.startswith("-fuse-ld=")]
+    shown = [*includes, lib_dir, *([str(cuda_home)] if nvcc else []),
+             *(flag[2:] for flag in linker if flag.startswith("-L")),
+             *build_sandbox.tool_folders(cxx, *([nvcc, "gcc", "g++"] if nvcc else []), *linkers)]   # (nvcc's gcc)
     return Toolchain(backend, cxx, nvcc, tuple(include_flags), tuple(common), tuple(cuda_flags),
-                     tuple(ldflags), key, tuple(linker), LINE_TABLES)
+                     tuple(ldflags), key, tuple(linker), LINE_TABLES, tuple(shown))
 
 
 def _tool_version(tool: str) -> str:
@@ -254,40 +240,52 @@ def _file_lock(path: Path):
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def _run(cmd: list[str], cwd: Path, what: str, timeout: float | None = None) -> None:
+def _run(cmd: list[str], cwd: Path, what: str, timeout: float | None = None, box: Box = UNSANDBOXED) -> None:
     try:
-        proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run(box.command(cmd, cwd), cwd=cwd, capture_output=True, text=True, timeout=timeout,
+                              env=box.env)
     except subprocess.TimeoutExpired:
         raise BuildError(f"{what} took longer than {timeout:g} s and was stopped") from None
     if proc.returncode != 0:
-        log = f"$ {' '.join(cmd)}\n{proc.stdout}{proc.stderr}"
-        raise BuildError(f"{what} failed:\n" + summarize_compiler_output(proc.stdout + proc.stderr), log)
+        _failed(cmd, what, proc.stdout + proc.stderr)
 
 
-def _run_nvcc(cmd: list[str], cwd: Path, what: str, timeout: float | None = None) -> None:
+def _failed(cmd: list[str], what: str, output: str):
+    """The BuildError of a step that printed `output`: the assembler guard's refusal, or the errors."""
+    log = f"$ {' '.join(cmd)}\n{output}"
+    refused = as_guard.refusal(output)
+    if refused is not None:
+        raise BuildError(f"{what} was refused (rule {rules.ASM_DIRECTIVE.name}): {refused}; {as_guard.RULE_TEXT}",
+                         log, rules.ASM_DIRECTIVE)
+    raise BuildError(f"{what} failed:\n" + summarize_compiler_output(output), log)
+
+
+def _run_nvcc(cmd: list[str], cwd: Path, what: str, timeout: float | None = None, box: Box = UNSANDBOXED,
+              scratch: Path | None = None) -> None:
     """An nvcc compile with its host and device sides at once (nvcc_steps), where its steps have the
-    usual shape; else (or with CUDA_AGENT_NVCC_STEPS=0) nvcc as it is."""
+    usual shape; else (or with CUDA_AGENT_NVCC_STEPS=0) nvcc as it is. Its kept files go to a folder
+    made in `scratch` (one the box writes), else in the system's temporary folder."""
     if os.environ.get("CUDA_AGENT_NVCC_STEPS", "1") != "0":
-        keep = Path(tempfile.mkdtemp(prefix="cuda-agent-nvcc-"))
+        keep = Path(tempfile.mkdtemp(prefix="cuda-agent-nvcc-", dir=scratch))
         try:
-            steps = nvcc_steps.plan(cmd, cwd, keep, timeout)
+            steps = nvcc_steps.plan(cmd, cwd, keep, timeout, env=box.env)
             if steps is not None:
-                nvcc_steps.run(steps, cwd, timeout)
+                nvcc_steps.run(steps, cwd, timeout, wrap=box.command if box.prefix else None)
                 return
         except nvcc_steps.IdMismatch:
             pass   # nvcc itself, below
         except nvcc_steps.StepFailed as exc:
-            log = f"$ {' '.join(cmd)}\n{exc.output}"
-            raise BuildError(f"{what} failed:\n" + summarize_compiler_output(exc.output), log) from None
+            _failed(cmd, what, exc.output)
         except subprocess.TimeoutExpired:
             raise BuildError(f"{what} took longer than {timeout:g} s and was stopped") from None
         finally:
             shutil.rmtree(keep, ignore_errors=True)
-    _run(cmd, cwd, what, timeout)
+    _run(cmd, cwd, what, timeout, box)
 
 
-def _pch(tc: Toolchain, cache_dir: Path) -> Path:
-    """A precompiled `torch/extension.h` (the header that dominates C++ build time)."""
+def _pch(tc: Toolchain, cache_dir: Path, sandbox: bool = False) -> Path:
+    """A precompiled `torch/extension.h` (the header that dominates C++ build time), compiled in the
+    compiler's sandbox where `sandbox`."""
     folder = cache_dir / "pch" / tc.key
     header = folder / "torch_extension_pch.h"
     if (folder / "torch_extension_pch.h.gch").exists():
@@ -300,7 +298,8 @@ def _pch(tc: Toolchain, cache_dir: Path) -> Path:
         extra = "#include <c10/cuda/CUDAStream.h>\n" if tc.has_cuda else ""
         (tmp / "torch_extension_pch.h").write_text("#pragma once\n#include <torch/extension.h>\n" + extra)
         _run([tc.cxx, "-x", "c++-header", *tc.common_flags, *tc.include_flags,
-              "torch_extension_pch.h", "-o", "torch_extension_pch.h.gch"], tmp, "precompiling torch/extension.h")
+              "torch_extension_pch.h", "-o", "torch_extension_pch.h.gch"], tmp, "precompiling torch/extension.h",
+             box=build_sandbox.box(tc.shown, [tmp], sandbox))
         folder.parent.mkdir(parents=True, exist_ok=True)
         try:
             tmp.rename(folder)
@@ -314,9 +313,13 @@ def header_ready(backend: str, cache_dir: Path) -> bool:
     return (Path(cache_dir) / "pch" / toolchain(backend).key / "torch_extension_pch.h.gch").exists()
 
 
-def precompiled_header(backend: str, cache_dir: Path) -> Path:
-    """The backend's precompiled torch header, built now when it is not there yet."""
-    return _pch(toolchain(backend), Path(cache_dir))
+def precompiled_header(backend: str, cache_dir: Path, sandbox: bool | None = None) -> Path:
+    """The backend's precompiled torch header, built now when it is not there yet (`sandbox`: as
+    build_extension's)."""
+    try:
+        return _pch(toolchain(backend), Path(cache_dir), build_sandbox.sandboxed(sandbox))
+    except build_sandbox.SandboxMissing as exc:
+        raise BuildError(str(exc)) from None
 
 
 @dataclass
@@ -332,14 +335,18 @@ def build_extension(name: str, files: dict[str, str], backend: str, cache_dir: P
                     extra_cflags: list[str] | None = None, extra_cuda_cflags: list[str] | None = None,
                     extra_ldflags: list[str] | None = None, extra_include_paths: list[str] | None = None,
                     max_jobs: int | None = None, timeout: float | None = None,
-                    check: Callable[[Path, tuple[Path, ...]], None] | None = None) -> BuildReport:
+                    check: Callable[[Path, tuple[Path, ...]], None] | None = None,
+                    sandbox: bool | None = None) -> BuildReport:
     """Compile `files` (relative path -> source) into the Python extension module `name`.
 
-    Extra flags are checked against an allowlist (build_flags.py): builds run in the harness's
-    process, so no flag may make a compiler run or write what the solution chooses. `timeout`
-    bounds each compiler call. `check(library, objects)` raises to refuse the library: it runs on
-    the freshly linked library before it is published (a refused one is deleted) and on a cached
-    one before it is returned (a cached one refused by today's rules is deleted too)."""
+    Extra flags are checked against an allowlist (build_flags.py): builds run for the harness, so no
+    flag may make a compiler run or write what the solution chooses. Each compile and the link run in
+    the compiler's sandbox (build_sandbox.py; `sandbox`: None where bubblewrap works, True required,
+    False never) and assemble through the assembler guard (as_guard.py), whose refusal is a BuildError
+    with `rule` set. `timeout` bounds each compiler call (for nvcc's steps, each side).
+    `check(library, objects)` raises to refuse the library: it runs on the freshly linked library
+    before it is published (a refused one is deleted) and on a cached one before it is returned (a
+    cached one refused by today's rules is deleted too)."""
     from cuda_agent.env.rules.build_flags import UnsafeFlag, check_flags, check_include_paths
 
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
@@ -367,15 +374,24 @@ def build_extension(name: str, files: dict[str, str], backend: str, cache_dir: P
         raise BuildError(f"{next(u for u in units if u.endswith('.cu'))}: .cu files need the cuda backend "
                          "(on the cpu backend write C++ kernels in .cpp files)")
     cache_dir = Path(cache_dir)
+    try:
+        in_sandbox = build_sandbox.sandboxed(sandbox)
+        guard, guard_dir = as_guard.guard_flags(cache_dir, tc.cxx)
+    except (build_sandbox.SandboxMissing, as_guard.GuardUnavailable) as exc:
+        raise BuildError(str(exc)) from None
+    # the guard is named by its folder's digest, not its path: a cache moved elsewhere keeps its objects
+    keyed_as = {flag: flag.replace(str(guard_dir), f"<as-guard {guard_dir.name}>") for flag in guard}
     text_all = "".join(files.values())
     extra_cflags = list(extra_cflags or [])
     extra_cuda_cflags = list(extra_cuda_cflags or [])
     extra_ldflags = list(extra_ldflags or [])
     extra_include = [f"-I{p}" for p in (extra_include_paths or [])]
-    if "cublas" in text_all.lower():
-        extra_include, extra_ldflags = _with_library("cublas_v2.h", "cublas", extra_include, extra_ldflags)
-    if "cudnn" in text_all.lower():
-        extra_include, extra_ldflags = _with_library("cudnn.h", "cudnn", extra_include, extra_ldflags)
+    # what every step's sandbox shows beside the system
+    shown = [*tc.shown, str(guard_dir), *build_sandbox.tool_folders(as_guard.assembler(tc.cxx))]
+    for header, library in (("cublas_v2.h", "cublas"), ("cudnn.h", "cudnn")):
+        if library in text_all.lower():
+            extra_include, extra_ldflags, folders = with_library(header, library, extra_include, extra_ldflags)
+            shown += folders
 
     # Sources live in a content-addressed folder so compiler messages name the user's own paths.
     headers_digest = _sha(*(f"{p}\n{files[p]}" for p in sorted(files) if p.endswith(HEADERS)))
@@ -401,38 +417,44 @@ def build_extension(name: str, files: dict[str, str], backend: str, cache_dir: P
         if unit.endswith(".cu"):
             flags = [*tc.cuda_flags, *(TORCH_NVCC_FLAGS if uses_torch else []), name_flag,
                      "-DTORCH_API_INCLUDE_EXTENSION_H", f"-D_GLIBCXX_USE_CXX11_ABI={int(_abi())}",
-                     *(f for flag in lines for f in ("-Xcompiler", flag)), *extra_cuda_cflags]
+                     *(f for flag in (*lines, *guard) for f in ("-Xcompiler", flag)), *extra_cuda_cflags]
             cmd = [tc.nvcc, *flags, *tc.include_flags, *extra_include, "-c", unit, "-o", out]
         else:
-            pch = ["-include", str(_pch(tc, cache_dir))] if uses_torch else []
-            flags = [*tc.common_flags, *lines, name_flag, *extra_cflags]
+            pch = ["-include", str(_pch(tc, cache_dir, in_sandbox))] if uses_torch else []
+            flags = [*tc.common_flags, *lines, *guard, name_flag, *extra_cflags]
             cmd = [tc.cxx, *flags, *pch, *tc.include_flags, *extra_include, "-c", unit, "-o", out]
         # The precompiled header is named by its toolchain (what decides its contents), not by its path:
         # a cache folder copied or moved elsewhere keeps its objects.
-        keyed = [f"<pch {tc.key}>" if pch and c == pch[1] else c for c in cmd if c not in (unit, out)]
+        keyed = [f"<pch {tc.key}>" if pch and c == pch[1] else keyed_as.get(c, c) for c in cmd if c not in (unit, out)]
         key = _sha(tc.key, unit, text, headers_digest, *keyed)
-        return cmd, key
+        return cmd, key, pch[1:]
 
     jobs, compiled, cached = [], [], []
     for unit in units:
-        cmd, key = unit_command(unit, "OUT")
+        cmd, key, pch = unit_command(unit, "OUT")
         obj = obj_dir / f"{key}.o"
-        jobs.append((unit, cmd, obj))
+        jobs.append((unit, cmd, obj, pch))
         (cached if obj.exists() else compiled).append(unit)
 
     def compile_one(job) -> None:
-        unit, cmd, obj = job
+        unit, cmd, obj, pch = job
         if obj.exists():
             return
-        # a name of its own: two builds of the same unit at once (threads of one process, or processes)
-        # each write their own file, and whichever lands last replaces an identical object
-        tmp = obj.with_suffix(f".tmp{os.getpid()}.{uuid.uuid4().hex}.o")
-        command = [str(tmp) if c == "OUT" else c for c in cmd]
-        if unit.endswith(".cu"):
-            _run_nvcc(command, src_dir, f"compiling {unit}", timeout)
-        else:
-            _run(command, src_dir, f"compiling {unit}", timeout)
-        os.replace(tmp, obj)
+        # a folder of its own, the one its sandbox writes: two builds of the same unit at once (threads
+        # of one process, or processes) each write their own object, and whichever lands last replaces
+        # an identical one
+        out_dir = Path(tempfile.mkdtemp(dir=_mkdir(cache_dir / "staging"), prefix="unit-"))
+        try:
+            tmp = out_dir / "unit.o"
+            command = [str(tmp) if c == "OUT" else c for c in cmd]
+            box = build_sandbox.box([*shown, src_dir, *(str(Path(p).parent) for p in pch)], [out_dir], in_sandbox)
+            if unit.endswith(".cu"):
+                _run_nvcc(command, src_dir, f"compiling {unit}", timeout, box, scratch=out_dir)
+            else:
+                _run(command, src_dir, f"compiling {unit}", timeout, box)
+            os.replace(tmp, obj)
+        finally:
+            shutil.rmtree(out_dir, ignore_errors=True)
 
     seconds = {}
     started = time.perf_counter()
@@ -445,12 +467,15 @@ def build_extension(name: str, files: dict[str, str], backend: str, cache_dir: P
             except BuildError as exc:
                 errors.append(exc)
     if errors:
-        raise BuildError("\n\n".join(e.summary for e in errors), "\n".join(e.log for e in errors))
+        raise BuildError("\n\n".join(e.summary for e in errors), "\n".join(e.log for e in errors),
+                         next((e.rule for e in errors if e.rule), None))
     seconds["compile"] = time.perf_counter() - started
 
-    objs = [str(obj) for _, _, obj in jobs]
-    link_flags = [*tc.ldflags, *extra_ldflags, *tc.linker]
-    lib_dir = cache_dir / "lib" / _sha(tc.key, name, *(Path(o).name for o in objs), *link_flags)   # by content
+    objs = [str(obj) for _, _, obj, _ in jobs]
+    # the guard at the link too: a link-time optimisation would compile (and assemble) again
+    link_flags = [*tc.ldflags, *extra_ldflags, *tc.linker, *guard]
+    lib_dir = cache_dir / "lib" / _sha(tc.key, name, *(Path(o).name for o in objs),   # by content
+                                       *(keyed_as.get(f, f) for f in link_flags))
     so = lib_dir / f"{name}.so"
     objects = tuple(Path(o) for o in objs)
     if so.exists():
@@ -463,7 +488,7 @@ def build_extension(name: str, files: dict[str, str], backend: str, cache_dir: P
         started = time.perf_counter()
         try:
             _run([tc.cxx, "-shared", *objs, "-o", str(tmp_dir / f"{name}.so"), *link_flags], src_dir, "linking",
-                 timeout)
+                 timeout, build_sandbox.box([*shown, src_dir, *objs], [tmp_dir], in_sandbox))
         except BaseException:
             shutil.rmtree(tmp_dir, ignore_errors=True)
             raise
@@ -523,26 +548,6 @@ def _abi() -> bool:
     import torch
 
     return torch._C._GLIBCXX_USE_CXX11_ABI
-
-
-def _with_library(header: str, lib: str, includes: list[str], ldflags: list[str]) -> tuple[list[str], list[str]]:
-    """Flags for a CUDA library (cuBLAS, cuDNN): the toolkit's copy, else the `nvidia-*` wheel that
-    CUDA builds of torch install (and have already loaded, so the same library is used at run time)."""
-    home = find_cuda_home()
-    if home is not None and (home / "include" / header).exists():
-        return includes, ldflags + [f"-l{lib}"]
-    try:
-        import nvidia  # type: ignore  (namespace package of the nvidia-* wheels)
-
-        for root in map(Path, nvidia.__path__):
-            for found in root.glob(f"**/include/{header}"):
-                lib_dir = found.parent.parent / "lib"
-                shared = sorted(lib_dir.glob(f"lib{lib}.so*"))
-                link = [f"-L{lib_dir}", f"-l:{shared[0].name}" if shared else f"-l{lib}"]
-                return includes + [f"-I{found.parent}"], ldflags + link
-    except ImportError:
-        pass
-    return includes, ldflags + [f"-l{lib}"]
 
 
 def _mkdir(path: Path) -> Path:

@@ -11,7 +11,8 @@ cicc reads; cicc can compute the same id itself, so here it does, and the two id
 `plan` reads the steps from `nvcc --dryrun` (the same flags, so the same tools, options and
 environment) and accepts only the usual shape of one whole-program compile for one architecture;
 anything else (several architectures, a step it does not know) gets no plan, and the caller runs
-nvcc as usual. `run` runs a plan: the two sides in two threads, then the host compile.
+nvcc as usual. `run` runs a plan: the two sides in two threads, each side's steps in one shell (in
+the compiler's sandbox, where the caller gives one: build_sandbox.py), then the host compile.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 _ASSIGNMENT = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=(.*)")
 _MODULE_ID = re.compile(r'--module_id_file_name ("[^"]*"|\S+)')
@@ -67,19 +69,21 @@ def _value(text: str) -> str:
     return words[0] if len(words) == 1 else text
 
 
-def plan(nvcc_cmd: list[str], cwd: Path, keep_dir: Path, timeout: float | None = None) -> Plan | None:
-    """The steps of `nvcc_cmd` (a compile with `-c`), with their files in `keep_dir`; None where the
-    command is not one plain whole-program compile for one architecture."""
+def plan(nvcc_cmd: list[str], cwd: Path, keep_dir: Path, timeout: float | None = None,
+         env: dict[str, str] | None = None) -> Plan | None:
+    """The steps of `nvcc_cmd` (a compile with `-c`), with their files in `keep_dir`, for tools run
+    with `env` (None: this process's); None where the command is not one plain whole-program compile
+    for one architecture. Nothing of the unit is compiled or read: nvcc only prints its steps."""
     if "-c" not in nvcc_cmd or any(flag in nvcc_cmd for flag in ("--dryrun", "-E", "-M", "-MM", "--keep")):
         return None
     command = [nvcc_cmd[0], "--dryrun", "--keep", "--keep-dir", str(keep_dir), *nvcc_cmd[1:]]
     try:
-        proc = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
     except (OSError, subprocess.SubprocessError):
         return None
     if proc.returncode != 0:
         return None
-    env, lines = dict(os.environ), []
+    env, lines = dict(os.environ if env is None else env), []
     for raw in (proc.stdout + proc.stderr).splitlines():
         if not raw.startswith("#$ "):
             continue
@@ -106,25 +110,30 @@ def plan(nvcc_cmd: list[str], cwd: Path, keep_dir: Path, timeout: float | None =
                 Path(shlex.split(host_id[1])[0]), own_id)
 
 
-def _chain(lines: tuple[str, ...], cwd: Path, env: dict[str, str], timeout: float | None) -> None:
-    for line in lines:
-        proc = subprocess.run(["/bin/sh", "-c", line], cwd=cwd, env=env, capture_output=True, text=True,
-                              timeout=timeout)
-        if proc.returncode != 0:
-            raise StepFailed(proc.stdout + proc.stderr)
+Wrap = Callable[[list[str], Path], list[str]]   # a command as it runs (build_sandbox.Box.command)
 
 
-def run(steps: Plan, cwd: Path, timeout: float | None = None) -> None:
-    """Run the plan: host and device sides at once, then the final compile. Raises StepFailed with the
-    first failing side's output (the host side's first, as nvcc would have stopped there), IdMismatch
-    when the two module ids differ, and subprocess.TimeoutExpired past `timeout` a step."""
+def _chain(lines: tuple[str, ...], cwd: Path, env: dict[str, str], timeout: float | None, wrap: Wrap | None) -> None:
+    """The lines one after the other in one shell, which stops at the first that fails."""
+    command = ["/bin/sh", "-c", "set -e\n" + "\n".join(lines)]
+    proc = subprocess.run(wrap(command, cwd) if wrap else command, cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+    if proc.returncode != 0:
+        raise StepFailed(proc.stdout + proc.stderr)
+
+
+def run(steps: Plan, cwd: Path, timeout: float | None = None, wrap: Wrap | None = None) -> None:
+    """Run the plan: host and device sides at once, then the final compile, each command as `wrap`
+    makes it (the compiler's sandbox). Raises StepFailed with the first failing side's output (the host
+    side's first, as nvcc would have stopped there), IdMismatch when the two module ids differ, and
+    subprocess.TimeoutExpired past `timeout` a side."""
     with ThreadPoolExecutor(max_workers=2) as pool:
-        host = pool.submit(_chain, steps.host, cwd, steps.env, timeout)
-        device = pool.submit(_chain, steps.device, cwd, steps.env, timeout)
+        host = pool.submit(_chain, steps.host, cwd, steps.env, timeout, wrap)
+        device = pool.submit(_chain, steps.device, cwd, steps.env, timeout, wrap)
         errors = [side.exception() for side in (host, device)]
     failed = next((error for error in errors if error is not None), None)
     if failed is not None:
         raise failed
     if steps.host_id.read_bytes() != steps.device_id.read_bytes():
         raise IdMismatch(f"{steps.host_id.read_text()!r} != {steps.device_id.read_text()!r}")
-    _chain(steps.final, cwd, steps.env, timeout)
+    _chain(steps.final, cwd, steps.env, timeout, wrap)

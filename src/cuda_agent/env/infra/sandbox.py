@@ -25,11 +25,11 @@ from pathlib import Path
 INSTALL_HINT = ("install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap; `cuda-agent doctor --fix` "
                 "does it) or, to run candidates unsandboxed, pass --no-sandbox (EvalConfig(sandbox='none'))")
 SANDBOX_UID = 65534   # nobody
-_BASE = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
-         # every namespace but the user one, named one by one: --unshare-all also tries a user namespace,
-         # which the kernel refuses to a chrooted root (a build container); _USER adds it where it works
-         "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
-         "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
+# every namespace but the user one, named one by one: --unshare-all also tries a user namespace,
+# which the kernel refuses to a chrooted root (a build container); _USER adds it where it works
+_NAMESPACES = ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
+               "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
+_BASE = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", *_NAMESPACES]
 _USER = ["--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)]
 
 
@@ -61,6 +61,15 @@ def _bwrap_status() -> tuple[str | None, bool, str]:
 def sandbox_available() -> tuple[bool, str]:
     path, _, why = _bwrap_status()
     return path is not None, why
+
+
+def isolation() -> tuple[list[str] | None, str]:
+    """bubblewrap with the candidate's namespaces, capabilities and user but no file system yet (the
+    start of another sandbox's command line: the compiler's, builds/build_sandbox.py), or None and why not."""
+    path, userns, why = _bwrap_status()
+    if path is None:
+        return None, why
+    return [path, *_NAMESPACES, *(_USER if userns else [])], ""
 
 
 def user_namespaces_work() -> bool:

@@ -170,6 +170,15 @@ NATIVE_SYMBOL = _declare(
     "library compute past the dispatcher, Python run from C++, signal handlers and timers, forks and "
     "`dlopen`, the guard's own machinery switched off")
 
+ASM_DIRECTIVE = _declare(
+    "asm-directive", "link", "a unit's assembly embeds or includes a file, or uses assembler macros",
+    "the assembly each compile of the solution hands the assembler, read first by the harness's "
+    "assembler guard: `.incbin`, `.include`, and the macro directives that could spell them (`.macro`, "
+    "`.irp`, `.irpc`, `.rept`, `.altmacro`, `.purgem`, `.mri`), in any case and however split by "
+    "comments, quotes or blanks",
+    "a file the compiler can read put into the solution's library: a library's machine code run as the "
+    "solution's own (PyTorch's kernels counted as the solution's by the sampler)")
+
 # -- load ------------------------------------------------------------------------------------------
 
 ATEN_OVERRIDE = _declare(

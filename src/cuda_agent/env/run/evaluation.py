@@ -183,11 +183,11 @@ class _Evaluation(BuildServing, Calibration, CallRounds, StoredBaselines, Feedba
             if not isinstance(exc, BuildError):
                 raise
             self._task_first(need_judge)
-            raise Failed("compile", exc.summary) from None
+            raise Failed("compile", exc.summary, exc.rule) from None
         begun = self._traced("compile.builds", begun)
         self._wait_ready(self.candidate)
         begun = self._traced("compile.candidate_ready", begun)
-        self.link_refusal = None
+        self.refused_by = None
         # opened now, before any of the solution's code runs: the harness's own view of its calls
         self.verdicts = CallVerdicts(self.candidate.main_pid, guard_path if self.cfg.guard else None,
                                      self._sampling() if self.cfg.guard else None)
@@ -210,7 +210,7 @@ class _Evaluation(BuildServing, Calibration, CallRounds, StoredBaselines, Feedba
         self._traced("compile.candidate_load", begun)
         self._lap("compile")
         if not built["ok"]:
-            rule = built.get("rule") or (rules.NATIVE_SYMBOL if self.link_refusal else None)
+            rule = built.get("rule") or self.refused_by
             raise Failed("compile", built["message"], rule)
         self.result.compiled = True
         if self.stop_after == "compile":

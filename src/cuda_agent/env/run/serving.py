@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 
 from cuda_agent.env.builds.handed import hand
+from cuda_agent.env.rules import registry as rules
 
 _OPENMP = re.compile(r"^\s*#\s*pragma\s+omp\b", re.M)
 MAX_BUILD_REQUESTS = 16    # load_inline/load calls one candidate may ask the harness to build
@@ -26,7 +27,7 @@ class BuildServing:
     """An evaluation's builds for its candidate (a part of evaluation._Evaluation)."""
 
     build_requests = 0
-    link_refusal: str | None = None   # why the last library asked for was refused, for the compile phase
+    refused_by = None                 # the rule that refused the last library asked for, for the compile phase
     builds_closed = False             # set once the model is made: the harness's compiles are not the calls'
 
     def _start_builds(self):
@@ -76,7 +77,7 @@ class BuildServing:
 
         report = build_extension(name, files, self.backend, build_cache, max_jobs=self.config.max_jobs,
                                  timeout=self.config.timeout_compile, check=check if self.config.guard else None,
-                                 **flags)
+                                 sandbox=self.config.sandbox != "none", **flags)
         return hand(report.path, self.box)
 
     def _serve_build(self, request: dict) -> dict:
@@ -102,9 +103,10 @@ class BuildServing:
         try:
             return {"ok": True, "path": str(self._build(name, files, **flags))}
         except LinkRefused as refused:
-            self.link_refusal = str(refused)
+            self.refused_by = rules.NATIVE_SYMBOL
             return {"ok": False, "message": str(refused)}
         except BuildError as exc:
+            self.refused_by = exc.rule or self.refused_by
             return {"ok": False, "message": exc.summary}
 
     def _note_openmp(self, files: dict[str, str], cflags: list[str]) -> None:
