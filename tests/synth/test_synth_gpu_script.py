@@ -16,7 +16,8 @@ def _script():
 
 
 def _args(**over):
-    base = dict(num=6000, out=Path("/tmp/run"), seed=0, kernelbench=Path(".kb"), workers=None, window=None, ray=None)
+    base = dict(num=6000, out=Path("/tmp/run"), seed=0, kernelbench=Path(".kb"), workers=None, window=None, ray=None,
+                timeout=None)
     return SimpleNamespace(**{**base, **over})
 
 
@@ -28,3 +29,6 @@ def test_the_command_resumes_the_build_with_its_settings_and_goes_through_ray_on
     through_ray = script.pipeline_command(_args(ray="local", workers=48))
     assert through_ray[through_ray.index("--ray") + 1] == "local"
     assert through_ray[through_ray.index("--workers") + 1] == "48"
+    assert "--timeout" not in local   # the pipeline's own unless asked
+    shorter = script.pipeline_command(_args(timeout=300.0))
+    assert shorter[shorter.index("--timeout") + 1] == "300.0"
