@@ -209,6 +209,51 @@ HONEST_PATTERNS = {
                 major, minor = torch.cuda.get_device_capability() if torch.cuda.is_available() else (0, 0)
                 return torch.ops.my_kernels.fused(input, self.config.block)
         """,
+    "special_names_matching_and_wrapping": """
+        import dataclasses
+        import functools
+
+        __all__ = ["ModelNew"]
+
+
+        @dataclasses.dataclass(frozen=True)
+        class Tile:
+            rows: int = 32
+            cols: int = 32
+
+
+        class Slots:
+            __slots__ = ("tile",)
+
+            def __init__(self, tile):
+                self.tile = tile
+
+
+        def logged(function):
+            @functools.wraps(function)
+            def wrapper(*args):
+                return function(*args)
+            return wrapper
+
+
+        class ModelNew(nn.Module):
+            \"\"\"A kernel solution's docstring.\"\"\"
+            __constants__ = ["tile"]
+
+            def __init__(self):
+                super().__init__()
+                self.tile = Slots(Tile())
+
+            @logged
+            def forward(self, x):
+                match self.tile.tile, x.dim():
+                    case Tile(rows=32, cols=cols), 2 if cols > 0:
+                        return cuda_extension.relu(x)
+                    case {"rows": rows}, _:
+                        return cuda_extension.relu(x) * rows
+                    case _:
+                        raise ValueError(f"{x.dim()} dimensions")
+        """,
 }
 
 
@@ -312,6 +357,28 @@ CHEATS = {
     "reference": ("reference-model", 1, "from model import Model\n"),
     "star_import": ("allowlist", 1, "from torch import *\n"),
     "typing_eval": ("allowlist", 1, "from typing import get_type_hints\n"),
+    # special names bound by hand: dataclasses compiles code from __annotations__' keys
+    "dataclass_annotations": ("introspection", 3, "import dataclasses\nclass F:\n"
+                              "    __annotations__ = {'a)\\n import os #': int}\nF = dataclasses.dataclass(F)\n"),
+    "match_args_bound": ("introspection", 2, "class P:\n    __match_args__ = ('__globals__',)\n"),
+    "special_name_by_walrus": ("introspection", 1, "print(__builtins__ := 1)\n"),
+    "special_name_by_import": ("introspection", 1, "from math import pi as __annotations__\n"),
+    # attributes read by name inside a library call or a pattern
+    "wraps_assigned": ("introspection", 4, "import functools\ndef f():\n    pass\n"
+                       "functools.wraps(f, assigned=('__globals__',))(f)\n"),
+    "wraps_as_a_value": ("introspection", 2, "import functools\nw = functools.partial(functools.wraps)\n"),
+    "class_pattern_reads_globals": ("introspection", 4, "def f():\n    pass\nmatch f:\n"
+                                    "    case object(__globals__=g):\n        pass\n"),
+    "class_pattern_reads_a_frame": ("introspection", 2, "match 1:\n    case object(gi_frame=f):\n        pass\n"),
+    # a tensor's values into numpy or Python, anywhere
+    "numpy_outside_forward": ("numpy", 2, "def helper(x):\n    return x.numpy()\n"),
+    "numpy_through_getattr": ("introspection", 2, "def forward(x):\n    return getattr(x, 'numpy')()\n"),
+    "tolist": ("numpy", 1, "values = torch.ones(3).tolist()\n"),
+    "python_elementwise": ("numpy", 1, "torch.ones(3).map_(torch.ones(3), lambda a, b: a + b)\n"),
+    "python_apply": ("numpy", 1, "torch.ones(3).apply_(abs)\n"),
+    # PyTorch's own operator namespaces are not the solution's
+    "torch_ops_pytorch_namespace": ("allowlist", 1, "y = torch.ops.mkldnn_prepacked.conv2d_run\n"),
+    "torch_ops_mkl": ("allowlist", 1, "y = torch.ops.mkl\n"),
 }
 
 

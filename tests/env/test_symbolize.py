@@ -114,3 +114,30 @@ def test_code_in_a_file_that_only_looks_like_an_elf_file_is_no_librarys(tmp_path
             unmap()
     assert found == {"magic.so": symbolize.NOT_ELF + "magic.so", "empty.so": symbolize.NOT_LOADED + "empty.so",
                      "loaded.so": "loaded.so"}, found
+
+
+def test_code_in_a_memory_file_named_like_a_path_is_no_librarys():
+    """A memory file's name is the process's choice, a path included: /proc/PID/maps lists it as
+    `/memfd:<name> (deleted)`, whose base name can be any library's. No file at that path is the one mapped,
+    so its code is no library's, whatever the file holds (here an ELF header that loads it)."""
+    from cuda_agent.env.rules.op_samples import unattributable
+
+    fd = os.memfd_create("r14/../libc.so.6")
+    try:
+        os.write(fd, _elf_header(loads=True).ljust(mmap.PAGESIZE, b"\0") + b"\xc3" * mmap.PAGESIZE)
+        base, unmap = _mapped(f"/proc/self/fd/{fd}", offset=mmap.PAGESIZE)
+    finally:
+        os.close(fd)
+    try:
+        [(library, symbol)] = Symbolizer(os.getpid()).resolve([base + 64])
+    finally:
+        unmap()
+    assert library == symbolize.NO_FILE + "libc.so.6 (deleted)" and symbol == symbolize.UNKNOWN
+    assert unattributable(library)
+
+
+def test_only_the_kernels_own_code_among_its_names_is_a_librarys():
+    from cuda_agent.env.rules.op_samples import unattributable
+
+    assert [unattributable(name) for name in ("[vdso]", "[vsyscall]", "libc.so.6")] == [False] * 3
+    assert all(unattributable(name) for name in ("[heap]", "[stack]", "[anon:libc.so.6]", symbolize.ANONYMOUS))

@@ -448,7 +448,8 @@ HACKS = [
         bias = self.bias.detach().tolist()         # no ATen op computes anything here ...
         rows = [[max(v + b, 0.0) for v, b in zip(row, bias)] for row in x.tolist()]
         return torch.tensor(rows, dtype=x.dtype)   # ... and the compiled extension is a decoy
-        """)), rules=("no-custom-kernel", "torch-op"), what="correct output from Python lists; extension never called"),
+        """)), rules=("static:numpy", "no-custom-kernel", "torch-op"),
+        what="correct output from Python lists; extension never called"),
     Case("numpy_alias_with_decoy_call", "PyTorch fallback", _ex(model_new=example_model_new("""
         cuda_extension.bias_relu(x[:1], self.bias)  # decoy: the extension 'ran', on one row
         y = _fast.maximum(x.numpy() + self.bias.detach().numpy(), 0.0)   # the real work, in numpy

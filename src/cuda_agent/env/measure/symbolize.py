@@ -3,11 +3,10 @@
 own file (`.symtab` where the file keeps one, else `.dynsym`), names demangled in this process by libstdc++'s
 `__cxa_demangle` (the names c++filt prints; `c++filt` itself where libstdc++ is not found).
 
-The file read is the mapped one: `/proc/PID/map_files/...` where the kernel lets this process open it,
-else the path through `/proc/PID/root` (the process's own view of its file system, e.g. inside a
-sandbox), else the path as listed, each only while its inode is the mapping's. A symbol table is read
-once per file (device, inode, size, modification time) into numpy arrays: libtorch_cpu's half a million
-symbols take a fraction of a second.
+The file read is the one at the mapping's listed path: through `/proc/PID/root` (the process's own view of
+its file system, e.g. inside a sandbox), else as listed, each only while its inode is the mapping's. A
+symbol table is read once per file (device, inode, size, modification time) into numpy arrays:
+libtorch_cpu's half a million symbols take a fraction of a second.
 
 Code that no library file holds is labelled so: `[anonymous]` (executable memory no file backs: code
 written at run time, or a library's code copied there), `[unmapped]` (an address no mapping holds any
@@ -15,7 +14,12 @@ more), `memfd:...` (a memory file), `[not ELF] name` (a mapped file this reader 
 file), `[not loaded] name` (an ELF file's bytes that none of its loadable segments holds: a library's code
 always lies in one, so these are not the file's code as a loader would map it), `[writable] name` (a file
 the process could have written, wherever its mount namespace shows it: mounts.py; its symbols are not
-read, as the process chose them; judged only where that namespace is not this process's own).
+read, as the process chose them; judged only where that namespace is not this process's own), `[no file]
+name` (a mapping whose listed path names no file that is the one mapped: a memory file or shared anonymous
+memory, whose names the process chose and may shape like any path, a deleted file, a file replaced since).
+Of the kernel's own names (`[heap]`, `[stack]`, `[anon:...]`, ...) only `[vdso]` and `[vsyscall]` are code a
+library of the system's holds. A library of numpy's package (a folder `numpy` or `numpy.libs` on its path) is
+labelled `[numpy] name`, its symbols read as any library's.
 
 The maps text is read with its names as bytes (a mapping's name is whatever the process chose): decoded
 with surrogate escapes, so that a path reads back as the file's, and shown with the bytes that are not
@@ -48,6 +52,9 @@ _SHT_SYMTAB, _SHT_DYNSYM, _STT_FUNC, _PT_LOAD = 2, 11, 2, 1
 UNKNOWN = "?"
 ANONYMOUS, UNMAPPED, NOT_ELF, NOT_LOADED = "[anonymous]", "[unmapped]", "[not ELF] ", "[not loaded] "
 WRITABLE = "[writable] "
+NO_FILE = "[no file] "
+NUMPY = "[numpy] "   # a library of numpy's package (its ufuncs, its BLAS): never a solution's own code
+KERNEL_CODE = ("[vdso]", "[vsyscall]")   # the kernel's own code in every process (clock_gettime's fast path)
 
 
 @dataclass(frozen=True)
@@ -222,6 +229,11 @@ def _cxxfilt(name: str) -> str:
 _DEMANGLED: dict[str, str] = {}
 
 
+def _numpys(path: str) -> bool:
+    """Whether a mapped file lies in numpy's package (numpy/ and the libraries its wheel brings, numpy.libs/)."""
+    return any(part in ("numpy", "numpy.libs") for part in path.split("/")[:-1])
+
+
 def printable(name: str) -> str:
     """A name read with surrogate escapes, its bytes that are not UTF-8 replaced (for results and messages)."""
     return name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
@@ -268,11 +280,11 @@ class Symbolizer:
         return numpy.where(inside, index, -1)
 
     def _file(self, where: Mapping) -> str | None:
-        """The mapped file itself where the kernel lets this process open it (`map_files`, which needs
-        CAP_SYS_ADMIN), else as the process sees its path, else at the listed path; None unless it is still
-        the file mapped there (its inode: a file replaced since is not read)."""
-        for path in (f"/proc/{self.pid}/map_files/{where.start:x}-{where.end:x}",
-                     f"/proc/{self.pid}/root{where.path}", where.path):
+        """The file at the mapping's listed path, as the process sees it, else as listed; None unless it is
+        the file mapped there (its inode). The mapped file itself (`map_files`) is not asked for: a memory
+        file's or shared memory's listed name is the process's choice (`/memfd:x/../lib/libc.so.6`), and a
+        file no path names is no library's."""
+        for path in (f"/proc/{self.pid}/root{where.path}", where.path):
             try:
                 if os.stat(path).st_ino == where.inode:
                     return path
@@ -312,9 +324,15 @@ class Symbolizer:
                     resolved[i] = (WRITABLE + library, UNKNOWN)
                 continue
             path = self._file(where) if where.path.startswith("/") else None
+            if where.path.startswith("/") and path is None:
+                for i in indices:
+                    resolved[i] = (NO_FILE + library, UNKNOWN)
+                continue
             table = symbols_of(path) if path else None
             if path and table is None:   # its header unreadable, whatever its first bytes say
                 library = NOT_ELF + library
+            elif _numpys(where.path):
+                library = NUMPY + library
             names: list[str | None] = [None] * len(indices)
             labels = [library] * len(indices)
             if table is not None:

@@ -61,6 +61,15 @@ PUBLIC_MEMBERS = ("math", "itertools", "collections", "collections.abc")
 TORCH_OPS_REFUSED = frozenset("aten prim prims higher_order quantized profiler load_library import_module "
                               "loaded_libraries".split())
 
+
+@functools.cache
+def torch_op_namespaces() -> frozenset[str]:
+    """The operator namespaces PyTorch itself registers (`mkl`, `mkldnn_prepacked`, `onednn`, `static_runtime`,
+    ...): their operators are PyTorch's compute, never a solution's own."""
+    import torch
+
+    return frozenset(name.split("::", 1)[0] for name in torch._C._dispatch_get_all_op_names()) | TORCH_OPS_REFUSED
+
 # Builtins a solution may name. Every other builtin is refused: reflection (getattr with a computed
 # name, vars, globals, type, dir, ...), code from strings (eval, exec, compile, __import__), files
 # and consoles (open, input, breakpoint, help), raw memory (memoryview).
@@ -84,6 +93,12 @@ ATTRIBUTE_DUNDERS = frozenset({"__init__", "__name__"})
 # object of another class, or run whenever the harness collects or subclasses.
 DUNDER_DEFS_REFUSED = frozenset("""__torch_function__ __torch_dispatch__ __new__ __del__ __init_subclass__
     __set_name__ __class_getitem__ __getattribute__""".split())
+# Special names a solution may bind by assignment (a module's `__all__`, a class's `__slots__`, TorchScript's
+# `__constants__`, a docstring). Any other (`__annotations__`, `__match_args__`, `__globals__`, ...) is what the
+# interpreter or a library reads as a fact about the class or module: dataclasses compiles the source of its
+# generated methods from `__annotations__`' keys (any string), pattern matching reads the attributes
+# `__match_args__` names.
+DUNDER_BINDINGS = frozenset({"__all__", "__slots__", "__constants__", "__doc__"})
 # Attributes refused on any object: frames and tracebacks (they reach the harness's locals).
 FRAME_ATTRIBUTES = frozenset("""gi_frame gi_code gi_yieldfrom cr_frame cr_code cr_await ag_frame ag_code f_back
     f_globals f_locals f_builtins f_code tb_frame tb_next mro""".split())
@@ -91,6 +106,13 @@ FRAME_ATTRIBUTES = frozenset("""gi_frame gi_code gi_yieldfrom cr_frame cr_code c
 # `from_file` creates and writes the file it maps).
 IO_METHODS = frozenset("""write_text write_bytes open unlink symlink_to hardlink_to link_to readlink chmod
     touch mkdir rmdir rename iterdir glob rglob fileno from_file""".split())
+
+# Tensor methods that take a tensor's values into numpy or Python, or compute with a Python callable
+# element by element: the work of a forward done outside the solution's kernels (rule numpy).
+VALUE_METHODS = frozenset({"numpy", "tolist", "apply_", "map_", "map2_"})
+# functools' members that copy attributes named by their arguments (getattr / setattr with a computed name):
+# only as a call on the wrapped function alone (`@functools.wraps(f)`).
+COPIES_ATTRIBUTES = frozenset({"functools.wraps"})
 
 # Why a refused module or member is refused, said in the refusal (longest matching prefix wins).
 REFUSED: dict[str, tuple[rules.Rule, str]] = {
@@ -210,9 +232,9 @@ def member_allowed(path: str) -> bool | None:
     if parts[0] == EXTENSION:
         return True
     if parts[:2] == ["torch", "ops"]:
-        if len(parts) == 3 and parts[2] not in TORCH_OPS_REFUSED:
+        if len(parts) == 3 and parts[2] not in torch_op_namespaces():
             return None
-        return len(parts) > 3 and parts[2] not in TORCH_OPS_REFUSED
+        return len(parts) > 3 and parts[2] not in torch_op_namespaces()
     for end in range(len(parts) - 1, 0, -1):   # the longest namespace that holds this path
         namespace = ".".join(parts[:end])
         if namespace in NAMESPACES:   # (the listed names first: most solutions never need torch imported)

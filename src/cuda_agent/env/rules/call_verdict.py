@@ -71,6 +71,9 @@ class GuardRecord:
 
 
 def violation_message(rule: str, op: str) -> str:
+    if rule == rules.DATA_MOVEMENT.name and "into Python" in op:
+        return (f"forward read its inputs' values into Python ({op}); the work is your kernels' to do: pass the "
+                "tensors to them")
     if rule == rules.DATA_MOVEMENT.name:
         return (f"forward moved its input's data with PyTorch ({op}: a copy of an input, e.g. .contiguous() "
                 "on a transposed or permuted view); layout changes count as compute: do them in your kernel")

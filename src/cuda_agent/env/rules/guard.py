@@ -50,6 +50,14 @@ BUILTIN_NAMESPACES = frozenset({"aten", "prims", "prim", "_c10d_functional", "c1
 GUARD_SOURCE = Path(__file__).parent / "native" / "guard.cpp"
 
 
+def pytorch_namespaces() -> frozenset[str]:
+    """PyTorch's operator namespaces: BUILTIN_NAMESPACES and every one registered in this process so far. Read
+    when the guard is made, before any of the solution's code runs, so that an operator of PyTorch's own outside
+    `aten` (`mkl::_mkl_linear`, `mkldnn_prepacked::conv2d_run`, ...) is judged as PyTorch's, never counted as
+    one of the solution's custom operators."""
+    return BUILTIN_NAMESPACES | {name.split("::", 1)[0] for name in torch._C._dispatch_get_all_op_names()}
+
+
 class Rejected(Exception):
     """The candidate broke a rule; `rule` is its registered name, the message one line for the agent."""
 
@@ -71,7 +79,7 @@ class NativeGuard:
         self.lib.cag_ops_seen.restype = ctypes.c_int64
         self.lib.cag_add_kernel_storage.argtypes = [ctypes.c_int64]
         self.lib.cag_install(",".join(sorted(ALLOWED_OPS)).encode(), ",".join(sorted(COPY_OPS)).encode(),
-                             ",".join(sorted(BUILTIN_NAMESPACES)).encode())
+                             ",".join(sorted(pytorch_namespaces())).encode())
         self.lib.cag_recording_address.restype = ctypes.c_void_p
         self._recording = memoryview((ctypes.c_uint8 * 1).from_address(self.lib.cag_recording_address())).cast("B")
         # the record's count of extension calls: a plain store per call (a ctypes call costs microseconds)

@@ -9,10 +9,13 @@ and its CPU-capability namespaces, `at::vec::`, `at::cpu::`, the composite kerne
 none of the operators the guard allows (allocation, views and metadata, fills and copies: guard.py's
 ALLOWED_OPS and COPY_OPS); BLAS (MKL's and OpenBLAS's routines, `at::native::cpublas`) is allowed, as the
 CPU solution may call it. A sample in code no library file holds (anonymous executable memory, a memory
-file, a file that cannot be read as an ELF file, bytes of one that none of its loadable segments holds:
+file or shared memory, whatever its name, a file no longer at its path, a file that cannot be read as an ELF
+file, bytes of one that none of its loadable segments holds:
 code written at run time, as oneDNN's kernels are, or a library's code copied there) counts against it
 too, as the harness cannot tell what computes there; so does one in a file the candidate could have
-written (its box, its private /tmp: symbolize.py's `[writable]`), whatever the file says of itself.
+written (its box, its private /tmp: symbolize.py's `[writable]`), whatever the file says of itself, and one in
+numpy's libraries (`[numpy]`: its ufuncs and BLAS compute; the solution's Python may not reach numpy, its
+native code can through the builtins' `__import__`).
 
 The candidate is refused (`torch-op`) once any of these holds:
 - over the calls sampled so far, at least MIN_SAMPLES such samples and MIN_SHARE of its sampled CPU time
@@ -43,7 +46,8 @@ from functools import lru_cache
 
 from cuda_agent.env.measure.outside import cpu_seconds, thread_ids, threads_cpu_seconds
 from cuda_agent.env.measure.perf_sampler import PerfUnavailable, Sample, Sampler
-from cuda_agent.env.measure.symbolize import ANONYMOUS, NOT_ELF, NOT_LOADED, UNMAPPED, WRITABLE, Symbolizer
+from cuda_agent.env.measure.symbolize import (ANONYMOUS, KERNEL_CODE, NO_FILE, NOT_ELF, NOT_LOADED, UNMAPPED, WRITABLE,
+                                             Symbolizer)
 from cuda_agent.env.rules import registry as rules
 from cuda_agent.env.rules.call_verdict import Refused
 
@@ -138,8 +142,10 @@ class _Pool:
 
 def unattributable(library: str) -> bool:
     """Whether a sample's place is code no library file holds, or a file the candidate could have written
-    (see symbolize.py's labels)."""
-    return library in (ANONYMOUS, UNMAPPED) or library.startswith(("memfd:", NOT_ELF, NOT_LOADED, WRITABLE))
+    (see symbolize.py's labels): anything but a library file read at its path, or the kernel's own code; numpy's
+    libraries (`[numpy]`) count as well."""
+    return (library in (ANONYMOUS, UNMAPPED) or library.startswith(("memfd:", NOT_ELF, NOT_LOADED, WRITABLE, NO_FILE))
+            or (library.startswith("[") and library not in KERNEL_CODE))
 
 
 class OpSampling:
@@ -303,9 +309,9 @@ class OpSampling:
 
     def message(self, share: float, basis: str = "") -> str:
         top = ", ".join(f"{short_name(symbol)} {n / self.total:.0%}" for symbol, n in self.against.most_common(3))
-        unattributed = (f" or to code no library file holds ({self.unattributed / self.total:.0%}: anonymous "
-                        "executable memory, code written at run time, as oneDNN's kernels are, or a file the "
-                        "solution could write)" if self.unattributed else "")
+        unattributed = (f" or to code no library file holds, or numpy's ({self.unattributed / self.total:.0%}: "
+                        "anonymous executable memory, code written at run time, as oneDNN's kernels are, a memory "
+                        "file, numpy's libraries, or a file the solution could write)" if self.unattributed else "")
         return (f"forward computed with PyTorch's operators: {share:.0%} of the solution's CPU time{basis}, "
                 f"sampled from outside its process, went to ATen's kernels{unattributed} ({top}); only the solution's "
                 "own kernels, in its own libraries, may compute (allocation, views, copies and BLAS are allowed)")

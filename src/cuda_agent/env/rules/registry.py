@@ -102,8 +102,11 @@ STATIC_INTROSPECTION = _declare(
     "static:introspection", "static", "the solution's Python reflects on the process it runs in",
     "reflection: `__main__`, `sys`, `inspect`, `traceback`, `gc`, `importlib`, `builtins`, `cuda_agent`, "
     "`torch._C`, dispatch internals, special and private attributes, frames, computed `getattr`, "
-    "`eval`/`exec`/`type`/`vars`/`globals`, format fields, special methods that intercept PyTorch",
-    "peeking at the harness, patched timers, reusing the reference through the harness's objects")
+    "`eval`/`exec`/`type`/`vars`/`globals`, format fields, special methods that intercept PyTorch, special "
+    "names bound by hand (`__annotations__`, `__match_args__`), attributes read by name through a class pattern "
+    "(`case C(__globals__=g)`) or `functools.wraps(f, assigned=...)`",
+    "peeking at the harness, patched timers, reusing the reference through the harness's objects, code compiled "
+    "by a library from names it was given (a dataclass's field names)")
 STATIC_MONKEYPATCH = _declare(
     "static:monkeypatch", "static", "the solution's Python rewrites a module or class not its own",
     "a write into a module or a class that is not the solution's (through any alias); an imported name rebound",
@@ -138,7 +141,8 @@ STATIC_NETWORK = _declare(
     "answers fetched from elsewhere")
 STATIC_NUMPY = _declare(
     "static:numpy", "static", "the solution computes with numpy",
-    "imports of `numpy`; a tensor converted to numpy inside `forward`",
+    "imports of `numpy`; a tensor's values taken into numpy or Python (`.numpy()`, `.tolist()`) or computed "
+    "by a Python function element by element (`.apply_`, `.map_`, `.map2_`), anywhere in the solution",
     "answers computed in Python instead of the solution's kernels")
 STATIC_CUSTOM_OP = _declare(
     "static:custom-op", "static", "the solution defines operators from Python",
@@ -192,7 +196,9 @@ ATEN_OVERRIDE = _declare(
 TORCH_OP = _declare(
     "torch-op", "call", "forward ran a PyTorch operator that computes",
     "an ATen operator outside the allowlist of allocation, views and metadata (composite operators are "
-    "judged by what they decompose into); a copy that converts dtype or device",
+    "judged by what they decompose into), or any operator of PyTorch's own namespaces (every one registered "
+    "before the solution's code ran: `mkl::_mkl_linear`, `mkldnn_prepacked::conv2d_run`); a copy that converts "
+    "dtype or device",
     "PyTorch fallback, try/except fallback, `at::` compute from C++ bindings and custom-op bodies, an "
     "overridden allowed op running `at::mm`, `.cpu()` / `.half()` tricks")
 DATA_MOVEMENT = _declare(
@@ -200,12 +206,14 @@ DATA_MOVEMENT = _declare(
     "a copy (`clone`, `copy_`, `_to_copy`) that reads the memory of one of the forward's inputs, judged "
     "by byte ranges (the bytes the copy's source spans against each input's storage), so a tensor made "
     "over an input's bytes at another address (`torch::from_blob`, any offset) is that input; likewise "
-    "an output over an input's bytes is refused (`output-type`)",
+    "an output over an input's bytes is refused (`output-type`); more than 16 of the inputs' elements read "
+    "into Python in one call (`item`, `float()`, a storage's elements)",
     "the task done by allowed ops (a channel shuffle by `view`/`transpose`/`.contiguous()`); layout "
-    "changes count as compute")
+    "changes count as compute; the task done in Python from the inputs' values, the kernel a decoy")
 NO_CUSTOM_KERNEL = _declare(
     "no-custom-kernel", "call", "forward never called the solution's kernels",
-    "no call into the solution's compiled modules or custom operators",
+    "no call into the solution's compiled modules or custom operators (an operator of a namespace that "
+    "existed before its code ran, `mkl::` or `mkldnn_prepacked::` say, is PyTorch's: `torch-op`)",
     "decoy kernels compiled but never called")
 OUTPUT_NOT_FROM_KERNEL = _declare(
     "output-not-from-kernel", "call", "an output no kernel of the solution produced",

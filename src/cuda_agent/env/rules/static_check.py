@@ -83,13 +83,20 @@ class _Checker(ast.NodeVisitor):
         self.refused_imports.add(name)
         self.refuse(path, node, what, instead)
 
+    def _import_aliases(self, node) -> None:
+        for alias in node.names:
+            if alias.asname and _special(alias.asname):
+                self._binds(alias.asname, node)
+
     def visit_Import(self, node: ast.Import) -> None:
+        self._import_aliases(node)
         for alias in node.names:
             if not self._module_allowed(alias.name):
                 bound = alias.asname or alias.name.split(".")[0]
                 self._refuse_import(bound, alias.name, node, f"imports {alias.name}", allow.ADVICE)
 
     def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        self._import_aliases(node)
         module = node.module or ""
         if node.level or not module:
             self.add(rules.STATIC_ALLOWLIST, node, "a relative import: " + allow.ADVICE)
@@ -172,13 +179,20 @@ class _Checker(ast.NodeVisitor):
                 self.visit(arg.annotation)
 
     def _binds(self, name: str, node: ast.AST, receiver: bool = True) -> None:
-        """A name bound by an assignment, a parameter, a def: never an imported name or a receiver."""
+        """A name bound by an assignment, a parameter, a def: never an imported name or a receiver, and a
+        special name (`__x__`) only by a def or as one of the few a module or class sets by hand."""
         if name in ("staticmethod", "classmethod"):   # what a method's receiver is depends on them
             self.add(rules.STATIC_ALLOWLIST, node, f"rebinds {name}: the builtin decides what a method receives")
         elif name in allow.DUNDER_DEFS_REFUSED:
             self.add(rules.STATIC_INTROSPECTION, node,
                      f"defines {name}: a solution's classes may not intercept PyTorch "
                      "calls or the harness's handling of objects")
+        elif (_special(name) and name not in allow.DUNDER_BINDINGS
+              and not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))):
+            self.add(rules.STATIC_INTROSPECTION, node,
+                     f"assigns {name}: special names are the interpreter's and libraries' facts about a class or "
+                     "module (dataclasses compiles code from __annotations__, matching reads __match_args__); "
+                     "define methods with def, annotate fields as `name: type`")
         elif name in self.solution.imports:
             self.add(rules.STATIC_MONKEYPATCH, node,
                      f"rebinds {name}, an imported name: keep imported names as imported")
@@ -192,6 +206,14 @@ class _Checker(ast.NodeVisitor):
         self.generic_visit(node)
 
     visit_MatchAs = visit_MatchStar = visit_ExceptHandler
+
+    def visit_MatchClass(self, node: ast.MatchClass) -> None:
+        """`case C(name=pattern)` reads the subject's attribute `name`: held to the rules of `subject.name`."""
+        for attr in node.kwd_attrs:
+            refused = self._attribute_refusal(attr, own=False)
+            if refused:
+                self.add(refused[0], node, f"a class pattern reads .{attr}: {refused[1]}")
+        self.generic_visit(node)
 
     def visit_MatchMapping(self, node: ast.MatchMapping) -> None:
         if node.rest:
@@ -248,7 +270,7 @@ class _Checker(ast.NodeVisitor):
         if not literal:
             self.add(rules.STATIC_INTROSPECTION, node, f"{name}() with a computed name: write the attribute out "
                                                        f"(obj.name), or call {name}(obj, \"name\") with a literal")
-        elif (call.args[1].value.startswith("_") or call.args[1].value in allow.FRAME_ATTRIBUTES | allow.IO_METHODS
+        elif (call.args[1].value.startswith("_") or self._attribute_refusal(call.args[1].value, own=False)
               or call.args[1].value in ("format", "format_map")):
             self.add(rules.STATIC_INTROSPECTION, node,
                      f"{name}() of {call.args[1].value!r}: an attribute a solution may not "
@@ -267,6 +289,12 @@ class _Checker(ast.NodeVisitor):
         if path in LOADERS and not (isinstance(parent, ast.Call) and parent.func is node):
             self.add(rules.STATIC_EXTENSION_NAME, node, f"{path.split('.')[-1]} used other than in a direct call: "
                                                         "call it as load_inline(name=\"...\", ...)")
+        elif path in allow.COPIES_ATTRIBUTES and not (
+                isinstance(parent, ast.Call) and parent.func is node and len(parent.args) == 1
+                and not isinstance(parent.args[0], ast.Starred) and not parent.keywords):
+            self.add(rules.STATIC_INTROSPECTION, node,
+                     f"{path.split('.')[-1]} other than as {path.split('.')[-1]}(function): the attributes it copies "
+                     "(assigned=, updated=) are read and written by name, special ones included")
         elif allowed is None:
             self.add(rules.STATIC_ALLOWLIST, node,
                      f"uses the module {path} as a value: name its members where you use them "
@@ -275,28 +303,35 @@ class _Checker(ast.NodeVisitor):
             self.refuse(path, node, f"uses {path}", "" if allow.refusal(path) else
                         "that member is not on the list a solution may use (see SKILL.md); do the work in your kernels")
 
+    def _attribute_refusal(self, attr: str, own: bool) -> tuple[rules.Rule, str] | None:
+        """(rule, why) where reading `.attr` is refused, however it is reached (`obj.attr`, a literal getattr,
+        a class pattern); `own`: the object is the solution's own (a receiver, its class or object)."""
+        if attr.startswith("__") and attr.endswith("__"):
+            if attr not in allow.ATTRIBUTE_DUNDERS:
+                return rules.STATIC_INTROSPECTION, "special attributes reach around the harness"
+        elif attr.startswith("_") and not own:
+            return (rules.STATIC_INTROSPECTION,
+                    "private attributes are off limits except on self and the solution's own classes")
+        elif attr in allow.FRAME_ATTRIBUTES:
+            return rules.STATIC_INTROSPECTION, "frames and tracebacks reach the harness's state"
+        elif attr in allow.IO_METHODS:
+            return rules.STATIC_ALLOWLIST, "a solution builds paths, it does not work on files"
+        elif attr in allow.VALUE_METHODS:
+            return rules.STATIC_NUMPY, ("it takes a tensor's values into numpy or Python, or computes them with a "
+                                        "Python function: only your kernels may compute")
+        return None
+
     def visit_Attribute(self, node: ast.Attribute) -> None:
         attr, base = node.attr, node.value
         root = root_of(node)
         root_name = root.id if isinstance(root, ast.Name) else None
-        if attr.startswith("__") and attr.endswith("__"):
-            if attr not in allow.ATTRIBUTE_DUNDERS:
-                self.add(rules.STATIC_INTROSPECTION, node, f"uses .{attr}: special attributes reach around the harness")
-        elif attr.startswith("_") and not self._own(base):
-            self.add(rules.STATIC_INTROSPECTION, node, f"uses .{attr}: private attributes are off limits except on "
-                                                       "self and the solution's own classes")
-        elif isinstance(base, ast.Name) and base.id in self.solution.extension_names:
-            pass   # a function of its own extension (its names are the solution's to choose)
-        elif attr in allow.FRAME_ATTRIBUTES:
-            self.add(rules.STATIC_INTROSPECTION, node, f"uses .{attr}: frames and tracebacks reach the harness's state")
-        elif attr in allow.IO_METHODS:
-            self.add(rules.STATIC_ALLOWLIST, node,
-                     f"uses .{attr}(): a solution builds paths, it does not work on files")
-        elif attr in ("format", "format_map"):
+        # a public function of its own extension: its names are the solution's to choose
+        extension = isinstance(base, ast.Name) and base.id in self.solution.extension_names and not attr.startswith("_")
+        refused = None if extension else self._attribute_refusal(attr, self._own(base))
+        if refused:
+            self.add(refused[0], node, f"uses .{attr}: {refused[1]}")
+        elif attr in ("format", "format_map") and not extension:
             self._check_format(node)
-        elif attr == "numpy" and self.forward_depth:
-            self.add(rules.STATIC_NUMPY, node,
-                     "converts a tensor to numpy inside forward: only your kernels may compute")
         if isinstance(base, ast.Name) and base.id in self.solution.classes and base.id not in self.solution.imports:
             self._check_class_member(base.id, attr, node)
         if isinstance(node.ctx, (ast.Store, ast.Del)):
@@ -407,6 +442,10 @@ class _Checker(ast.NodeVisitor):
         self.generic_visit(node)
 
     visit_TryStar = visit_Try
+
+
+def _special(name: str) -> bool:
+    return len(name) > 4 and name.startswith("__") and name.endswith("__")
 
 
 def _handler_names(handler: ast.ExceptHandler) -> set[str]:

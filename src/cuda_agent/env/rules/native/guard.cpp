@@ -11,9 +11,12 @@
 //     storage: a copy whose source's bytes overlap an input storage's bytes, so a tensor made over
 //     the input's memory at another address (torch::from_blob) counts as the input. Copies that
 //     convert dtype or device: torch-op;
-//   - calls of operators registered by the solution (custom ops): counted, and the storages they
-//     take and return are "kernel storages", as are those of calls into the compiled modules (noted
-//     from Python). The forward's outputs must live in kernel storages.
+//   - reads of its inputs' elements into Python (`_local_scalar_dense`: item(), float(), a storage's
+//     elements) beyond kInputReads a call: rule data-movement (the forward's work done in Python);
+//   - calls of operators registered by the solution (custom ops: a namespace that did not exist before
+//     its code ran): counted, and the storages they take and return are "kernel storages", as are
+//     those of calls into the compiled modules (noted from Python). The forward's outputs must live in
+//     kernel storages.
 // What decides a call's verdict is `report` (struct Report below): counters that only grow, read by
 // the harness from outside this process (/proc/PID/mem) after every call, at an address it finds
 // from the library's own symbol table and the process's mappings. No function here resets them.
@@ -34,7 +37,11 @@
 
 namespace {
 
-enum class Kind { Allowed, Copy, Composite, Refused, Custom };
+enum class Kind { Allowed, Copy, Composite, Refused, Custom, Scalar };
+
+// Input elements a call may read into Python (an input's scalar parameter, say): a forward that reads more
+// is computing in Python from its inputs' values, its kernels a decoy.
+constexpr int64_t kInputReads = 16;
 
 struct State {
   std::mutex mu;
@@ -43,6 +50,7 @@ struct State {
   std::unordered_set<std::string> builtin_namespaces;
   std::vector<std::pair<uintptr_t, uintptr_t>> inputs;  // byte ranges [lo, hi) of this call's inputs' storages
   std::unordered_set<intptr_t> kernel;    // storages a kernel took or returned
+  int64_t input_reads = 0;                // this call's reads of input elements into Python
   std::string violation;                  // "rule|message" of the current call's first one, empty if none
 };
 
@@ -144,6 +152,7 @@ Kind classify(State& s, const at::RecordFunction& fn) {
   std::string ns = colon == std::string::npos ? "" : name.substr(0, colon);
   std::string base = colon == std::string::npos ? name : name.substr(colon + 2);
   if (!s.builtin_namespaces.count(ns)) return Kind::Custom;
+  if (base == "_local_scalar_dense") return Kind::Scalar;
   if (s.copies.count(base)) return Kind::Copy;
   if (s.allowed.count(base)) return Kind::Allowed;
   // A composite operator (one with no kernel of its own) passes: what it decomposes into is judged.
@@ -188,6 +197,15 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
   std::string name = fn.name();
   if (kind == Kind::Refused) {
     note_violation(s, "torch-op", name);
+    return nullptr;
+  }
+  if (kind == Kind::Scalar) {
+    auto inputs = fn.inputs();
+    if (!inputs.empty() && inputs[0].isTensor() && overlaps_input(s, inputs[0].toTensor()) &&
+        ++s.input_reads > kInputReads) {
+      note_violation(s, "data-movement", name + " (more than " + std::to_string(kInputReads) +
+                                             " of the inputs' elements read into Python)");
+    }
     return nullptr;
   }
   if (kind == Kind::Custom) {
@@ -284,6 +302,7 @@ void cag_begin(const int64_t* input_ranges, int n) {
     std::lock_guard<std::mutex> lock(s.mu);
     s.inputs.clear();
     s.kernel.clear();
+    s.input_reads = 0;
     s.violation.clear();
     std::memset(cag_report.rule, 0, sizeof(cag_report.rule));
     std::memset(cag_report.op, 0, sizeof(cag_report.op));
