@@ -25,6 +25,7 @@ from cuda_agent.synth.compose import PROFILES, ComposeError, compose_chain, rend
 from cuda_agent.synth.dedupe import Deduper
 from cuda_agent.synth.filters import DEVICE_BUSY, FilterConfig, run_filters
 from cuda_agent.synth.preflight import kernelbench_problem
+from cuda_agent.synth.workers import failure
 
 # The published mix (CUDA-Agent-Ops-6K): chain length -> share in percent.
 DEFAULT_MIX = {"1": 3.4, "2": 83.8, "3": 7.6, "4": 2.8, "5": 1.2, "transformers": 1.2}
@@ -462,9 +463,9 @@ class Pipeline:
                         cls.in_flight += 1
                         spent = self.spent.get(rec["id"], 0.0)
                         if spent >= self.cfg.task_timeout_s:
-                            self._record({"id": rec["id"], "ok": False, "reason": "timeout",
-                                          "detail": f"ran {spent:.0f} s in earlier runs, stopped each time "
-                                                    f"before it finished (timeout {self.cfg.task_timeout_s:.0f} s)"})
+                            self._record(failure(rec["id"], "timeout",
+                                                 f"ran {spent:.0f} s in earlier runs, stopped each time before it "
+                                                 f"finished (timeout {self.cfg.task_timeout_s:.0f} s)"))
                             continue
                         pool.submit(rec["id"], {"config": fcfg, "candidate": rec}, spent_s=spent)
                     if pool is None or pool.busy() == 0:

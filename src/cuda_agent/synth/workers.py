@@ -49,7 +49,7 @@ class _Slot:
     seen_rss_mb: float | None = None   # the largest RSS the pool read during the running task
 
 
-def _failure(key, reason: str, detail: str) -> dict:
+def failure(key, reason: str, detail: str) -> dict:
     return {"id": key, "ok": False, "reason": reason, "detail": detail}
 
 
@@ -190,11 +190,11 @@ class ProcessPool(_Wear):
             try:
                 result = future.result()
             except BrokenProcessPool:
-                result = (_failure(slot.key, "timeout", f"killed after {self.timeout_s:.0f} s") if slot.killed
-                          else _failure(slot.key, "crashed", self._crash_detail(slot)))
+                result = (failure(slot.key, "timeout", f"killed after {self.timeout_s:.0f} s") if slot.killed
+                          else failure(slot.key, "crashed", self._crash_detail(slot)))
                 self._replace(slot)
             except Exception as exc:  # noqa: BLE001 - e.g. a result that cannot be pickled
-                result = _failure(slot.key, "internal_error", f"{type(exc).__name__}: {exc}")
+                result = failure(slot.key, "internal_error", f"{type(exc).__name__}: {exc}")
                 slot.tasks += 1
             else:
                 slot.tasks += 1
@@ -433,7 +433,7 @@ class RayPool(_Wear):
         now = time.monotonic()
         for slot in self.slots:
             if slot.ref is not None and now - slot.started > self.timeout_s:
-                finished.append((slot.key, _failure(slot.key, "timeout", f"killed after {self.timeout_s:.0f} s")))
+                finished.append((slot.key, failure(slot.key, "timeout", f"killed after {self.timeout_s:.0f} s")))
                 self._replace(slot)
         if all(s.pid is None and now - s.start_asked > START_TIMEOUT_S for s in self.slots):
             raise RuntimeError(f"no filter actor started in {START_TIMEOUT_S:.0f} s: can the Ray cluster place "
@@ -454,9 +454,9 @@ class RayPool(_Wear):
         except self.ray.exceptions.RayActorError as exc:   # its process died (a crash, or killed for memory)
             detail = f"the filter actor (pid {slot.pid}) died: {_actor_death(exc)}; {self._own_memory(slot)}"
             self._replace(slot)
-            return _failure(key, "crashed", detail)
+            return failure(key, "crashed", detail)
         except Exception as exc:  # noqa: BLE001 - the job raised; its actor lives on
-            result = _failure(key, "internal_error", f"{type(exc).__name__}: {exc}")
+            result = failure(key, "internal_error", f"{type(exc).__name__}: {exc}")
         else:
             self._note_memory(slot, result)
         slot.tasks += 1
