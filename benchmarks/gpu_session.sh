@@ -75,12 +75,11 @@ for step in $STEPS; do
       done
       grep -E "^== |^pool  |slow: " "$OUT/scaling_ab.txt" ;;
     runs_scaling)   # one command's wall time at 1, 2, 4 GPUs (runs_scaling.py): RUNS_KIND=baseline|bench|synth;
-      # synth runs RUNS_SECONDS each from data/ops6k/build.tar.xz and brings the 4-GPU run's state back as
-      # $OUT/build.tar.xz (an Ops-6K part: copy it over data/ops6k/build.tar.xz and commit)
-      kind=${RUNS_KIND:-bench}; rm -rf /tmp/runs-keep
+      # synth runs RUNS_SECONDS each, a build of its own from data/ops6k/build.tar.xz's catalog (RUNS_ARGS=--ray:
+      # through a local Ray cluster, as the Ops-6K build)
+      kind=${RUNS_KIND:-bench}
       run "runs_$kind" 570 python3 benchmarks/runs_scaling.py "$kind" --kernelbench .kb --counts "${RUNS_COUNTS:-1,2,4}" \
-        --seconds "${RUNS_SECONDS:-100}" --keep /tmp/runs-keep ${RUNS_ARGS:-} --json "$OUT/runs_$kind.json"
-      [ -d /tmp/runs-keep/work ] && tar -cJf "$OUT/build.tar.xz" -C /tmp/runs-keep --exclude='work/kernelbench_trees_*' . ;;
+        --seconds "${RUNS_SECONDS:-100}" ${RUNS_ARGS:-} --json "$OUT/runs_$kind.json" ;;
     synth_ab)   # the Ops-6K synthesis for SYNTH_AB_SECONDS, the code before (.old) and this code in SYNTH_AB_ORDER,
       # each from data/ops6k/build.tar.xz with SYNTH_AB_ARGS (e.g. --workers 12); the last "new" run's state
       # comes back as $OUT/build.tar.xz (an Ops-6K part: copy it over data/ops6k/build.tar.xz and commit)

@@ -41,19 +41,30 @@ def test_ratios_against_the_mean_of_one_gpu(runs):
     assert [r["x_per_gpu"] for r in rows] == [0.91, 0.82, 1.09, 0.5]
 
 
-def test_a_synthesis_run_starts_from_the_saved_state(runs, tmp_path):
-    state = tmp_path / "build.tar.xz"
+def _state(path: Path, files: dict[str, str]) -> Path:
+    with tarfile.open(path, "w:xz") as tar:
+        for name, text in files.items():
+            data = text.encode()
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+def test_a_synthesis_run_starts_from_the_saved_catalog_alone(runs, tmp_path):
+    """Each measured run is a build of its own (another seed) from the saved build's operator catalog:
+    none of the saved build's tasks or journals, so it has work to do even where Ops-6K is complete."""
     lines = "\n".join(json.dumps({"ok": ok}) for ok in (True, False, True)) + "\n"
-    with tarfile.open(state, "w:xz") as tar:
-        data = lines.encode()
-        info = tarfile.TarInfo("work/results.jsonl")
-        info.size = len(data)
-        tar.addfile(info, io.BytesIO(data))
+    state = _state(tmp_path / "build.tar.xz", {"./work/results.jsonl": lines, "./work/config.json": "{}",
+                                                 "./work/catalog.json": '{"ops": []}'})
     out = tmp_path / "run"
     (out / "stale").mkdir(parents=True)
-    assert runs.prepare("synth", out, state) == 2
-    assert not (out / "stale").exists() and runs.passed_tasks(out) == 2
+    assert runs.prepare("synth", out, state) == 0
+    assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()) == ["work/catalog.json"]
+    assert not (out / "stale").exists()
     assert runs.prepare("bench", out, state) == 0 and not (out / "work").exists()
+    cmd, env = runs.command("synth", 1, out, SimpleNamespace(kernelbench="/kb", seconds=30, ray=True))
+    assert cmd[cmd.index("--seed") + 1] != "0" and cmd[-2:] == ["--ray", "local"]
 
 
 def test_a_synthesis_run_s_start_up_and_its_rate_after_it(runs):
