@@ -61,7 +61,7 @@ for step in $STEPS; do
       # (trace.startup.*, larger results). Needs the setup step's cache (same call or warm machine).
       CUDA_AGENT_TRACE_CALLS=${SCALING_TRACE:-0} run scaling 450 python3 benchmarks/pool_scaling.py --roles \
         --budget-s "${SCALING_BUDGET:-330}" ${SCALING_ARGS:-} --json "$OUT/scaling.json"
-      TAIL=8 run context_rate 90 python3 benchmarks/diag/context_rate.py --counts "${CONTEXT_COUNTS:-1,4,8}" ;;
+      [ "${CONTEXT_COUNTS:-}" = none ] || TAIL=8 run context_rate 90 python3 benchmarks/diag/context_rate.py --counts "${CONTEXT_COUNTS:-1,4,8}" ;;
     scaling_ab)   # pool_scaling (the pool alone) for the code before (.old) and this code, in AB_ORDER, each
       # with its own scripts: the pool's rate at 1, 2, 4 GPUs before and after a change, in one call. An entry
       # may add settings: "new+CUDA_AGENT_PERSISTENT_JUDGE=1" (several joined by '+')

@@ -123,3 +123,32 @@ def test_an_evaluation_refused_at_the_assembler_names_the_rule(where, cache_dir)
     result = evaluate(example_task(), solution, cpu_config(cache_dir, baselines=False), stop_after="compile")
     assert result.error is not None and result.error.phase == "compile", result.error
     assert result.error.rule == ASM_DIRECTIVE.name and "`.incbin`" in result.error.message
+
+
+@pytest.fixture
+def driver_script(tmp_path, monkeypatch):
+    """A compiler like the GPU host's /opt/gcc/bin/g++: a script that runs the real driver with `-B` folders
+    of its own first, one of them holding an assembler, so a `-B` given to it comes too late."""
+    own = tmp_path / "gcc" / "bin"
+    own.mkdir(parents=True)
+    (own / "as").symlink_to(shutil.which("as"))
+    script = own / "g++"
+    script.write_text(f'#!/bin/sh\nexec {shutil.which("g++")} -B{own}/ "$@"\n')
+    script.chmod(0o755)
+    monkeypatch.setenv("CXX", str(script))
+    compiler.toolchain.cache_clear()
+    yield script
+    compiler.toolchain.cache_clear()
+
+
+@pytest.mark.skipif(not shutil.which("g++") or not shutil.which("as"), reason="needs GNU g++ and as")
+def test_a_driver_script_whose_own_assembler_comes_first_still_assembles_through_the_guard(driver_script, tmp_path):
+    from cuda_agent.env.builds import as_guard
+
+    cache = tmp_path / "cache"
+    flags, _ = as_guard.guard_flags(cache / "build", str(driver_script))
+    assert flags[0] == "-wrapper" and flags[1].endswith("/as-wrapper")   # -B alone would not run it
+    with pytest.raises(BuildError) as refused:
+        build_extension("cuda_extension", {"k.cpp": EMBEDDINGS["upper case"] + "int x = 1;\n"}, "cpu", cache)
+    assert refused.value.rule is ASM_DIRECTIVE and "`.incbin`" in refused.value.summary
+    assert build_extension("cuda_extension", {"k.cpp": "int x = 1;\n"}, "cpu", cache).path.exists()

@@ -10,7 +10,10 @@ by string concatenation and macros, so the check reads what reaches the assemble
 every compile names that folder with `-B` (nvcc: `-Xcompiler -B`), which the compiler searches for
 its assembler before its own. The guard reads the assembly it is given, refuses, and otherwise runs
 the real assembler with the same arguments. Whether the compiler runs it is checked when the guard is
-built (a compiler with an assembler of its own, clang, is told to use the external one).
+built (a compiler with an assembler of its own, clang, is told to use the external one). A compiler
+that is a script putting `-B` folders of its own first (one with an assembler in them) finds that
+assembler before the guard's: there every compile runs its programs through the guard instead
+(gcc's `-wrapper`), which reads the assembly where the program is the assembler.
 """
 
 from __future__ import annotations
@@ -103,8 +106,13 @@ def _build(folder: Path, cxx: str, real: str) -> None:
                                 str(tmp / "as")], capture_output=True, text=True, timeout=300)
         if built.returncode != 0:
             raise GuardUnavailable(f"building the assembler guard failed:\n{built.stderr[-2000:]}")
-        flags = next((flags for flags in ([f"-B{tmp}/"], [f"-B{tmp}/", "-fno-integrated-as"])
-                      if _runs_guard(cxx, flags, tmp)), None)
+        os.link(tmp / "as", tmp / "as-wrapper")   # the same program, run by gcc's -wrapper (as_guard.c)
+        # -B where the compiler searches it first; else gcc's -wrapper, for a driver script that puts
+        # folders of its own (holding an assembler) before the ones it is given
+        tried = [[f"-B{tmp}/"], [f"-B{tmp}/", "-fno-integrated-as"]]
+        if "," not in str(tmp):   # -wrapper splits its argument at commas
+            tried.append(["-wrapper", f"{tmp}/as-wrapper"])
+        flags = next((flags for flags in tried if _runs_guard(cxx, flags, tmp)), None)
         if flags is None:
             raise GuardUnavailable(f"{cxx} does not assemble through the guard (-B): its assembly cannot be checked")
         (tmp / "flags.json").write_text(json.dumps([f.replace(str(tmp), str(folder)) for f in flags]))

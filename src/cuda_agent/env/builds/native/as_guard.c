@@ -1,7 +1,10 @@
 /* The assembler guard (builds/as_guard.py): installed as `as` in a folder the compiler searches first
    (`-B`), it reads the assembly a compile hands the assembler and, before the real assembler runs,
    refuses the directives that read a file into the object (`.incbin`, `.include`) and those that could
-   spell them (gas's macros and repeat blocks, `.altmacro`, `.purgem`, MRI mode).
+   spell them (gas's macros and repeat blocks, `.altmacro`, `.purgem`, MRI mode). Installed as
+   `as-wrapper` too, for a compiler whose own `-B` folders come before any given to it (a driver script
+   adding them): gcc's `-wrapper` runs each of its programs as `as-wrapper PROGRAM ARGS...`, and the
+   guard reads the assembly where PROGRAM is an assembler, then runs PROGRAM.
 
    A name is matched as gas could read it, so that what is refused covers what gas would run: in any
    case; with white space, control bytes, double quotes (gas joins adjacent quoted names) and C comments
@@ -152,7 +155,16 @@ static int check(const char *path) {
     return refuse(why);
 }
 
-int main(int argc, char **argv) {
+/* Whether `path` names an assembler: `as`, or a cross assembler's `<target>-as`. */
+static int is_assembler(const char *path) {
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    size_t n = strlen(base);
+    return strcmp(base, "as") == 0 || (n > 3 && strcmp(base + n - 3, "-as") == 0);
+}
+
+/* Reads every regular file among the assembler's arguments; 0 where all may be assembled. */
+static int check_arguments(int argc, char **argv) {
     int files = 0;
     for (int a = 1; a < argc; a++) {
         struct stat st;
@@ -164,6 +176,20 @@ int main(int argc, char **argv) {
         }
     }
     if (files == 0) return refuse("no assembly file to check (assembly from standard input)");
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    const char *self = strrchr(argv[0], '/');
+    self = self ? self + 1 : argv[0];
+    if (strcmp(self, "as-wrapper") == 0) {   /* gcc -wrapper: argv[1] is the program gcc runs */
+        if (argc < 2) return refuse("no program to run");
+        if (is_assembler(argv[1]) && check_arguments(argc - 1, argv + 1) != 0) return 1;
+        execvp(argv[1], argv + 1);
+        perror(MARK "the compiler's program");
+        return 1;
+    }
+    if (check_arguments(argc, argv) != 0) return 1;
     argv[0] = (char *)REAL_AS;
     execv(REAL_AS, argv);
     perror(MARK REAL_AS);
