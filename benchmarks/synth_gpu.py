@@ -113,7 +113,11 @@ def report(out: Path, wall_s: float, workers: int, gpus_here: int, target: int =
               f"peak during a task {gib(memory['peak_mb'])} ({memory['peak_task']})")
     else:
         print("filter workers' memory: not in the records (a run from before they carried it)")
-    rate = passed / wall_s if wall_s > 0 else 0.0
+    # the observed rate is this run's: a resumed run's journals hold the earlier parts' tasks too
+    passed_here = passed if since is None else sum(1 for r in results if r["ok"] and r.get("at", 0) >= since)
+    rate = passed_here / wall_s if wall_s > 0 else 0.0
+    if since is not None:
+        print(f"this run: {passed_here} passed in {wall_s:.0f} s")
     projection = {"worker_seconds_per_written_task": per_written, "observed_tasks_per_hour": rate * 3600,
                   "workers": workers, "gpus": gpus_here, "workers_memory": memory}
     if rate:

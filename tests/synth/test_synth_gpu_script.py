@@ -32,3 +32,20 @@ def test_the_command_resumes_the_build_with_its_settings_and_goes_through_ray_on
     assert "--timeout" not in local   # the pipeline's own unless asked
     shorter = script.pipeline_command(_args(timeout=300.0))
     assert shorter[shorter.index("--timeout") + 1] == "300.0"
+
+
+def test_a_resumed_part_projects_from_its_own_tasks_only(tmp_path):
+    """A part that resumes a build reports its own rate: the tasks the earlier parts kept are in the same
+    journals but not in this part's wall time."""
+    import json
+
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "candidates.jsonl").write_text("".join(json.dumps({"id": f"c{i}"}) + "\n" for i in range(4)))
+    records = [{"id": "c0", "ok": True, "seconds": 5.0, "eager_ms": 2.0, "at": 100.0},
+               {"id": "c1", "ok": True, "seconds": 5.0, "eager_ms": 2.0, "at": 150.0},
+               {"id": "c2", "ok": True, "seconds": 5.0, "eager_ms": 2.0, "at": 1000.0},
+               {"id": "c3", "ok": False, "reason": "timeout", "seconds": 0.0, "at": 1010.0}]
+    (work / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    projection = _script().report(tmp_path, wall_s=36.0, workers=4, gpus_here=1, since=900.0)
+    assert projection["observed_tasks_per_hour"] == 100.0   # 1 task in 36 s, not 3
