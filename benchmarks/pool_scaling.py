@@ -219,8 +219,9 @@ def main() -> None:
     parser.add_argument("--evals", type=int, default=12, help="evaluations per device per measurement")
     parser.add_argument("--per-device", type=int, default=None, help="in flight per device (the pool's default)")
     parser.add_argument("--rounds", type=int, default=2, help="measurements per count, the order alternated")
-    parser.add_argument("--service", default="auto", choices=["auto", "off"],
-                        help="also the Ray service, one actor per device (auto: where Ray is installed)")
+    parser.add_argument("--service", default="auto", choices=["auto", "off", "only"],
+                        help="also the Ray service, one actor per device (auto: where Ray is installed; "
+                             "only: the service alone, no pool)")
     parser.add_argument("--roles", action="store_true", help="CPU seconds per evaluation by kind of process")
     parser.add_argument("--quick", action="store_true",
                         help="short evaluations (no torch.compile baseline, few timed calls): the script's logic")
@@ -260,7 +261,7 @@ def main() -> None:
     if not all(result.correct for result in warm):
         raise SystemExit("a warm-up evaluation failed: nothing measured")
 
-    modes = ["pool"]
+    modes = [] if args.service == "only" else ["pool"]
     service_note = None
     ray = None
     if args.service != "off":
@@ -269,6 +270,8 @@ def main() -> None:
             modes.append("service")
         else:
             print(f"service: {service_note}", flush=True)
+    if not modes:
+        raise SystemExit(f"--service only, and no service: {service_note}")
 
     rows, skipped = [], []
     for order in round_orders(counts, args.rounds):

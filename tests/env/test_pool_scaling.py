@@ -85,3 +85,19 @@ def test_a_run_on_one_and_two_cpu_slots_writes_its_rows_and_ratios(tmp_path, cac
     assert data["summary"]["pool"]["1"]["ratio_vs_1"] == 1.0
     assert data["summary"]["pool"]["2"]["efficiency"] > 0
     assert "x / devices" in run.stdout
+
+
+@pytest.mark.slow
+def test_the_service_alone_on_a_local_ray_cluster(tmp_path, cache_dir):
+    """`--service only`: the Ray service's rows without the pool's (the GPU session's budget ran out
+    before the service at four GPUs twice, the pool's rows measured first)."""
+    pytest.importorskip("ray")
+    out = tmp_path / "scaling.json"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
+    run = subprocess.run([sys.executable, str(SCRIPT), "--backend", "cpu", "--counts", "1", "--evals", "1",
+                          "--rounds", "1", "--quick", "--service", "only", "--cache-dir", str(cache_dir),
+                          "--json", str(out)], capture_output=True, text=True, env=env, timeout=600)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
+    data = json.loads(out.read_text())
+    assert [(r["mode"], r["devices"], r["correct"]) for r in data["rows"]] == [("service", 1, 1)]
+    assert data["service"] == "measured"
