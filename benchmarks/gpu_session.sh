@@ -137,13 +137,15 @@ for step in $STEPS; do
       done
       grep -E "^== |/s per GPU|precision" "$OUT/compare.txt" ;;
     build_ab)   # a kernel-only edit's build (turnaround.py --only-build) for the code before (.old) and this
-      # code, alternated in BUILD_AB_ORDER, each with its own scripts: what a change to the builder costs
+      # code, alternated in BUILD_AB_ORDER, each with its own scripts and build cache (its precompiled header
+      # made once per code): what a change to the builder costs
       i=0
       for code in ${BUILD_AB_ORDER:-old new old new}; do
         i=$((i + 1)); root=$PWD; [ "$code" = old ] && root=$PWD/.old
         echo "== $i: $code" >> "$OUT/build_ab.txt"
         PYTHONPATH="$root/src:$PYTHONPATH" timeout "${BUILD_AB_TIMEOUT:-150}" python3 "$root/benchmarks/turnaround.py" \
-          --backend cuda --only-build --build-edits "${BUILD_EDITS:-7}" --json "$OUT/build_ab_${i}_$code.json" \
+          --backend cuda --only-build --build-edits "${BUILD_EDITS:-7}" --cache-dir "/tmp/build-ab-$code" \
+          --json "$OUT/build_ab_${i}_$code.json" \
           >> "$OUT/build_ab.txt" 2>&1
       done
       tail -"${TAIL:-40}" "$OUT/build_ab.txt" ;;
