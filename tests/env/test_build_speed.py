@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from cuda_agent.env.builds import compiler, nvcc_steps
+from cuda_agent.env.builds import compiler, linkers, nvcc_steps
 from cuda_agent.env.builds.compiler import BuildError, build_extension, fast_linker
 from tests.env.helpers import EXAMPLES, HONEST_BODY, cpu_workspace, kernel
 
@@ -128,14 +128,14 @@ def test_a_compiler_folder_with_a_dangling_libstdcxx_link_gets_what_the_default_
     wrapper = tmp_path / "c++"
     wrapper.write_text(f'#!/bin/sh\nexec c++ -B{folder}/ "$@"\n')
     wrapper.chmod(0o755)
-    assert compiler._links(str(wrapper), []) and not compiler._links(str(wrapper), ["-fuse-ld=gold"])
-    flags = compiler._linker_flags(str(wrapper), "gold")
+    assert linkers.links(str(wrapper), []) and not linkers.links(str(wrapper), ["-fuse-ld=gold"])
+    flags = linkers.linker_flags(str(wrapper), "gold")
     assert flags is not None and flags[0] == "-fuse-ld=gold"
     assert flags[1] == "-static-libstdc++" if beside == "libstdc++.a" else flags[1].startswith("-L")
-    assert compiler._links(str(wrapper), flags)
+    assert linkers.links(str(wrapper), flags)
 
 
-@pytest.mark.skipif(not any(shutil.which(f"ld.{name}") for name in compiler.LINKERS) or not shutil.which("readelf"),
+@pytest.mark.skipif(not any(shutil.which(f"ld.{name}") for name in linkers.LINKERS) or not shutil.which("readelf"),
                     reason="no faster linker installed: the default one links")
 def test_the_fast_linker_links_what_the_default_one_links(cache_dir, tmp_path, monkeypatch):
     import dataclasses

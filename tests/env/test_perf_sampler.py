@@ -326,6 +326,9 @@ def test_calls_without_aten_do_not_dilute_those_with_it():
     ("bias_relu_launcher", False),
     ("at::native::checkAsStridedArgs(c10::ArrayRef<long>)", False),   # an argument check, camelCase
     ("at::native::DispatchStubImpl::try_get_call_ptr(c10::DeviceType)", False),   # finding a kernel
+    # PyTorch's tensor-expression compiler (NNC) running a kernel it made: no operator, no ATen kernel's name
+    ("torch::jit::tensorexpr::SimpleIREvaluatorImpl::visit(std::shared_ptr<torch::jit::tensorexpr::Add> const&)",
+     True),
 ])
 def test_which_symbols_count_as_refused_operators(symbol, judged):
     assert op_samples.refused(symbol) is judged

@@ -26,7 +26,7 @@ NAMES = frozenset("""
     too-large sandbox native-symbol asm-directive aten-override torch-op data-movement no-custom-kernel
     output-not-from-kernel behaviour-changed input-mutation output-type background-thread stream-changed
     extra-process protocol-forgery crash timeout correctness recheck-after-timing input-independent fixed-shape
-    numerically-fragile output-layout forged-samples uncomparable-output clock-disagreement
+    numerically-fragile output-layout forged-samples uncomparable-output clock-disagreement build-input build-limit
     static:allowlist static:introspection static:monkeypatch static:attribute-write static:extension-name
     static:reference-model static:broad-except static:threading static:ctypes static:network static:numpy
     static:custom-op static:torch-compile static:dispatch-bypass static:native-escape static:aten-override

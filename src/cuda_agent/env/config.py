@@ -75,6 +75,8 @@ class EvalConfig:
     sandbox: str = "auto"               # "auto" | "bwrap" | "none"
     cache_dir: Path = field(default_factory=default_cache_dir)
     max_jobs: int | None = None         # parallel compiler processes
+    build_memory_gb: float | None = None   # the memory of each step of a solution's build (builds/step.py);
+                                           # None: a quarter of the machine's, at least 4 GiB
     fast_build: bool = True             # our cached builder; False: torch's own load_inline, fresh build dir
     prewarm: int = 0                    # worker pairs kept started for the next evaluations (True = 1; spares.py)
     # Feedback: `unscored` times a candidate whose outputs are wrong anyway (EvalResult.unscored, never a
@@ -112,6 +114,8 @@ class EvalConfig:
         need("min_iters", whole(self.min_iters, 1), "must be a whole number of at least 1")
         for name in ("warmup", "prewarm", "device_index"):
             need(name, whole(getattr(self, name), 0), "must be a whole number of at least 0")
+        need("build_memory_gb", self.build_memory_gb is None or number(self.build_memory_gb, 0, strict=True),
+             "must be None (a quarter of the machine's memory) or a number of GiB above 0")
         for name in ("atol", "rtol", "settle_ms"):
             need(name, number(getattr(self, name), 0, strict=False), "must be a number of at least 0")
         for name in ("profile_budget_s", "timeout_compile", "timeout_reference", "timeout_verify", "timeout_profile"):

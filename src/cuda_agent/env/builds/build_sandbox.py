@@ -10,9 +10,13 @@ runs, the linker) runs in bubblewrap with the candidate's namespaces, capabiliti
   link its own objects;
 - writable: the step's own output folder; `/tmp` is private and empty (TMPDIR, where gcc and nvcc
   write their temporary files);
+- of the devices, `/dev/null` alone: none that reads without end (`/dev/zero`, `/dev/urandom`) or waits
+  (a terminal);
 - nothing else: no home, no other solution's sources or objects, no file of the harness, no `/proc`,
   no network; the environment holds only what the tools read (PATH, the locale, the compiler's search
   paths, nvcc's own settings), not the rest of the harness's.
+
+Sandboxed or not, a step's data memory is limited (`memory`: step.py `memory_limited`).
 
 So a source's `#include "/any/file"` finds nothing outside those folders. Where bubblewrap does not
 work, `sandbox=None` builds unsandboxed and `sandbox=True` fails (the candidate's own sandbox needs it
@@ -29,6 +33,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Iterable
 
+from cuda_agent.env.builds.step import memory_limited
+
 SYSTEM_FOLDERS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 SYSTEM_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/alternatives")
 SEARCH_PATHS = ("CPATH", "C_INCLUDE_PATH", "CPLUS_INCLUDE_PATH", "LIBRARY_PATH")   # the harness's, shown
@@ -43,12 +49,15 @@ class SandboxMissing(RuntimeError):
 @dataclass(frozen=True)
 class Box:
     """How one build step runs: `prefix` is bubblewrap with its binds (empty: unsandboxed), `env` the
-    environment its tools get (None: the harness's own)."""
+    environment its tools get (None: the harness's own), `memory` the most data memory its processes
+    may use, in bytes (None: no limit)."""
     prefix: tuple[str, ...] = ()
     env: dict[str, str] | None = None
+    memory: int | None = None
 
     def command(self, cmd: list[str], cwd: Path) -> list[str]:
-        return [*self.prefix, "--chdir", str(cwd), *cmd] if self.prefix else list(cmd)
+        limited = memory_limited(cmd, self.memory)
+        return [*self.prefix, "--chdir", str(cwd), *limited] if self.prefix else limited
 
 
 UNSANDBOXED = Box()
@@ -67,11 +76,23 @@ def sandboxed(sandbox: bool | None) -> bool:
     return not why
 
 
-def box(shown: Iterable[str | Path], writable: Iterable[str | Path], sandbox: bool) -> Box:
-    """The step's box: `shown` read-only and `writable` read-write beside the system (UNSANDBOXED
-    when `sandbox` is false)."""
+def step_memory(gigabytes: float | None = None) -> int:
+    """The data memory of one build step, in bytes: `gigabytes` GiB, or by default a quarter of the machine's
+    memory and at least 4 GiB (a compile of torch's extension header takes about 1.5 GiB)."""
+    if gigabytes is not None:
+        return int(gigabytes * (1 << 30))
+    try:
+        machine = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError):
+        machine = 0
+    return max(4 << 30, machine // 4)
+
+
+def box(shown: Iterable[str | Path], writable: Iterable[str | Path], sandbox: bool, memory: int | None = None) -> Box:
+    """The step's box: `shown` read-only and `writable` read-write beside the system, its processes' data
+    memory at most `memory` bytes (unsandboxed, with only that limit, when `sandbox` is false)."""
     if not sandbox:
-        return UNSANDBOXED
+        return Box(memory=memory) if memory else UNSANDBOXED
     start, system = _system()
     binds: list[str] = []
     covered = list(SYSTEM_FOLDERS)
@@ -83,7 +104,7 @@ def box(shown: Iterable[str | Path], writable: Iterable[str | Path], sandbox: bo
                 covered.append(spelling)
     for path in sorted({os.path.abspath(p) for p in writable}):
         binds += ["--bind", path, path]
-    return Box((*start, *system, *binds), _environment())
+    return Box((*start, *system, *binds), _environment(), memory)
 
 
 def tool_folders(*tools: str) -> list[str]:
@@ -126,7 +147,7 @@ def _system() -> tuple[tuple[str, ...], tuple[str, ...]]:
             binds += ["--ro-bind", folder, folder]
     for path in SYSTEM_FILES:
         binds += ["--ro-bind-try", path, path]
-    binds += ["--dev", "/dev", "--tmpfs", "/tmp"]
+    binds += ["--dev-bind", "/dev/null", "/dev/null", "--tmpfs", "/tmp"]
     return tuple(start), tuple(binds)
 
 

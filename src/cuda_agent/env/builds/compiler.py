@@ -8,8 +8,9 @@
   the library is published into `cache/lib/<hash>/NAME.so` only once the caller's `check` accepts it.
 - Writes are atomic (temp file + rename), so concurrent workers share one cache.
 - Every compile and link of a solution runs in the compiler's sandbox (build_sandbox.py: the
-  toolchain, the system and the job's own files, nothing of the harness or of other builds) and
-  assembles through the assembler guard (as_guard.py: no file embedded or included at the assembler).
+  toolchain, the system and the job's own files, nothing of the harness or of other builds; a link
+  its objects only) and assembles through the assembler guard (as_guard.py: no file embedded or
+  included at the assembler), each step limited in time, memory and output (step.py).
 
 Compiler output is reduced to the first few errors with file:line for an LLM to read.
 """
@@ -34,8 +35,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Callable
 
-from cuda_agent.env.builds import as_guard, build_sandbox, nvcc_steps
+from cuda_agent.env.builds import as_guard, build_sandbox, nvcc_steps, step
 from cuda_agent.env.builds.cuda_toolkit import cuda_arch_flags, find_cuda_home, with_library
+from cuda_agent.env.builds.linkers import fast_linker
 from cuda_agent.env.builds.build_sandbox import UNSANDBOXED, Box
 from cuda_agent.env.rules import registry as rules
 
@@ -76,57 +78,9 @@ def _sha(*parts: str | bytes) -> str:
 LINE_TABLES = ("-g1",)
 
 
-# Faster linkers first; ld.bfd (the default) spends most of a kernel edit's link reading libtorch's
-# symbol tables. Each is used only where the compiler links a C++ library with it (`fast_linker`).
-LINKERS = ("mold", "lld", "gold")
-
-
-def fast_linker(cxx: str, which: Callable[[str], str | None] = shutil.which,
-                flags_for: Callable[[str, str], list[str] | None] | None = None) -> list[str]:
-    """The flags that link with the fastest linker installed that `cxx` links a C++ library with
-    (`-fuse-ld=NAME`, and where needed the folder of the default linker's libstdc++), or none (the
-    default linker). CUDA_AGENT_LINKER names one (`bfd` or `default`: the compiler's own)."""
-    flags_for = flags_for or _linker_flags
-    wanted = os.environ.get("CUDA_AGENT_LINKER", "").strip()
-    if wanted in ("bfd", "default"):
-        return []
-    for linker in ([wanted] if wanted else LINKERS):
-        if which(f"ld.{linker}") or which(linker):
-            flags = flags_for(cxx, linker)
-            if flags is not None:
-                return flags
-    return []
-
-
-def _linker_flags(cxx: str, linker: str) -> list[str] | None:
-    use = [f"-fuse-ld={linker}"]
-    if _links(cxx, use):
-        return use
-    # A compiler whose own folder holds a dangling libstdc++.so link: ld.bfd reads past it (to the
-    # libstdc++.a beside it, or a libstdc++.so further on), gold stops there. Given what ld.bfd took
-    # (the static library, or the folder of the shared one, searched first), it links the same.
-    trace = _links(cxx, ["-Wl,--trace"], output=True) or ""
-    taken = [line.strip() for line in trace.splitlines() if os.path.basename(line.strip()).startswith("libstdc++.")]
-    if not taken:
-        return None
-    same = ["-static-libstdc++"] if taken[0].endswith(".a") else [f"-L{os.path.dirname(taken[0])}"]
-    return [*use, *same] if _links(cxx, [*use, *same]) else None
-
-
-def _links(cxx: str, flags: list[str], output: bool = False):
-    """Whether `cxx` links a small C++ shared library with `flags` (with `output`: the linker's
-    output, or None when it fails)."""
-    folder = Path(tempfile.mkdtemp(prefix="cuda-agent-linker-"))
-    try:
-        (folder / "probe.cpp").write_text('#include <string>\nstd::string probe(int n) { return std::to_string(n); }\n')
-        proc = subprocess.run([cxx, *flags, "-shared", "-fPIC", "probe.cpp", "-o", "probe.so"], cwd=folder,
-                              capture_output=True, text=True, timeout=120)
-        ok = proc.returncode == 0 and (folder / "probe.so").exists()
-        return (proc.stdout + proc.stderr if ok else None) if output else ok
-    except (OSError, subprocess.SubprocessError):
-        return None if output else False
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
+# How a solution's library is linked, in its key: a library linked under older rules is linked again, not
+# reused (before "sources-unseen", a link read the solution's own files: `-L. -l:script` embedded a file).
+LINK_RULES = "sources-unseen"
 
 
 @dataclass(frozen=True)
@@ -240,28 +194,47 @@ def _file_lock(path: Path):
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def _run(cmd: list[str], cwd: Path, what: str, timeout: float | None = None, box: Box = UNSANDBOXED) -> None:
+def _run(cmd: list[str], cwd: Path, what: str, timeout: float | None = None, box: Box = UNSANDBOXED,
+         budget: float | None = None) -> None:
+    """Run one step in `box` with `timeout` seconds left of its build's `budget` (step.py: its output and
+    memory limited too); a failure is a BuildError."""
     try:
-        proc = subprocess.run(box.command(cmd, cwd), cwd=cwd, capture_output=True, text=True, timeout=timeout,
-                              env=box.env)
-    except subprocess.TimeoutExpired:
-        raise BuildError(f"{what} took longer than {timeout:g} s and was stopped") from None
-    if proc.returncode != 0:
-        _failed(cmd, what, proc.stdout + proc.stderr)
+        status, output = step.run(box.command(cmd, cwd), cwd, box.env, timeout)
+    except (subprocess.TimeoutExpired, step.Flooded) as exc:
+        raise _past_limit(cmd, what, exc, budget if budget is not None else timeout) from None
+    if status != 0:
+        _failed(cmd, what, output, box.memory)
 
 
-def _failed(cmd: list[str], what: str, output: str):
-    """The BuildError of a step that printed `output`: the assembler guard's refusal, or the errors."""
+def _past_limit(cmd: list[str], what: str, exc: Exception, budget: float | None) -> BuildError:
+    """The BuildError of a step stopped at a limit (rule build-limit): its build's time, or its output."""
+    output = exc.output if isinstance(exc, step.Flooded) else exc.output or ""
+    output = output.decode(errors="replace") if isinstance(output, bytes) else output
+    if isinstance(exc, step.Flooded):
+        why = (f"it printed more than {step.OUTPUT_LIMIT >> 20} MiB (an #include of a binary file? its first "
+               f"errors:\n{summarize_compiler_output(output)})")
+    else:
+        why = f"the build took longer than {budget:g} s, the most an evaluation's builds may take"
+    return BuildError(f"{what} was stopped (rule {rules.BUILD_LIMIT.name}): {why}", f"$ {' '.join(cmd)}\n{output}",
+                      rules.BUILD_LIMIT)
+
+
+def _failed(cmd: list[str], what: str, output: str, memory: int | None = None):
+    """The BuildError of a step that printed `output`: the assembler guard's refusal, a step that ran out of
+    its `memory`, or the errors."""
     log = f"$ {' '.join(cmd)}\n{output}"
     refused = as_guard.refusal(output)
     if refused is not None:
         raise BuildError(f"{what} was refused (rule {rules.ASM_DIRECTIVE.name}): {refused}; {as_guard.RULE_TEXT}",
                          log, rules.ASM_DIRECTIVE)
+    if memory and step.ran_out_of_memory(output):
+        raise BuildError(f"{what} ran out of memory (rule {rules.BUILD_LIMIT.name}): a step of a build may use "
+                         f"{memory / (1 << 30):.3g} GiB:\n" + summarize_compiler_output(output), log, rules.BUILD_LIMIT)
     raise BuildError(f"{what} failed:\n" + summarize_compiler_output(output), log)
 
 
 def _run_nvcc(cmd: list[str], cwd: Path, what: str, timeout: float | None = None, box: Box = UNSANDBOXED,
-              scratch: Path | None = None) -> None:
+              scratch: Path | None = None, budget: float | None = None) -> None:
     """An nvcc compile with its host and device sides at once (nvcc_steps), where its steps have the
     usual shape; else (or with CUDA_AGENT_NVCC_STEPS=0) nvcc as it is. Its kept files go to a folder
     made in `scratch` (one the box writes), else in the system's temporary folder."""
@@ -275,12 +248,12 @@ def _run_nvcc(cmd: list[str], cwd: Path, what: str, timeout: float | None = None
         except nvcc_steps.IdMismatch:
             pass   # nvcc itself, below
         except nvcc_steps.StepFailed as exc:
-            _failed(cmd, what, exc.output)
-        except subprocess.TimeoutExpired:
-            raise BuildError(f"{what} took longer than {timeout:g} s and was stopped") from None
+            _failed(cmd, what, exc.output, box.memory)
+        except (subprocess.TimeoutExpired, step.Flooded) as exc:
+            raise _past_limit(cmd, what, exc, budget if budget is not None else timeout) from None
         finally:
             shutil.rmtree(keep, ignore_errors=True)
-    _run(cmd, cwd, what, timeout, box)
+    _run(cmd, cwd, what, timeout, box, budget)
 
 
 def _pch(tc: Toolchain, cache_dir: Path, sandbox: bool = False) -> Path:
@@ -336,18 +309,24 @@ def build_extension(name: str, files: dict[str, str], backend: str, cache_dir: P
                     extra_ldflags: list[str] | None = None, extra_include_paths: list[str] | None = None,
                     max_jobs: int | None = None, timeout: float | None = None,
                     check: Callable[[Path, tuple[Path, ...]], None] | None = None,
-                    sandbox: bool | None = None) -> BuildReport:
+                    sandbox: bool | None = None, memory_gb: float | None = None) -> BuildReport:
     """Compile `files` (relative path -> source) into the Python extension module `name`.
 
-    Extra flags are checked against an allowlist (build_flags.py): builds run for the harness, so no
-    flag may make a compiler run or write what the solution chooses. Each compile and the link run in
-    the compiler's sandbox (build_sandbox.py; `sandbox`: None where bubblewrap works, True required,
-    False never) and assemble through the assembler guard (as_guard.py), whose refusal is a BuildError
-    with `rule` set. `timeout` bounds each compiler call (for nvcc's steps, each side).
+    The inputs are checked before any compiler runs (rule build-input): extra flags against an allowlist
+    (build_flags.py: builds run for the harness, so no flag may make a compiler run or write what the
+    solution chooses), the sources' names (`source_name_problem`: none a compiler or a shell could read as
+    anything but a file's name) and text (UTF-8). Each compile and the link run in the compiler's sandbox
+    (build_sandbox.py; `sandbox`: None where bubblewrap works, True required, False never) and assemble
+    through the assembler guard (as_guard.py), whose refusal is a BuildError with `rule` set. `timeout`
+    bounds the whole build (each step gets what is left of it), `memory_gb` each step's data memory
+    (build_sandbox.step_memory), and each step's output is limited (step.py); past a limit, the build is a
+    BuildError of rule build-limit. The link sees the objects, never the sources: no source of the
+    solution's is read as a linker script.
     `check(library, objects)` raises to refuse the library: it runs on the freshly linked library
     before it is published (a refused one is deleted) and on a cached one before it is returned (a
     cached one refused by today's rules is deleted too)."""
-    from cuda_agent.env.rules.build_flags import UnsafeFlag, check_flags, check_include_paths
+    from cuda_agent.env.rules.build_flags import (UnsafeFlag, check_flags, check_include_paths, source_name_problem,
+                                                 text_problem)
 
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
         raise BuildError(f"extension name {name!r} is not a valid Python identifier")
@@ -356,16 +335,17 @@ def build_extension(name: str, files: dict[str, str], backend: str, cache_dir: P
     problem = extension_name_problem(name)   # the candidate registers it in sys.modules under this name
     if problem:
         raise BuildError(problem)
-    for rel in files:
-        if rel.startswith("/") or ".." in Path(rel).parts:
-            raise BuildError(f"source path {rel!r} must be relative and stay inside the build folder")
+    for rel, text in files.items():
+        problem = source_name_problem(rel) or text_problem(rel, text)
+        if problem:
+            raise BuildError(f"{problem} (rule {rules.BUILD_INPUT.name})", rule=rules.BUILD_INPUT)
     try:
         check_flags(extra_cflags, "cflags")
         check_flags(extra_cuda_cflags, "cuda_cflags")
         check_flags(extra_ldflags, "ldflags")
         check_include_paths(extra_include_paths)
     except UnsafeFlag as exc:
-        raise BuildError(str(exc)) from None
+        raise BuildError(f"{exc} (rule {rules.BUILD_INPUT.name})", rule=rules.BUILD_INPUT) from None
     units = sorted(p for p in files if p.endswith(TRANSLATION_UNITS))
     if not units:
         raise BuildError("nothing to compile: no .cu or .cpp files")
@@ -388,6 +368,7 @@ def build_extension(name: str, files: dict[str, str], backend: str, cache_dir: P
     extra_include = [f"-I{p}" for p in (extra_include_paths or [])]
     # what every step's sandbox shows beside the system
     shown = [*tc.shown, str(guard_dir), *build_sandbox.tool_folders(as_guard.assembler(tc.cxx))]
+    memory = build_sandbox.step_memory(memory_gb)
     for header, library in (("cublas_v2.h", "cublas"), ("cudnn.h", "cudnn")):
         if library in text_all.lower():
             extra_include, extra_ldflags, folders = with_library(header, library, extra_include, extra_ldflags)
@@ -398,9 +379,14 @@ def build_extension(name: str, files: dict[str, str], backend: str, cache_dir: P
     src_dir = cache_dir / "src" / _sha(*(f"{p}\n{files[p]}" for p in sorted(files)))
     if not src_dir.exists():
         tmp = Path(tempfile.mkdtemp(dir=_mkdir(cache_dir / "src"), prefix="tmp-"))
-        for rel, text in files.items():
-            (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
-            (tmp / rel).write_text(text)
+        try:
+            for rel, text in files.items():
+                (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+                (tmp / rel).write_text(text, encoding="utf-8")
+        except OSError as exc:   # names that clash (a file and a folder of one name), too long, ...
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise BuildError(f"the sources could not be written: {exc.strerror or exc} (rule "
+                             f"{rules.BUILD_INPUT.name})", rule=rules.BUILD_INPUT) from None
         try:
             tmp.rename(src_dir)
         except OSError:
@@ -436,10 +422,22 @@ def build_extension(name: str, files: dict[str, str], backend: str, cache_dir: P
         jobs.append((unit, cmd, obj, pch))
         (cached if obj.exists() else compiled).append(unit)
 
+    deadline = None if timeout is None else time.monotonic() + timeout
+
+    def left(what: str) -> float | None:
+        """The seconds left of the build's `timeout` (None: no limit); a BuildError once none are."""
+        if deadline is None:
+            return None
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise _past_limit([], what, subprocess.TimeoutExpired(what, timeout), timeout)
+        return remaining
+
     def compile_one(job) -> None:
         unit, cmd, obj, pch = job
         if obj.exists():
             return
+        seconds_left = left(f"compiling {unit}")
         # a folder of its own, the one its sandbox writes: two builds of the same unit at once (threads
         # of one process, or processes) each write their own object, and whichever lands last replaces
         # an identical one
@@ -447,11 +445,12 @@ def build_extension(name: str, files: dict[str, str], backend: str, cache_dir: P
         try:
             tmp = out_dir / "unit.o"
             command = [str(tmp) if c == "OUT" else c for c in cmd]
-            box = build_sandbox.box([*shown, src_dir, *(str(Path(p).parent) for p in pch)], [out_dir], in_sandbox)
+            box = build_sandbox.box([*shown, src_dir, *(str(Path(p).parent) for p in pch)], [out_dir], in_sandbox,
+                                    memory)
             if unit.endswith(".cu"):
-                _run_nvcc(command, src_dir, f"compiling {unit}", timeout, box, scratch=out_dir)
+                _run_nvcc(command, src_dir, f"compiling {unit}", seconds_left, box, scratch=out_dir, budget=timeout)
             else:
-                _run(command, src_dir, f"compiling {unit}", timeout, box)
+                _run(command, src_dir, f"compiling {unit}", seconds_left, box, budget=timeout)
             os.replace(tmp, obj)
         finally:
             shutil.rmtree(out_dir, ignore_errors=True)
@@ -466,6 +465,9 @@ def build_extension(name: str, files: dict[str, str], backend: str, cache_dir: P
                 fut.result()
             except BuildError as exc:
                 errors.append(exc)
+    stopped = [e for e in errors if e.rule is rules.BUILD_LIMIT]
+    if stopped:   # the build as a whole was stopped: one reason is enough
+        raise stopped[0]
     if errors:
         raise BuildError("\n\n".join(e.summary for e in errors), "\n".join(e.log for e in errors),
                          next((e.rule for e in errors if e.rule), None))
@@ -474,7 +476,7 @@ def build_extension(name: str, files: dict[str, str], backend: str, cache_dir: P
     objs = [str(obj) for _, _, obj, _ in jobs]
     # the guard at the link too: a link-time optimisation would compile (and assemble) again
     link_flags = [*tc.ldflags, *extra_ldflags, *tc.linker, *guard]
-    lib_dir = cache_dir / "lib" / _sha(tc.key, name, *(Path(o).name for o in objs),   # by content
+    lib_dir = cache_dir / "lib" / _sha(tc.key, LINK_RULES, name, *(Path(o).name for o in objs),   # by content
                                        *(keyed_as.get(f, f) for f in link_flags))
     so = lib_dir / f"{name}.so"
     objects = tuple(Path(o) for o in objs)
@@ -487,8 +489,10 @@ def build_extension(name: str, files: dict[str, str], backend: str, cache_dir: P
         tmp_dir = Path(tempfile.mkdtemp(dir=_mkdir(cache_dir / "staging"), prefix="tmp-"))
         started = time.perf_counter()
         try:
-            _run([tc.cxx, "-shared", *objs, "-o", str(tmp_dir / f"{name}.so"), *link_flags], src_dir, "linking",
-                 timeout, build_sandbox.box([*shown, src_dir, *objs], [tmp_dir], in_sandbox))
+            # in the output's folder, shown the objects and not the sources: a file of the solution's named by
+            # a link flag (`-L. -l:script`) would be read as a linker script (TARGET(binary) INPUT(file))
+            _run([tc.cxx, "-shared", *objs, "-o", str(tmp_dir / f"{name}.so"), *link_flags], tmp_dir, "linking",
+                 left("linking"), build_sandbox.box([*shown, *objs], [tmp_dir], in_sandbox, memory), budget=timeout)
         except BaseException:
             shutil.rmtree(tmp_dir, ignore_errors=True)
             raise

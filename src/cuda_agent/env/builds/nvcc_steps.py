@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from cuda_agent.env.builds import step
+
 _ASSIGNMENT = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=(.*)")
 _MODULE_ID = re.compile(r'--module_id_file_name ("[^"]*"|\S+)')
 
@@ -116,17 +118,16 @@ Wrap = Callable[[list[str], Path], list[str]]   # a command as it runs (build_sa
 def _chain(lines: tuple[str, ...], cwd: Path, env: dict[str, str], timeout: float | None, wrap: Wrap | None) -> None:
     """The lines one after the other in one shell, which stops at the first that fails."""
     command = ["/bin/sh", "-c", "set -e\n" + "\n".join(lines)]
-    proc = subprocess.run(wrap(command, cwd) if wrap else command, cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=timeout)
-    if proc.returncode != 0:
-        raise StepFailed(proc.stdout + proc.stderr)
+    status, output = step.run(wrap(command, cwd) if wrap else command, cwd, env, timeout)
+    if status != 0:
+        raise StepFailed(output)
 
 
 def run(steps: Plan, cwd: Path, timeout: float | None = None, wrap: Wrap | None = None) -> None:
     """Run the plan: host and device sides at once, then the final compile, each command as `wrap`
     makes it (the compiler's sandbox). Raises StepFailed with the first failing side's output (the host
-    side's first, as nvcc would have stopped there), IdMismatch when the two module ids differ, and
-    subprocess.TimeoutExpired past `timeout` a side."""
+    side's first, as nvcc would have stopped there), IdMismatch when the two module ids differ,
+    subprocess.TimeoutExpired past `timeout` a side and step.Flooded past a step's output limit."""
     with ThreadPoolExecutor(max_workers=2) as pool:
         host = pool.submit(_chain, steps.host, cwd, steps.env, timeout, wrap)
         device = pool.submit(_chain, steps.device, cwd, steps.env, timeout, wrap)

@@ -1,4 +1,5 @@
-"""Which compiler and linker flags a solution may pass to `load_inline` / `load`.
+"""Which compiler and linker flags a solution may pass to `load_inline` / `load`, and which names and text its
+sources may have.
 
 Builds run in the harness's own process (the candidate asks for them), so a flag must never make
 a compiler run code or read and write files of the solution's choosing: `-fplugin=`, `-B`,
@@ -35,6 +36,7 @@ _SAFE_RE = re.compile("|".join(f"(?:{p})" for p in _SAFE))
 _SAFE_LINK_RE = re.compile("|".join(f"(?:{p})" for p in _SAFE_LINK))
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")   # NUL cannot be an argument at all; the others are no flag's
 _PASS_THROUGH = ("-Xcompiler=", "--compiler-options=", "-Xptxas=", "--ptxas-options=")
 
 
@@ -51,6 +53,8 @@ def check_flags(flags: list[str] | None, kind: str) -> list[str]:
     for flag in flags or []:
         if not isinstance(flag, str):
             raise UnsafeFlag(f"compiler flags must be strings, got {type(flag).__name__}")
+        if _CONTROL.search(flag):
+            raise UnsafeFlag(f"the build flag {flag!r} holds a control character (NUL, a line's end, ...)")
         value = flag.strip()
         for prefix in _PASS_THROUGH:
             if value.startswith(prefix):
@@ -67,6 +71,31 @@ def check_flags(flags: list[str] | None, kind: str) -> list[str]:
 
 def check_include_paths(paths: list[str] | None) -> list[str]:
     for path in paths or []:
-        if not isinstance(path, str) or path.startswith("-") or "\n" in path:
+        if not isinstance(path, str) or path.startswith("-") or _CONTROL.search(path):
             raise UnsafeFlag(f"the include path {path!r} is not allowed")
     return list(paths or [])
+
+
+_NAME_PART = re.compile(r"[A-Za-z0-9_.+][A-Za-z0-9_.+-]*")
+
+
+def source_name_problem(rel: str) -> str | None:
+    """Why `rel` may not name a source of a build, or None. A unit's name is an argument of the compiler's
+    command (and of the shell lines nvcc's steps run): one beginning with `-` would be an option, one beginning
+    with `@` an argument file whose words become options (`@b.cpp`: the words of b.cpp); so each part of the path
+    holds letters, digits and `_ . + -`, and begins with none of `-`; no part is `.` or `..`."""
+    parts = rel.split("/")
+    if not all(_NAME_PART.fullmatch(part) and part not in (".", "..") for part in parts):
+        return (f"the source name {rel!r} is not allowed: a relative path whose parts hold letters, digits and "
+                "`_ . + -` only, none beginning with `-` (a compiler reads a name beginning with `-` or `@` as an "
+                "option or an argument file)")
+    return None
+
+
+def text_problem(rel: str, text: str) -> str | None:
+    """Why the source `rel` cannot be compiled as given: it is not text that UTF-8 can hold."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return f"{rel} is not UTF-8 text ({exc.reason} at character {exc.start})"
+    return None

@@ -5,7 +5,8 @@ and the harness's file descriptors are the harness's, and the symbols come from 
 and the kernel's list of the process's mappings, read again after every call.
 
 A sample counts against the candidate when its symbol is one of ATen's operator kernels (`at::native::`
-and its CPU-capability namespaces, `at::vec::`, `at::cpu::`, the composite kernels, oneDNN) and names
+and its CPU-capability namespaces, `at::vec::`, `at::cpu::`, the composite kernels, oneDNN) or PyTorch's
+tensor-expression compiler's (NNC, `torch::jit::tensorexpr::`: its interpreter runs kernels PyTorch made) and names
 none of the operators the guard allows (allocation, views and metadata, fills and copies: guard.py's
 ALLOWED_OPS and COPY_OPS); BLAS (MKL's and OpenBLAS's routines, `at::native::cpublas`) is allowed, as the
 CPU solution may call it. A sample in code no library file holds (anonymous executable memory, a memory
@@ -67,7 +68,8 @@ DRAIN_S = 0.05        # the buffers emptied this often during a call (each holds
 BACKENDS = ("cpu",)   # the GPU backend's host side is not judged this way yet (tests/gpu/hacks/test_gpu_op_samples.py)
 
 _KERNEL_MARKERS = ("at::native::", "at::vec::", "at::cpu::", "at::compositeexplicitautograd",
-                   "at::compositeimplicitautograd", "dnnl::", "dnnl_", "ideep::")
+                   "at::compositeimplicitautograd", "dnnl::", "dnnl_", "ideep::",
+                   "torch::jit::tensorexpr::")   # NNC: its interpreter runs a kernel PyTorch generated
 # operators the guard allows, as words of a symbol's identifiers (split at "_" and at camelCase)
 _ALLOWED_WORDS = (
     ("empty",), ("resize",), ("as", "strided"), ("alias",), ("copy",), ("fill",), ("zero",), ("zeros",),

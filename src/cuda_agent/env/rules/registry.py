@@ -183,6 +183,23 @@ ASM_DIRECTIVE = _declare(
     "a file the compiler can read put into the solution's library: a library's machine code run as the "
     "solution's own (PyTorch's kernels counted as the solution's by the sampler)")
 
+BUILD_INPUT = _declare(
+    "build-input", "link", "a build's sources, their names or its flags were refused before the compiler ran",
+    "the flags a solution gives its builds (an allowlist: rules/build_flags.py), its sources' names (each part "
+    "of the path letters, digits and `_ . + -`, none beginning with `-`: nothing a compiler or a shell reads as "
+    "an option, an argument file or a command) and its sources' text (UTF-8; no control character in a flag or "
+    "path), before any compiler runs",
+    "flags that run or redirect the compiler; a source named `@b.cpp`, whose name makes gcc read `b.cpp` as "
+    "its arguments (a specs file of the solution's, the real assembler in place of the guard); inputs that "
+    "would fail the harness instead of the build")
+BUILD_LIMIT = _declare(
+    "build-limit", "link", "a build went past its limits",
+    "the time of all the builds of an evaluation (`timeout_compile`, for the workspace's build and for the "
+    "candidate's load with its builds), each step's memory (`build_memory_gb`) and each step's output "
+    "(16 MiB)",
+    "builds meant to hold or exhaust the machine: many units each under a step's limit, a compile that "
+    "instantiates templates without end, an `#include` of a binary library printing gigabytes of errors")
+
 # -- load ------------------------------------------------------------------------------------------
 
 ATEN_OVERRIDE = _declare(

@@ -43,6 +43,8 @@ _DENIED = [
                 r"tls_set_dispatch_key_(included|excluded))"), "reads or changes the dispatcher's thread-local state"),
     (re.compile(r"^at::DynamicLibrary\b"),
      "loads libraries and looks up symbols at run time (ATen's dlopen and dlsym), past this check"),
+    (re.compile(r"^torch::jit::tensorexpr::"),
+     "runs PyTorch's tensor-expression compiler (NNC): kernels it generates or interprets are not the solution's"),
 ]
 _DENIED_C = {
     "fork", "vfork", "clone", "clone3", "execve", "execv", "execvp", "execvpe", "execl", "execlp", "execle",

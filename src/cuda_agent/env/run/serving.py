@@ -76,9 +76,20 @@ class BuildServing:
                                    "\n".join(f.describe() for f in findings[:12]))
 
         report = build_extension(name, files, self.backend, build_cache, max_jobs=self.config.max_jobs,
-                                 timeout=self.config.timeout_compile, check=check if self.config.guard else None,
-                                 sandbox=self.config.sandbox != "none", **flags)
+                                 timeout=self._build_time(), check=check if self.config.guard else None,
+                                 sandbox=self.config.sandbox != "none", memory_gb=self.config.build_memory_gb,
+                                 **flags)
         return hand(report.path, self.box)
+
+    def _build_time(self) -> float:
+        """The seconds a build may take: the workspace's, `timeout_compile`; one the candidate asks for while it
+        loads, what is left of its compile phase's (worker_run `_ask`), its own time and its builds' together."""
+        deadline = getattr(self, "ask_deadline", None)
+        if deadline is None:
+            return self.config.timeout_compile
+        import time
+
+        return max(0.001, deadline - time.monotonic())
 
     def _serve_build(self, request: dict) -> dict:
         """Compile for the candidate (its load_inline / load calls): the shared build cache is

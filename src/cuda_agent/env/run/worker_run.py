@@ -170,18 +170,27 @@ class WorkerRun:
             self.trace[step] = self.trace.get(step, 0.0) + now - since
         return now
 
+    ask_deadline: float | None = None   # while `_ask` serves a build: when its time is up (serving.py)
+
     def _ask(self, worker: Worker, timeout: float, phase: str) -> dict:
         """Wait for a worker's answer; a timeout or death becomes a failure of `phase`. Build
-        requests from the candidate (load_inline) are served on the way, each with a fresh clock."""
+        requests from the candidate (load_inline) are served on the way, within the same `timeout`: the
+        candidate's own time and its builds' together (each build gets what is left: serving.py)."""
+        deadline = time.monotonic() + timeout
         try:
             while True:
-                message = worker.channel.receive(timeout)
+                message = worker.channel.receive(max(0.001, deadline - time.monotonic()))
                 if worker.role != "candidate":
                     return message
                 if message.get("request") != "build":
                     worker.stop(wait=self.backend == "cpu")   # nothing of it runs until its next command
                     return message
-                worker.send(msg.BuildReply(**self._serve_build(message)))
+                self.ask_deadline = deadline
+                try:
+                    reply = self._serve_build(message)
+                finally:
+                    self.ask_deadline = None
+                worker.send(msg.BuildReply(**reply))
         except ChildTimeout:
             raise Failed("task" if worker.role == "judge" else phase, self._timeout_message(worker, timeout, phase),
                           rule=rules.TIMEOUT) from None
