@@ -71,14 +71,19 @@ def test_the_gpu_jobs_are_the_four_fidelity_kernels(scaling):
     assert len({task.name for _, task, _ in kernels}) == 4
 
 
-def test_a_run_on_one_and_two_cpu_slots_writes_its_rows_and_ratios(tmp_path, cache_dir):
+def _run_on_cpu_slots(tmp_path, cache_dir, counts: str, service: str):
+    """The script on CPU slots, one short evaluation per slot: (its run, the JSON it wrote)."""
     out = tmp_path / "scaling.json"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
-    run = subprocess.run([sys.executable, str(SCRIPT), "--backend", "cpu", "--counts", "1,2", "--evals", "1",
-                          "--rounds", "1", "--quick", "--service", "off", "--cache-dir", str(cache_dir),
+    run = subprocess.run([sys.executable, str(SCRIPT), "--backend", "cpu", "--counts", counts, "--evals", "1",
+                          "--rounds", "1", "--quick", "--service", service, "--cache-dir", str(cache_dir),
                           "--json", str(out)], capture_output=True, text=True, env=env, timeout=600)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
-    data = json.loads(out.read_text())
+    return run, json.loads(out.read_text())
+
+
+def test_a_run_on_one_and_two_cpu_slots_writes_its_rows_and_ratios(tmp_path, cache_dir):
+    run, data = _run_on_cpu_slots(tmp_path, cache_dir, "1,2", "off")
     assert [(r["mode"], r["devices"], r["evals"], r["correct"]) for r in data["rows"]] == [("pool", 1, 1, 1),
                                                                                          ("pool", 2, 2, 2)]
     assert data["service"] == "off" and data["skipped"] == []
@@ -92,12 +97,6 @@ def test_the_service_alone_on_a_local_ray_cluster(tmp_path, cache_dir):
     """`--service only`: the Ray service's rows without the pool's (the GPU session's budget ran out
     before the service at four GPUs twice, the pool's rows measured first)."""
     pytest.importorskip("ray")
-    out = tmp_path / "scaling.json"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
-    run = subprocess.run([sys.executable, str(SCRIPT), "--backend", "cpu", "--counts", "1", "--evals", "1",
-                          "--rounds", "1", "--quick", "--service", "only", "--cache-dir", str(cache_dir),
-                          "--json", str(out)], capture_output=True, text=True, env=env, timeout=600)
-    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
-    data = json.loads(out.read_text())
+    _, data = _run_on_cpu_slots(tmp_path, cache_dir, "1", "only")
     assert [(r["mode"], r["devices"], r["correct"]) for r in data["rows"]] == [("service", 1, 1)]
     assert data["service"] == "measured"
