@@ -55,8 +55,9 @@ def test_a_synthesis_run_starts_from_the_saved_catalog_alone(runs, tmp_path):
     """Each measured run is a build of its own (another seed) from the saved build's operator catalog:
     none of the saved build's tasks or journals, so it has work to do even where Ops-6K is complete."""
     lines = "\n".join(json.dumps({"ok": ok}) for ok in (True, False, True)) + "\n"
-    state = _state(tmp_path / "build.tar.xz", {"./work/results.jsonl": lines, "./work/config.json": "{}",
-                                                 "./work/catalog.json": '{"ops": []}'})
+    # members named as `tar -C DIR .` names them, with a leading ./
+    state = _state(tmp_path / "build.tar.xz", {"./" + name: text for name, text in (
+        ("work/results.jsonl", lines), ("work/config.json", "{}"), (runs.CATALOG, '{"ops": []}'))})
     out = tmp_path / "run"
     (out / "stale").mkdir(parents=True)
     assert runs.prepare("synth", out, state) == 0
