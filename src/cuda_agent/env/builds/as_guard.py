@@ -114,7 +114,8 @@ def _build(folder: Path, cxx: str, real: str) -> None:
             tried.append(["-wrapper", f"{tmp}/as-wrapper"])
         flags = next((flags for flags in tried if _runs_guard(cxx, flags, tmp)), None)
         if flags is None:
-            raise GuardUnavailable(f"{cxx} does not assemble through the guard (-B): its assembly cannot be checked")
+            raise GuardUnavailable(f"{cxx} does not assemble through the guard (-B, nor gcc's -wrapper): its assembly "
+                                   "cannot be checked")
         (tmp / "flags.json").write_text(json.dumps([f.replace(str(tmp), str(folder)) for f in flags]))
         try:
             tmp.rename(folder)
