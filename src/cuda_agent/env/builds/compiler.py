@@ -208,7 +208,7 @@ def _run(cmd: list[str], cwd: Path, what: str, timeout: float | None = None, box
 
 def _past_limit(cmd: list[str], what: str, exc: Exception, budget: float | None) -> BuildError:
     """The BuildError of a step stopped at a limit (rule build-limit): its build's time, or its output."""
-    output = exc.output if isinstance(exc, step.Flooded) else exc.output or ""
+    output = exc.output or ""
     output = output.decode(errors="replace") if isinstance(output, bytes) else output
     if isinstance(exc, step.Flooded):
         why = (f"it printed more than {step.OUTPUT_LIMIT >> 20} MiB (an #include of a binary file? its first "

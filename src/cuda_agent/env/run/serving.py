@@ -7,6 +7,7 @@ against before it is published and handed in (handed.py).
 from __future__ import annotations
 
 import re
+import time
 from pathlib import Path
 
 from cuda_agent.env.builds.handed import hand
@@ -29,6 +30,7 @@ class BuildServing:
     build_requests = 0
     refused_by = None                 # the rule that refused the last library asked for, for the compile phase
     builds_closed = False             # set once the model is made: the harness's compiles are not the calls'
+    ask_deadline: float | None = None   # while a candidate's build request is served: when its time is up
 
     def _start_builds(self):
         """The guard library and the workspace's kernels build in the harness (never in the candidate,
@@ -84,12 +86,9 @@ class BuildServing:
     def _build_time(self) -> float:
         """The seconds a build may take: the workspace's, `timeout_compile`; one the candidate asks for while it
         loads, what is left of its compile phase's (worker_run `_ask`), its own time and its builds' together."""
-        deadline = getattr(self, "ask_deadline", None)
-        if deadline is None:
+        if self.ask_deadline is None:
             return self.config.timeout_compile
-        import time
-
-        return max(0.001, deadline - time.monotonic())
+        return max(0.001, self.ask_deadline - time.monotonic())
 
     def _serve_build(self, request: dict) -> dict:
         """Compile for the candidate (its load_inline / load calls): the shared build cache is

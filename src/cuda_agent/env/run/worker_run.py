@@ -170,8 +170,6 @@ class WorkerRun:
             self.trace[step] = self.trace.get(step, 0.0) + now - since
         return now
 
-    ask_deadline: float | None = None   # while `_ask` serves a build: when its time is up (serving.py)
-
     def _ask(self, worker: Worker, timeout: float, phase: str) -> dict:
         """Wait for a worker's answer; a timeout or death becomes a failure of `phase`. Build
         requests from the candidate (load_inline) are served on the way, within the same `timeout`: the
