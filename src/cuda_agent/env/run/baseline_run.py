@@ -18,7 +18,7 @@ from typing import Callable
 
 from cuda_agent.env.config import EvalConfig
 from cuda_agent.env.result import EvalResult, Timing
-from cuda_agent.env.run.baselines import BaselineEntry, BaselineStore, task_entry, task_key
+from cuda_agent.env.run.baselines import BaselineEntry, BaselineStore, keep_graph_fields, task_entry, task_key
 from cuda_agent.env.run.schedule import fresh_seed, baseline_calls
 from cuda_agent.env.run.worker_run import WorkerRun, Failed, job_root
 from cuda_agent.env.workers import messages as msg
@@ -114,5 +114,6 @@ class _BaselineMeasurement(WorkerRun):
         self._step("timing", mark)
         self.steps["wait"] = round(waited, 3)
         if store:
-            BaselineStore(config.cache_dir).put(task_key(task, self.result.device, config, backend), entry)
+            BaselineStore(config.cache_dir).update(task_key(task, self.result.device, config, backend),
+                                                   lambda kept: keep_graph_fields(entry, kept))
         return entry

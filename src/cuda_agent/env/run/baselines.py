@@ -3,18 +3,21 @@
 Every evaluation times eager itself, paired call by call with the candidate, so the eager speedup never
 rests on a stored number. The store saves torch.compile's time (its compilation costs seconds to
 minutes): an evaluation reuses it only while the eager time it just measured agrees with the one stored
-beside it (within `AGREEMENT`), scaled by their ratio; otherwise it times torch.compile afresh and
+beside it (`agrees`), scaled by their ratio; otherwise it times torch.compile afresh and
 replaces the entry. Only the harness writes here (the sandbox does not see this folder); entries carry
 the task's source, so `cuda-agent cache verify` can re-time a sample of them.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
 import time
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from cuda_agent.env.result import Timing
@@ -23,6 +26,10 @@ from cuda_agent.tasks.task import Task
 # The ratio scaling absorbs the machine's drift, so the window only has to catch another machine
 # state or a tampered entry; a narrow one would re-time torch.compile for the noise of a small eager time.
 AGREEMENT = 0.5
+# A launch-bound task's eager time is mostly the host's time to queue a few kernels, which the machine's
+# load moves by more than any fraction of it: within this many milliseconds eager times agree whatever
+# their ratio (the ratio scaling still applies), so such a task is not re-timed for the host's noise.
+HOST_NOISE_MS = 0.05
 
 
 @dataclass
@@ -89,6 +96,13 @@ def task_entry(task: Task, device: str, config, backend: str, eager: Timing, com
                          compile_error=compile_error, code=task.code)
 
 
+def keep_graph_fields(entry: BaselineEntry, kept: BaselineEntry | None) -> BaselineEntry:
+    """`entry` with the CUDA-graph baseline's fields of the entry it replaces (they carry their own eager time)."""
+    if kept is None:
+        return entry
+    return replace(entry, graph=kept.graph, graph_eager_ms=kept.graph_eager_ms, graph_error=kept.graph_error)
+
+
 class BaselineStore:
     def __init__(self, cache_dir: Path):
         self.folder = Path(cache_dir) / "baselines"
@@ -109,6 +123,21 @@ class BaselineStore:
         tmp.write_text(json.dumps(asdict(entry)))
         os.replace(tmp, self._path(key))
 
+    @contextmanager
+    def _locked(self, key: str) -> Iterator[None]:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        with open(self.folder / f".{key}.lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            yield
+
+    def update(self, key: str, change: Callable[[BaselineEntry | None], BaselineEntry]) -> BaselineEntry:
+        """Read, change and write an entry as one step: evaluations of one task running at once each
+        write their own fields (torch.compile's, the CUDA graph's) without losing the other's."""
+        with self._locked(key):
+            entry = change(self.get(key))
+            self.put(key, entry)
+            return entry
+
     def entries(self) -> list[tuple[str, BaselineEntry]]:
         found = []
         for path in sorted(self.folder.glob("*.json")):
@@ -118,5 +147,9 @@ class BaselineStore:
         return found
 
 
-def agrees(measured_eager_ms: float, entry: BaselineEntry) -> bool:
-    return abs(measured_eager_ms / entry.eager_ms - 1.0) <= AGREEMENT
+def agrees(measured_eager_ms: float, stored_eager_ms: float | None) -> bool:
+    """Whether an eager time measured now agrees with one stored beside a baseline: within `AGREEMENT`
+    of it, or within `HOST_NOISE_MS`."""
+    if not stored_eager_ms:
+        return False
+    return abs(measured_eager_ms - stored_eager_ms) <= max(AGREEMENT * stored_eager_ms, HOST_NOISE_MS)

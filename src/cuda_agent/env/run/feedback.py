@@ -20,7 +20,7 @@ import statistics
 from dataclasses import replace
 
 from cuda_agent.env.result import OpRow, OpTable, Timing
-from cuda_agent.env.run.baselines import AGREEMENT, BaselineStore
+from cuda_agent.env.run.baselines import BaselineStore, agrees
 from cuda_agent.env.run.worker_run import Failed
 from cuda_agent.env.workers import messages as msg
 
@@ -88,7 +88,7 @@ class Feedback:
         if entry is not None and entry.graph_error:
             self.result.feedback_notes.append(f"CUDA graph baseline: {entry.graph_error}")
             return
-        if entry is not None and entry.graph and _agrees(eager.median_ms, entry.graph_eager_ms):
+        if entry is not None and entry.graph and agrees(eager.median_ms, entry.graph_eager_ms):
             self._note_graph(Timing(**entry.graph), entry.graph_eager_ms, eager)
             return
         self.say("timing the CUDA-graph baseline")
@@ -118,10 +118,8 @@ class Feedback:
     def _keep_graph(self, store: BaselineStore, key: str, eager: Timing, **fields) -> None:
         from cuda_agent.env.run.baselines import task_entry
 
-        entry = store.get(key) or task_entry(self.task, self.result.device, self.config, self.backend, eager,
-                                             None, None)
-        store.put(key, replace(entry, **{"graph": None, "graph_eager_ms": None, "graph_error": None, **fields}))
+        def with_graph(entry):
+            entry = entry or task_entry(self.task, self.result.device, self.config, self.backend, eager, None, None)
+            return replace(entry, **{"graph": None, "graph_eager_ms": None, "graph_error": None, **fields})
 
-
-def _agrees(eager_ms: float, beside_ms: float | None) -> bool:
-    return bool(beside_ms) and abs(eager_ms / beside_ms - 1.0) <= AGREEMENT
+        store.update(key, with_graph)

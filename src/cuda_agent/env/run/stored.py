@@ -5,11 +5,9 @@ time stored beside it, else re-timed; what an evaluation timed paired is stored 
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from cuda_agent.env.measure.hold import call_times
 from cuda_agent.env.result import Timing
-from cuda_agent.env.run.baselines import BaselineStore, agrees, task_entry, task_key
+from cuda_agent.env.run.baselines import BaselineStore, agrees, keep_graph_fields, task_entry, task_key
 from cuda_agent.env.run.schedule import fresh_seed
 from cuda_agent.env.workers import messages as msg
 
@@ -31,11 +29,7 @@ class StoredBaselines:
     def _store_baseline(self, eager: Timing, compile_timing: Timing | None) -> None:
         entry = task_entry(self.task, self.result.device, self.config, self.backend, eager, compile_timing,
                            self.compile_error)
-        store = BaselineStore(self.config.cache_dir)
-        kept = store.get(self._store_key())
-        if kept is not None:   # the CUDA-graph baseline's fields stay (they carry their own eager time)
-            entry = replace(entry, graph=kept.graph, graph_eager_ms=kept.graph_eager_ms, graph_error=kept.graph_error)
-        store.put(self._store_key(), entry)
+        BaselineStore(self.config.cache_dir).update(self._store_key(), lambda kept: keep_graph_fields(entry, kept))
 
     def _use_stored(self, eager: Timing) -> None:
         """A stored compile time, trusted only while this evaluation's eager time agrees with the
@@ -43,7 +37,7 @@ class StoredBaselines:
         key, entry = self.stored
         if entry.compile is None:
             return
-        if agrees(eager.median_ms, entry):
+        if agrees(eager.median_ms, entry.eager_ms):
             ratio = eager.median_ms / entry.eager_ms   # the machine's drift since, applied to both
             self.result.compile_ms = entry.compile_ms * ratio
             self.result.timings["compile"] = Timing(**{**entry.compile, "median_ms": self.result.compile_ms})
