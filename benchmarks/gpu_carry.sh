@@ -7,7 +7,7 @@
 # its dependencies the machine lacks: for the Ray service's steps).
 #   bash benchmarks/gpu_carry.sh            # then carry [".whl", ".deb", ".kb"] (and ".old")
 #   RAY=1 bash benchmarks/gpu_carry.sh      # then carry [".whl", ".deb", ".kb", ".ray"]
-# It fails when the working tree and the carried folders pass CARRY_LIMIT_MB (50; the tool takes 64 MiB).
+# It fails when the working tree and the carried folders pass CARRY_LIMIT_MB (60; the tool takes 64 MiB).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 WHEELS=${WHEELS:-"typer==0.20.0 click==8.3.1 shellingham==1.5.4 rich==14.2.0 markdown-it-py==4.0.0 mdurl==0.1.2
@@ -36,6 +36,7 @@ fi
 rm -rf .ray
 if [ -n "${RAY:-}" ]; then
   mkdir -p .ray/full
+  python3 -c "import wheel" 2>/dev/null || python3 -m pip install -q wheel   # slim_ray_wheel.py's one need
   download .ray/full "ray==$RAY_VERSION"
   python3 benchmarks/slim_ray_wheel.py .ray/full/ray-*.whl -o .ray --strip
   rm -rf .ray/full
@@ -47,7 +48,7 @@ tree=$(git ls-files -z -co --exclude-standard | { du -cb --files0-from=- 2>/dev/
 dirs=$(du -scb $carried | tail -1 | cut -f1)
 total=$(( (tree + dirs) / 1000000 ))
 echo "carried in all: $total MB (working tree $(( tree / 1000000 )) MB, $carried $(( dirs / 1000000 )) MB)"
-if [ "$total" -gt "${CARRY_LIMIT_MB:-50}" ]; then
-  echo "ERROR: $total MB to carry is over ${CARRY_LIMIT_MB:-50} MB (the device tool takes 64 MiB with the tree)" >&2
+if [ "$total" -gt "${CARRY_LIMIT_MB:-60}" ]; then
+  echo "ERROR: $total MB to carry is over ${CARRY_LIMIT_MB:-60} MB (the device tool takes 64 MiB with the tree)" >&2
   exit 1
 fi
