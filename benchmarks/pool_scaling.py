@@ -288,8 +288,10 @@ def main() -> None:
 
                     target = EvalService("local", config, actors=count, per_device=per_device,
                                          cache_dir=str(config.cache_dir))
+                print(f"{mode} {count}: started at {time.monotonic() - began:.0f} s, priming", flush=True)
                 try:
                     asyncio.run(target.evaluate_many(jobs[:per_device * count]))   # primed: spares, imports
+                    print(f"{mode} {count}: primed at {time.monotonic() - began:.0f} s, measuring", flush=True)
                     row = measure(target, mode, count, jobs, args.roles)
                 finally:
                     if mode == "pool":
@@ -298,6 +300,7 @@ def main() -> None:
                         judges.discard_all()   # and its kept judges
                     else:
                         target.shutdown()
+                print(f"{mode} {count}: ended at {time.monotonic() - began:.0f} s", flush=True)
                 rows.append(row)
                 report(row)
                 save(args.json, args, devices, counts, per_device, kernels, rows, modes, service_note, skipped)
