@@ -21,10 +21,11 @@ run() {  # run STEP_NAME DEFAULT_TIMEOUT command...: output to $OUT/STEP_NAME.tx
   timeout "${!var:-$limit}" "$@" > "$OUT/$name.txt" 2>&1
   echo "--- $name (exit $?)"; tail -"${TAIL:-25}" "$OUT/$name.txt"
 }
-if [ -n "${SAMPLE_LOAD:-}" ]; then   # twice a second: the load, and which threads are runnable (by name)
+if [ -n "${SAMPLE_LOAD:-}" ]; then   # twice a second: the load, which threads are runnable (by name), and
+  # where the threads in uninterruptible sleep wait in the kernel ("D wchan name": the driver's share of the load)
   while sleep 0.5; do
     echo "== $(date +%s.%N) $(cut -d' ' -f1-4 /proc/loadavg)"
-    ps -eLo stat=,comm= | awk '$1 ~ /^R/ {print $2}' | sort | uniq -c | sort -rn | head -6
+    ps -eLo stat=,wchan:40=,comm= | awk '$1 ~ /^R/ {print $3} $1 ~ /^D/ {print "D", $2, $3}' | sort | uniq -c | sort -rn | head -10
   done > "$OUT/load.txt" 2>&1 &
   trap 'kill %1 2>/dev/null' EXIT
 fi
