@@ -6,6 +6,8 @@ host's launches. Reported beside eager and torch.compile; the reward never reads
 
 from __future__ import annotations
 
+from contextlib import nullcontext
+
 import torch
 
 from cuda_agent.env.measure import timing
@@ -14,6 +16,10 @@ from cuda_agent.env.rules.verify import tensors_in
 from cuda_agent.env.workers.draws import draw_inputs
 
 WARMUP = 3   # eager calls on a side stream before the capture (cuBLAS handles, the allocator's blocks)
+# Inputs up to this size are drawn inside one exclusive hold over every timed call: each hold taken
+# waits behind the other evaluations' timed calls on the device, and twenty such waits were seconds.
+# Larger draws take long enough that they go outside it, each call its own hold.
+ONE_HOLD_BYTES = 64 << 20
 
 
 def capture(model, inputs: list, device) -> tuple["torch.cuda.CUDAGraph", object]:
@@ -65,13 +71,18 @@ def time_graph(judge, calls: int) -> dict:
         graph.replay()
         return out
 
+    one_hold = sum(t.numel() * t.element_size() for t in tensors_in(static)) <= ONE_HOLD_BYTES
+
+    def held(shared: bool, label: str):
+        return nullcontext() if one_hold else judge._device(shared=shared, label=label)
+
     try:
-        with torch.no_grad():
+        with torch.no_grad(), judge._device(shared=False, label="graph.timed") if one_hold else nullcontext():
             for n in range(calls):
-                with judge._device(shared=True, label="graph.draw"):
+                with held(True, "graph.draw"):
                     fresh = draw_inputs(judge.module, seed + 1 + n, device)
                     copy_inputs(static, fresh)
-                with judge._device(shared=False, label="graph.timed"):
+                with held(False, "graph.timed"):
                     for name, fn, args in (("eager", judge.model, fresh), ("graph", replay, [])):
                         hold = timers[name].active_hold()
                         ms, host_ms, _, _ = timing.time_once(fn, args, device, judge.flush,
