@@ -48,7 +48,16 @@ def test_a_source_named_as_an_argument_file_is_refused_before_any_compile(tmp_pa
     ({"k.cpp": "int x;\n"}, {"extra_cflags": ["-DX=a\x00b"]}),
     ({"k.cpp": "int x;\n"}, {"extra_ldflags": ["-lm\n"]}),
     ({"k.cpp": "int x;\n"}, {"extra_include_paths": ["inc\x00"]}),
-], ids=["surrogate", "nul-in-define", "newline-in-ldflag", "nul-in-include-path"])
+    ({"k.cpp": "int x;\n"}, {"extra_cflags": ["-DX=\ud800"]}),
+    ({"k.cpp": "int x;\n"}, {"extra_include_paths": ["\ud800"]}),
+    ({"k.cpp": "int x;\n"}, {"extra_cflags": ["-DX=" + "a" * 200_000]}),
+    ({"k.cpp": "int x;\n"}, {"extra_include_paths": ["a" * 200_000]}),
+    ({"k.cpp": "int x;\n"}, {"extra_cflags": ["-O3"] * 300_000}),
+    ({"k.cpp": "int x;\n", **{f"h{i}.h": "" for i in range(600)}}, {}),
+    ({"k.cpp": "int x;\n", "big.h": "//" + "x" * (33 << 20)}, {}),
+], ids=["surrogate", "nul-in-define", "newline-in-ldflag", "nul-in-include-path", "surrogate-in-flag",
+        "surrogate-in-include-path", "flag-past-the-argument-limit", "include-path-past-the-argument-limit",
+        "flags-past-the-command-limit", "too-many-files", "too-much-text"])
 def test_inputs_the_harness_could_not_pass_on_are_the_builds_failure(files, flags, tmp_path):
     with pytest.raises(BuildError) as refused:
         build_extension("cuda_extension", files, "cpu", tmp_path / "cache", **flags)
@@ -149,3 +158,43 @@ def test_build_memory_gb_is_checked_and_defaults_to_a_quarter_of_the_machine():
     machine = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     assert build_sandbox.step_memory(None) == max(4 << 30, machine // 4)
     assert build_sandbox.step_memory(1.5) == 3 << 29
+
+
+@pytest.mark.parametrize("flag", ["-Wa,123", "-Wp,-v", "-Wl,-v", "-Xcompiler=-Wa,-v", "-O3,-Wa"])
+def test_pass_through_flags_are_refused_whole_or_split_at_their_commas(flag, tmp_path):
+    """`-Wa,123` was read as the parts `-Wa` (a warning, it seemed) and `123` (nvcc's number): the assembler then read
+    a file of the solution's named 123."""
+    with pytest.raises(BuildError) as refused:
+        build_extension("cuda_extension", {"k.cpp": "int x;\n", "123": ".long 1\n"}, "cpu", tmp_path / "cache",
+                        extra_cflags=[flag])
+    assert refused.value.rule is BUILD_INPUT and flag in refused.value.summary
+
+
+def test_warnings_beginning_with_a_l_or_p_still_pass():
+    from cuda_agent.env.rules.build_flags import check_flags
+
+    assert check_flags(["-Wall", "-Wpedantic", "-Wlogical-op", "-Wno-unused", "-Xcompiler=-Wall,-O3"], "cflags")
+
+
+def test_a_step_writing_a_file_past_the_limit_is_stopped(tmp_path, monkeypatch):
+    """A zero-initialised array is an object of its size, written in a second with no memory to speak of."""
+    monkeypatch.setattr(step, "FILE_LIMIT", 4 << 20)
+    with pytest.raises(BuildError) as stopped:
+        build_extension("cuda_extension", {"k.cpp": "char big[8 << 20] = {1};\n"}, "cpu", tmp_path / "cache")
+    assert stopped.value.rule is BUILD_LIMIT and "larger than 4 MiB" in stopped.value.summary
+    assert not list((tmp_path / "cache" / "obj").glob("*.o"))
+    assert build_extension("cuda_extension", {"k.cpp": "char big[2 << 20] = {1};\n"}, "cpu", tmp_path / "cache").path
+
+
+def test_a_build_whose_objects_add_up_past_the_limit_is_stopped_and_leaves_none(tmp_path, monkeypatch):
+    monkeypatch.setattr(compiler, "BUILD_BYTES_LIMIT", 5 << 20)
+    files = {f"u{u}.cpp": f"char data{u}[2 << 20] = {{1}};\n" for u in range(4)}   # each under every limit alone
+    with pytest.raises(BuildError) as stopped:
+        build_extension("cuda_extension", files, "cpu", tmp_path / "cache", max_jobs=1)
+    assert stopped.value.rule is BUILD_LIMIT and "more than 5 MiB" in stopped.value.summary
+    assert not list((tmp_path / "cache" / "obj").glob("*.o"))
+
+
+def test_memory_limited_sets_the_file_size_limit():
+    status, output = step.run(step.memory_limited(["/bin/sh", "-c", "ulimit -f"], None, 3 << 20), "/", None, 10)
+    assert status == 0 and int(output.strip()) * 512 == 3 << 20

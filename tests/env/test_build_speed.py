@@ -185,15 +185,15 @@ def test_the_syscall_scan_disassembles_only_the_code_whose_bytes_could_hold_one(
     instruction and a real one is found; an object file with an encoding is disassembled whole."""
     from cuda_agent.env.rules import symbols
 
-    real_run = subprocess.run
+    real_popen = subprocess.Popen
     disassembled = []
 
-    def run(cmd, *args, **kwargs):
+    def popen(cmd, *args, **kwargs):
         if "objdump" in str(cmd[0]):
             disassembled.append([c for c in cmd[1:] if c.startswith("--st")])
-        return real_run(cmd, *args, **kwargs)
+        return real_popen(cmd, *args, **kwargs)
 
-    monkeypatch.setattr(symbols.subprocess, "run", run)
+    monkeypatch.setattr(symbols.subprocess, "Popen", popen)
     for name, insn in (("via_syscall", "syscall"), ("via_sysenter", "sysenter"), ("via_int80", "int $0x80")):
         disassembled.clear()
         assert symbols.has_syscall_instruction(_built(tmp_path, name, f'asm volatile("{insn}"); return x;', shared))
@@ -215,6 +215,22 @@ def test_the_syscall_scan_disassembles_only_the_code_whose_bytes_could_hold_one(
     not_elf.write_bytes(b"\x0f\x05 is not an ELF file")
     symbols.has_syscall_instruction(not_elf)
     assert disassembled == [[]]                      # a file it cannot read as ELF goes to objdump whole
+
+
+@pytest.mark.parametrize("shared", [True, False], ids=["library", "object"])
+@pytest.mark.skipif(not shutil.which("objdump") or not shutil.which("c++"),
+                    reason="c++ and objdump build and read code")
+def test_code_too_large_to_scan_is_refused_unread(shared, tmp_path, monkeypatch):
+    """Disassembly prints about 140 bytes of text a byte of `nop`: past MAX_CODE_CHECKED bytes of code to
+    disassemble, the check refuses (CheckLimit, the build's failure) without running objdump."""
+    from cuda_agent.env.rules import symbols
+
+    monkeypatch.setattr(symbols, "MAX_CODE_CHECKED", 1 << 20)
+    body = 'asm volatile(".fill 2097152, 1, 0x90\\n mov $0x50f, %%eax" ::: "eax"); return x;'
+    flooded = _built(tmp_path, "flooded", body, shared)
+    monkeypatch.setattr(symbols.subprocess, "Popen", None)   # never started
+    with pytest.raises(symbols.CheckLimit, match="2 MiB of code"):
+        symbols.has_syscall_instruction(flooded)
 
 
 @pytest.mark.skipif(not shutil.which("objdump") or not shutil.which("nm"), reason="binutils reads the objects")

@@ -141,3 +141,23 @@ def test_only_the_kernels_own_code_among_its_names_is_a_librarys():
 
     assert [unattributable(name) for name in ("[vdso]", "[vsyscall]", "libc.so.6")] == [False] * 3
     assert all(unattributable(name) for name in ("[heap]", "[stack]", "[anon:libc.so.6]", symbolize.ANONYMOUS))
+
+
+def test_a_python_packages_library_loaded_after_the_symbolizer_is_the_solutions_doing():
+    """Pillow's image arithmetic (or any package's library, torch's and numpy's aside) mapped after the symbolizer
+    was made is labelled `[package]`, which the sampler counts against the candidate; one mapped before (the
+    worker's own) is read as any library."""
+    import pytest
+
+    imagingmath = pytest.importorskip("PIL._imagingmath")
+    library = ctypes.CDLL(imagingmath.__file__)
+    address = _address(library.PyInit__imagingmath)
+    before = Symbolizer(os.getpid())
+    assert before.resolve([address])[0][0] == os.path.basename(imagingmath.__file__)
+    after = Symbolizer(os.getpid())
+    after.first_mapped = frozenset(p for p in after.first_mapped if p != os.path.realpath(imagingmath.__file__))
+    assert after.resolve([address])[0][0] == symbolize.PACKAGE + os.path.basename(imagingmath.__file__)
+    assert symbolize.package_of("/v/lib/python3.11/site-packages/PIL/_imaging.so") == "PIL"
+    assert symbolize.package_of("/v/lib/python3.11/site-packages/_cffi_backend.so") == "_cffi_backend.so"
+    assert symbolize.package_of("/usr/lib/python3.11/lib-dynload/_json.so") is None
+    assert not after.late_package("/v/lib/python3.11/site-packages/torch/lib/libtorch_cpu.so")

@@ -16,7 +16,8 @@ runs, the linker) runs in bubblewrap with the candidate's namespaces, capabiliti
   no network; the environment holds only what the tools read (PATH, the locale, the compiler's search
   paths, nvcc's own settings), not the rest of the harness's.
 
-Sandboxed or not, a step's data memory is limited (`memory`: step.py `memory_limited`).
+Sandboxed or not, a step's data memory and the size of each file it writes are limited (`memory`, `files`:
+step.py `memory_limited`).
 
 So a source's `#include "/any/file"` finds nothing outside those folders. Where bubblewrap does not
 work, `sandbox=None` builds unsandboxed and `sandbox=True` fails (the candidate's own sandbox needs it
@@ -50,13 +51,14 @@ class SandboxMissing(RuntimeError):
 class Box:
     """How one build step runs: `prefix` is bubblewrap with its binds (empty: unsandboxed), `env` the
     environment its tools get (None: the harness's own), `memory` the most data memory its processes
-    may use, in bytes (None: no limit)."""
+    may use, in bytes, `files` the largest file they may write (None: no limit)."""
     prefix: tuple[str, ...] = ()
     env: dict[str, str] | None = None
     memory: int | None = None
+    files: int | None = None
 
     def command(self, cmd: list[str], cwd: Path) -> list[str]:
-        limited = memory_limited(cmd, self.memory)
+        limited = memory_limited(cmd, self.memory, self.files)
         return [*self.prefix, "--chdir", str(cwd), *limited] if self.prefix else limited
 
 
@@ -88,11 +90,13 @@ def step_memory(gigabytes: float | None = None) -> int:
     return max(4 << 30, machine // 4)
 
 
-def box(shown: Iterable[str | Path], writable: Iterable[str | Path], sandbox: bool, memory: int | None = None) -> Box:
+def box(shown: Iterable[str | Path], writable: Iterable[str | Path], sandbox: bool, memory: int | None = None,
+        files: int | None = None) -> Box:
     """The step's box: `shown` read-only and `writable` read-write beside the system, its processes' data
-    memory at most `memory` bytes (unsandboxed, with only that limit, when `sandbox` is false)."""
+    memory at most `memory` bytes and each file they write at most `files` bytes (unsandboxed, with only those
+    limits, when `sandbox` is false)."""
     if not sandbox:
-        return Box(memory=memory) if memory else UNSANDBOXED
+        return Box(memory=memory, files=files) if memory or files else UNSANDBOXED
     start, system = _system()
     binds: list[str] = []
     covered = list(SYSTEM_FOLDERS)
@@ -104,7 +108,7 @@ def box(shown: Iterable[str | Path], writable: Iterable[str | Path], sandbox: bo
                 covered.append(spelling)
     for path in sorted({os.path.abspath(p) for p in writable}):
         binds += ["--bind", path, path]
-    return Box((*start, *system, *binds), _environment(), memory)
+    return Box((*start, *system, *binds), _environment(), memory, files)
 
 
 def tool_folders(*tools: str) -> list[str]:

@@ -17,6 +17,7 @@ Compiler output is reduced to the first few errors with file:line for an LLM to 
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import importlib.util
@@ -27,6 +28,7 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -36,6 +38,7 @@ from pathlib import Path
 from typing import Callable
 
 from cuda_agent.env.builds import as_guard, build_sandbox, nvcc_steps, step
+from cuda_agent.env.builds.compile_errors import summarize_compiler_output
 from cuda_agent.env.builds.cuda_toolkit import cuda_arch_flags, find_cuda_home, with_library
 from cuda_agent.env.builds.linkers import fast_linker
 from cuda_agent.env.builds.build_sandbox import UNSANDBOXED, Box
@@ -81,6 +84,11 @@ LINE_TABLES = ("-g1",)
 # How a solution's library is linked, in its key: a library linked under older rules is linked again, not
 # reused (before "sources-unseen", a link read the solution's own files: `-L. -l:script` embedded a file).
 LINK_RULES = "sources-unseen"
+
+# Bytes of all the objects of one build (its units', compiled now or cached): each step's files are limited
+# (step.FILE_LIMIT), but a build of many units would fill the harness's disk under that limit, and its library
+# (their sum) is copied and read whole by the harness.
+BUILD_BYTES_LIMIT = 1 << 30
 
 
 @dataclass(frozen=True)
@@ -147,39 +155,6 @@ def _tool_version(tool: str) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# error summaries
-
-_ERROR_LINE = re.compile(
-    r"(error|undefined reference|undefined symbol|fatal|multiple definition|cannot find)", re.I)
-
-
-def summarize_compiler_output(text: str, max_errors: int = 6, max_chars: int = 2500) -> str:
-    """The first errors with file:line and the source line under each, not template noise."""
-    lines = text.splitlines()
-    picked: list[str] = []
-    errors = 0
-    for i, line in enumerate(lines):
-        if not _ERROR_LINE.search(line) or line.lstrip().startswith("In file included"):
-            continue
-        errors += 1
-        if errors > max_errors:
-            break
-        picked.append(line.strip())
-        # gcc/nvcc print the offending source line (and a caret) right after the message
-        for follow in lines[i + 1:i + 3]:
-            if follow.strip() and not _ERROR_LINE.search(follow) and ("|" in follow or follow.strip() == "^"
-                                                                      or follow.startswith("  ")):
-                picked.append("    " + follow.strip())
-    if not picked:
-        picked = [ln for ln in lines if ln.strip()][-15:]
-    total = sum(1 for ln in lines if re.search(r"\berror\b", ln))
-    summary = "\n".join(picked)
-    if total > max_errors:
-        summary += f"\n... ({total} error lines in all; fix the first ones first)"
-    return summary[:max_chars]
-
-
-# ---------------------------------------------------------------------------------------------
 # building
 
 
@@ -202,6 +177,11 @@ def _run(cmd: list[str], cwd: Path, what: str, timeout: float | None = None, box
         status, output = step.run(box.command(cmd, cwd), cwd, box.env, timeout)
     except (subprocess.TimeoutExpired, step.Flooded) as exc:
         raise _past_limit(cmd, what, exc, budget if budget is not None else timeout) from None
+    except OSError as exc:
+        if exc.errno != errno.E2BIG:
+            raise
+        raise BuildError(f"{what} failed (rule {rules.BUILD_INPUT.name}): its command is longer than the system "
+                         "takes (fewer or shorter flags, include paths or sources)", rule=rules.BUILD_INPUT) from None
     if status != 0:
         _failed(cmd, what, output, box.memory)
 
@@ -227,6 +207,10 @@ def _failed(cmd: list[str], what: str, output: str, memory: int | None = None):
     if refused is not None:
         raise BuildError(f"{what} was refused (rule {rules.ASM_DIRECTIVE.name}): {refused}; {as_guard.RULE_TEXT}",
                          log, rules.ASM_DIRECTIVE)
+    if step.wrote_too_large_a_file(output):
+        raise BuildError(f"{what} was stopped (rule {rules.BUILD_LIMIT.name}): it wrote a file larger than "
+                         f"{step.FILE_LIMIT >> 20} MiB, the most one step of a build may write (a large zero-initialised "
+                         "or constant array? build it at run time)", log, rules.BUILD_LIMIT)
     if memory and step.ran_out_of_memory(output):
         raise BuildError(f"{what} ran out of memory (rule {rules.BUILD_LIMIT.name}): a step of a build may use "
                          f"{memory / (1 << 30):.3g} GiB:\n" + summarize_compiler_output(output), log, rules.BUILD_LIMIT)
@@ -326,7 +310,7 @@ def build_extension(name: str, files: dict[str, str], backend: str, cache_dir: P
     before it is published (a refused one is deleted) and on a cached one before it is returned (a
     cached one refused by today's rules is deleted too)."""
     from cuda_agent.env.rules.build_flags import (UnsafeFlag, check_flags, check_include_paths, source_name_problem,
-                                                 text_problem)
+                                                 sources_problem, text_problem)
 
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
         raise BuildError(f"extension name {name!r} is not a valid Python identifier")
@@ -335,6 +319,9 @@ def build_extension(name: str, files: dict[str, str], backend: str, cache_dir: P
     problem = extension_name_problem(name)   # the candidate registers it in sys.modules under this name
     if problem:
         raise BuildError(problem)
+    problem = sources_problem(files)   # before any is written: each is a file in the build cache
+    if problem:
+        raise BuildError(f"{problem} (rule {rules.BUILD_INPUT.name})", rule=rules.BUILD_INPUT)
     for rel, text in files.items():
         problem = source_name_problem(rel) or text_problem(rel, text)
         if problem:
@@ -423,6 +410,10 @@ def build_extension(name: str, files: dict[str, str], backend: str, cache_dir: P
         (cached if obj.exists() else compiled).append(unit)
 
     deadline = None if timeout is None else time.monotonic() + timeout
+    # the build's objects in bytes (BUILD_BYTES_LIMIT), the cached ones counted from the start; those compiled now
+    written: list[Path] = []
+    total = [sum(obj.stat().st_size for _, _, obj, _ in jobs if obj.exists())]
+    total_lock = threading.Lock()
 
     def left(what: str) -> float | None:
         """The seconds left of the build's `timeout` (None: no limit); a BuildError once none are."""
@@ -446,12 +437,19 @@ def build_extension(name: str, files: dict[str, str], backend: str, cache_dir: P
             tmp = out_dir / "unit.o"
             command = [str(tmp) if c == "OUT" else c for c in cmd]
             box = build_sandbox.box([*shown, src_dir, *(str(Path(p).parent) for p in pch)], [out_dir], in_sandbox,
-                                    memory)
+                                    memory, step.FILE_LIMIT)
             if unit.endswith(".cu"):
                 _run_nvcc(command, src_dir, f"compiling {unit}", seconds_left, box, scratch=out_dir, budget=timeout)
             else:
                 _run(command, src_dir, f"compiling {unit}", seconds_left, box, budget=timeout)
-            os.replace(tmp, obj)
+            with total_lock:
+                total[0] += tmp.stat().st_size
+                if total[0] > BUILD_BYTES_LIMIT:
+                    raise BuildError(f"compiling {unit} was stopped (rule {rules.BUILD_LIMIT.name}): the build's objects "
+                                     f"came to more than {BUILD_BYTES_LIMIT >> 20} MiB, the most one build may write (large "
+                                     "zero-initialised or constant arrays? build them at run time)", rule=rules.BUILD_LIMIT)
+                os.replace(tmp, obj)
+                written.append(obj)
         finally:
             shutil.rmtree(out_dir, ignore_errors=True)
 
@@ -466,7 +464,10 @@ def build_extension(name: str, files: dict[str, str], backend: str, cache_dir: P
             except BuildError as exc:
                 errors.append(exc)
     stopped = [e for e in errors if e.rule is rules.BUILD_LIMIT]
-    if stopped:   # the build as a whole was stopped: one reason is enough
+    if stopped:   # the build as a whole was stopped: one reason is enough; what it wrote is not kept
+        if total[0] > BUILD_BYTES_LIMIT:
+            for obj in written:
+                obj.unlink(missing_ok=True)
         raise stopped[0]
     if errors:
         raise BuildError("\n\n".join(e.summary for e in errors), "\n".join(e.log for e in errors),
@@ -492,7 +493,8 @@ def build_extension(name: str, files: dict[str, str], backend: str, cache_dir: P
             # in the output's folder, shown the objects and not the sources: a file of the solution's named by
             # a link flag (`-L. -l:script`) would be read as a linker script (TARGET(binary) INPUT(file))
             _run([tc.cxx, "-shared", *objs, "-o", str(tmp_dir / f"{name}.so"), *link_flags], tmp_dir, "linking",
-                 left("linking"), build_sandbox.box([*shown, *objs], [tmp_dir], in_sandbox, memory), budget=timeout)
+                 left("linking"), build_sandbox.box([*shown, *objs], [tmp_dir], in_sandbox, memory, step.FILE_LIMIT),
+                 budget=timeout)
         except BaseException:
             shutil.rmtree(tmp_dir, ignore_errors=True)
             raise

@@ -1,8 +1,9 @@
 """One step of a solution's build (the compiler, a step of nvcc's, the linker) run under the limits every step has:
 its time (what is left of its build's), its output (OUTPUT_LIMIT: the errors of an `#include` of a binary library
 run to gigabytes, which would otherwise all be kept in the harness's memory) and its memory (`memory_limited`: the
-compiler's data, so that a compile instantiating templates without end fails instead of exhausting the machine).
-Its standard input is empty, never the harness's, and the step runs in a process group of its own, which is
+compiler's data, so that a compile instantiating templates without end fails instead of exhausting the machine) and
+the size of each file it writes (FILE_LIMIT: an object, a library or an assembly file; a zero-initialised array of a
+gigabyte is a gigabyte of object, written in a second with no memory to speak of). Its standard input is empty, never the harness's, and the step runs in a process group of its own, which is
 killed whole when a limit is passed (the compiler's children with it)."""
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import time
 
 OUTPUT_LIMIT = 16 << 20   # bytes of a step's output: far more than the first errors a reader needs
 OUT_OF_MEMORY = ("memory exhausted", "out of memory allocating")   # what gcc and the linkers print at the limit
+FILE_LIMIT = 256 << 20    # bytes of one file a step writes (an honest unit's object with torch's debug information: 18 MB)
+FILE_TOO_LARGE = "File size limit exceeded"   # how gcc and collect2 name the signal (SIGXFSZ) that stopped a program
 
 
 class Flooded(Exception):
@@ -25,12 +28,21 @@ class Flooded(Exception):
         self.output = output
 
 
-def memory_limited(command: list[str], limit: int | None) -> list[str]:
-    """`command` run with at most `limit` bytes of data memory (its heap and private mappings: RLIMIT_DATA, which
-    its children inherit), through the system's shell; unchanged without a limit."""
-    if not limit:
+def memory_limited(command: list[str], limit: int | None, file_limit: int | None = None) -> list[str]:
+    """`command` run with at most `limit` bytes of data memory (its heap and private mappings: RLIMIT_DATA) and files
+    of at most `file_limit` bytes (RLIMIT_FSIZE), both inherited by its children, through the system's shell;
+    unchanged without limits."""
+    if not limit and not file_limit:
         return list(command)
-    return ["/bin/sh", "-c", 'ulimit -d "$0" && exec "$@"', str(max(1, limit >> 10)), *command]
+    # POSIX sh: -d in KiB, -f in blocks of 512 bytes
+    limits = [*([f"ulimit -d {max(1, limit >> 10)}"] if limit else []),
+              *([f"ulimit -f {max(1, file_limit >> 9)}"] if file_limit else [])]
+    return ["/bin/sh", "-c", " && ".join([*limits, 'exec "$@"']), "sh", *command]
+
+
+def wrote_too_large_a_file(output: str) -> bool:
+    """Whether a failed step's output says that a program of it was stopped for a file past FILE_LIMIT."""
+    return FILE_TOO_LARGE in output
 
 
 def ran_out_of_memory(output: str) -> bool:

@@ -19,7 +19,11 @@ name` (a mapping whose listed path names no file that is the one mapped: a memor
 memory, whose names the process chose and may shape like any path, a deleted file, a file replaced since).
 Of the kernel's own names (`[heap]`, `[stack]`, `[anon:...]`, ...) only `[vdso]` and `[vsyscall]` are code a
 library of the system's holds. A library of numpy's package (a folder `numpy` or `numpy.libs` on its path) is
-labelled `[numpy] name`, its symbols read as any library's.
+labelled `[numpy] name`, its symbols read as any library's; so is, as `[package] name`, a library of another Python
+package (a file under a `site-packages` or `dist-packages` folder, not torch's) that the process first mapped after
+the symbolizer was made: made before any of a solution's code runs, it takes the libraries mapped then (the
+worker's own) for the harness's, and any package loaded later (Pillow's image arithmetic, reached from a binding
+through the builtins' `__import__`) for the solution's doing.
 
 The maps text is read with its names as bytes (a mapping's name is whatever the process chose): decoded
 with surrogate escapes, so that a path reads back as the file's, and shown with the bytes that are not
@@ -54,6 +58,8 @@ ANONYMOUS, UNMAPPED, NOT_ELF, NOT_LOADED = "[anonymous]", "[unmapped]", "[not EL
 WRITABLE = "[writable] "
 NO_FILE = "[no file] "
 NUMPY = "[numpy] "   # a library of numpy's package (its ufuncs, its BLAS): never a solution's own code
+PACKAGE = "[package] "   # another Python package's library, loaded after the symbolizer was made (`late_package`)
+TORCH_PACKAGES = ("torch", "torch.libs", "functorch", "torchgen", "nvidia", "triton")   # judged by their symbols
 KERNEL_CODE = ("[vdso]", "[vsyscall]")   # the kernel's own code in every process (clock_gettime's fast path)
 
 
@@ -234,6 +240,16 @@ def _numpys(path: str) -> bool:
     return any(part in ("numpy", "numpy.libs") for part in path.split("/")[:-1])
 
 
+def package_of(path: str) -> str | None:
+    """The Python package a mapped file lies in (the folder, or the module file, right under a `site-packages` or
+    `dist-packages` folder), or None."""
+    parts = path.split("/")
+    for at in range(len(parts) - 2, -1, -1):
+        if parts[at] in ("site-packages", "dist-packages"):
+            return parts[at + 1]
+    return None
+
+
 def printable(name: str) -> str:
     """A name read with surrogate escapes, its bytes that are not UTF-8 replaced (for results and messages)."""
     return name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
@@ -257,6 +273,13 @@ class Symbolizer:
         # read once: a sandboxed candidate cannot mount (its seccomp filter refuses mount, umount, unshare, setns)
         self.writable = writable_files(pid) if judge_files else None
         self.reload()
+        self.first_mapped = frozenset(m.path for m in self.maps)   # the libraries loaded before (late_package)
+
+    def late_package(self, path: str) -> bool:
+        """Whether `path` is a library of a Python package other than torch's that was not mapped when this
+        symbolizer was made."""
+        package = package_of(path)
+        return package is not None and package not in TORCH_PACKAGES and path not in self.first_mapped
 
     def reload(self) -> None:
         try:   # names as the bytes they are (surrogate escapes): a path reads back as the file's
@@ -333,6 +356,8 @@ class Symbolizer:
                 library = NOT_ELF + library
             elif _numpys(where.path):
                 library = NUMPY + library
+            elif self.late_package(where.path):
+                library = PACKAGE + library
             names: list[str | None] = [None] * len(indices)
             labels = [library] * len(indices)
             if table is not None:

@@ -16,7 +16,8 @@ code written at run time, as oneDNN's kernels are, or a library's code copied th
 too, as the harness cannot tell what computes there; so does one in a file the candidate could have
 written (its box, its private /tmp: symbolize.py's `[writable]`), whatever the file says of itself, and one in
 numpy's libraries (`[numpy]`: its ufuncs and BLAS compute; the solution's Python may not reach numpy, its
-native code can through the builtins' `__import__`).
+native code can through the builtins' `__import__`), as in any other Python package's library loaded after the
+sampling began (`[package]`: Pillow's image arithmetic, say; the worker's own packages were loaded before).
 
 The candidate is refused (`torch-op`) once any of these holds:
 - over the calls sampled so far, at least MIN_SAMPLES such samples and MIN_SHARE of its sampled CPU time
@@ -145,7 +146,7 @@ class _Pool:
 def unattributable(library: str) -> bool:
     """Whether a sample's place is code no library file holds, or a file the candidate could have written
     (see symbolize.py's labels): anything but a library file read at its path, or the kernel's own code; numpy's
-    libraries (`[numpy]`) count as well."""
+    libraries (`[numpy]`) and those of packages loaded after the sampling began (`[package]`) count as well."""
     return (library in (ANONYMOUS, UNMAPPED) or library.startswith(("memfd:", NOT_ELF, NOT_LOADED, WRITABLE, NO_FILE))
             or (library.startswith("[") and library not in KERNEL_CODE))
 
@@ -313,7 +314,8 @@ class OpSampling:
         top = ", ".join(f"{short_name(symbol)} {n / self.total:.0%}" for symbol, n in self.against.most_common(3))
         unattributed = (f" or to code no library file holds, or numpy's ({self.unattributed / self.total:.0%}: "
                         "anonymous executable memory, code written at run time, as oneDNN's kernels are, a memory "
-                        "file, numpy's libraries, or a file the solution could write)" if self.unattributed else "")
+                        "file, numpy's libraries, another Python package's loaded by the solution ([package]), or a "
+                        "file the solution could write)" if self.unattributed else "")
         return (f"forward computed with PyTorch's operators: {share:.0%} of the solution's CPU time{basis}, "
                 f"sampled from outside its process, went to ATen's kernels{unattributed} ({top}); only the solution's "
                 "own kernels, in its own libraries, may compute (allocation, views, copies and BLAS are allowed)")

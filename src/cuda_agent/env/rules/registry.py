@@ -187,18 +187,23 @@ BUILD_INPUT = _declare(
     "build-input", "link", "a build's sources, their names or its flags were refused before the compiler ran",
     "the flags a solution gives its builds (an allowlist: rules/build_flags.py), its sources' names (each part "
     "of the path letters, digits and `_ . + -`, none beginning with `-`: nothing a compiler or a shell reads as "
-    "an option, an argument file or a command) and its sources' text (UTF-8; no control character in a flag or "
-    "path), before any compiler runs",
-    "flags that run or redirect the compiler; a source named `@b.cpp`, whose name makes gcc read `b.cpp` as "
-    "its arguments (a specs file of the solution's, the real assembler in place of the guard); inputs that "
-    "would fail the harness instead of the build")
+    "an option, an argument file or a command), its sources' text (UTF-8; no control character in a flag or "
+    "path; flags and include paths UTF-8, at most 4096 characters and 256 of each kind) and their number and size "
+    "(512 files, 32 MiB), before any compiler runs",
+    "flags that run or redirect the compiler (`-Wa,123`: the assembler reading a file of the solution's); a source "
+    "named `@b.cpp`, whose name makes gcc read `b.cpp` as its arguments (a specs file of the solution's, the real "
+    "assembler in place of the guard); inputs that would fail the harness instead of the build (a lone surrogate "
+    "in a flag, a command past the system's length); files by the thousand, each written in the harness's time")
 BUILD_LIMIT = _declare(
     "build-limit", "link", "a build went past its limits",
     "the time of all the builds of an evaluation (`timeout_compile`, for the workspace's build and for the "
-    "candidate's load with its builds), each step's memory (`build_memory_gb`) and each step's output "
-    "(16 MiB)",
+    "candidate's load with its builds), each step's memory (`build_memory_gb`), each step's output "
+    "(16 MiB) and each file it writes (256 MiB), a build's objects together (1 GiB), and the code the link check "
+    "disassembles (16 MiB)",
     "builds meant to hold or exhaust the machine: many units each under a step's limit, a compile that "
-    "instantiates templates without end, an `#include` of a binary library printing gigabytes of errors")
+    "instantiates templates without end, an `#include` of a binary library printing gigabytes of errors, a "
+    "zero-initialised array of a gigabyte (an object of its size on the harness's disk), megabytes of `nop` "
+    "that the harness's disassembler prints as gigabytes of text")
 
 # -- load ------------------------------------------------------------------------------------------
 

@@ -10,10 +10,12 @@ built from its own sources in full.
 
 from __future__ import annotations
 
+import bisect
 import re
 import shutil
 import struct
 import subprocess
+import threading
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -91,6 +93,11 @@ class ToolMissing(RuntimeError):
     pass
 
 
+class CheckLimit(RuntimeError):
+    """A library or object too large to check: more code to disassemble than MAX_CODE_CHECKED, or a tool of the check
+    past its time (the build's failure, not the harness's)."""
+
+
 @dataclass(frozen=True)
 class Finding:
     symbol: str
@@ -119,8 +126,11 @@ def undefined_symbols(library: Path, dynamic: bool = True) -> list[str]:
     nm = shutil.which("nm")
     if nm is None:
         raise ToolMissing("`nm` (binutils) is needed to check built libraries: apt-get install binutils")
-    out = subprocess.run([nm, *(["-D"] if dynamic else []), "--undefined-only", "-C", str(library)],
-                         capture_output=True, text=True, timeout=120)
+    try:
+        out = subprocess.run([nm, *(["-D"] if dynamic else []), "--undefined-only", "-C", str(library)],
+                             capture_output=True, text=True, timeout=CHECK_SECONDS)
+    except subprocess.TimeoutExpired:
+        raise CheckLimit(f"reading the imports of {library.name} took more than {CHECK_SECONDS} s") from None
     if out.returncode != 0:
         raise ToolMissing(f"nm could not read {library.name}: {out.stderr.strip()[:200]}")
     symbols = []
@@ -155,66 +165,103 @@ def check_symbol(symbol: str) -> str | None:
 # The encodings of `syscall`, `sysenter` and `int $0x80`: code without these bytes has none of them.
 _SYSCALL_BYTES = (b"\x0f\x05", b"\x0f\x34", b"\xcd\x80")
 _MAX_WINDOWS = 16   # past this many functions to disassemble, one pass over the whole file is cheaper
+_MAX_HITS = 256     # past this many encodings to look up among the functions, the whole file is disassembled
+# Bytes of code disassembled for one file: objdump prints about 140 bytes of text per byte of `nop`, so 16 MiB is a
+# few seconds of its time (its output is read as it comes, never kept); an honest extension's code is a few MiB.
+MAX_CODE_CHECKED = 16 << 20
+CHECK_SECONDS = 120   # the most one tool of the check may take on one file
+_SYSCALL_LINE = re.compile(rb"\t(syscall|sysenter|int\s+\$0x80)\b")
 
 
-def _syscall_windows(path: Path) -> list[tuple[int, int]] | None:
+def _syscall_windows(path: Path) -> tuple[list[tuple[int, int]] | None, int]:
     """Where a 64-bit little-endian ELF library's code could hold a system call instruction: the
     address ranges of the functions whose bytes hold one of their encodings, or of the section where
     no function does (empty: nowhere, for an object file too). None where that cannot be told from the
     bytes and symbols (another kind of file, an object file with an encoding, too many ranges): then
-    the whole file is disassembled."""
+    the whole file is disassembled. With it, the bytes that disassembling takes: the ranges' sizes, else
+    the file's code (its whole size where it is no ELF file this reads)."""
     data = Path(path).read_bytes()
     if data[:6] != b"\x7fELF\x02\x01":
-        return None
+        return None, len(data)
     shoff, = struct.unpack_from("<Q", data, 0x28)
     entsize, count = struct.unpack_from("<HH", data, 0x3A)
     if entsize < 0x40 or shoff + entsize * count > len(data):
-        return None
+        return None, len(data)
     hits, functions = [], []
+    code = 0
     for i in range(count):
         kind, flags, addr, offset, size, _link, _info, _align, item = struct.unpack_from(
             "<IQQQQIIQQ", data, shoff + i * entsize + 4)
         if offset + size > len(data) and kind != 8:
-            return None
+            return None, len(data)
         if flags & 0x4 and kind != 8:   # SHF_EXECINSTR, with contents (not SHT_NOBITS)
-            code = data[offset:offset + size]
+            code += size
             for pattern in _SYSCALL_BYTES:
-                at = code.find(pattern)
-                while at >= 0:
-                    hits.append((addr + at, (addr, addr + size)))
-                    at = code.find(pattern, at + 1)
+                at = data.find(pattern, offset, offset + size)
+                while at >= 0 and len(hits) <= _MAX_HITS:
+                    hits.append((addr + at - offset, (addr, addr + size)))
+                    at = data.find(pattern, at + 1, offset + size)
         if kind == 2 and item == 24:    # SHT_SYMTAB: its functions' addresses and sizes
             for _name, info, _other, _index, value, length in struct.iter_unpack("<IBBHQQ", data[offset:offset + size]):
                 if info & 0xF == 2 and length:
                     functions.append((value, value + length))
     if not hits:
-        return []
-    if struct.unpack_from("<H", data, 0x10)[0] not in (2, 3):   # not linked: no addresses to disassemble at
-        return None
+        return [], 0
+    if struct.unpack_from("<H", data, 0x10)[0] not in (2, 3) or len(hits) > _MAX_HITS:
+        return None, code   # not linked (no addresses to disassemble at), or too many places to look up
+    functions.sort()
+    starts = [start for start, _ in functions]
     windows = set()
     for hit, section in hits:
-        # the functions holding it, else its whole section (a PLT has no function symbols): both start
-        # where an instruction does
-        windows.update([f for f in functions if f[0] <= hit and hit + 2 <= f[1]] or [section])
-    return sorted(windows) if len(windows) <= _MAX_WINDOWS else None
+        # the functions holding it (among the few that start last before it), else its whole section (a PLT has
+        # no function symbols): both start where an instruction does
+        last = bisect.bisect_right(starts, hit)
+        near = functions[max(0, last - 8):last]
+        windows.update([f for f in near if hit + 2 <= f[1]] or [section])
+    if len(windows) > _MAX_WINDOWS:
+        return None, code
+    return sorted(windows), sum(stop - start for start, stop in windows)
 
 
 def has_syscall_instruction(library: Path) -> bool:
     """Whether the library's own code issues system calls directly (no libc symbol to see). In a
     library, only the functions (or sections) whose bytes hold one of the instructions' encodings are
-    disassembled (`_syscall_windows`); any other file is disassembled whole."""
-    windows = _syscall_windows(Path(library))
+    disassembled (`_syscall_windows`); any other file is disassembled whole. CheckLimit where that is more
+    than MAX_CODE_CHECKED bytes of code, or takes objdump more than CHECK_SECONDS."""
+    windows, code = _syscall_windows(Path(library))
+    if code > MAX_CODE_CHECKED:
+        raise CheckLimit(f"{Path(library).name} holds {code >> 20} MiB of code to check for system calls: at most "
+                         f"{MAX_CODE_CHECKED >> 20} MiB")
     objdump = shutil.which("objdump")
     if objdump is None:
         raise ToolMissing("`objdump` (binutils) is needed to check built libraries: apt-get install binutils")
     ranges = [[]] if windows is None else [[f"--start-address={start:#x}", f"--stop-address={stop:#x}"]
                                            for start, stop in windows]
-    for window in ranges:
-        out = subprocess.run([objdump, "-d", "--no-show-raw-insn", *window, str(library)], capture_output=True,
-                             text=True, timeout=300)
-        if re.search(r"\t(syscall|sysenter|int\s+\$0x80)\b", out.stdout):
-            return True
-    return False
+    return any(_disassembly_has_syscall([objdump, "-d", "--no-show-raw-insn", *window, str(library)])
+               for window in ranges)
+
+
+def _disassembly_has_syscall(command: list[str]) -> bool:
+    """Whether objdump's `command` prints a system call instruction: its output read as it comes and dropped
+    (a few MiB of code print gigabytes), objdump killed past CHECK_SECONDS (CheckLimit)."""
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+    timer = threading.Timer(CHECK_SECONDS, proc.kill)
+    timer.start()
+    tail = b""
+    try:
+        while chunk := proc.stdout.read(1 << 20):
+            block = tail + chunk
+            if _SYSCALL_LINE.search(block):
+                return True
+            tail = block[-64:]   # a line cut between two reads
+        if proc.wait() < 0 and not timer.is_alive():
+            raise CheckLimit(f"disassembling {Path(command[-1]).name} took more than {CHECK_SECONDS} s")
+        return False
+    finally:
+        timer.cancel()
+        proc.kill()
+        proc.wait()
+        proc.stdout.close()
 
 
 # Findings per file, keyed by the file itself (device, inode, size, mtime) rather than its path: a

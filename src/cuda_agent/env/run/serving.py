@@ -63,7 +63,7 @@ class BuildServing:
         """Build for the solution (harness side), checking what the library links against before it is
         published (a refused one is deleted); returns the copy handed to the candidate (handed.py)."""
         from cuda_agent.env.builds.compiler import BuildError, build_extension
-        from cuda_agent.env.rules.symbols import ToolMissing, check_library, toolchain_imports
+        from cuda_agent.env.rules.symbols import CheckLimit, ToolMissing, check_library, toolchain_imports
 
         build_cache = Path(self.config.cache_dir) / "build"
         exempt = toolchain_imports(self.backend, str(build_cache)) if self.config.guard else None
@@ -73,6 +73,9 @@ class BuildServing:
                 findings = check_library(so, objects, exempt)
             except ToolMissing as exc:
                 raise BuildError(str(exc)) from None
+            except CheckLimit as exc:   # the library's doing: too much code to check
+                raise BuildError(f"checking the built library was stopped (rule {rules.BUILD_LIMIT.name}): {exc}",
+                                 rule=rules.BUILD_LIMIT) from None
             if findings:
                 raise LinkRefused("the built library imports what a solution may not use:\n" +
                                    "\n".join(f.describe() for f in findings[:12]))
