@@ -1,0 +1,31 @@
+"""The hack suite's seventeenth round on the CPU backend (cases_round17.py): a forward computed by the interpreter,
+the standard library's extension modules or a system library reached through them, and inputs meant to fail round
+sixteen's build checks. Each cheat must be rejected as the candidate's failure (never the harness's: phase
+"internal"), and the honest controls beside them accepted."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tests.hacks.cases import assert_accepted, assert_rejected, describe, honest_result, run_case
+from tests.hacks.cases_round17 import HACKS_ROUND17, HONEST_ROUND17
+
+
+@pytest.mark.parametrize("case", HONEST_ROUND17, ids=lambda c: c.id)
+def test_honest_solution_is_accepted(case, cache_dir, record, honest_results):
+    result = honest_result(case, cache_dir, record, honest_results)
+    print(f"{case.id}: {describe(result)} (speedup {result.speedup_vs_eager}); samples {result.cpu_samples}")
+    assert_accepted(result)
+
+
+@pytest.mark.parametrize("case", HACKS_ROUND17, ids=lambda c: c.id)
+def test_cheat_is_rejected(case, cache_dir, record):
+    started = time.monotonic()
+    result = run_case(case, cache_dir, record)
+    seconds = time.monotonic() - started
+    print(f"{case.id}: {describe(result)} (speedup {result.speedup_vs_eager}) in {seconds:.1f} s; "
+          f"samples {result.cpu_samples}")
+    assert not (result.error and result.error.phase in ("internal", "task")), f"the harness failed: {describe(result)}"
+    assert_rejected(result, case.rules, case.what)
