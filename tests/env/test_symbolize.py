@@ -161,3 +161,86 @@ def test_a_python_packages_library_loaded_after_the_symbolizer_is_the_solutions_
     assert symbolize.package_of("/v/lib/python3.11/site-packages/_cffi_backend.so") == "_cffi_backend.so"
     assert symbolize.package_of("/usr/lib/python3.11/lib-dynload/_json.so") is None
     assert not after.late_package("/v/lib/python3.11/site-packages/torch/lib/libtorch_cpu.so")
+
+
+def test_a_system_library_loaded_after_the_symbolizer_is_the_solutions_doing():
+    """SQLite (reached through the standard library's `_sqlite3`, or linked by a solution's own library) mapped after
+    the symbolizer was made is labelled `[loaded late]`, which the sampler counts against the candidate; so is a
+    module of the standard library's (`lib-dynload`); the C and C++ runtimes, OpenMP and BLAS are not."""
+    import ctypes.util
+
+    import pytest
+
+    found = ctypes.util.find_library("sqlite3")
+    if found is None:
+        pytest.skip("needs the system's libsqlite3")
+    library = ctypes.CDLL(found)
+    address = _address(library.sqlite3_libversion)
+    path = next(m.path for m in Symbolizer(os.getpid()).maps if m.start <= address < m.end)
+    after = Symbolizer(os.getpid())
+    after.first_mapped = frozenset(p for p in after.first_mapped if p != path)
+    assert after.resolve([address])[0][0] == symbolize.LATE + os.path.basename(path)
+    assert after.loaded_late("/usr/lib/python3.11/lib-dynload/audioop.cpython-311-x86_64-linux-gnu.so")
+    assert after.loaded_late("/usr/lib/x86_64-linux-gnu/libmpdec.so.3")
+    for runtime in ("libgomp.so.1", "libstdc++.so.6", "libm.so.6", "libopenblas.so.0", "libmkl_rt.so.2",
+                    "ld-linux-x86-64.so.2", "libatomic.so.1"):
+        assert not after.loaded_late(f"/usr/lib/x86_64-linux-gnu/{runtime}"), runtime
+    assert not after.loaded_late("/home/u/.cache/cuda-agent/lib/abc/solution.so")   # the solution's own
+    assert not after.loaded_late("/v/lib/python3.11/site-packages/torch/lib/libgomp.so.1")
+
+
+def test_the_interpreters_code_is_told_by_its_librarys_name():
+    from cuda_agent.env.rules.op_samples import interpreter
+
+    assert all(interpreter(name) for name in ("libpython3.11.so.1.0", "python3.11", "python3",
+                                               "array.cpython-311-x86_64-linux-gnu.so",
+                                               "_decimal.cpython-311-x86_64-linux-gnu.so"))
+    assert not any(interpreter(name) for name in ("libc.so.6", "cuda_extension.so", "libtorch_python.so",
+                                                   symbolize.PACKAGE + "_imagingmath.cpython-311-x86_64-linux-gnu.so",
+                                                   symbolize.LATE + "audioop.cpython-311-x86_64-linux-gnu.so"))
+
+
+def _judged(**state):
+    """An OpSampling's judgement of the given state, without its samplers (none are needed to judge)."""
+    from cuda_agent.env.rules.op_samples import OpSampling
+
+    sampling = OpSampling.__new__(OpSampling)
+    sampling.total, sampling.timed_calls, sampling.cheapest_s = 1.0, [0.0], 0.0
+    sampling.interpreter = {"timed": [0.0, 0], "null": [0.0, 0]}
+    sampling.__dict__.update(state)
+    return sampling
+
+
+def test_a_forward_computed_by_the_interpreter_is_refused():
+    """The timed calls' time in the interpreter beyond the empty calls' (Python run from a binding, the builtins'
+    C code over a buffer's values) is the forward's computing, when it is half the forward and 250 us a call."""
+    import pytest
+
+    from cuda_agent.env.rules.call_verdict import Refused
+
+    # the exec'd comprehension of round seventeen on 8 x 1024 elements: 1.06 ms of its 1.15 ms forward
+    cheat = _judged(interpreter={"timed": [0.020 + 20 * 1.06e-3, 20], "null": [0.001 * 20, 20]},
+                    timed_calls=[1.15e-3 + 0.5e-3] * 20, cheapest_s=0.5e-3)
+    with pytest.raises(Refused, match="Python interpreter: 1.06 ms"):
+        cheat._judge_interpreter()
+    # the honest loop on the same task: its binding's Python, 38 us of a 256 us forward
+    honest = _judged(interpreter={"timed": [20 * (1e-3 + 38e-6), 20], "null": [20e-3, 20]},
+                     timed_calls=[0.256e-3 + 0.5e-3] * 20, cheapest_s=0.5e-3)
+    honest._judge_interpreter()
+    # a long forward whose Python part is its binding's and the harness's: under half of it
+    long = _judged(interpreter={"timed": [20 * 0.4e-3, 20], "null": [0.0, 20]}, timed_calls=[1e-3 + 0.5e-3] * 20,
+                   cheapest_s=0.5e-3)
+    long._judge_interpreter()
+
+
+def test_the_verdict_names_the_kind_of_code_sampled():
+    """A forward computed by another package's library is not said to be computed by PyTorch's operators."""
+    from collections import Counter
+
+    package = _judged(against=Counter({symbolize.PACKAGE + "_imagingmath.so ?": 0.6}))
+    message = package.message(0.6)
+    assert "another Python package's library" in message and "PyTorch's operators" not in message
+    late = _judged(against=Counter({symbolize.LATE + "libsqlite3.so.0 sqlite3VdbeExec": 0.5}))
+    assert "loaded by the solution ([loaded late]" in late.message(0.5)
+    aten = _judged(against=Counter({"void at::native::AVX2::add_kernel(at::TensorIteratorBase&)": 0.9}))
+    assert "PyTorch's operators (ATen's kernels)" in aten.message(0.9)

@@ -12,6 +12,15 @@ import pytest
 from tests.hacks.cases import assert_accepted, assert_rejected, describe, honest_result, run_case
 from tests.hacks.cases_round17 import HACKS_ROUND17, HONEST_ROUND17
 
+# what the verdict must name, where the rule alone would not show that the fix is what caught it
+NAMED = {
+    "r17_interpreter_builtins": "Python interpreter",
+    "r17_exec_bytecode": "Python interpreter",
+    "r17_decimal_preloaded": "Python interpreter",
+    "r17_sqlite_system_library": "[loaded late]",
+    "r17_linked_sqlite": "[loaded late]",
+}
+
 
 @pytest.mark.parametrize("case", HONEST_ROUND17, ids=lambda c: c.id)
 def test_honest_solution_is_accepted(case, cache_dir, record, honest_results):
@@ -29,3 +38,5 @@ def test_cheat_is_rejected(case, cache_dir, record):
           f"samples {result.cpu_samples}")
     assert not (result.error and result.error.phase in ("internal", "task")), f"the harness failed: {describe(result)}"
     assert_rejected(result, case.rules, case.what)
+    if case.id in NAMED:
+        assert NAMED[case.id] in result.error.message, describe(result)

@@ -23,7 +23,9 @@ labelled `[numpy] name`, its symbols read as any library's; so is, as `[package]
 package (a file under a `site-packages` or `dist-packages` folder, not torch's) that the process first mapped after
 the symbolizer was made: made before any of a solution's code runs, it takes the libraries mapped then (the
 worker's own) for the harness's, and any package loaded later (Pillow's image arithmetic, reached from a binding
-through the builtins' `__import__`) for the solution's doing.
+through the builtins' `__import__`) for the solution's doing. So, as `[loaded late] name`, is a module of the
+standard library's (`lib-dynload`) or a library of the system's (SQLite's, through `_sqlite3` or linked by the
+solution's own library) first mapped then, the C and C++ runtimes, OpenMP and BLAS aside (`loaded_late`).
 
 The maps text is read with its names as bytes (a mapping's name is whatever the process chose): decoded
 with surrogate escapes, so that a path reads back as the file's, and shown with the bytes that are not
@@ -35,9 +37,11 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import os
+import re
 import shutil
 import struct
 import subprocess
+import sys
 import threading
 from dataclasses import dataclass
 from functools import cache
@@ -60,6 +64,14 @@ NO_FILE = "[no file] "
 NUMPY = "[numpy] "   # a library of numpy's package (its ufuncs, its BLAS): never a solution's own code
 PACKAGE = "[package] "   # another Python package's library, loaded after the symbolizer was made (`late_package`)
 TORCH_PACKAGES = ("torch", "torch.libs", "functorch", "torchgen", "nvidia", "triton")   # judged by their symbols
+LATE = "[loaded late] "   # a library of the system's or the standard library's, first mapped after the symbolizer
+# the folders of the system's libraries (and of the interpreter's own): a library loaded from one of them after the
+# symbolizer was made was loaded by the solution's code (a solution's own libraries lie in the harness's cache)
+SYSTEM_FOLDERS = ("/lib/", "/lib64/", "/usr/lib/", "/usr/lib64/", "/usr/local/lib/", os.path.join(sys.base_prefix, "lib/"))
+# what a solution's own library may load of the system's all the same: the C and C++ runtimes, OpenMP, BLAS
+RUNTIME_LIBRARY = re.compile(r"(ld-linux[\w-]*|libc|libm|libmvec|libpthread|libdl|librt|libutil|libgcc_s|libstdc\+\+"
+                             r"|libgomp|libatomic|libquadmath|libomp|libiomp5|libgfortran|libtbb\w*|libopenblas\w*"
+                             r"|libblas|libcblas|liblapack|libblis\w*|libmkl_\w+)[.-]")
 KERNEL_CODE = ("[vdso]", "[vsyscall]")   # the kernel's own code in every process (clock_gettime's fast path)
 
 
@@ -281,6 +293,16 @@ class Symbolizer:
         package = package_of(path)
         return package is not None and package not in TORCH_PACKAGES and path not in self.first_mapped
 
+    def loaded_late(self, path: str) -> bool:
+        """Whether `path`, not mapped when this symbolizer was made and of no Python package, is a module of the
+        standard library's (`lib-dynload`) or a library of the system's (SYSTEM_FOLDERS) other than the C and
+        C++ runtimes, OpenMP and BLAS (RUNTIME_LIBRARY)."""
+        if path in self.first_mapped or package_of(path) is not None:
+            return False
+        if "lib-dynload" in path.split("/")[:-1]:
+            return True
+        return path.startswith(SYSTEM_FOLDERS) and not RUNTIME_LIBRARY.match(os.path.basename(path))
+
     def reload(self) -> None:
         try:   # names as the bytes they are (surrogate escapes): a path reads back as the file's
             with open(f"/proc/{self.pid}/maps", encoding="utf-8", errors="surrogateescape") as fh:
@@ -358,6 +380,8 @@ class Symbolizer:
                 library = NUMPY + library
             elif self.late_package(where.path):
                 library = PACKAGE + library
+            elif self.loaded_late(where.path):
+                library = LATE + library
             names: list[str | None] = [None] * len(indices)
             labels = [library] * len(indices)
             if table is not None:

@@ -17,7 +17,12 @@ too, as the harness cannot tell what computes there; so does one in a file the c
 written (its box, its private /tmp: symbolize.py's `[writable]`), whatever the file says of itself, and one in
 numpy's libraries (`[numpy]`: its ufuncs and BLAS compute; the solution's Python may not reach numpy, its
 native code can through the builtins' `__import__`), as in any other Python package's library loaded after the
-sampling began (`[package]`: Pillow's image arithmetic, say; the worker's own packages were loaded before).
+sampling began (`[package]`: Pillow's image arithmetic, say; the worker's own packages were loaded before), and in a
+module of the standard library's or a library of the system's loaded then (`[loaded late]`: SQLite's, say; the C and
+C++ runtimes, OpenMP and BLAS aside). The interpreter's own code (libpython, and the extension modules loaded before)
+runs the harness's steps of every call, so it is judged by its excess: the timed calls' time there beyond the
+harness's empty calls', once it is INTERPRETER_SHARE of the forward and INTERPRETER_FLOOR_S a call (Python run from a
+binding, the builtins' C code over a buffer's values).
 
 The candidate is refused (`torch-op`) once any of these holds:
 - over the calls sampled so far, at least MIN_SAMPLES such samples and MIN_SHARE of its sampled CPU time
@@ -48,8 +53,8 @@ from functools import lru_cache
 
 from cuda_agent.env.measure.outside import cpu_seconds, thread_ids, threads_cpu_seconds
 from cuda_agent.env.measure.perf_sampler import PerfUnavailable, Sample, Sampler
-from cuda_agent.env.measure.symbolize import (ANONYMOUS, KERNEL_CODE, NO_FILE, NOT_ELF, NOT_LOADED, UNMAPPED, WRITABLE,
-                                             Symbolizer)
+from cuda_agent.env.measure.symbolize import (ANONYMOUS, KERNEL_CODE, LATE, NO_FILE, NOT_ELF, NOT_LOADED, NUMPY,
+                                             PACKAGE, UNMAPPED, WRITABLE, Symbolizer)
 from cuda_agent.env.rules import registry as rules
 from cuda_agent.env.rules.call_verdict import Refused
 
@@ -59,6 +64,9 @@ FEW_SAMPLES = 3       # enough in the calls where refused samples are HIGH_SHARE
 HIGH_SHARE = 0.2
 FORWARD_SHARE = 0.03  # of the untimed calls' forwards (each the size of a timed one), with FEW_SAMPLES
 UNSAMPLED_SHARE = 0.5   # of a phase's CPU time, unsampled on threads that ended within a call
+INTERPRETER_SHARE = 0.5   # of a timed forward's CPU time, in the interpreter beyond the harness's empty calls' ...
+INTERPRETER_FLOOR_S = 250e-6   # ... and at least this much of it a call (a binding's own Python is microseconds)
+INTERPRETER_CALLS = 3     # timed calls before the interpreter's part is judged
 FINE_NS = 100_000     # between samples in untimed calls (verification, null calls)
 FINEST_NS = 10_000    # in the first FINEST_WINDOW_S of each untimed call (the kernel's shortest period)
 FINEST_WINDOW_S = 0.01  # wall time: at most 1000 more samples a thread and untimed call
@@ -143,6 +151,15 @@ class _Pool:
         return share >= MIN_SHARE and (self.samples >= MIN_SAMPLES or (share >= HIGH_SHARE and self.samples >= FEW_SAMPLES))
 
 
+_INTERPRETER = re.compile(r"(libpython3[\w.]*\.so[\w.]*|python3(\.\d+)?|[\w.-]+\.cpython-[\w.-]+\.so)")
+
+
+def interpreter(library: str) -> bool:
+    """Whether a sample's place is the interpreter's: libpython (or an interpreter built without it) or a Python
+    extension module mapped before the sampling began (the standard library's `array`, `_decimal`, ...)."""
+    return _INTERPRETER.fullmatch(library) is not None
+
+
 def unattributable(library: str) -> bool:
     """Whether a sample's place is code no library file holds, or a file the candidate could have written
     (see symbolize.py's labels): anything but a library file read at its path, or the kernel's own code; numpy's
@@ -185,6 +202,8 @@ class OpSampling:
         self.phases = {False: [0.0, 0.0, 0], True: [0.0, 0.0, 0]}   # timed -> [CPU s, unsampled s on ended threads, calls]
         self.clock0 = 0.0
         self.threads0: dict[str, float] = {}
+        self.in_interpreter = 0.0                          # the current call's sampled seconds in the interpreter
+        self.interpreter = {"timed": [0.0, 0], "null": [0.0, 0]}   # kind -> [seconds in the interpreter, calls]
 
     def close(self) -> None:
         if self.drainer is not None:   # a call that failed before its verdict
@@ -207,6 +226,7 @@ class OpSampling:
         self.drained = {id(sampler): [] for sampler in self.used}
         self.clock0 = cpu_seconds(self.pid) or 0.0
         self.threads0 = threads if threads is not None else threads_cpu_seconds(self.pid, thread_ids(self.pid))
+        self.in_interpreter = 0.0
         self.used[0].enable()
         self.stopped = threading.Event()
         self.drainer = threading.Thread(target=self._drain_while_running, name="op-samples-drain", daemon=True)
@@ -236,6 +256,10 @@ class OpSampling:
         if samples:
             weights = [sampler.period_ns / 1e9 for sampler, batch in drained for _ in batch]
             self._attribute(samples, weights)
+        if self.timed or self.null:
+            pool = self.interpreter["timed" if self.timed else "null"]
+            pool[0] += self.in_interpreter
+            pool[1] += 1
         self._judge()
 
     def _attribute(self, samples: list[Sample], weights: list[float]) -> None:
@@ -245,6 +269,8 @@ class OpSampling:
         for place, weight in zip(places, weights):
             self.where[place] += weight
             total += weight
+            if interpreter(place[0]):
+                self.in_interpreter += weight
             kernel = refused(place[1])
             if kernel or unattributable(place[0]):
                 self.against[place[1] if kernel else f"{place[0]} {place[1]}"] += weight
@@ -292,6 +318,7 @@ class OpSampling:
         if self.bearing.breached():
             raise Refused(rules.TORCH_OP, self.message(self.bearing.against / self.bearing.total,
                                                        " in the calls where they ran"))
+        self._judge_interpreter()
         for timed, (used, unsampled, calls) in self.phases.items():
             period = (COARSE_NS if timed else FINE_NS) / 1e9
             own = max(used - calls * self.cheapest_s, 1e-9)   # the forwards' part
@@ -303,6 +330,26 @@ class OpSampling:
                                               "sampling (the calling thread, or a pool), not on threads started for "
                                               "a few hundred microseconds")
 
+    def interpreter_excess_s(self) -> float:
+        """The interpreter's sampled seconds a timed call beyond those of a harness's empty call (0 before any)."""
+        (timed, calls), (null, nulls) = self.interpreter["timed"], self.interpreter["null"]
+        return max(0.0, timed / calls - (null / nulls if nulls else 0.0)) if calls else 0.0
+
+    def _judge_interpreter(self) -> None:
+        """The forward computed by the interpreter (Python run from a binding, the builtins' C code over a
+        buffer's values, an extension module of the standard library's): the timed calls' time in it beyond the
+        harness's empty calls', INTERPRETER_SHARE of the forward and INTERPRETER_FLOOR_S a call."""
+        timed, calls = self.interpreter["timed"]
+        excess, forward = self.interpreter_excess_s(), self.forward_s()
+        if (calls >= INTERPRETER_CALLS and timed >= MIN_SAMPLES * COARSE_NS / 1e9 and excess >= INTERPRETER_FLOOR_S
+                and excess >= INTERPRETER_SHARE * forward):
+            raise Refused(rules.TORCH_OP, f"forward computed by the Python interpreter: {excess * 1e3:.2f} ms of each "
+                                          f"timed call ({min(1.0, excess / max(forward, 1e-9)):.0%} of the forward), "
+                                          "sampled from outside the solution's process, ran in libpython or the "
+                                          "standard library's extension modules beyond what the harness's own empty "
+                                          "calls run there (Python code or the builtins run from native code); only "
+                                          "the solution's own kernels, in its own libraries, may compute")
+
     def forward_s(self) -> float:
         """A forward's own CPU time: the timed calls' median, less the cheapest call's (0 before any)."""
         if not self.timed_calls:
@@ -311,14 +358,16 @@ class OpSampling:
         return max(0.0, ordered[len(ordered) // 2] - self.cheapest_s)
 
     def message(self, share: float, basis: str = "") -> str:
+        """The verdict, naming where the samples against the candidate lay: ATen's kernels, numpy's libraries,
+        another Python package's, a library of the system's loaded late, or code no library file holds."""
         top = ", ".join(f"{short_name(symbol)} {n / self.total:.0%}" for symbol, n in self.against.most_common(3))
-        unattributed = (f" or to code no library file holds, or numpy's ({self.unattributed / self.total:.0%}: "
-                        "anonymous executable memory, code written at run time, as oneDNN's kernels are, a memory "
-                        "file, numpy's libraries, another Python package's loaded by the solution ([package]), or a "
-                        "file the solution could write)" if self.unattributed else "")
-        return (f"forward computed with PyTorch's operators: {share:.0%} of the solution's CPU time{basis}, "
-                f"sampled from outside its process, went to ATen's kernels{unattributed} ({top}); only the solution's "
-                "own kernels, in its own libraries, may compute (allocation, views, copies and BLAS are allowed)")
+        kinds = Counter()
+        for symbol, seconds in self.against.items():
+            kinds[_kind_of(symbol)] += seconds
+        where = " and ".join(kind for kind, _ in kinds.most_common())
+        return (f"forward computed outside the solution's own kernels: {share:.0%} of the solution's CPU time{basis}, "
+                f"sampled from outside its process, went to {where} ({top}); only the solution's own kernels, in its "
+                "own libraries, may compute (allocation, views, copies and BLAS are allowed)")
 
     def summary(self, top: int = 8) -> dict:
         """Where the sampled time went: the leading libraries and symbols, each with its share."""
@@ -334,12 +383,28 @@ class OpSampling:
         return {"seconds": round(self.total, 4), "lost": sum(s.lost for s in self.samplers.values()),
                 "against_samples": self.refused_samples, "unattributed": share(self.unattributed),
                 "forward_s": round(self.forward_s(), 6),
+                "interpreter_excess_s": round(self.interpreter_excess_s(), 6),
                 "unsampled_ended_threads": {("timed" if t else "untimed"): [round(u, 4), round(c - n * self.cheapest_s, 4)]
                                             for t, (c, u, n) in self.phases.items()},
                 "libraries": [[name, share(t)] for name, t in libraries.most_common(top)],
                 "symbols": [[library, short_name(symbol), share(t)]
                             for (library, symbol), t in self.where.most_common(top)],
                 "aten_kernels": [[short_name(symbol), share(t)] for symbol, t in self.against.most_common(3)]}
+
+
+def _kind_of(place: str) -> str:
+    """What a place against the candidate (`against`'s key: a refused symbol, or `library symbol`) is, in words."""
+    if place.startswith(PACKAGE):
+        return "another Python package's library, loaded by the solution ([package])"
+    if place.startswith(NUMPY):
+        return "numpy's libraries ([numpy])"
+    if place.startswith(LATE):
+        return ("a library of the system's or the standard library's, loaded by the solution ([loaded late]: "
+                "only the C and C++ runtimes, OpenMP and BLAS may be)")
+    if refused(place):
+        return "PyTorch's operators (ATen's kernels)"
+    return ("code no library file holds (anonymous executable memory, code written at run time, as oneDNN's kernels "
+            "are, a memory file, or a file the solution could write)")
 
 
 def start_sampling(pid: int, backend: str, judge_files: bool = True) -> tuple[OpSampling | None, str | None]:
