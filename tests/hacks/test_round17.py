@@ -10,7 +10,7 @@ import time
 import pytest
 
 from tests.hacks.cases import assert_accepted, assert_rejected, describe, honest_result, run_case
-from tests.hacks.cases_round17 import HACKS_ROUND17, HONEST_ROUND17
+from tests.hacks.cases_round17 import HACKS_ROUND17, HONEST_ROUND17, OPEN_ROUND17
 
 # what the verdict must name, where the rule alone would not show that the fix is what caught it
 NAMED = {
@@ -40,3 +40,14 @@ def test_cheat_is_rejected(case, cache_dir, record):
     assert_rejected(result, case.rules, case.what)
     if case.id in NAMED:
         assert NAMED[case.id] in result.error.message, describe(result)
+
+
+@pytest.mark.xfail(strict=True, reason="open: the interpreter's excess is judged against the forward's CPU time, which "
+                                       "a spin of the solution's own code lengthens (docs/verification.md, What "
+                                       "remains open)")
+@pytest.mark.parametrize("case", OPEN_ROUND17, ids=lambda c: c.id)
+def test_open_cheat_is_rejected(case, cache_dir, record):
+    result = run_case(case, cache_dir, record)
+    print(f"{case.id}: {describe(result)}; samples {result.cpu_samples}")
+    assert not (result.error and result.error.phase in ("internal", "task")), f"the harness failed: {describe(result)}"
+    assert_rejected(result, case.rules, case.what)
