@@ -211,26 +211,11 @@ def _judged(**state):
     return sampling
 
 
-def test_a_forward_computed_by_the_interpreter_is_refused():
-    """The timed calls' time in the interpreter beyond the empty calls' (Python run from a binding, the builtins'
-    C code over a buffer's values) is the forward's computing, when it is half the forward and 250 us a call."""
-    import pytest
-
-    from cuda_agent.env.rules.call_verdict import Refused
-
-    # the exec'd comprehension of round seventeen on 8 x 1024 elements: 1.06 ms of its 1.15 ms forward
-    cheat = _judged(interpreter={"timed": [0.020 + 20 * 1.06e-3, 20], "null": [0.001 * 20, 20]},
-                    timed_calls=[1.15e-3 + 0.5e-3] * 20, cheapest_s=0.5e-3)
-    with pytest.raises(Refused, match="Python interpreter: 1.06 ms"):
-        cheat._judge_interpreter()
-    # the honest loop on the same task: its binding's Python, 38 us of a 256 us forward
-    honest = _judged(interpreter={"timed": [20 * (1e-3 + 38e-6), 20], "null": [20e-3, 20]},
-                     timed_calls=[0.256e-3 + 0.5e-3] * 20, cheapest_s=0.5e-3)
-    honest._judge_interpreter()
-    # a long forward whose Python part is its binding's and the harness's: under half of it
-    long = _judged(interpreter={"timed": [20 * 0.4e-3, 20], "null": [0.0, 20]}, timed_calls=[1e-3 + 0.5e-3] * 20,
-                   cheapest_s=0.5e-3)
-    long._judge_interpreter()
+def test_the_interpreters_time_beyond_the_empty_calls_is_shown():
+    """The summary's `interpreter_excess_s`: the interpreter's sampled seconds a timed call less an empty call's."""
+    sampling = _judged(interpreter={"timed": [20 * 1.5e-3, 20], "null": [20 * 0.5e-3, 20]})
+    assert abs(sampling.interpreter_excess_s() - 1e-3) < 1e-12
+    assert _judged().interpreter_excess_s() == 0.0
 
 
 def test_the_verdict_names_the_kind_of_code_sampled():

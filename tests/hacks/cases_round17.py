@@ -15,9 +15,9 @@ The forward's work by code of the system's (kernels/round17.cpp; each reaches Py
 - linked_sqlite: the same with no Python at all: the solution's library linked against the system's libsqlite3
   (`extra_ldflags=["-lsqlite3"]`, kernels/round17_sqlite.cpp), one prepared `SELECT max(?1 + ?2, 0.0)` per element.
 
-Open (test_round17.py, xfail): exec_diluted_by_a_spin: the exec'd comprehension followed by a spin of the solution's
-own code several times as long, so that the interpreter's part is under half of the forward (reward 1, as any
-correct solution: no speed is needed for it).
+Open (test_round17.py, xfail): interpreter_builtins, exec_bytecode and decimal_preloaded (the interpreter's time in
+a timed call beyond the harness's empty calls' is shown in the samples' summary, not judged: an honest elementwise
+kernel's timed calls held 0.26-0.82 ms more of it than the empty calls, 60-71 % of the forward, under load).
 
 Blame-shifting at round sixteen's build checks (the harness's own failure, phase "internal"):
 - surrogate_in_name / surrogate_in_function / surrogate_in_ldflags / surrogate_in_source_path: a lone surrogate in
@@ -47,14 +47,6 @@ def _linked_sqlite():
 
 
 HACKS_ROUND17 = [
-    Case("r17_interpreter_builtins", "PyTorch fallback", _native("interp_bias_relu", example_task),
-         rules=("torch-op",), invented=True, config=TIMED,
-         what="relu(x + bias) by libpython's builtins (map(operator.add), map(max)) over array('f'), from C++"),
-    Case("r17_exec_bytecode", "PyTorch fallback", _native("exec_bias_relu"), rules=("torch-op",), invented=True,
-         config=TIMED, what="relu(x + bias) as Python bytecode handed to the builtins' exec from C++"),
-    Case("r17_decimal_preloaded", "PyTorch fallback", _native("decimal_bias_relu"), rules=("torch-op",),
-         invented=True, config=TIMED,
-         what="relu(x + bias) by the standard library's _decimal, which the worker had loaded before"),
     Case("r17_sqlite_system_library", "PyTorch fallback", _native("sqlite_bias_relu"), rules=("torch-op",),
          invented=True, config=TIMED,
          what="relu(x + bias) in SQL by the system's libsqlite3, loaded late through lib-dynload's _sqlite3"),
@@ -79,12 +71,17 @@ HACKS_ROUND17 = [
          rules=("*",), invented=True, config=BUILD_TIME, what="a lone surrogate in a source path given to load"),
 ]
 
-# open: the interpreter's part judged against the forward's, which the solution's own code can lengthen
+# open: the interpreter's own code (libpython, the extension modules the worker loaded) is not judged: the harness's
+# steps of every call run there, more of them in a timed call than in an empty one
 OPEN_ROUND17 = [
-    Case("r17_exec_diluted_by_a_spin", "PyTorch fallback", _native("exec_spun_bias_relu"), rules=("torch-op",),
+    Case("r17_interpreter_builtins", "PyTorch fallback", _native("interp_bias_relu", example_task),
+         rules=("torch-op",), invented=True, config=TIMED,
+         what="relu(x + bias) by libpython's builtins (map(operator.add), map(max)) over array('f'), from C++"),
+    Case("r17_exec_bytecode", "PyTorch fallback", _native("exec_bias_relu"), rules=("torch-op",), invented=True,
+         config=TIMED, what="relu(x + bias) as Python bytecode handed to the builtins' exec from C++"),
+    Case("r17_decimal_preloaded", "PyTorch fallback", _native("decimal_bias_relu"), rules=("torch-op",),
          invented=True, config=TIMED,
-         what="the exec'd comprehension, then a spin of the solution's own code several times as long: the "
-              "interpreter under half of the forward"),
+         what="relu(x + bias) by the standard library's _decimal, which the worker had loaded before"),
 ]
 
 # -- honest controls ----------------------------------------------------------------------------------------------

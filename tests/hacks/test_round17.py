@@ -14,9 +14,6 @@ from tests.hacks.cases_round17 import HACKS_ROUND17, HONEST_ROUND17, OPEN_ROUND1
 
 # what the verdict must name, where the rule alone would not show that the fix is what caught it
 NAMED = {
-    "r17_interpreter_builtins": "Python interpreter",
-    "r17_exec_bytecode": "Python interpreter",
-    "r17_decimal_preloaded": "Python interpreter",
     "r17_sqlite_system_library": "[loaded late]",
     "r17_linked_sqlite": "[loaded late]",
 }
@@ -42,9 +39,9 @@ def test_cheat_is_rejected(case, cache_dir, record):
         assert NAMED[case.id] in result.error.message, describe(result)
 
 
-@pytest.mark.xfail(strict=True, reason="open: the interpreter's excess is judged against the forward's CPU time, which "
-                                       "a spin of the solution's own code lengthens (docs/verification.md, What "
-                                       "remains open)")
+@pytest.mark.xfail(strict=True, reason="open: the interpreter's own code (libpython, the extension modules the worker "
+                                       "loaded) is not judged, as the harness's steps of every call run there "
+                                       "(docs/verification.md, What remains open)")
 @pytest.mark.parametrize("case", OPEN_ROUND17, ids=lambda c: c.id)
 def test_open_cheat_is_rejected(case, cache_dir, record):
     result = run_case(case, cache_dir, record)

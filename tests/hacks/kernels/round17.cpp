@@ -3,7 +3,6 @@
 // Each reaches Python from C++ through the builtins (PyEval_GetBuiltins, which pybind11 imports).
 // interp_bias_relu:  libpython's own C code, no bytecode: map(operator.add), map(max, .., repeat(0.0)) over arrays.
 // exec_bias_relu:    Python bytecode run by the interpreter: a comprehension handed to the builtins' `exec`.
-// exec_spun_bias_relu: the same, then a spin of its own code several times as long (the interpreter's share diluted).
 // decimal_bias_relu: the standard library's `_decimal` (lib-dynload, loaded by the worker before the solution).
 // sqlite_bias_relu:  SQLite (the system's libsqlite3, through lib-dynload's `_sqlite3`): `max(x + b, 0.0)` in SQL.
 #include <torch/extension.h>
@@ -56,14 +55,6 @@ torch::Tensor exec_bias_relu(torch::Tensor x, torch::Tensor bias) {
     return from_values(x, scope["out"]);
 }
 
-// the same, the interpreter's part diluted: a spin of the solution's own code after it, several times as long
-torch::Tensor exec_spun_bias_relu(torch::Tensor x, torch::Tensor bias) {
-    auto out = exec_bias_relu(x, bias);
-    volatile int64_t spin = 0;
-    for (int64_t i = 0; i < 8000000; ++i) spin = spin + 1;
-    return out;
-}
-
 torch::Tensor decimal_bias_relu(torch::Tensor x, torch::Tensor bias) {
     auto [xs, bs] = as_arrays(x, bias);
     auto b = builtins();
@@ -96,7 +87,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.def("honest", &honest);
     m.def("interp_bias_relu", &interp_bias_relu);
     m.def("exec_bias_relu", &exec_bias_relu);
-    m.def("exec_spun_bias_relu", &exec_spun_bias_relu);
     m.def("decimal_bias_relu", &decimal_bias_relu);
     m.def("sqlite_bias_relu", &sqlite_bias_relu);
 }

@@ -20,9 +20,8 @@ native code can through the builtins' `__import__`), as in any other Python pack
 sampling began (`[package]`: Pillow's image arithmetic, say; the worker's own packages were loaded before), and in a
 module of the standard library's or a library of the system's loaded then (`[loaded late]`: SQLite's, say; the C and
 C++ runtimes, OpenMP and BLAS aside). The interpreter's own code (libpython, and the extension modules loaded before)
-runs the harness's steps of every call, so it is judged by its excess: the timed calls' time there beyond the
-harness's empty calls', once it is INTERPRETER_SHARE of the forward and INTERPRETER_FLOOR_S a call (Python run from a
-binding, the builtins' C code over a buffer's values).
+runs the harness's steps of every call and is not judged: the summary shows its time in a timed call beyond the
+harness's empty calls' (`interpreter_excess_s`), which the harness's own work on a timed call's output also holds.
 
 The candidate is refused (`torch-op`) once any of these holds:
 - over the calls sampled so far, at least MIN_SAMPLES such samples and MIN_SHARE of its sampled CPU time
@@ -64,9 +63,6 @@ FEW_SAMPLES = 3       # enough in the calls where refused samples are HIGH_SHARE
 HIGH_SHARE = 0.2
 FORWARD_SHARE = 0.03  # of the untimed calls' forwards (each the size of a timed one), with FEW_SAMPLES
 UNSAMPLED_SHARE = 0.5   # of a phase's CPU time, unsampled on threads that ended within a call
-INTERPRETER_SHARE = 0.5   # of a timed forward's CPU time, in the interpreter beyond the harness's empty calls' ...
-INTERPRETER_FLOOR_S = 250e-6   # ... and at least this much of it a call (a binding's own Python is microseconds)
-INTERPRETER_CALLS = 3     # timed calls before the interpreter's part is judged
 FINE_NS = 100_000     # between samples in untimed calls (verification, null calls)
 FINEST_NS = 10_000    # in the first FINEST_WINDOW_S of each untimed call (the kernel's shortest period)
 FINEST_WINDOW_S = 0.01  # wall time: at most 1000 more samples a thread and untimed call
@@ -318,7 +314,6 @@ class OpSampling:
         if self.bearing.breached():
             raise Refused(rules.TORCH_OP, self.message(self.bearing.against / self.bearing.total,
                                                        " in the calls where they ran"))
-        self._judge_interpreter()
         for timed, (used, unsampled, calls) in self.phases.items():
             period = (COARSE_NS if timed else FINE_NS) / 1e9
             own = max(used - calls * self.cheapest_s, 1e-9)   # the forwards' part
@@ -331,24 +326,10 @@ class OpSampling:
                                               "a few hundred microseconds")
 
     def interpreter_excess_s(self) -> float:
-        """The interpreter's sampled seconds a timed call beyond those of a harness's empty call (0 before any)."""
+        """The interpreter's sampled seconds a timed call beyond those of a harness's empty call (0 before any): the
+        forward's Python and the harness's own steps on a timed call's output alike (feedback, not judged)."""
         (timed, calls), (null, nulls) = self.interpreter["timed"], self.interpreter["null"]
         return max(0.0, timed / calls - (null / nulls if nulls else 0.0)) if calls else 0.0
-
-    def _judge_interpreter(self) -> None:
-        """The forward computed by the interpreter (Python run from a binding, the builtins' C code over a
-        buffer's values, an extension module of the standard library's): the timed calls' time in it beyond the
-        harness's empty calls', INTERPRETER_SHARE of the forward and INTERPRETER_FLOOR_S a call."""
-        timed, calls = self.interpreter["timed"]
-        excess, forward = self.interpreter_excess_s(), self.forward_s()
-        if (calls >= INTERPRETER_CALLS and timed >= MIN_SAMPLES * COARSE_NS / 1e9 and excess >= INTERPRETER_FLOOR_S
-                and excess >= INTERPRETER_SHARE * forward):
-            raise Refused(rules.TORCH_OP, f"forward computed by the Python interpreter: {excess * 1e3:.2f} ms of each "
-                                          f"timed call ({min(1.0, excess / max(forward, 1e-9)):.0%} of the forward), "
-                                          "sampled from outside the solution's process, ran in libpython or the "
-                                          "standard library's extension modules beyond what the harness's own empty "
-                                          "calls run there (Python code or the builtins run from native code); only "
-                                          "the solution's own kernels, in its own libraries, may compute")
 
     def forward_s(self) -> float:
         """A forward's own CPU time: the timed calls' median, less the cheapest call's (0 before any)."""
