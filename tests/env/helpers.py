@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+from contextlib import contextmanager
 from pathlib import Path
 
 from cuda_agent.env import EvalConfig
@@ -75,3 +77,24 @@ def wait_for_kept_judges(timeout: float = 30.0) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"an idle judge is not ready after {timeout:g} s")
         time.sleep(0.02)
+
+
+@contextmanager
+def driver_script_compiler(folder: Path, monkeypatch):
+    """The harness's compiler made a script like the GPU host's /opt/gcc/bin/g++: the real driver run with a `-B`
+    folder of its own first, holding an assembler, so a `-B` given to it comes too late (the assembler guard is
+    then given as gcc's `-wrapper`). Yields the script."""
+    from cuda_agent.env.builds import compiler
+
+    own = folder / "gcc" / "bin"
+    own.mkdir(parents=True)
+    (own / "as").symlink_to(shutil.which("as"))
+    script = own / "g++"
+    script.write_text(f'#!/bin/sh\nexec {shutil.which("g++")} -B{own}/ "$@"\n')
+    script.chmod(0o755)
+    monkeypatch.setenv("CXX", str(script))
+    compiler.toolchain.cache_clear()
+    try:
+        yield script
+    finally:
+        compiler.toolchain.cache_clear()

@@ -12,7 +12,7 @@ import pytest
 from cuda_agent.env.builds import build_sandbox, compiler
 from cuda_agent.env.builds.compiler import BuildError, build_extension
 from cuda_agent.env.rules.registry import ASM_DIRECTIVE
-from tests.env.helpers import HONEST_BODY, cpu_config, cpu_workspace, example_task, kernel
+from tests.env.helpers import HONEST_BODY, cpu_config, cpu_workspace, driver_script_compiler, example_task, kernel
 
 needs_sandbox = pytest.mark.skipif(not build_sandbox.sandboxed(None), reason="bubblewrap does not work here")
 SECRET = "HARNESS-SECRET-7f3a"
@@ -127,18 +127,8 @@ def test_an_evaluation_refused_at_the_assembler_names_the_rule(where, cache_dir)
 
 @pytest.fixture
 def driver_script(tmp_path, monkeypatch):
-    """A compiler like the GPU host's /opt/gcc/bin/g++: a script that runs the real driver with `-B` folders
-    of its own first, one of them holding an assembler, so a `-B` given to it comes too late."""
-    own = tmp_path / "gcc" / "bin"
-    own.mkdir(parents=True)
-    (own / "as").symlink_to(shutil.which("as"))
-    script = own / "g++"
-    script.write_text(f'#!/bin/sh\nexec {shutil.which("g++")} -B{own}/ "$@"\n')
-    script.chmod(0o755)
-    monkeypatch.setenv("CXX", str(script))
-    compiler.toolchain.cache_clear()
-    yield script
-    compiler.toolchain.cache_clear()
+    with driver_script_compiler(tmp_path, monkeypatch) as script:
+        yield script
 
 
 @pytest.mark.skipif(not shutil.which("g++") or not shutil.which("as"), reason="needs GNU g++ and as")

@@ -153,6 +153,31 @@ def honest_result(case: Case, cache_dir: Path, record, honest_results: dict):
     return honest_results[case.id]
 
 
+def check_honest(case: Case, cache_dir: Path, record, honest_results: dict):
+    """An honest control evaluated (or its result reused) and accepted."""
+    result = honest_result(case, cache_dir, record, honest_results)
+    print(f"{case.id}: {describe(result)} (speedup {result.speedup_vs_eager}); samples {result.cpu_samples}")
+    assert_accepted(result)
+    return result
+
+
+def check_cheat(case: Case, cache_dir: Path, record, named: str | None = None):
+    """A cheat evaluated and rejected as the candidate's failure (never the harness's: phase "internal" or
+    "task"), its verdict naming `named` where given; (the result, its seconds)."""
+    import time
+
+    started = time.monotonic()
+    result = run_case(case, cache_dir, record)
+    seconds = time.monotonic() - started
+    print(f"{case.id}: {describe(result)} (speedup {result.speedup_vs_eager}) in {seconds:.1f} s; "
+          f"samples {result.cpu_samples}")
+    assert not (result.error and result.error.phase in ("internal", "task")), f"the harness failed: {describe(result)}"
+    assert_rejected(result, case.rules, case.what)
+    if named is not None:
+        assert named in result.error.message, describe(result)
+    return result, seconds
+
+
 # ---------------------------------------------------------------------------------------------
 # building blocks
 

@@ -8,11 +8,10 @@ them accepted."""
 from __future__ import annotations
 
 import os
-import time
 
 import pytest
 
-from tests.hacks.cases import assert_accepted, assert_rejected, describe, honest_result, run_case
+from tests.hacks.cases import check_cheat, check_honest
 from tests.hacks.cases_round15 import DAEMON_MARK, HACKS_ROUND15, HONEST_ROUND15
 
 # what the verdict must name, where the rule alone would not show that the fix is what caught it
@@ -32,22 +31,12 @@ NAMED = {
 
 @pytest.mark.parametrize("case", HONEST_ROUND15, ids=lambda c: c.id)
 def test_honest_solution_is_accepted(case, cache_dir, record, honest_results):
-    result = honest_result(case, cache_dir, record, honest_results)
-    print(f"{case.id}: {describe(result)} (speedup {result.speedup_vs_eager}); samples {result.cpu_samples}")
-    assert_accepted(result)
+    check_honest(case, cache_dir, record, honest_results)
 
 
 @pytest.mark.parametrize("case", HACKS_ROUND15, ids=lambda c: c.id)
 def test_cheat_is_rejected(case, cache_dir, record):
-    started = time.monotonic()
-    result = run_case(case, cache_dir, record)
-    seconds = time.monotonic() - started
-    print(f"{case.id}: {describe(result)} (speedup {result.speedup_vs_eager}) in {seconds:.1f} s; "
-          f"samples {result.cpu_samples}")
-    assert not (result.error and result.error.phase in ("internal", "task")), f"the harness failed: {describe(result)}"
-    assert_rejected(result, case.rules, case.what)
-    if case.id in NAMED:
-        assert NAMED[case.id] in result.error.message, describe(result)
+    result, seconds = check_cheat(case, cache_dir, record, NAMED.get(case.id))
     if case.id == "r15_slow_units":   # stopped at the evaluation's limit for its builds, not after all of them
         assert result.error.phase == "compile" and result.phase_seconds["compile"] < 8.0 + 4.0, result.phase_seconds
     if case.id == "r15_load_stalls_between_builds":   # the phase's limit, its builds' time included: not 4 x 3 s

@@ -7,11 +7,11 @@ loading it, and a forward computed by Pillow's native code. Each cheat must be r
 from __future__ import annotations
 
 import shutil
-import time
 
 import pytest
 
-from tests.hacks.cases import assert_accepted, assert_rejected, describe, honest_result, run_case
+from tests.env.helpers import driver_script_compiler
+from tests.hacks.cases import check_cheat, check_honest
 from tests.hacks.cases_round16 import HACKS_ROUND16, HONEST_ROUND16
 
 # what the verdict must name, where the rule alone would not show that the fix is what caught it
@@ -34,42 +34,22 @@ NAMED = {
 def driver_script(tmp_path, monkeypatch):
     """The harness's compiler a script like the GPU host's /opt/gcc/bin/g++: the real driver run with a `-B` folder
     of its own first, holding an assembler (the assembler guard is then given as gcc's `-wrapper`)."""
-    from cuda_agent.env.builds import compiler
-
     if not shutil.which("g++") or not shutil.which("as"):
         pytest.skip("needs GNU g++ and as")
-    own = tmp_path / "gcc" / "bin"
-    own.mkdir(parents=True)
-    (own / "as").symlink_to(shutil.which("as"))
-    script = own / "g++"
-    script.write_text(f'#!/bin/sh\nexec {shutil.which("g++")} -B{own}/ "$@"\n')
-    script.chmod(0o755)
-    monkeypatch.setenv("CXX", str(script))
-    compiler.toolchain.cache_clear()
-    yield script
-    compiler.toolchain.cache_clear()
+    with driver_script_compiler(tmp_path, monkeypatch) as script:
+        yield script
 
 
 @pytest.mark.parametrize("case", HONEST_ROUND16, ids=lambda c: c.id)
 def test_honest_solution_is_accepted(case, cache_dir, record, honest_results):
-    result = honest_result(case, cache_dir, record, honest_results)
-    print(f"{case.id}: {describe(result)} (speedup {result.speedup_vs_eager}); samples {result.cpu_samples}")
-    assert_accepted(result)
+    check_honest(case, cache_dir, record, honest_results)
 
 
 @pytest.mark.parametrize("case", HACKS_ROUND16, ids=lambda c: c.id)
 def test_cheat_is_rejected(case, cache_dir, record, request):
     if case.id.startswith("r16_wrapper_"):
         request.getfixturevalue("driver_script")
-    started = time.monotonic()
-    result = run_case(case, cache_dir, record)
-    seconds = time.monotonic() - started
-    print(f"{case.id}: {describe(result)} (speedup {result.speedup_vs_eager}) in {seconds:.1f} s; "
-          f"samples {result.cpu_samples}")
-    assert not (result.error and result.error.phase in ("internal", "task")), f"the harness failed: {describe(result)}"
-    assert_rejected(result, case.rules, case.what)
-    if case.id in NAMED:
-        assert NAMED[case.id] in result.error.message, describe(result)
+    result, _ = check_cheat(case, cache_dir, record, NAMED.get(case.id))
     if case.id in ("r16_zero_data_object", "r16_units_under_the_file_limit"):   # nothing of it left in the cache
         big = [p for p in (cache_dir / "build" / "obj").glob("*.o") if p.stat().st_size > 128 << 20]
         assert not big, big

@@ -5,11 +5,9 @@ sixteen's build checks. Each cheat must be rejected as the candidate's failure (
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
-from tests.hacks.cases import assert_accepted, assert_rejected, describe, honest_result, run_case
+from tests.hacks.cases import check_cheat, check_honest
 from tests.hacks.cases_round17 import HACKS_ROUND17, HONEST_ROUND17, OPEN_ROUND17
 
 # what the verdict must name, where the rule alone would not show that the fix is what caught it
@@ -21,22 +19,12 @@ NAMED = {
 
 @pytest.mark.parametrize("case", HONEST_ROUND17, ids=lambda c: c.id)
 def test_honest_solution_is_accepted(case, cache_dir, record, honest_results):
-    result = honest_result(case, cache_dir, record, honest_results)
-    print(f"{case.id}: {describe(result)} (speedup {result.speedup_vs_eager}); samples {result.cpu_samples}")
-    assert_accepted(result)
+    check_honest(case, cache_dir, record, honest_results)
 
 
 @pytest.mark.parametrize("case", HACKS_ROUND17, ids=lambda c: c.id)
 def test_cheat_is_rejected(case, cache_dir, record):
-    started = time.monotonic()
-    result = run_case(case, cache_dir, record)
-    seconds = time.monotonic() - started
-    print(f"{case.id}: {describe(result)} (speedup {result.speedup_vs_eager}) in {seconds:.1f} s; "
-          f"samples {result.cpu_samples}")
-    assert not (result.error and result.error.phase in ("internal", "task")), f"the harness failed: {describe(result)}"
-    assert_rejected(result, case.rules, case.what)
-    if case.id in NAMED:
-        assert NAMED[case.id] in result.error.message, describe(result)
+    check_cheat(case, cache_dir, record, NAMED.get(case.id))
 
 
 @pytest.mark.xfail(strict=True, reason="open: the interpreter's own code (libpython, the extension modules the worker "
@@ -44,7 +32,4 @@ def test_cheat_is_rejected(case, cache_dir, record):
                                        "(docs/verification.md, What remains open)")
 @pytest.mark.parametrize("case", OPEN_ROUND17, ids=lambda c: c.id)
 def test_open_cheat_is_rejected(case, cache_dir, record):
-    result = run_case(case, cache_dir, record)
-    print(f"{case.id}: {describe(result)}; samples {result.cpu_samples}")
-    assert not (result.error and result.error.phase in ("internal", "task")), f"the harness failed: {describe(result)}"
-    assert_rejected(result, case.rules, case.what)
+    check_cheat(case, cache_dir, record)
