@@ -150,6 +150,7 @@ class _Pool:
 _INTERPRETER = re.compile(r"(libpython3[\w.]*\.so[\w.]*|python3(\.\d+)?|[\w.-]+\.cpython-[\w.-]+\.so)")
 
 
+@lru_cache(maxsize=1 << 12)   # once per library: every sample asks
 def interpreter(library: str) -> bool:
     """Whether a sample's place is the interpreter's: libpython (or an interpreter built without it) or a Python
     extension module mapped before the sampling began (the standard library's `array`, `_decimal`, ...)."""
