@@ -23,6 +23,7 @@ import argparse
 import json
 import os
 import shutil
+import sqlite3
 import subprocess
 import sys
 import tarfile
@@ -89,6 +90,22 @@ def steady(results: list[dict], began: float, ended: float) -> dict:
     return {"startup_s": round(first - began, 1), "steady_rate": round(kept / max(ended - first, 1e-9) * 3600, 1)}
 
 
+def task_times(kind: str, out: Path, wall: float) -> dict:
+    """baseline and bench: the run's longest task (a run of few tasks on many GPUs cannot end before it)
+    and how many tasks were in flight on average (their seconds over the run's wall time)."""
+    db = out / "bench.sqlite"
+    if kind == "synth" or not db.exists():
+        return {}
+    table = "baselines" if kind == "baseline" else "attempts"
+    with sqlite3.connect(db) as con:
+        rows = con.execute(f"SELECT task_key, seconds FROM {table} WHERE seconds IS NOT NULL").fetchall()
+    if not rows:
+        return {}
+    task, longest = max(rows, key=lambda r: r[1])
+    return {"longest_s": round(longest, 1), "longest_task": task,
+            "in_flight": round(sum(r[1] for r in rows) / max(wall, 1e-9), 2)}
+
+
 def prepare(kind: str, out: Path, state: Path | None) -> int:
     """A fresh run folder (synth: holding only the operator catalog of `state`, so the run skips the
     crawl and starts a build of its own); the tasks already kept there."""
@@ -116,6 +133,7 @@ def run_once(kind: str, count: int, out: Path, args) -> dict:
     else:
         row["tasks"] = len(solution_tasks()) if kind == "bench" else None
         row["rate"] = round(1.0 / wall, 5)                   # runs per second: the same work at every count
+        row.update(task_times(kind, out, wall))
     return row
 
 
@@ -164,6 +182,9 @@ def main() -> None:
     for row in with_ratios(rows):
         print(f"  {row['gpus']} GPU(s): wall {row['wall_s']} s, rate {row['rate']}, x vs 1 {row['x_vs_1']}, "
               f"x / GPUs {row['x_per_gpu']} (target >= 0.9), exit {row['exit']}")
+        if row.get("longest_s"):
+            print(f"    longest task {row['longest_task']} {row['longest_s']} s, {row['in_flight']} tasks in flight "
+                  "on average")
         if row.get("steady_rate"):
             print(f"    after its start-up of {row['startup_s']} s: {row['steady_rate']} tasks kept per hour, "
                   f"x / GPUs {row.get('steady_x_per_gpu')}")

@@ -10,7 +10,7 @@ import threading
 
 import torch
 
-from cuda_agent.bench.baseline_runs import slow_first
+from cuda_agent.bench.schedule import slow_first
 from cuda_agent.bench.runner import RunSpec, run_baseline
 from cuda_agent.bench.runview import load_run
 from cuda_agent.bench.selection import select_tasks

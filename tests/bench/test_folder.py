@@ -290,5 +290,16 @@ def test_internal_errors_in_a_row_stop_the_run(tmp_path):
     assert outcome.left == 1 and len(evaluator.calls) == 4
     assert outcome.stopped.startswith("3 evaluations in a row ended on an infrastructure failure (the last:")
     assert "the judge died" in outcome.stopped
-    assert [s.state for s in load_run(outcome.run_dir).scores] == ["failed"] * 4 + ["pending"]
+    states = {s.key: s.state for s in load_run(outcome.run_dir).scores}
+    assert states == {**dict.fromkeys(("level2/1", "level2/2", "level1/1", "level1/2"), "failed"), "level1/3": "pending"}
     assert load_run(outcome.run_dir).sessions[-1]["status"] == "stopped"
+
+
+def test_the_slowest_levels_are_scored_first(tmp_path):
+    """A run on several GPUs ends when its last evaluation does: level 2's (longer torch.compile, larger
+    models) start before level 1's, whatever order the folder lists them in."""
+    folder = make_folder(tmp_path / "solutions")
+    evaluator = FakeEvaluator()
+    run_folder(spec(tmp_path), folder, evaluator)
+    names = [name for name, _ in evaluator.calls]
+    assert [n.split("/")[0] for n in names] == ["level2", "level1", "level1", "level1"], names

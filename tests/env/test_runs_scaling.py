@@ -98,3 +98,18 @@ def test_a_synthesis_measurement_starts_after_an_untimed_short_run(runs, monkeyp
                                       "--prime-seconds", "30"])
     runs.main()
     assert calls == [("prime", 4, 30.0), ("run-1", 1, 100.0), ("run-2", 2, 100.0), ("run-4", 4, 100.0)]
+
+
+def test_a_runs_longest_task_and_tasks_in_flight(runs, tmp_path):
+    """Read from the run's own record: a run of few tasks cannot end before its longest one."""
+    from cuda_agent.bench.attempts import failed_attempt
+    from cuda_agent.bench.store import RunStore
+
+    store = RunStore(tmp_path)
+    for key, seconds in (("level1/1", 4.0), ("level3/5", 30.0), ("level2/2", 6.0)):
+        store.record_attempt(failed_attempt(key, 0, "missing", "", seconds=seconds))
+    store.close()
+    assert runs.task_times("bench", tmp_path, wall=20.0) == {"longest_s": 30.0, "longest_task": "level3/5",
+                                                            "in_flight": 2.0}
+    assert runs.task_times("baseline", tmp_path, wall=20.0) == {}   # no baselines recorded
+    assert runs.task_times("bench", tmp_path / "none", wall=20.0) == {}

@@ -12,25 +12,16 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 from contextlib import nullcontext
 from dataclasses import asdict
 from typing import Callable
 
 from cuda_agent.bench.memory import USABLE, DeviceMemory, footprints, measurement_need, reservation
 from cuda_agent.bench.progress import RunProgress
-from cuda_agent.bench.schedule import Deadline, is_out_of_memory, run_jobs
+from cuda_agent.bench.schedule import Deadline, is_out_of_memory, run_jobs, slow_first
 from cuda_agent.bench.selection import BenchTask
 from cuda_agent.bench.store import BaselineRecord, RunStore
 from cuda_agent.env.config import EvalConfig
-
-def slow_first(tasks: list[BenchTask]) -> list[BenchTask]:
-    """Level 3, then 2, then 1 (other groups after), each in order: longest compilations start first."""
-    def key(t: BenchTask):
-        match = re.fullmatch(r"level(\d+)", t.group)
-        return (-int(match[1]) if match else 0, t.group, t.number)
-    return sorted(tasks, key=key)
-
 
 def stored_entry(task: BenchTask, config: EvalConfig, backend: str, device: str, torch_version: str):
     from cuda_agent.env.run.baselines import BaselineStore, entry_key, timing_settings

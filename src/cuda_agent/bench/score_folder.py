@@ -17,7 +17,7 @@ from pathlib import Path
 from cuda_agent.bench.attempts import attempt_from_result, failed_attempt
 from cuda_agent.bench.memory import admitted
 from cuda_agent.bench.progress import RunProgress
-from cuda_agent.bench.schedule import Deadline, FailureStreak, is_out_of_memory, run_jobs
+from cuda_agent.bench.schedule import Deadline, FailureStreak, is_out_of_memory, run_jobs, slow_first
 from cuda_agent.bench.selection import BenchTask
 from cuda_agent.bench.solutions import SolutionRef, find_solutions
 from cuda_agent.bench.store import RunStore
@@ -55,7 +55,7 @@ async def score_folder(store: RunStore, session_id: int, tasks: list[BenchTask],
     no admission by memory; the sum of what runs at once stays within one GPU's share, so it fits
     whichever GPUs the evaluator puts the attempts on)."""
     recorded = store.recorded_attempts(tuple(retry) + ("out_of_memory",))   # the machine's, not a verdict
-    planned = plan_attempts(tasks, solutions_dir)
+    planned = plan_attempts(slow_first(tasks), solutions_dir)   # the longest start first: no lone tail
     todo = [p for p in planned if recorded.get((p.task.key, p.attempt)) != p.source]
     selected = {t.key for t in tasks}
     wanted = {(p.task.key, p.attempt) for p in planned}
