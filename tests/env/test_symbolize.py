@@ -265,6 +265,20 @@ def test_the_interpreters_honest_margin():
     assert excess == pytest.approx(1e-3) and error == pytest.approx(0.5e-3 * (1 / 8 + 1 / 4) ** 0.5)
 
 
+def test_a_calls_bytes_are_the_harnesss_own_numbers():
+    """The bytes the interpreter's bound grows with: the judge's draw of the call's inputs and the reference's output
+    (none of them the candidate's answer); a layout the call does not have counts nothing."""
+    from cuda_agent.env.run.rounds import CallRounds
+
+    rounds = CallRounds.__new__(CallRounds)
+    rounds.output_bytes = 32768
+    layout = {"list": [{"tensor": "float32", "shape": [8, 1024]}, {"value": 2}, {"tensor": "int64", "shape": [3]}]}
+    assert rounds._data_bytes({"layout": layout}) == 32768 + 32768 + 24
+    assert rounds._data_bytes({"ok": True}) == 32768
+    rounds.output_bytes = None
+    assert rounds._data_bytes({"layout": {"tensor": "float16", "shape": [4]}}) == 8
+
+
 def test_the_verdict_names_the_kind_of_code_sampled():
     """A forward computed by another package's library is not said to be computed by PyTorch's operators."""
     from collections import Counter
