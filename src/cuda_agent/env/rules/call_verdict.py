@@ -197,6 +197,11 @@ class CallVerdicts:
                                                    "one of the harness's empty calls, in which no forward runs: all "
                                                    "work must be inside forward")
 
+    def timing_done(self) -> None:
+        """Every timed call made: the verdicts that look at all of them at once (the sampling's interpreter)."""
+        if self.sampling is not None:
+            self.sampling.timing_done()
+
     def _after_answer(self, at_answer: dict[str, float]) -> None:
         """The CPU time the solution's threads used after the call answered, while the harness's own
         checks ran in its process: work between calls, counted against the same limits."""

@@ -37,7 +37,7 @@ The candidate is refused (`torch-op`) once any of these holds:
   never sampled): the process's CPU clock counts them, the live threads' times do not, and a thread that
   ends within one sampling period is never sampled;
 - in the timed calls, the interpreter's time up to the call's first answer beyond an empty call's, less
-  INTERPRETER_SURE standard errors, at `interpreter_bound_s` or more (INTERPRETER_MIN_S, INTERPRETER_SHARE of the
+  INTERPRETER_EARLY_SURE standard errors after each call and INTERPRETER_SURE once they are all made (`timing_done`), at `interpreter_bound_s` or more (INTERPRETER_MIN_S, INTERPRETER_SHARE of the
   forward, INTERPRETER_PER_BYTE of the bytes it reads and writes, whichever is most): Python, the builtins' C
   code or a preloaded standard-library module computing the forward (`_judge_interpreter`).
 
@@ -71,7 +71,8 @@ INTERPRETER_SHARE = 0.2    # of a forward's CPU time, in the interpreter beyond 
 INTERPRETER_MIN_S = 2e-4   # seconds a timed call, likewise: a few Python lines and a binding's call take tens of us
 INTERPRETER_PER_BYTE = 5e-10   # seconds per byte the forward reads and writes: the harness's steps after a forward
                                # that swept the caches run slower; Python touching every element costs 10-100x more
-INTERPRETER_SURE = 2.0     # standard errors the excess is taken less by (each call holds a sample or two)
+INTERPRETER_SURE = 2.0     # standard errors the excess is taken less by, once the timed calls are done
+INTERPRETER_EARLY_SURE = 4.0   # the same after each call: looked at call after call, the test must be stricter
 INTERPRETER_TIMED = 8     # timed calls before judging, and empty ones (the process's first not counted)
 INTERPRETER_NULLS = 4
 FINE_NS = 100_000     # between samples in untimed calls (verification, null calls)
@@ -289,7 +290,12 @@ class OpSampling:
         if self.timed or self.null:
             self.interpreter["timed" if self.timed else "null"].append(self.in_interpreter)
         self._judge()
-        self._judge_interpreter()
+        self._judge_interpreter(INTERPRETER_EARLY_SURE)
+
+    def timing_done(self) -> None:
+        """The timed calls are all made: the interpreter's excess judged once more, on all of them, at
+        INTERPRETER_SURE (call_verdict.Refused on a breach)."""
+        self._judge_interpreter(INTERPRETER_SURE)
 
     def _attribute(self, samples: list[Sample], weights: list[float], before: list[bool]) -> None:
         """`before`: per sample, whether it came before the call's first answer (the forward's part)."""
@@ -364,18 +370,18 @@ class OpSampling:
         first answer (0 before any)."""
         return max(0.0, excess_and_error(self.interpreter["timed"], self.interpreter["null"][1:])[0])
 
-    def _judge_interpreter(self) -> None:
+    def _judge_interpreter(self, sure: float) -> None:
         """Refuses a forward computed by the interpreter: the interpreter's sampled time in a timed call up to its
         first answer (its output located; the harness's checks after it are not the forward's), beyond an empty
         call's (every step of the harness's but the forward; not the process's first call, which warms it up),
-        less INTERPRETER_SURE standard errors, at `interpreter_bound_s` or more."""
+        less `sure` standard errors, at `interpreter_bound_s` or more."""
         timed, null = self.interpreter["timed"], self.interpreter["null"][1:]
         enough = sum(timed) >= MIN_SAMPLES * COARSE_NS / 1e9
         if len(timed) < INTERPRETER_TIMED or len(null) < INTERPRETER_NULLS or not enough:
             return
         excess, error = excess_and_error(timed, null)
         forward = max(self.forward_s(), excess)
-        if excess - INTERPRETER_SURE * error >= self.interpreter_bound_s():
+        if excess - sure * error >= self.interpreter_bound_s():
             raise Refused(rules.TORCH_OP, f"forward computed in the Python interpreter: a timed call spent "
                                           f"{excess * 1e3:.2f} ms ({min(1.0, excess / forward):.0%} of the forward's "
                                           "CPU time), sampled from outside its process, in the interpreter's code "
