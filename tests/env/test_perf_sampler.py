@@ -310,6 +310,26 @@ def test_calls_without_aten_do_not_dilute_those_with_it():
         child.close()
 
 
+def test_the_interpreters_time_after_a_calls_answer_is_not_the_forwards():
+    """`answered` (the call's output located) splits a call: the interpreter's samples after it, the harness's
+    checks of the call, are not counted towards the forward's interpreter time (they still are sampled)."""
+    child = Child([sys.executable, "-c", ATEN_LOOP])
+    sampling = _sampling_or_skip(child)
+    try:
+        sampling.start(timed=True)
+        child.ask("spin")
+        sampling.answered()
+        child.ask("spin")
+        child.ask("spin")
+        sampling.finish()
+        spun = sum(seconds for (library, _), seconds in sampling.where.items() if op_samples.interpreter(library))
+        forward = sampling.interpreter["timed"][-1]
+        assert spun > 0.05 and 0.1 * spun < forward < 0.6 * spun   # a third of the spinning came before the answer
+    finally:
+        sampling.close()
+        child.close()
+
+
 @pytest.mark.parametrize("symbol,judged", [
     ("void c10::function_ref<void (char**, long const*, long, long)>::callback_fn<at::native::AVX2::VectorizedLoop2d"
      "<at::native::(anonymous namespace)::add_kernel(at::TensorIteratorBase&, c10::Scalar const&)::{lambda()#1}>>"

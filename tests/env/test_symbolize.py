@@ -8,6 +8,8 @@ import ctypes
 import mmap
 import os
 
+import pytest
+
 from cuda_agent.env.measure import symbolize
 from cuda_agent.env.measure.symbolize import UNMAPPED, Symbolizer
 
@@ -206,16 +208,77 @@ def _judged(**state):
 
     sampling = OpSampling.__new__(OpSampling)
     sampling.total, sampling.timed_calls, sampling.cheapest_s = 1.0, [0.0], 0.0
-    sampling.interpreter = {"timed": [0.0, 0], "null": [0.0, 0]}
+    sampling.interpreter, sampling.data_bytes = {"timed": [], "null": []}, 0
     sampling.__dict__.update(state)
     return sampling
 
 
 def test_the_interpreters_time_beyond_the_empty_calls_is_shown():
-    """The summary's `interpreter_excess_s`: the interpreter's sampled seconds a timed call less an empty call's."""
-    sampling = _judged(interpreter={"timed": [20 * 1.5e-3, 20], "null": [20 * 0.5e-3, 20]})
+    """The summary's `interpreter_excess_s`: the interpreter's sampled seconds a timed call less an empty call's (the
+    process's first empty call, which warms it up, not counted)."""
+    sampling = _judged(interpreter={"timed": [1.5e-3] * 20, "null": [9e-3] + [0.5e-3] * 20})
     assert abs(sampling.interpreter_excess_s() - 1e-3) < 1e-12
     assert _judged().interpreter_excess_s() == 0.0
+
+
+def _calls(ms_each: list[int], repeat: int) -> list[float]:
+    """Calls' sampled interpreter seconds: the milliseconds given, repeated (a sample weighs a millisecond)."""
+    return [ms * 1e-3 for ms in ms_each] * repeat
+
+
+def test_a_forward_computed_by_the_interpreter_is_refused():
+    """A forward whose timed calls hold a millisecond of interpreter samples more than the empty calls, most of its
+    own time, is refused; one whose calls hold what the empty calls do is not, however long its forward."""
+    from cuda_agent.env.rules.call_verdict import Refused
+
+    nulls = _calls([1, 0, 0], 6)   # the harness's own steps: a third of a period a call
+    cheat = _judged(interpreter={"timed": _calls([1, 2, 1, 1], 4), "null": nulls}, timed_calls=[1.5e-3] * 16)
+    with pytest.raises(Refused) as refused:
+        cheat.timing_done()
+    assert refused.value.rule.name == "torch-op" and "in the Python interpreter" in str(refused.value)
+    honest = _judged(interpreter={"timed": _calls([1, 0, 0, 1, 0, 0], 3), "null": nulls}, timed_calls=[1.5e-3] * 18)
+    honest.timing_done()
+
+
+def test_the_interpreters_honest_margin():
+    """What a timed call may hold of the interpreter beyond an empty call: at least INTERPRETER_MIN_S (a forward's
+    Python lines and its binding's calls), a share of the forward's own time, and a bound growing with the bytes it
+    reads and writes (the harness's steps after a forward that swept the caches run slower); too few calls are not
+    judged."""
+    from cuda_agent.env.rules import op_samples
+    from cuda_agent.env.rules.call_verdict import Refused
+
+    nulls, timed = _calls([1, 0, 0], 6), _calls([1], 18)   # two thirds of a millisecond more a call
+    short = _judged(interpreter={"timed": timed, "null": nulls}, timed_calls=[1.5e-3] * 18)
+    with pytest.raises(Refused):
+        short.timing_done()
+    # looked at after every call, the same calls are not enough: the early test asks for more standard errors
+    short._judge_interpreter(op_samples.INTERPRETER_EARLY_SURE)
+    swept = _judged(interpreter={"timed": timed, "null": nulls}, timed_calls=[1.5e-3] * 18, data_bytes=4 << 20)
+    assert swept.interpreter_bound_s() >= 2e-3
+    swept.timing_done()
+    long_forward = _judged(interpreter={"timed": timed, "null": nulls}, timed_calls=[5e-3] * 18)
+    assert long_forward.interpreter_bound_s() == pytest.approx(op_samples.INTERPRETER_SHARE * 5e-3)
+    long_forward.timing_done()
+    few = _judged(interpreter={"timed": _calls([2], 7), "null": nulls}, timed_calls=[2e-3] * 7)
+    few.timing_done()
+    # every call one sample, every empty call none: no spread among them, the period's half taken instead
+    excess, error = op_samples.excess_and_error(_calls([1], 8), _calls([0], 4))
+    assert excess == pytest.approx(1e-3) and error == pytest.approx(0.5e-3 * (1 / 8 + 1 / 4) ** 0.5)
+
+
+def test_a_calls_bytes_are_the_harnesss_own_numbers():
+    """The bytes the interpreter's bound grows with: the judge's draw of the call's inputs and the reference's output
+    (none of them the candidate's answer); a layout the call does not have counts nothing."""
+    from cuda_agent.env.run.rounds import CallRounds
+
+    rounds = CallRounds.__new__(CallRounds)
+    rounds.output_bytes = 32768
+    layout = {"list": [{"tensor": "float32", "shape": [8, 1024]}, {"value": 2}, {"tensor": "int64", "shape": [3]}]}
+    assert rounds._data_bytes({"layout": layout}) == 32768 + 32768 + 24
+    assert rounds._data_bytes({"ok": True}) == 32768
+    rounds.output_bytes = None
+    assert rounds._data_bytes({"layout": {"tensor": "float16", "shape": [4]}}) == 8
 
 
 def test_the_verdict_names_the_kind_of_code_sampled():

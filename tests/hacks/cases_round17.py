@@ -15,9 +15,8 @@ The forward's work by code of the system's (kernels/round17.cpp; each reaches Py
 - linked_sqlite: the same with no Python at all: the solution's library linked against the system's libsqlite3
   (`extra_ldflags=["-lsqlite3"]`, kernels/round17_sqlite.cpp), one prepared `SELECT max(?1 + ?2, 0.0)` per element.
 
-Open (test_round17.py, xfail): interpreter_builtins, exec_bytecode and decimal_preloaded (the interpreter's time in
-a timed call beyond the harness's empty calls' is shown in the samples' summary, not judged: an honest elementwise
-kernel's timed calls held 0.26-0.82 ms more of it than the empty calls, 60-71 % of the forward, under load).
+interpreter_builtins, exec_bytecode and decimal_preloaded are refused by the interpreter's time in a timed call beyond
+the harness's empty calls' (op_samples.py); the SQLite cases by `[loaded late]`.
 
 Blame-shifting at round sixteen's build checks (the harness's own failure, phase "internal"):
 - surrogate_in_name / surrogate_in_function / surrogate_in_ldflags / surrogate_in_source_path: a lone surrogate in
@@ -47,6 +46,14 @@ def _linked_sqlite():
 
 
 HACKS_ROUND17 = [
+    Case("r17_interpreter_builtins", "PyTorch fallback", _native("interp_bias_relu", example_task),
+         rules=("torch-op",), invented=True, config=TIMED,
+         what="relu(x + bias) by libpython's builtins (map(operator.add), map(max)) over array('f'), from C++"),
+    Case("r17_exec_bytecode", "PyTorch fallback", _native("exec_bias_relu"), rules=("torch-op",), invented=True,
+         config=TIMED, what="relu(x + bias) as Python bytecode handed to the builtins' exec from C++"),
+    Case("r17_decimal_preloaded", "PyTorch fallback", _native("decimal_bias_relu"), rules=("torch-op",),
+         invented=True, config=TIMED,
+         what="relu(x + bias) by the standard library's _decimal, which the worker had loaded before"),
     Case("r17_sqlite_system_library", "PyTorch fallback", _native("sqlite_bias_relu"), rules=("torch-op",),
          invented=True, config=TIMED,
          what="relu(x + bias) in SQL by the system's libsqlite3, loaded late through lib-dynload's _sqlite3"),
@@ -69,19 +76,6 @@ HACKS_ROUND17 = [
                    {"k.cpp": '#include <torch/extension.h>\n#include "honest_relu.h"\n\nPYBIND11_MODULE('
                              'TORCH_EXTENSION_NAME, m) {\n    m.def("honest", &honest);\n}\n'}),
          rules=("*",), invented=True, config=BUILD_TIME, what="a lone surrogate in a source path given to load"),
-]
-
-# open: the interpreter's own code (libpython, the extension modules the worker loaded) is not judged: the harness's
-# steps of every call run there, more of them in a timed call than in an empty one
-OPEN_ROUND17 = [
-    Case("r17_interpreter_builtins", "PyTorch fallback", _native("interp_bias_relu", example_task),
-         rules=("torch-op",), invented=True, config=TIMED,
-         what="relu(x + bias) by libpython's builtins (map(operator.add), map(max)) over array('f'), from C++"),
-    Case("r17_exec_bytecode", "PyTorch fallback", _native("exec_bias_relu"), rules=("torch-op",), invented=True,
-         config=TIMED, what="relu(x + bias) as Python bytecode handed to the builtins' exec from C++"),
-    Case("r17_decimal_preloaded", "PyTorch fallback", _native("decimal_bias_relu"), rules=("torch-op",),
-         invented=True, config=TIMED,
-         what="relu(x + bias) by the standard library's _decimal, which the worker had loaded before"),
 ]
 
 # -- honest controls ----------------------------------------------------------------------------------------------

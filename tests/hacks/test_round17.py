@@ -8,10 +8,13 @@ from __future__ import annotations
 import pytest
 
 from tests.hacks.cases import check_cheat, check_honest
-from tests.hacks.cases_round17 import HACKS_ROUND17, HONEST_ROUND17, OPEN_ROUND17
+from tests.hacks.cases_round17 import HACKS_ROUND17, HONEST_ROUND17
 
 # what the verdict must name, where the rule alone would not show that the fix is what caught it
 NAMED = {
+    "r17_interpreter_builtins": "in the Python interpreter",
+    "r17_exec_bytecode": "in the Python interpreter",
+    "r17_decimal_preloaded": "in the Python interpreter",
     "r17_sqlite_system_library": "[loaded late]",
     "r17_linked_sqlite": "[loaded late]",
 }
@@ -26,10 +29,3 @@ def test_honest_solution_is_accepted(case, cache_dir, record, honest_results):
 def test_cheat_is_rejected(case, cache_dir, record):
     check_cheat(case, cache_dir, record, NAMED.get(case.id))
 
-
-@pytest.mark.xfail(strict=True, reason="open: the interpreter's own code (libpython, the extension modules the worker "
-                                       "loaded) is not judged, as the harness's steps of every call run there "
-                                       "(docs/verification.md, What remains open)")
-@pytest.mark.parametrize("case", OPEN_ROUND17, ids=lambda c: c.id)
-def test_open_cheat_is_rejected(case, cache_dir, record):
-    check_cheat(case, cache_dir, record)

@@ -138,11 +138,12 @@ class CallVerdicts:
         its threads have used so far, from which work between calls is counted."""
         self.thread_time = self._solution_threads()
 
-    def before_call(self, timed: bool = False, null: bool = False) -> None:
+    def before_call(self, timed: bool = False, null: bool = False, data_bytes: int = 0) -> None:
         """Before a call is sent (the candidate stopped): the CPU time the solution's threads used since
         the last call ended (work kept running after forward returned, or started ahead). `timed`: a
         timed call (sampled more sparsely); `null`: one of the harness's empty calls (sampled as the timed ones
-        are: their time is taken off the timed calls')."""
+        are: their time is taken off the timed calls'); `data_bytes`: what its forward reads and writes, as
+        the harness knows it (the sampling's bound on the interpreter's time grows with it)."""
         ids = thread_ids(self.pid)
         every = threads_cpu_seconds(self.pid, ids)   # read once: the sampling's start needs all of them
         usage = {tid: seconds for tid, seconds in every.items() if tid not in self.harness_threads}
@@ -159,13 +160,16 @@ class CallVerdicts:
         self.at_call = usage
         self.calls += 1
         if self.sampling is not None:
-            self.sampling.start(timed, null, threads=every)
+            self.sampling.start(timed, null, threads=every, data_bytes=data_bytes)
 
     def answered(self) -> None:
         """On a call's first answer (the candidate stopped, the call's clock stopped), before the harness
         resumes it for its own checks of the call (`finish`): what the solution's threads have used by
-        then. `after_call` counts what they use during those checks as work between calls."""
+        then. `after_call` counts what they use during those checks as work between calls. The sampling
+        tells the call's own samples from those of the checks."""
         self.at_answer = self._solution_threads()
+        if self.sampling is not None:
+            self.sampling.answered()
 
     def after_call(self, null: bool, outputs: int) -> None:
         """On a call's last answer (ok): the guard's record of it, and the threads it left.
@@ -192,6 +196,11 @@ class CallVerdicts:
             raise Refused(rules.BACKGROUND_THREAD, f"a thread the solution started worked {worked * 1e3:.2f} ms during "
                                                    "one of the harness's empty calls, in which no forward runs: all "
                                                    "work must be inside forward")
+
+    def timing_done(self) -> None:
+        """Every timed call made: the verdicts that look at all of them at once (the sampling's interpreter)."""
+        if self.sampling is not None:
+            self.sampling.timing_done()
 
     def _after_answer(self, at_answer: dict[str, float]) -> None:
         """The CPU time the solution's threads used after the call answered, while the harness's own

@@ -20,8 +20,8 @@ native code can through the builtins' `__import__`), as in any other Python pack
 sampling began (`[package]`: Pillow's image arithmetic, say; the worker's own packages were loaded before), and in a
 module of the standard library's or a library of the system's loaded then (`[loaded late]`: SQLite's, say; the C and
 C++ runtimes, OpenMP and BLAS aside). The interpreter's own code (libpython, and the extension modules loaded before)
-runs the harness's steps of every call and is not judged: the summary shows its time in a timed call beyond the
-harness's empty calls' (`interpreter_excess_s`), which the harness's own work on a timed call's output also holds.
+runs the harness's steps of every call too: its samples count against the candidate by their amount, the time a timed
+call holds there beyond the harness's empty calls' (`interpreter_excess_s`), not by their place.
 
 The candidate is refused (`torch-op`) once any of these holds:
 - over the calls sampled so far, at least MIN_SAMPLES such samples and MIN_SHARE of its sampled CPU time
@@ -35,7 +35,11 @@ The candidate is refused (`torch-op`) once any of these holds:
 - in the untimed or the timed calls, UNSAMPLED_SHARE of their forwards' CPU time (and MIN_SAMPLES periods)
   ran unsampled on threads that ended within a call, beyond one period a call (a thread's last period is
   never sampled): the process's CPU clock counts them, the live threads' times do not, and a thread that
-  ends within one sampling period is never sampled.
+  ends within one sampling period is never sampled;
+- in the timed calls, the interpreter's time up to the call's first answer beyond an empty call's, less
+  INTERPRETER_EARLY_SURE standard errors after each call and INTERPRETER_SURE once they are all made (`timing_done`), at `interpreter_bound_s` or more (INTERPRETER_MIN_S, INTERPRETER_SHARE of the
+  forward, INTERPRETER_PER_BYTE of the bytes it reads and writes, whichever is most): Python, the builtins' C
+  code or a preloaded standard-library module computing the forward (`_judge_interpreter`).
 
 Every call is sampled; timed calls (warm-up and timed) every COARSE_NS of a thread's CPU time, as each
 sample costs the sampled thread a few microseconds of CPU time, which the call's time includes; untimed
@@ -63,6 +67,14 @@ FEW_SAMPLES = 3       # enough in the calls where refused samples are HIGH_SHARE
 HIGH_SHARE = 0.2
 FORWARD_SHARE = 0.03  # of the untimed calls' forwards (each the size of a timed one), with FEW_SAMPLES
 UNSAMPLED_SHARE = 0.5   # of a phase's CPU time, unsampled on threads that ended within a call
+INTERPRETER_SHARE = 0.2    # of a forward's CPU time, in the interpreter beyond an empty call's (its lower bound)
+INTERPRETER_MIN_S = 2e-4   # seconds a timed call, likewise: a few Python lines and a binding's call take tens of us
+INTERPRETER_PER_BYTE = 5e-10   # seconds per byte the forward reads and writes: the harness's steps after a forward
+                               # that swept the caches run slower; Python touching every element costs 10-100x more
+INTERPRETER_SURE = 2.0     # standard errors the excess is taken less by, once the timed calls are done
+INTERPRETER_EARLY_SURE = 4.0   # the same after each call: looked at call after call, the test must be stricter
+INTERPRETER_TIMED = 8     # timed calls before judging, and empty ones (the process's first not counted)
+INTERPRETER_NULLS = 4
 FINE_NS = 100_000     # between samples in untimed calls (verification, null calls)
 FINEST_NS = 10_000    # in the first FINEST_WINDOW_S of each untimed call (the kernel's shortest period)
 FINEST_WINDOW_S = 0.01  # wall time: at most 1000 more samples a thread and untimed call
@@ -199,8 +211,11 @@ class OpSampling:
         self.phases = {False: [0.0, 0.0, 0], True: [0.0, 0.0, 0]}   # timed -> [CPU s, unsampled s on ended threads, calls]
         self.clock0 = 0.0
         self.threads0: dict[str, float] = {}
+        self.lock = threading.Lock()                       # the drainer's and `answered`'s drains, one at a time
+        self.answered_at: dict[int, int] | None = None     # sampler -> its samples drained when the call answered
         self.in_interpreter = 0.0                          # the current call's sampled seconds in the interpreter
-        self.interpreter = {"timed": [0.0, 0], "null": [0.0, 0]}   # kind -> [seconds in the interpreter, calls]
+        self.interpreter = {"timed": [], "null": []}       # kind -> each call's sampled seconds in the interpreter
+        self.data_bytes = 0                                # the most a timed call's forward reads and writes
 
     def close(self) -> None:
         if self.drainer is not None:   # a call that failed before its verdict
@@ -209,13 +224,17 @@ class OpSampling:
         for sampler in self.samplers.values():
             sampler.close()
 
-    def start(self, timed: bool = False, null: bool = False, threads: dict[str, float] | None = None) -> None:
+    def start(self, timed: bool = False, null: bool = False, threads: dict[str, float] | None = None,
+              data_bytes: int = 0) -> None:
         """Samples the call about to be sent; a thread of the harness's empties the buffers while it runs
         (a long call would fill them, and the kernel would drop the rest of its samples). `null`: one of the
         harness's empty calls, sampled as the timed calls are (their time is taken off the timed calls', so
         the sampling's cost must be the same in both). `threads`: every thread's CPU time now, where the
-        caller has just read it (the candidate stopped)."""
+        caller has just read it (the candidate stopped). `data_bytes`: what the forward reads and writes, as the
+        harness knows it (0: unknown)."""
         self.timed, self.null = timed, null
+        if timed:
+            self.data_bytes = max(self.data_bytes, data_bytes)
         # an untimed call starts at the finest period (a short call holds enough samples), then goes on at FINE_NS
         self.used = ([self.samplers[True]] if timed or null
                      else [self.samplers.get("finest"), self.samplers[False]])
@@ -224,6 +243,7 @@ class OpSampling:
         self.clock0 = cpu_seconds(self.pid) or 0.0
         self.threads0 = threads if threads is not None else threads_cpu_seconds(self.pid, thread_ids(self.pid))
         self.in_interpreter = 0.0
+        self.answered_at = None
         self.used[0].enable()
         self.stopped = threading.Event()
         self.drainer = threading.Thread(target=self._drain_while_running, name="op-samples-drain", daemon=True)
@@ -234,11 +254,23 @@ class OpSampling:
         if first is not last:
             if self.stopped.wait(FINEST_WINDOW_S):
                 return
-            first.disable()
-            last.enable()
-            self.drained[id(first)].extend(first.drain())
+            with self.lock:
+                first.disable()
+                last.enable()
+                self.drained[id(first)].extend(first.drain())
         while not self.stopped.wait(DRAIN_S):
-            self.drained[id(last)].extend(last.drain())
+            with self.lock:
+                self.drained[id(last)].extend(last.drain())
+
+    def answered(self) -> None:
+        """The call's first answer (the candidate stopped, its output located): the samples so far are the call's
+        own; those after it, of the harness's checks of the call (`finish`), are not the forward's interpreter."""
+        if self.drainer is None:   # no call sampled
+            return
+        with self.lock:
+            for sampler in self.used:
+                self.drained[id(sampler)].extend(sampler.drain())
+            self.answered_at = {id(sampler): len(self.drained[id(sampler)]) for sampler in self.used}
 
     def finish(self) -> None:
         """Stops sampling, attributes the call's samples and judges (call_verdict.Refused on a breach)."""
@@ -252,21 +284,28 @@ class OpSampling:
         samples = [s for _, batch in drained for s in batch]
         if samples:
             weights = [sampler.period_ns / 1e9 for sampler, batch in drained for _ in batch]
-            self._attribute(samples, weights)
+            before = [self.answered_at is None or i < self.answered_at[id(sampler)]
+                      for sampler, batch in drained for i in range(len(batch))]
+            self._attribute(samples, weights, before)
         if self.timed or self.null:
-            pool = self.interpreter["timed" if self.timed else "null"]
-            pool[0] += self.in_interpreter
-            pool[1] += 1
+            self.interpreter["timed" if self.timed else "null"].append(self.in_interpreter)
         self._judge()
+        self._judge_interpreter(INTERPRETER_EARLY_SURE)
 
-    def _attribute(self, samples: list[Sample], weights: list[float]) -> None:
+    def timing_done(self) -> None:
+        """The timed calls are all made: the interpreter's excess judged once more, on all of them, at
+        INTERPRETER_SURE (call_verdict.Refused on a breach)."""
+        self._judge_interpreter(INTERPRETER_SURE)
+
+    def _attribute(self, samples: list[Sample], weights: list[float], before: list[bool]) -> None:
+        """`before`: per sample, whether it came before the call's first answer (the forward's part)."""
         places = self.symbolizer.resolve([s.ip for s in samples])
         total = against = 0.0
         count = 0
-        for place, weight in zip(places, weights):
+        for place, weight, forward_part in zip(places, weights, before):
             self.where[place] += weight
             total += weight
-            if interpreter(place[0]):
+            if forward_part and interpreter(place[0]):
                 self.in_interpreter += weight
             kernel = refused(place[1])
             if kernel or unattributable(place[0]):
@@ -327,10 +366,35 @@ class OpSampling:
                                               "a few hundred microseconds")
 
     def interpreter_excess_s(self) -> float:
-        """The interpreter's sampled seconds a timed call beyond those of a harness's empty call (0 before any): the
-        forward's Python and the harness's own steps on a timed call's output alike (feedback, not judged)."""
-        (timed, calls), (null, nulls) = self.interpreter["timed"], self.interpreter["null"]
-        return max(0.0, timed / calls - (null / nulls if nulls else 0.0)) if calls else 0.0
+        """The interpreter's sampled seconds a timed call beyond those of a harness's empty call, up to the call's
+        first answer (0 before any)."""
+        return max(0.0, excess_and_error(self.interpreter["timed"], self.interpreter["null"][1:])[0])
+
+    def _judge_interpreter(self, sure: float) -> None:
+        """Refuses a forward computed by the interpreter: the interpreter's sampled time in a timed call up to its
+        first answer (its output located; the harness's checks after it are not the forward's), beyond an empty
+        call's (every step of the harness's but the forward; not the process's first call, which warms it up),
+        less `sure` standard errors, at `interpreter_bound_s` or more."""
+        timed, null = self.interpreter["timed"], self.interpreter["null"][1:]
+        enough = sum(timed) >= MIN_SAMPLES * COARSE_NS / 1e9
+        if len(timed) < INTERPRETER_TIMED or len(null) < INTERPRETER_NULLS or not enough:
+            return
+        excess, error = excess_and_error(timed, null)
+        forward = max(self.forward_s(), excess)
+        if excess - sure * error >= self.interpreter_bound_s():
+            raise Refused(rules.TORCH_OP, f"forward computed in the Python interpreter: a timed call spent "
+                                          f"{excess * 1e3:.2f} ms ({min(1.0, excess / forward):.0%} of the forward's "
+                                          "CPU time), sampled from outside its process, in the interpreter's code "
+                                          "(libpython, the standard library's modules) beyond the harness's own steps: "
+                                          "Python code, builtins or standard-library modules computed the output, "
+                                          "called from forward or from the solution's native code; only the "
+                                          "solution's own kernels may compute: keep forward's Python to a few calls "
+                                          "into them")
+
+    def interpreter_bound_s(self) -> float:
+        """The interpreter's time a timed call may hold beyond an empty call's: INTERPRETER_MIN_S, INTERPRETER_SHARE
+        of the forward's CPU time, or INTERPRETER_PER_BYTE of what it reads and writes, whichever is most."""
+        return max(INTERPRETER_MIN_S, INTERPRETER_SHARE * self.forward_s(), INTERPRETER_PER_BYTE * self.data_bytes)
 
     def forward_s(self) -> float:
         """A forward's own CPU time: the timed calls' median, less the cheapest call's (0 before any)."""
@@ -372,6 +436,23 @@ class OpSampling:
                 "symbols": [[library, short_name(symbol), share(t)]
                             for (library, symbol), t in self.where.most_common(top)],
                 "aten_kernels": [[short_name(symbol), share(t)] for symbol, t in self.against.most_common(3)]}
+
+
+def excess_and_error(timed: list[float], null: list[float]) -> tuple[float, float]:
+    """The mean of `timed` less that of `null` (each call's sampled seconds), and its standard error. A call holds
+    a sample or two at COARSE_NS, so each side's spread is taken to be at least half a period (a handful of calls
+    of one sample each would otherwise show none)."""
+    if not timed or not null:
+        return 0.0, float("inf")
+    floor = (COARSE_NS / 1e9 / 2) ** 2
+
+    def mean_and_variance(values: list[float]) -> tuple[float, float]:
+        mean = sum(values) / len(values)
+        spread = sum((v - mean) ** 2 for v in values) / max(1, len(values) - 1)
+        return mean, max(spread, floor) / len(values)
+
+    (timed_mean, timed_var), (null_mean, null_var) = mean_and_variance(timed), mean_and_variance(null)
+    return timed_mean - null_mean, (timed_var + null_var) ** 0.5
 
 
 def _kind_of(place: str) -> str:

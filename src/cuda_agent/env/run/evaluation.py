@@ -433,6 +433,7 @@ class _Evaluation(BuildServing, Calibration, CallRounds, StoredBaselines, Feedba
                         keep = max(5, int(self.config.profile_budget_s / max(per_call, 1e-9)))
                         calls, budget = shortened(calls, keep), keep
                     budget_checked = True
+            self._verdict("profile", self.verdicts.timing_done)
             self.candidate.send(msg.Final())   # its dispatcher's tables checked while the judge finishes
             pipe.drain()
             final = self._ask(self.candidate, self.config.timeout_verify, "profile")

@@ -53,7 +53,8 @@ class CallRounds:
         if not ready(call, phase, prepared):
             return None
         # warm-up calls are not measured: sampled as finely as verification's (more forwards seen closely)
-        self._verdict(phase, self.verdicts.before_call, call.kind == "timed", call.kind == "null")
+        self._verdict(phase, self.verdicts.before_call, call.kind == "timed", call.kind == "null",
+                      self._data_bytes(prepared))
         with self.lock.held(shared=save, label=f"harness.{phase}.{call.kind}") as hold:
             asked = self._traced(f"{phase}.lock_call", asked)
             out, wall_ms, read = measure(call, phase, timeout, hold, prepared)
@@ -69,6 +70,19 @@ class CallRounds:
             self.null_walls.append(wall_ms)
             return None
         return settle(call, phase, timeout, out, wall_ms, read, asked)
+
+    def _data_bytes(self, prepared: dict) -> int:
+        """The bytes a call's forward reads and writes, as the harness knows them: its inputs' (the judge's draw,
+        on the CPU backend) and the reference's output; what is not known counts 0."""
+        from cuda_agent.env.workers.transfer import UnreadableOutput, parse_layout
+
+        try:
+            inputs = sum(dtype.itemsize * math.prod(shape) for dtype, shape in parse_layout(prepared.get("layout")))
+        except UnreadableOutput:
+            inputs = 0
+        output = getattr(self, "output_bytes", None)
+        output = output if isinstance(output, int) else 0
+        return inputs + output
 
     def _verdict(self, phase: str, step, *args, call: Call | None = None) -> None:
         """A step of the harness's verdict on the call (call_verdict.CallVerdicts): a rule broken fails
