@@ -68,6 +68,25 @@ def test_missing_symbol_is_reported_when_loading(cache_dir):
     assert "undefined symbol: missing_symbol" in out
 
 
+def test_a_missing_symbol_is_named_where_no_process_may_start(cache_dir):
+    """A sandboxed worker cannot start c++filt: the missing C++ function is still named, as a BuildError."""
+    import subprocess
+    import sys
+
+    files = _kernel_files("hidden::missing_symbol(1);\n" + HONEST_BODY)
+    files["kernels/bias_relu.cpp"] = "namespace hidden { void missing_symbol(int); }\n" + files["kernels/bias_relu.cpp"]
+    report = build_extension("cuda_extension", files, "cpu", cache_dir / "build")
+    code = (f"import subprocess\n"
+            f"def refused(*args, **kwargs):\n    raise PermissionError('no new processes here')\n"
+            f"subprocess.run = subprocess.Popen = refused\n"
+            f"from cuda_agent.env.builds.compiler import load_module, BuildError\n"
+            f"try:\n    load_module('cuda_extension', {str(report.path)!r})\n"
+            f"except BuildError as e:\n    print(e.summary)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert "undefined symbol: _ZN6hidden14missing_symbolEi (hidden::missing_symbol(int))" in out.stdout
+
+
 def test_cuda_sources_need_the_cuda_backend(cache_dir):
     with pytest.raises(BuildError, match="need the cuda backend"):
         build_extension("ext", {"k.cu": "__global__ void k() {}"}, "cpu", cache_dir / "build")

@@ -572,8 +572,10 @@ def load_module(name: str, so_path: Path):
     except ImportError as exc:  # typically an undefined symbol: a declared but missing function
         message = str(exc).replace(str(so_path), f"{name}.so")
         symbol = re.search(r"undefined symbol: (\S+)", message)
-        if symbol and shutil.which("c++filt"):
-            demangled = subprocess.run(["c++filt", symbol[1]], capture_output=True, text=True).stdout.strip()
+        if symbol:   # demangled in this process: a sandboxed worker may not start one (c++filt)
+            from cuda_agent.env.measure.symbolize import demangle
+
+            demangled = demangle([symbol[1]])[symbol[1]]
             if demangled != symbol[1]:
                 message += f" ({demangled})"
         raise BuildError(f"loading the built module failed: {message}") from None
