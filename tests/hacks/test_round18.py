@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from tests.hacks.cases import check_cheat, check_honest
-from tests.hacks.cases_round18 import HACKS_ROUND18, HONEST_ROUND18, OPEN_ROUND18
+from tests.hacks.cases_round18 import HACKS_ROUND18, HONEST_ROUND18
 
 
 @pytest.mark.parametrize("case", HONEST_ROUND18, ids=lambda c: c.id)
@@ -19,10 +19,3 @@ def test_honest_solution_is_accepted(case, cache_dir, record, honest_results):
 def test_cheat_is_rejected(case, cache_dir, record):
     check_cheat(case, cache_dir, record)
 
-
-@pytest.mark.xfail(strict=True, reason="open: a system library the worker had mapped before the sampler was made "
-                                       "(libcrypto, through hashlib) is not judged (docs/verification.md, What "
-                                       "remains open)")
-@pytest.mark.parametrize("case", OPEN_ROUND18, ids=lambda c: c.id)
-def test_open_cheat_is_rejected(case, cache_dir, record):
-    check_cheat(case, cache_dir, record)

@@ -72,6 +72,9 @@ SYSTEM_FOLDERS = ("/lib/", "/lib64/", "/usr/lib/", "/usr/lib64/", "/usr/local/li
 RUNTIME_LIBRARY = re.compile(r"(ld-linux[\w-]*|libc|libm|libmvec|libpthread|libdl|librt|libutil|libgcc_s|libstdc\+\+"
                              r"|libgomp|libatomic|libquadmath|libomp|libiomp5|libgfortran|libtbb\w*|libopenblas\w*"
                              r"|libblas|libcblas|liblapack|libblis\w*|libmkl_\w+)[.-]")
+# a library of the system's mapped before the symbolizer was made, other than those runtimes and the interpreter's
+# own: the harness's steps may use it (hashlib's libcrypto, zlib), so it is judged as the interpreter is, by amount
+PRELOADED = "[preloaded] "
 KERNEL_CODE = ("[vdso]", "[vsyscall]")   # the kernel's own code in every process (clock_gettime's fast path)
 
 
@@ -303,6 +306,14 @@ class Symbolizer:
             return True
         return path.startswith(SYSTEM_FOLDERS) and not RUNTIME_LIBRARY.match(os.path.basename(path))
 
+    def preloaded(self, path: str) -> bool:
+        """Whether `path`, mapped when this symbolizer was made and of no Python package, is a library of the
+        system's (SYSTEM_FOLDERS) other than the C and C++ runtimes, OpenMP, BLAS and the interpreter's own."""
+        name = os.path.basename(path)
+        return (path in self.first_mapped and package_of(path) is None and path.startswith(SYSTEM_FOLDERS)
+                and "lib-dynload" not in path.split("/")[:-1] and not name.startswith("libpython")
+                and not RUNTIME_LIBRARY.match(name))
+
     def reload(self) -> None:
         try:   # names as the bytes they are (surrogate escapes): a path reads back as the file's
             with open(f"/proc/{self.pid}/maps", encoding="utf-8", errors="surrogateescape") as fh:
@@ -382,6 +393,8 @@ class Symbolizer:
                 library = PACKAGE + library
             elif self.loaded_late(where.path):
                 library = LATE + library
+            elif self.preloaded(where.path):
+                library = PRELOADED + library
             names: list[str | None] = [None] * len(indices)
             labels = [library] * len(indices)
             if table is not None:

@@ -57,7 +57,7 @@ from functools import lru_cache
 from cuda_agent.env.measure.outside import cpu_seconds, thread_ids, threads_cpu_seconds
 from cuda_agent.env.measure.perf_sampler import PerfUnavailable, Sample, Sampler
 from cuda_agent.env.measure.symbolize import (ANONYMOUS, KERNEL_CODE, LATE, NO_FILE, NOT_ELF, NOT_LOADED, NUMPY,
-                                             PACKAGE, UNMAPPED, WRITABLE, Symbolizer)
+                                             PACKAGE, PRELOADED, UNMAPPED, WRITABLE, Symbolizer)
 from cuda_agent.env.rules import registry as rules
 from cuda_agent.env.rules.call_verdict import Refused
 
@@ -164,9 +164,10 @@ _INTERPRETER = re.compile(r"(libpython3[\w.]*\.so[\w.]*|python3(\.\d+)?|[\w.-]+\
 
 @lru_cache(maxsize=1 << 12)   # once per library: every sample asks
 def interpreter(library: str) -> bool:
-    """Whether a sample's place is the interpreter's: libpython (or an interpreter built without it) or a Python
-    extension module mapped before the sampling began (the standard library's `array`, `_decimal`, ...)."""
-    return _INTERPRETER.fullmatch(library) is not None
+    """Whether a sample's place is the interpreter's: libpython (or an interpreter built without it), a Python
+    extension module mapped before the sampling began (the standard library's `array`, `_decimal`, ...), or a library
+    of the system's mapped then that the interpreter's modules use (`[preloaded]`: hashlib's libcrypto, zlib)."""
+    return library.startswith(PRELOADED) or _INTERPRETER.fullmatch(library) is not None
 
 
 def unattributable(library: str) -> bool:
@@ -174,7 +175,7 @@ def unattributable(library: str) -> bool:
     (see symbolize.py's labels): anything but a library file read at its path, or the kernel's own code; numpy's
     libraries (`[numpy]`) and those of packages loaded after the sampling began (`[package]`) count as well."""
     return (library in (ANONYMOUS, UNMAPPED) or library.startswith(("memfd:", NOT_ELF, NOT_LOADED, WRITABLE, NO_FILE))
-            or (library.startswith("[") and library not in KERNEL_CODE))
+            or (library.startswith("[") and library not in KERNEL_CODE and not library.startswith(PRELOADED)))
 
 
 class OpSampling:
