@@ -191,6 +191,23 @@ def test_a_system_library_loaded_after_the_symbolizer_is_the_solutions_doing():
     assert not after.loaded_late("/v/lib/python3.11/site-packages/torch/lib/libgomp.so.1")
 
 
+def test_a_system_library_mapped_before_the_sampler_is_preloaded():
+    """A library of the system's the process had mapped already (hashlib's libcrypto, say) is `[preloaded]`, judged
+    with the interpreter by amount: not libpython, not the runtimes, OpenMP or BLAS, nothing loaded later."""
+    from cuda_agent.env.rules.op_samples import interpreter, unattributable
+
+    symbolizer = Symbolizer(os.getpid())
+    crypto, python = "/usr/lib/x86_64-linux-gnu/libcrypto.so.3", "/usr/lib/x86_64-linux-gnu/libpython3.11.so.1.0"
+    symbolizer.first_mapped = frozenset({crypto, python, "/usr/lib/x86_64-linux-gnu/libgomp.so.1",
+                                         "/usr/lib/python3.11/lib-dynload/_hashlib.cpython-311-x86_64-linux-gnu.so",
+                                         "/home/u/.cache/cuda-agent/lib/abc/solution.so"})
+    assert symbolizer.preloaded(crypto)
+    assert not any(symbolizer.preloaded(path) for path in symbolizer.first_mapped - {crypto})
+    assert not symbolizer.preloaded("/usr/lib/x86_64-linux-gnu/libsqlite3.so.0")   # not mapped before: late
+    label = symbolize.PRELOADED + "libcrypto.so.3"
+    assert interpreter(label) and not unattributable(label)
+
+
 def test_the_interpreters_code_is_told_by_its_librarys_name():
     from cuda_agent.env.rules.op_samples import interpreter
 
