@@ -36,8 +36,9 @@ The candidate is refused (`torch-op`) once any of these holds:
   ran unsampled on threads that ended within a call, beyond one period a call (a thread's last period is
   never sampled): the process's CPU clock counts them, the live threads' times do not, and a thread that
   ends within one sampling period is never sampled;
-- in the timed calls, the interpreter's time up to the call's first answer, with the time unsampled on threads that
-  ended within the call (it may have been the interpreter's), beyond an empty call's, less
+- in the timed calls, the interpreter's time up to the call's first answer, with the time of the threads that
+  ended within the call unsampled (beyond a period for each a sample saw, and one: it may have been the
+  interpreter's), beyond an empty call's, less
   INTERPRETER_EARLY_SURE standard errors after each call and INTERPRETER_SURE once they are all made (`timing_done`), at `interpreter_bound_s` or more (INTERPRETER_MIN_S, INTERPRETER_SHARE of the
   forward, INTERPRETER_PER_BYTE of the bytes it reads and writes, whichever is most): Python, the builtins' C
   code or a preloaded standard-library module computing the forward (`_judge_interpreter`).
@@ -215,7 +216,7 @@ class OpSampling:
         self.lock = threading.Lock()                       # the drainer's and `answered`'s drains, one at a time
         self.answered_at: dict[int, int] | None = None     # sampler -> its samples drained when the call answered
         self.in_interpreter = 0.0                          # the current call's sampled seconds in the interpreter
-        self.unseen_s = 0.0                                # ... and its CPU seconds on ended threads, unsampled
+        self.unseen_s = 0.0                                # ... and its ended threads' CPU seconds no sample saw
         self.interpreter = {"timed": [], "null": []}       # kind -> each call's sampled seconds in the interpreter
         self.data_bytes = 0                                # the most a timed call's forward reads and writes
 
@@ -338,8 +339,12 @@ class OpSampling:
         phase = self.phases[self.timed]
         phase[0] += used
         # one thread's last period is never sampled: a thread joined inside the call leaves up to that
-        self.unseen_s = max(0.0, ended - sampled - drained[-1][0].period_ns / 1e9)
-        phase[1] += self.unseen_s
+        period = drained[-1][0].period_ns / 1e9
+        phase[1] += max(0.0, ended - sampled - period)
+        # ... and so does each ended thread a sample saw (it lived a period or more); what is left of the ended
+        # threads' time ran on threads no sample saw, each shorter than a period: what ran there is unknown
+        seen = {s.tid for _, batch in drained for s in batch if str(s.tid) not in alive}
+        self.unseen_s = max(0.0, ended - sampled - period * (1 + len(seen)))
         phase[2] += 1
 
     def _judge(self) -> None:
