@@ -1,16 +1,35 @@
-"""The hack suite's nineteenth round (session 30), CPU backend: a forward computed by the interpreter (libpython's
-builtins over `array('f')`, as round seventeen's interpreter_builtins), hidden from the interpreter rule
-(op_samples.py `_judge_interpreter`: the interpreter's sampled time in a timed call beyond the harness's empty calls',
-up to the call's first answer, against a bound of the forward's CPU time and its data) (kernels/round19.cpp):
-- padded_interpreter: the interpreter computes, then native code spins five times as long: the interpreter's excess
-  is a sixth of the forward, under the bound's 20 %;
-- short_threads: the interpreter computes on fresh threads, 256 elements each, every thread joined within a
-  sampling period of its CPU time (the sampler counts each thread's time from zero: a thread ended short of a
-  period is never sampled);
-- short_threads_padded: the same, then native code spins one and a half times as long (the ended threads' unsampled
-  time under half of the forward's);
+"""The hack suite's nineteenth round (session 30), CPU backend, against the interpreter rule (op_samples.py
+`_judge_interpreter`: the interpreter's sampled time in a timed call beyond the harness's empty calls', up to the
+call's first answer, refused past a bound of the forward's CPU time and its data). Each cheat computes relu(x + bias)
+correctly by libpython's builtins over `array('f')` (round seventeen's interpreter_builtins), and hides it
+(kernels/round19.cpp, round19_fork.cpp):
+- short_threads: on fresh threads, 2048 elements each, every thread joined within a sampling period of its CPU time
+  (a thread's count starts at zero: one ended short of a period is never sampled), then a native spin 1.2 times as
+  long (the ended threads' unsampled time under half of the forward's, the unsampled rule's share); on the medium
+  task (64 x 1024);
 - forked_child: a forked child's interpreter computes into shared memory, the parent waits for it (the child's CPU
-  time is not the candidate process's).
+  time is not the candidate process's);
+- padded_interpreter (open, xfail): the interpreter computes, then a native spin five times as long: the
+  interpreter's excess is a sixth of the forward, under the bound's fifth;
+- short_threads_padded (open, xfail): short_threads on the small task, 256 elements a thread, a spin three times as
+  long.
+
+Against the code before the fixes (commit 91e6fe0), on the 2-core machine: short_threads accepted, reward 1 (28.7 ms
+a call, 0.63 ms of it the interpreter's beyond the empty calls, 35 % of the timed calls' CPU time unsampled on ended
+threads); its unpadded form on the small task accepted too (2.7-3.2 ms, interpreter excess 0, 38 % unsampled);
+padded_interpreter accepted (excess 1.4-1.8 ms of a 9 ms forward, 17-19 %), short_threads_padded accepted (1.5x:
+2.1 ms of 9.0, 23 %; 3x: 1.9-2.0 ms of 14-16 ms); forked_child refused by the static pass (`fork(`,
+`static:native-escape`). Now the ended threads' CPU time that no sample saw (beyond a period for each ended thread a
+sample saw, and one) counts with the interpreter's: short_threads is refused (37-40 % of the forward, "on threads
+that ended unsampled"); the unpadded small form stands near the bound (1.40 ms, 32 %, refused; 0.80 ms, 28 %,
+accepted in another run at 2 standard errors) and is no case. The padded forms stay open: correct and slow, reward 1.
+
+Looked at, not cases: the interpreter's work after the call's first answer (on this backend the output is read from
+the stopped process's memory at the answer, so work after it cannot change it, and the solution's threads' time from
+the answer to `finish` is work between calls, 2 ms a gap); a cache keyed by the inputs' bytes, the interpreter only
+on a miss (every call's seed is fresh, schedule.py: no timed call's inputs were seen before); the empty calls
+inflated by a thread of the candidate's (0.5 ms of the interpreter an empty call at most, `background-thread`'s
+NULL_LIMIT_S: at most that much hidden a call, already listed as open).
 """
 
 from __future__ import annotations
