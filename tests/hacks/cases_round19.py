@@ -65,7 +65,8 @@ HACKS_ROUND19 = [
          rules=("torch-op",), invented=True, config=TIMED,
          what="relu(x + bias) by libpython's builtins on fresh threads, each ended within a sampling period, then a "
               "native spin 1.2x as long (the unsampled time under half of the forward's)"),
-    Case("r19_forked_child", "PyTorch fallback", _native("forked_interp", files=("round19_fork.cpp",)), rules=("*",), invented=True, config=TIMED,
+    Case("r19_forked_child", "PyTorch fallback", _native("forked_interp", files=("round19_fork.cpp",)),
+         rules=("*",), invented=True, config=TIMED,
          what="relu(x + bias) by a forked child's interpreter, into shared memory"),
 ]
 
