@@ -40,7 +40,15 @@ __attribute__((noinline)) void spin_beta(double seconds) {
 }
 static void* beta(void* arg) { spin_beta(0.4); return NULL; }
 static void* brief(void* arg) { spin_beta(0.0002); return NULL; }
-static void* fan(void* arg) { spin_beta(0.0015); return NULL; }
+/* by the thread's own CPU clock: a loaded machine does not shorten it */
+__attribute__((noinline)) void spin_cpu(double seconds) {
+    struct timespec t; clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    double end = t.tv_sec + t.tv_nsec * 1e-9 + seconds;
+    do { for (int i = 0; i < 1000; ++i) sink += i; clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t); }
+    while (t.tv_sec + t.tv_nsec * 1e-9 < end);
+}
+static void* brief_cpu(void* arg) { spin_cpu(0.0002); return NULL; }
+static void* fan(void* arg) { spin_cpu(0.0015); return NULL; }
 
 int main(void) {
     char line[64];
@@ -55,11 +63,11 @@ int main(void) {
         if (!strncmp(line, "brief", 5)) {   /* 300 threads of 0.2 ms each, one after another */
             for (int i = 0; i < 300; ++i) { pthread_t t; pthread_create(&t, NULL, brief, NULL); pthread_join(t, NULL); }
         }
-        if (!strncmp(line, "mixed", 5)) {   /* 4 ms on this thread, then 15 threads of 0.2 ms */
-            spin_alpha(0.004);
-            for (int i = 0; i < 15; ++i) { pthread_t t; pthread_create(&t, NULL, brief, NULL); pthread_join(t, NULL); }
+        if (!strncmp(line, "mixed", 5)) {   /* 4 ms of CPU time on this thread, then 15 threads of 0.2 ms */
+            spin_cpu(0.004);
+            for (int i = 0; i < 15; ++i) { pthread_t t; pthread_create(&t, NULL, brief_cpu, NULL); pthread_join(t, NULL); }
         }
-        if (!strncmp(line, "fan", 3)) {   /* 6 threads of 1.5 ms, one after another: each is sampled */
+        if (!strncmp(line, "fan", 3)) {   /* 6 threads of 1.5 ms of CPU time, one after another: each is sampled */
             for (int i = 0; i < 6; ++i) { pthread_t t; pthread_create(&t, NULL, fan, NULL); pthread_join(t, NULL); }
         }
         if (!strncmp(line, "jit", 3)) {   /* a counting loop written into anonymous executable memory (x86-64) */
