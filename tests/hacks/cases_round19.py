@@ -75,4 +75,6 @@ HACKS_ROUND19 = [
 HONEST_ROUND19 = [
     Case("r19_honest_small", "honest", _native("honest"), rules=("torch-op",), config=TIMED,
          what="the honest loop from the same C++ file, on the small task"),
+    Case("r19_honest_threads", "honest", _native("honest_threads", _medium_task), rules=("torch-op",), config=TIMED,
+         what="the honest loop on four threads started and joined each call, on the medium task"),
 ]
