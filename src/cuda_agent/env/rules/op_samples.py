@@ -399,7 +399,9 @@ class OpSampling:
                                           "Python code, builtins or standard-library modules computed the output, "
                                           "called from forward or from the solution's native code; only the "
                                           "solution's own kernels may compute: keep forward's Python to a few calls "
-                                          "into them")
+                                          "into them, and run them on threads that outlive the call's sampling "
+                                          "(the calling thread, or a pool), not on threads of a few hundred "
+                                          "microseconds")
 
     def interpreter_bound_s(self) -> float:
         """The interpreter's time a timed call may hold beyond an empty call's: INTERPRETER_MIN_S, INTERPRETER_SHARE
