@@ -40,6 +40,15 @@ __attribute__((noinline)) void spin_beta(double seconds) {
 }
 static void* beta(void* arg) { spin_beta(0.4); return NULL; }
 static void* brief(void* arg) { spin_beta(0.0002); return NULL; }
+/* by the thread's own CPU clock: a loaded machine does not shorten it */
+__attribute__((noinline)) void spin_cpu(double seconds) {
+    struct timespec t; clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    double end = t.tv_sec + t.tv_nsec * 1e-9 + seconds;
+    do { for (int i = 0; i < 1000; ++i) sink += i; clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t); }
+    while (t.tv_sec + t.tv_nsec * 1e-9 < end);
+}
+static void* brief_cpu(void* arg) { spin_cpu(0.0002); return NULL; }
+static void* fan(void* arg) { spin_cpu(0.0015); return NULL; }
 
 int main(void) {
     char line[64];
@@ -53,6 +62,13 @@ int main(void) {
         }
         if (!strncmp(line, "brief", 5)) {   /* 300 threads of 0.2 ms each, one after another */
             for (int i = 0; i < 300; ++i) { pthread_t t; pthread_create(&t, NULL, brief, NULL); pthread_join(t, NULL); }
+        }
+        if (!strncmp(line, "mixed", 5)) {   /* 4 ms of CPU time on this thread, then 15 threads of 0.2 ms */
+            spin_cpu(0.004);
+            for (int i = 0; i < 15; ++i) { pthread_t t; pthread_create(&t, NULL, brief_cpu, NULL); pthread_join(t, NULL); }
+        }
+        if (!strncmp(line, "fan", 3)) {   /* 6 threads of 1.5 ms of CPU time, one after another: each is sampled */
+            for (int i = 0; i < 6; ++i) { pthread_t t; pthread_create(&t, NULL, fan, NULL); pthread_join(t, NULL); }
         }
         if (!strncmp(line, "jit", 3)) {   /* a counting loop written into anonymous executable memory (x86-64) */
             static const unsigned char code[] = {0x48, 0xB8, 0, 0, 0, 0x20, 0, 0, 0, 0,   /* mov rax, 2^29 */
@@ -216,6 +232,50 @@ def test_work_on_threads_shorter_than_a_period_is_refused(spinner):
             sampling.finish()
         assert refused.value.rule.name == "torch-op" and "threads that ended within" in str(refused.value)
         assert sampling.phases[True][1] > 0.05   # seconds unsampled on them
+    finally:
+        sampling.close()
+        child.close()
+
+
+def _empty_calls(child, sampling) -> None:
+    for _ in range(op_samples.INTERPRETER_NULLS + 8):   # the harness's empty calls
+        sampling.start(null=True)
+        child.ask("noop")
+        sampling.answered()
+        sampling.finish()
+
+
+def test_time_unsampled_on_ended_threads_counts_with_the_interpreters(spinner):
+    """Timed calls with 3 ms on threads that each end within a period (the interpreter's work, say, which no sample
+    sees there): too little a share for the unsampled rule, but beyond the interpreter's bound once counted with it.
+    Threads a sample saw leave their last period unsampled, which is not counted (`fan`)."""
+    child = Child([str(spinner)])
+    sampling = _sampling_or_skip(child)
+    try:
+        _empty_calls(child, sampling)
+        for _ in range(12):
+            sampling.start(timed=True)
+            child.ask("fan")
+            sampling.answered()
+            sampling.finish()
+        sampling.timing_done()
+        assert sampling.phases[True][1] > 0.005   # their last periods, unsampled
+    finally:
+        sampling.close()
+        child.close()
+    child = Child([str(spinner)])
+    sampling = _sampling_or_skip(child)
+    try:
+        _empty_calls(child, sampling)
+        with pytest.raises(Refused) as refused:
+            for _ in range(12):
+                sampling.start(timed=True)
+                child.ask("mixed")
+                sampling.answered()
+                sampling.finish()
+            sampling.timing_done()
+        assert refused.value.rule.name == "torch-op" and "threads that ended unsampled" in str(refused.value)
+        assert sampling.phases[True][1] < op_samples.UNSAMPLED_SHARE * sampling.phases[True][0]
     finally:
         sampling.close()
         child.close()

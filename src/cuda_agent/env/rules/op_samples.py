@@ -36,7 +36,9 @@ The candidate is refused (`torch-op`) once any of these holds:
   ran unsampled on threads that ended within a call, beyond one period a call (a thread's last period is
   never sampled): the process's CPU clock counts them, the live threads' times do not, and a thread that
   ends within one sampling period is never sampled;
-- in the timed calls, the interpreter's time up to the call's first answer beyond an empty call's, less
+- in the timed calls, the interpreter's time up to the call's first answer, with the time of the threads that
+  ended within the call unsampled (beyond a period for each a sample saw, and one: it may have been the
+  interpreter's), beyond an empty call's, less
   INTERPRETER_EARLY_SURE standard errors after each call and INTERPRETER_SURE once they are all made (`timing_done`), at `interpreter_bound_s` or more (INTERPRETER_MIN_S, INTERPRETER_SHARE of the
   forward, INTERPRETER_PER_BYTE of the bytes it reads and writes, whichever is most): Python, the builtins' C
   code or a preloaded standard-library module computing the forward (`_judge_interpreter`).
@@ -215,6 +217,7 @@ class OpSampling:
         self.lock = threading.Lock()                       # the drainer's and `answered`'s drains, one at a time
         self.answered_at: dict[int, int] | None = None     # sampler -> its samples drained when the call answered
         self.in_interpreter = 0.0                          # the current call's sampled seconds in the interpreter
+        self.unseen_s = 0.0                                # ... and its ended threads' CPU seconds no sample saw
         self.interpreter = {"timed": [], "null": []}       # kind -> each call's sampled seconds in the interpreter
         self.data_bytes = 0                                # the most a timed call's forward reads and writes
 
@@ -288,8 +291,8 @@ class OpSampling:
             before = [self.answered_at is None or i < self.answered_at[id(sampler)]
                       for sampler, batch in drained for i in range(len(batch))]
             self._attribute(samples, weights, before)
-        if self.timed or self.null:
-            self.interpreter["timed" if self.timed else "null"].append(self.in_interpreter)
+        if self.timed or self.null:   # time no sample saw may have been the interpreter's too
+            self.interpreter["timed" if self.timed else "null"].append(self.in_interpreter + self.unseen_s)
         self._judge()
         self._judge_interpreter(INTERPRETER_EARLY_SURE)
 
@@ -337,7 +340,12 @@ class OpSampling:
         phase = self.phases[self.timed]
         phase[0] += used
         # one thread's last period is never sampled: a thread joined inside the call leaves up to that
-        phase[1] += max(0.0, ended - sampled - drained[-1][0].period_ns / 1e9)
+        period = drained[-1][0].period_ns / 1e9
+        phase[1] += max(0.0, ended - sampled - period)
+        # ... and so does each ended thread a sample saw (it lived a period or more); what is left of the ended
+        # threads' time ran on threads no sample saw, each shorter than a period: what ran there is unknown
+        seen = {s.tid for _, batch in drained for s in batch if str(s.tid) not in alive}
+        self.unseen_s = max(0.0, ended - sampled - period * (1 + len(seen)))
         phase[2] += 1
 
     def _judge(self) -> None:
@@ -368,7 +376,8 @@ class OpSampling:
 
     def interpreter_excess_s(self) -> float:
         """The interpreter's sampled seconds a timed call beyond those of a harness's empty call, up to the call's
-        first answer (0 before any)."""
+        first answer, with the CPU time of the call's ended threads that no sample saw (which may have been the
+        interpreter's: threads ended within a period hide it) (0 before any)."""
         return max(0.0, excess_and_error(self.interpreter["timed"], self.interpreter["null"][1:])[0])
 
     def _judge_interpreter(self, sure: float) -> None:
@@ -386,11 +395,14 @@ class OpSampling:
             raise Refused(rules.TORCH_OP, f"forward computed in the Python interpreter: a timed call spent "
                                           f"{excess * 1e3:.2f} ms ({min(1.0, excess / forward):.0%} of the forward's "
                                           "CPU time), sampled from outside its process, in the interpreter's code "
-                                          "(libpython, the standard library's modules) beyond the harness's own steps: "
+                                          "(libpython, the standard library's modules) or on threads that ended "
+                                          "unsampled, beyond the harness's own steps: "
                                           "Python code, builtins or standard-library modules computed the output, "
                                           "called from forward or from the solution's native code; only the "
                                           "solution's own kernels may compute: keep forward's Python to a few calls "
-                                          "into them")
+                                          "into them, and run them on threads that outlive the call's sampling "
+                                          "(the calling thread, or a pool), not on threads of a few hundred "
+                                          "microseconds")
 
     def interpreter_bound_s(self) -> float:
         """The interpreter's time a timed call may hold beyond an empty call's: INTERPRETER_MIN_S, INTERPRETER_SHARE
