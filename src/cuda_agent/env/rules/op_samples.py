@@ -38,10 +38,11 @@ The candidate is refused (`torch-op`) once any of these holds:
   ends within one sampling period is never sampled;
 - in the timed calls, the interpreter's time up to the call's first answer, with the time of the threads that
   ended within the call unsampled (beyond a period for each a sample saw, and one: it may have been the
-  interpreter's), beyond an empty call's, less
-  INTERPRETER_EARLY_SURE standard errors after each call and INTERPRETER_SURE once they are all made (`timing_done`), at `interpreter_bound_s` or more (INTERPRETER_MIN_S, INTERPRETER_SHARE of the
-  forward, INTERPRETER_PER_BYTE of the bytes it reads and writes, whichever is most): Python, the builtins' C
-  code or a preloaded standard-library module computing the forward (`_judge_interpreter`).
+  interpreter's), beyond an empty call's, less INTERPRETER_EARLY_SURE standard errors after each call and
+  INTERPRETER_SURE once they are all made (`timing_done`), at `interpreter_bound_s` or more (INTERPRETER_MIN_S,
+  INTERPRETER_SHARE of the forward, INTERPRETER_PER_BYTE of the bytes it reads and writes, whichever is most):
+  Python, the builtins' C code, a preloaded standard-library module or a `[preloaded]` library of the system's
+  computing the forward (`_judge_interpreter`).
 
 Every call is sampled; timed calls (warm-up and timed) every COARSE_NS of a thread's CPU time, as each
 sample costs the sampled thread a few microseconds of CPU time, which the call's time includes; untimed
