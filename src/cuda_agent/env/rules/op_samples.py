@@ -337,7 +337,8 @@ class OpSampling:
             self.untimed_calls += 1
         alive = threads_cpu_seconds(self.pid, thread_ids(self.pid))
         ended = used - sum(max(0.0, t - self.threads0.get(tid, 0.0)) for tid, t in alive.items())
-        sampled = sum(sampler.period_ns / 1e9 for sampler, batch in drained for s in batch if str(s.tid) not in alive)
+        on_ended = [(sampler, s) for sampler, batch in drained for s in batch if str(s.tid) not in alive]
+        sampled = sum(sampler.period_ns / 1e9 for sampler, _ in on_ended)
         phase = self.phases[self.timed]
         phase[0] += used
         # one thread's last period is never sampled: a thread joined inside the call leaves up to that
@@ -345,7 +346,7 @@ class OpSampling:
         phase[1] += max(0.0, ended - sampled - period)
         # ... and so does each ended thread a sample saw (it lived a period or more); what is left of the ended
         # threads' time ran on threads no sample saw, each shorter than a period: what ran there is unknown
-        seen = {s.tid for _, batch in drained for s in batch if str(s.tid) not in alive}
+        seen = {s.tid for _, s in on_ended}
         self.unseen_s = max(0.0, ended - sampled - period * (1 + len(seen)))
         phase[2] += 1
 
