@@ -183,3 +183,43 @@ def test_the_workspace_profile_shows_each_interval():
     low, high = near.speedup_ci["eager"]
     assert f"; speedup 95 % CI {low:.2f}-{high:.2f}x)" in text
     assert text.count("within noise") == 1 and f"reward {near.reward:g}" in text
+
+
+def test_a_kernel_time_made_of_the_overhead_subtraction_earns_no_speed_reward():
+    """On a loaded CPU machine the empty calls' median can match a short forward's whole call: less that
+    overhead, most calls fall to the floor and any speedup follows. A time whose interval reaches zero
+    decides no speed reward; one told apart from zero is scored as before."""
+    from cuda_agent.env.run.measures import less_overhead
+    from cuda_agent.env.run.scoring import time_resolved
+
+    rng = random.Random(5)
+    nulls = [1.5 + rng.uniform(-0.15, 0.25) for _ in range(12)]   # the harness's own steps, under load
+
+    def measured(kernel_ms: float, eager_ms: float) -> EvalResult:
+        timed = [{"kernel": 1.5 + kernel_ms + rng.uniform(-0.15, 0.15), "eager": eager_ms * (1 + rng.uniform(-0.02, 0.02))}
+                 for _ in range(40)]
+        less_overhead(timed, nulls)
+        kernel = statistics.median(e["kernel"] for e in timed)
+        r = EvalResult(task="t", backend="cpu", compiled=True, correct=True, kernel_ms=kernel,
+                       eager_ms=statistics.median(e["eager"] for e in timed),
+                       speedup_vs_eager=paired_speedup(timed, "eager"))
+        note_intervals(r, timed, overhead_spread(nulls))
+        score(r)
+        return r
+
+    short = measured(0.01, 0.02)   # a 10 µs forward against a 20 µs eager, inside the overhead's noise
+    assert policy.reward_from_speedups(True, short.speedup_vs_eager, None) == 2   # what the median alone gives
+    assert not short.time_resolved and short.reward == 1 and short.reward_continuous <= 1.0
+    assert not short.within_noise
+    assert "not told apart from zero" in explain_reward(short)
+    assert {row.label: row for row in timing_rows(short)}["eager"].verdict == "not decided (time unresolved)"
+    from cuda_agent.env.explain import reward_hint
+
+    assert reward_hint(short).startswith("  target not decided: ")
+
+    long = measured(2.0, 4.0)   # 2 ms against 4 ms: well outside the overhead's noise
+    assert long.time_resolved and long.reward == 2 and "told apart" not in explain_reward(long)
+    # on the GPU (no overhead taken off) any timed kernel is resolved; a handful of floor values is not
+    assert time_resolved([{"kernel": 0.003}] * 20)
+    assert not time_resolved([{"kernel": 1e-4}] * 20)
+    assert EvalResult.from_dict(short.to_dict()).time_resolved is False

@@ -19,6 +19,9 @@ PAIRED_NOTE = ("times are each side's median; speedups are medians of per-call r
 
 
 _LEVELS = ", ".join(map(str, REWARDS))
+UNRESOLVED = ("the kernel's time, measured from outside less the harness's own steps, is not told apart from zero "
+              "(it lies within the noise of those steps on this machine), so no speed reward was decided: a "
+              "larger input or a less loaded machine times it")
 
 
 @dataclass(frozen=True)
@@ -43,6 +46,8 @@ def timing_rows(result: EvalResult, compile_skipped: bool = False) -> list[Row]:
         text = f"{speedup:.2f}x" if speedup else ""
         if not result.correct or result.kernel_ms is None:
             verdict = ""
+        elif not result.time_resolved:
+            verdict = "not decided (time unresolved)"
         elif is_faster_speedup(speedup):
             verdict = f"yes (reward {reward})"
         else:
@@ -127,6 +132,8 @@ def _reward_reason(result: EvalResult, compile_skipped: bool) -> str:
                     "so 2 is the most this run can give")
         return (f"reward 2: correct and faster than eager ({eager}), but not more than {PERCENT} faster "
                 f"than torch.compile ({compiled}; reward 3 needs above {NEEDED:.2f}x)")
+    if not result.time_resolved:
+        return f"reward 1: correct; {UNRESOLVED}"
     if result.eager_ms is None:
         return "reward 1: correct; not timed against eager, so 1 is the most this run can give"
     return (f"reward 1: correct, but not more than {PERCENT} faster than eager ({eager}; reward 2 needs "
@@ -145,9 +152,12 @@ def reward_line(result: EvalResult) -> str:
 
 def reward_hint(result: EvalResult) -> str | None:
     """Which baseline still blocks the most reward, and by how much: the time saved, (t0 - t) / t0 =
-    1 - 1 / paired speedup, must exceed the margin (a speedup above NEEDED)."""
+    1 - 1 / paired speedup, must exceed the margin (a speedup above NEEDED); or why no speed was
+    decided (`UNRESOLVED`)."""
     if result.kernel_ms is None:
         return None
+    if result.correct and not result.time_resolved:
+        return f"  target not decided: {UNRESOLVED}"
     baselines = [(name, s) for name, s in (("eager PyTorch", result.speedup_vs_eager),
                                            ("torch.compile", result.speedup_vs_compile)) if s]
     blocking = [name for name, s in baselines if not is_faster_speedup(s)]

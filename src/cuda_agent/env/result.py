@@ -95,6 +95,9 @@ class EvalResult:
     reward: float | None = None            # milestone reward; None when the task is broken
     within_noise: bool = False             # the margin lies inside an interval that decides the reward:
                                            # decided on the medians (env/run/scoring.py note_intervals)
+    time_resolved: bool = True             # the kernel's time told apart from zero; False where calls measured
+                                           # from outside, less the harness's overhead, leave it inside that
+                                           # overhead's noise: no speed reward (scoring.time_resolved)
     reward_continuous: float | None = None  # the paired speedup over torch.compile (ablations; reward.py)
     timings: dict[str, Timing] = field(default_factory=dict)   # "kernel", "eager", "compile"
     max_abs_error: list[float] = field(default_factory=list)   # per verification input set

@@ -91,7 +91,11 @@ def continuous_reward(correct: bool, t: float | None, t_compile: float | None) -
 
 def score(result) -> tuple[int, float]:
     """A result's (milestone, continuous) reward from its paired speedups; a correct result without
-    an eager speedup is judged on its times."""
+    an eager speedup is judged on its times; a correct result whose time was not told apart from zero
+    (`time_resolved` False: measured from outside, inside the harness's own noise) earns no speed
+    milestone and no continuous reward above parity."""
+    if result.correct and not getattr(result, "time_resolved", True):
+        return 1, min(continuous_from_speedup(True, result.speedup_vs_compile), 1.0)
     if result.correct and result.speedup_vs_eager is not None:
         reward = reward_from_speedups(True, result.speedup_vs_eager, result.speedup_vs_compile)
     else:

@@ -111,10 +111,25 @@ def decision_open(rounds: list[dict], compile_scale: float | None = None,
     return low != high
 
 
+def time_resolved(rounds: list[dict], spread: tuple[float, float] = (0.0, 0.0)) -> bool:
+    """Whether the kernel's median time is told apart from zero: its 95 % interval's low end, reached
+    down further by the `more` ms the overhead taken off each call may be off (`spread`, in quadrature
+    as in `speedup_interval`), stays above `MIN_CALL_MS`. A call measured from outside is mostly the
+    harness's own steps where the kernel is short; on a loaded machine the empty calls' median can
+    match the whole call, and a kernel time made of that subtraction would give any speedup."""
+    times = [t for t in round_times(rounds, "kernel") if t is not None]
+    if not times:
+        return True
+    median = statistics.median(times)
+    low = (median_interval(times) or (median, median))[0]
+    return median - math.hypot(median - low, spread[1]) > MIN_CALL_MS
+
+
 def note_intervals(result: EvalResult, rounds: list[dict], spread: tuple[float, float] = (0.0, 0.0)) -> None:
-    """Each paired speedup's 95 % interval (`speedup_ci`), and whether the reward was decided within
-    the noise (`within_noise`): the margin inside an interval that decides it, after timing went on
-    as far as it may (measures.calls_to_add). `spread`: as in `speedup_interval`. The reward stays the
+    """Each paired speedup's 95 % interval (`speedup_ci`), whether the kernel's time is told apart
+    from zero (`time_resolved`: else no speed reward, reward.score), and whether the reward was decided
+    within the noise (`within_noise`): the margin inside an interval that decides it, after timing went
+    on as far as it may (measures.calls_to_add). `spread`: as in `speedup_interval`. The reward stays the
     one the medians give."""
     scale = None
     if result.baseline_source != "paired" and result.speedup_vs_compile and result.speedup_vs_eager:
@@ -125,4 +140,5 @@ def note_intervals(result: EvalResult, rounds: list[dict], spread: tuple[float, 
         intervals["compile"] = (intervals["eager"][0] * scale, intervals["eager"][1] * scale)
     result.speedup_ci = {name: [low, high] for name, (low, high) in
                          ((n, ci) for n, ci in intervals.items() if ci) if low != high}
-    result.within_noise = result.correct and decision_open(rounds, scale, spread)
+    result.time_resolved = time_resolved(rounds, spread)
+    result.within_noise = result.correct and result.time_resolved and decision_open(rounds, scale, spread)
