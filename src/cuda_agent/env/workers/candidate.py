@@ -185,7 +185,8 @@ class _Candidate:
                 slot_error = f"{type(exc).__name__}: {str(exc)[:500]}"
 
         self.task_module = load_task_module(self.job.task_inputs_code, "task_inputs", filename="<task inputs>")
-        init = torch.load(self.box / "reference_init.pt", map_location="cpu", weights_only=False)
+        # mapped, not read whole: load_state_dict copies each weight from the file's pages as it goes
+        init = torch.load(self.box / "reference_init.pt", map_location="cpu", weights_only=False, mmap=True)
         torch.manual_seed(self.cfg.seed)
         model = self.model_class(*init["init_inputs"])
         weights = "none"

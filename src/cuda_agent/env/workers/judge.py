@@ -40,6 +40,21 @@ def draw_init_inputs(module) -> list:
     return list(init)
 
 
+def save_init(box: Path, init_inputs: list, state_dict: dict) -> None:
+    """The reference's init inputs and initial weights, for the candidate (`reference_init.pt`, never
+    through a link its import planted). Without the zip records' checksums: the file goes from one
+    worker to the other in the box, and a large model's checksum costs a quarter of the write."""
+    crc = getattr(torch.serialization, "get_crc32_options", lambda: True)()
+    if hasattr(torch.serialization, "set_crc32_options"):
+        torch.serialization.set_crc32_options(False)
+    try:
+        with box_file(box, "reference_init.pt") as fh:
+            torch.save({"init_inputs": init_inputs, "state_dict": state_dict}, fh)
+    finally:
+        if hasattr(torch.serialization, "set_crc32_options"):
+            torch.serialization.set_crc32_options(crc)
+
+
 def _all_finite(value) -> bool:
     return all(bool(torch.isfinite(t).all()) for t in tensors_in(value) if t.is_floating_point() or t.is_complex())
 
@@ -76,10 +91,10 @@ class _Judge:
                 raise AttributeError(f"the task defines no `{name}`")
         init_inputs = draw_init_inputs(self.module)
         torch.manual_seed(common.weights_seed(self.cfg.seed))   # the candidate's model is made under it too
-        self.model = self.module.Model(*init_inputs).to(self.device).eval()
-        if job.save_init:   # the candidate builds its model from the same weights
-            with box_file(self.box, "reference_init.pt") as fh:   # never through a link its import planted
-                torch.save({"init_inputs": init_inputs, "state_dict": self.model.state_dict()}, fh)
+        model = self.module.Model(*init_inputs)
+        if job.save_init:   # the candidate builds its model from the same weights, saved while still on the host
+            save_init(self.box, init_inputs, model.state_dict())
+        self.model = model.to(self.device).eval()
         with torch.no_grad(), self._device(shared=True, label="setup"):   # the task runs at all (and is warm)
             # the memory of a batch of timed calls, asked for here and not inside the first one (reserve.py)
             batch_bytes = judge_bytes(job.footprint, job.batch, GROUP_BYTES)
