@@ -96,14 +96,18 @@ def task_times(kind: str, out: Path, wall: float) -> dict:
     db = out / "bench.sqlite"
     if kind == "synth" or not db.exists():
         return {}
-    table = "baselines" if kind == "baseline" else "attempts"
+    table, record = ("baselines", "NULL") if kind == "baseline" else ("attempts", "result")
     with sqlite3.connect(db) as con:
-        rows = con.execute(f"SELECT task_key, seconds FROM {table} WHERE seconds IS NOT NULL").fetchall()
+        rows = con.execute(f"SELECT task_key, seconds, {record} FROM {table} WHERE seconds IS NOT NULL").fetchall()
     if not rows:
         return {}
-    task, longest = max(rows, key=lambda r: r[1])
-    return {"longest_s": round(longest, 1), "longest_task": task,
-            "in_flight": round(sum(r[1] for r in rows) / max(wall, 1e-9), 2)}
+    task, longest, result = max(rows, key=lambda r: r[1])
+    times = {"longest_s": round(longest, 1), "longest_task": task,
+             "in_flight": round(sum(r[1] for r in rows) / max(wall, 1e-9), 2)}
+    phases = json.loads(result).get("phase_seconds") if result else None
+    if phases:   # where the longest evaluation's time went (compile includes the workers' set-up)
+        times["longest_phases"] = {name: round(s, 1) for name, s in phases.items() if s >= 0.05}
+    return times
 
 
 def prepare(kind: str, out: Path, state: Path | None) -> int:
@@ -183,8 +187,9 @@ def main() -> None:
         print(f"  {row['gpus']} GPU(s): wall {row['wall_s']} s, rate {row['rate']}, x vs 1 {row['x_vs_1']}, "
               f"x / GPUs {row['x_per_gpu']} (target >= 0.9), exit {row['exit']}")
         if row.get("longest_s"):
-            print(f"    longest task {row['longest_task']} {row['longest_s']} s, {row['in_flight']} tasks in flight "
-                  "on average")
+            phases = ", ".join(f"{name} {s} s" for name, s in row.get("longest_phases", {}).items())
+            print(f"    longest task {row['longest_task']} {row['longest_s']} s{f' ({phases})' if phases else ''}, "
+                  f"{row['in_flight']} tasks in flight on average")
         if row.get("steady_rate"):
             print(f"    after its start-up of {row['startup_s']} s: {row['steady_rate']} tasks kept per hour, "
                   f"x / GPUs {row.get('steady_x_per_gpu')}")

@@ -111,5 +111,16 @@ def test_a_runs_longest_task_and_tasks_in_flight(runs, tmp_path):
     store.close()
     assert runs.task_times("bench", tmp_path, wall=20.0) == {"longest_s": 30.0, "longest_task": "level3/5",
                                                             "in_flight": 2.0}
+    # where an evaluated task's time went: its result's phases
+    from cuda_agent.bench.attempts import attempt_from_result
+    from cuda_agent.env.result import EvalResult
+
+    result = EvalResult(task="t", backend="cuda", compiled=True, correct=True,
+                        phase_seconds={"compile": 31.74, "verify": 25.0, "baselines": 0.01})
+    store = RunStore(tmp_path)
+    store.record_attempt(attempt_from_result("level3/2", 0, result, seconds=60.0))
+    store.close()
+    times = runs.task_times("bench", tmp_path, wall=20.0)
+    assert times["longest_task"] == "level3/2" and times["longest_phases"] == {"compile": 31.7, "verify": 25.0}
     assert runs.task_times("baseline", tmp_path, wall=20.0) == {}   # no baselines recorded
     assert runs.task_times("bench", tmp_path / "none", wall=20.0) == {}
