@@ -90,23 +90,30 @@ def steady(results: list[dict], began: float, ended: float) -> dict:
     return {"startup_s": round(first - began, 1), "steady_rate": round(kept / max(ended - first, 1e-9) * 3600, 1)}
 
 
-def task_times(kind: str, out: Path, wall: float) -> dict:
+def task_times(kind: str, out: Path, wall: float, began: float | None = None, ended: float | None = None) -> dict:
     """baseline and bench: the run's longest task (a run of few tasks on many GPUs cannot end before it)
-    and how many tasks were in flight on average (their seconds over the run's wall time)."""
+    and how many tasks were in flight on average (their seconds over the run's wall time); with the
+    run's `began` and `ended` (time.time()), the seconds before its first task started and after its
+    last one finished (the command's own start-up and end)."""
     db = out / "bench.sqlite"
     if kind == "synth" or not db.exists():
         return {}
     table, record = ("baselines", "NULL") if kind == "baseline" else ("attempts", "result")
     with sqlite3.connect(db) as con:
-        rows = con.execute(f"SELECT task_key, seconds, {record} FROM {table} WHERE seconds IS NOT NULL").fetchall()
+        rows = con.execute(f"SELECT task_key, seconds, {record}, finished FROM {table} "
+                           "WHERE seconds IS NOT NULL").fetchall()
     if not rows:
         return {}
-    task, longest, result = max(rows, key=lambda r: r[1])
+    task, longest, result, _ = max(rows, key=lambda r: r[1])
     times = {"longest_s": round(longest, 1), "longest_task": task,
              "in_flight": round(sum(r[1] for r in rows) / max(wall, 1e-9), 2)}
     phases = json.loads(result).get("phase_seconds") if result else None
     if phases:   # where the longest evaluation's time went (compile includes the workers' set-up)
         times["longest_phases"] = {name: round(s, 1) for name, s in phases.items() if s >= 0.05}
+    spans = [(end - seconds, end) for _, seconds, _, end in rows if end is not None]
+    if spans and began is not None and ended is not None:
+        times["first_task_s"] = round(min(start for start, _ in spans) - began, 1)
+        times["after_last_s"] = round(ended - max(end for _, end in spans), 1)
     return times
 
 
@@ -127,7 +134,7 @@ def run_once(kind: str, count: int, out: Path, args) -> dict:
     cmd, env = command(kind, count, out, args)
     start, began = time.monotonic(), time.time()
     done = subprocess.run(cmd, env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    wall = time.monotonic() - start
+    wall, ended = time.monotonic() - start, time.time()
     (out.parent / f"{kind}-{count}.log").write_text(done.stdout)
     row = {"kind": kind, "gpus": count, "wall_s": round(wall, 1), "exit": done.returncode}
     if kind == "synth":
@@ -137,7 +144,7 @@ def run_once(kind: str, count: int, out: Path, args) -> dict:
     else:
         row["tasks"] = len(solution_tasks()) if kind == "bench" else None
         row["rate"] = round(1.0 / wall, 5)                   # runs per second: the same work at every count
-        row.update(task_times(kind, out, wall))
+        row.update(task_times(kind, out, wall, began, ended))
     return row
 
 
@@ -190,6 +197,9 @@ def main() -> None:
             phases = ", ".join(f"{name} {s} s" for name, s in row.get("longest_phases", {}).items())
             print(f"    longest task {row['longest_task']} {row['longest_s']} s{f' ({phases})' if phases else ''}, "
                   f"{row['in_flight']} tasks in flight on average")
+            if "first_task_s" in row:
+                print(f"    first task started after {row['first_task_s']} s, the command ended "
+                      f"{row['after_last_s']} s after its last task")
         if row.get("steady_rate"):
             print(f"    after its start-up of {row['startup_s']} s: {row['steady_rate']} tasks kept per hour, "
                   f"x / GPUs {row.get('steady_x_per_gpu')}")

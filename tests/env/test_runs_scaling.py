@@ -5,6 +5,7 @@ a multi-GPU machine does not fail on the script's own logic."""
 import importlib.util
 import io
 import json
+import sqlite3
 import tarfile
 from pathlib import Path
 from types import SimpleNamespace
@@ -122,5 +123,10 @@ def test_a_runs_longest_task_and_tasks_in_flight(runs, tmp_path):
     store.close()
     times = runs.task_times("bench", tmp_path, wall=20.0)
     assert times["longest_task"] == "level3/2" and times["longest_phases"] == {"compile": 31.7, "verify": 25.0}
+    # the command's own start-up and end, from when its tasks started and finished
+    with sqlite3.connect(tmp_path / "bench.sqlite") as con:
+        con.execute("UPDATE attempts SET finished = 1000.0 + seconds")
+    times = runs.task_times("bench", tmp_path, wall=80.0, began=990.0, ended=1075.0)
+    assert times["first_task_s"] == 10.0 and times["after_last_s"] == 15.0
     assert runs.task_times("baseline", tmp_path, wall=20.0) == {}   # no baselines recorded
     assert runs.task_times("bench", tmp_path / "none", wall=20.0) == {}
