@@ -104,7 +104,12 @@ def sandbox_prefix(config, box: Path) -> list[str] | None:
     for p in python:
         if _inside(p, Path("/tmp")) and not _inside(p, cache):
             args += ["--ro-bind", p, p]
-    args += ["--tmpfs", str(cache)]   # after those binds, so that none of them shows the cache again
+    try:   # bwrap mounts over the cache, and cannot make its mount point on the read-only root
+        cache.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        pass
+    if cache.is_dir():
+        args += ["--tmpfs", str(cache)]   # after those binds, so that none of them shows the cache again
     args += ["--ro-bind", str(libs), str(libs), "--bind", str(box), str(box), "--chdir", str(box)]
     return args
 
