@@ -201,7 +201,7 @@ class _Evaluation(BuildServing, Calibration, CallRounds, StoredBaselines, Feedba
                                              backend=self.backend, config=self._candidate_config(), box=str(self.box),
                                              prebuilt=prebuilt, guard_lib=guard_path, crash_lib=self._crash_path(),
                                              hold_lib=(hold := self._hold_path()) and str(hand(Path(hold), self.box)),
-                                             calibration_calls=self._calibration_calls()))
+                                             calibration_calls=self._calibration_calls(), early_model=need_judge))
         self._calibrate()
         if need_judge:
             self._start_judge()

@@ -30,6 +30,7 @@ from cuda_agent.env.workers.transfer import host_copies as _host_copies
 from cuda_agent.env.workers.transfer import output_layout as _output_layout
 from cuda_agent.env.workers.transfer import write_host as _write_host
 from cuda_agent.env.workers.draws import draw_inputs
+from cuda_agent.env.workers.init_inputs import draw_init_inputs, same_value
 from cuda_agent.env.measure.hold import Timer, load_hold
 from cuda_agent.env.workers import common
 from cuda_agent.env.workers.common import device_of, short_traceback
@@ -184,11 +185,14 @@ class _Candidate:
             except Exception as exc:   # outputs then go through files
                 slot_error = f"{type(exc).__name__}: {str(exc)[:500]}"
 
-        self.task_module = load_task_module(self.job.task_inputs_code, "task_inputs", filename="<task inputs>")
+        if self.task_module is None:
+            self.task_module = load_task_module(self.job.task_inputs_code, "task_inputs", filename="<task inputs>")
         # mapped, not read whole: load_state_dict copies each weight from the file's pages as it goes
         init = torch.load(self.box / "reference_init.pt", map_location="cpu", weights_only=False, mmap=True)
-        torch.manual_seed(self.cfg.seed)
-        model = self.model_class(*init["init_inputs"])
+        model = self._early_model(init["init_inputs"])
+        if model is None:
+            torch.manual_seed(self.cfg.seed)
+            model = self.model_class(*init["init_inputs"])
         weights = "none"
         if init["state_dict"]:
             weights = "seed"   # parameter names differ: identical seeding made the weights match instead
@@ -203,6 +207,34 @@ class _Candidate:
             return problem
         return {"ok": True, "weights": weights, "staging": self.staging is not None,
                 "device_slot": self.device_slot is not None, "device_slot_error": slot_error}
+
+    early = None   # (init inputs, model) made by `make_early_model`, or (None, what its making raised)
+
+    def make_early_model(self) -> None:
+        """The model made as `init_model` makes it (seeded, from the task's own init inputs), right after
+        the solution loaded, while the judge makes the reference's: a large model's initialisation on
+        the host then overlaps the judge's. What its making raises, `init_model` raises, where it was
+        raised before; init inputs other than the judge's make the model again there."""
+        from cuda_agent.tasks.task import load_task_module
+
+        try:
+            self.task_module = load_task_module(self.job.task_inputs_code, "task_inputs", filename="<task inputs>")
+            init_inputs = draw_init_inputs(self.task_module)
+            torch.manual_seed(self.cfg.seed)
+            self.early = (init_inputs, self.model_class(*init_inputs))
+        except BaseException as exc:   # raised again by init_model, in its phase
+            self.task_module = None
+            self.early = (None, exc)
+
+    def _early_model(self, init_inputs: list):
+        """The early model where it was made from these init inputs (else None); raises what its making raised."""
+        early, self.early = self.early, None
+        if early is None:
+            return None
+        drawn, model = early
+        if isinstance(model, BaseException):
+            raise model
+        return model if same_value(drawn, init_inputs) else None
 
     def _dispatcher_changed(self, when: str) -> dict | None:
         """The dispatcher's ATen tables against those taken before any of the solution's code ran: a
@@ -446,6 +478,8 @@ def run_candidate(chan: ChildChannel) -> None:
                 return
             chan.send(CallAnswer(**candidate.call(cmd)))
     built = Loaded(**candidate.load())
+    if built.ok and job.early_model:
+        candidate.make_early_model()
     chan.send(built)
     if not built.ok:
         return

@@ -25,19 +25,13 @@ from cuda_agent.env.workers import common
 from cuda_agent.env.workers.common import device_of, short_traceback
 from cuda_agent.env.workers.draws import draw_inputs
 from cuda_agent.env.workers.handover import kept
+from cuda_agent.env.workers.init_inputs import draw_init_inputs
 from cuda_agent.env.workers.messages import (Compile, Compare, Compiled, Dependence, DependenceVerdict, Draw, Drawn,
                                              GraphTimed, InputsKept, JudgeCall, JudgeCalls, JudgeJob, Kept,
                                              OperatorTable, ProfileReference, ReferenceProfiled, TimeGraph, Verdict,
                                              Verdicts)
 from cuda_agent.env.workers.transfer import STAGING_SLOT_BYTES, Staging, staged_bytes
 from cuda_agent.env.rules import registry as rules
-
-
-def draw_init_inputs(module) -> list:
-    init = module.get_init_inputs()
-    if not isinstance(init, (list, tuple)):
-        raise TypeError(f"get_init_inputs() must return a list, got {type(init).__name__}")
-    return list(init)
 
 
 def save_init(box: Path, init_inputs: list, state_dict: dict) -> None:
