@@ -194,6 +194,19 @@ def test_a_thread_working_after_the_answer_during_the_harness_checks_is_seen(chi
     assert caught.value.rule == rules.BACKGROUND_THREAD
 
 
+def test_the_solution_threads_time_to_the_answer_is_told_from_the_harness_steps(child):
+    """An empty call's measure of the harness's own steps leaves out what the solution's threads used up to the
+    answer (here a thread that spins within the call, up to 0.2 s of CPU time, before it exits)."""
+    verdicts = CallVerdicts(child.pid, None)
+    _ask(child, "2")   # started while the model was made, asleep for 0.3 s
+    verdicts.mark()
+    verdicts.before_call()
+    assert verdicts.solution_seconds() == 0.0   # no answer yet
+    time.sleep(0.45)   # answered while it spins
+    verdicts.answered()
+    assert 0.03 < verdicts.solution_seconds() <= 0.21
+
+
 def test_the_harness_checks_after_an_answer_alone_pass(child):
     """Nothing of the solution's working after the answer: the window passes, call after call."""
     verdicts = CallVerdicts(child.pid, None)

@@ -171,6 +171,15 @@ class CallVerdicts:
         if self.sampling is not None:
             self.sampling.answered()
 
+    def solution_seconds(self) -> float:
+        """The CPU time the solution's threads used from the call's start (`before_call`) to its first
+        answer (`answered`; 0 before it): none of it is the harness's own steps. An empty call's measure of
+        those steps leaves it out (rounds.py `_outside_call`): a thread of the solution's that works there, or
+        holds the GIL while the harness's thread waits, would otherwise raise what is taken off every call."""
+        if self.at_answer is None:
+            return 0.0
+        return sum(max(0.0, seconds - self.at_call.get(tid, 0.0)) for tid, seconds in self.at_answer.items())
+
     def after_call(self, null: bool, outputs: int) -> None:
         """On a call's last answer (ok): the guard's record of it, and the threads it left.
         `outputs`: the output's non-empty tensors (the harness's own count of what the candidate
