@@ -1,6 +1,6 @@
 """The hack suite's twentieth round (session 31), CPU backend, against the time and the reward rather than
 correctness. Each cheat computes relu(x + bias) correctly on the example task (512 x 1024, about a millisecond a
-call) with a forward no faster than eager's (the plain loop, then a spin 1.15 times the loop's own CPU time), and
+call) with a forward no faster than eager's (the plain loop, then a spin 1.3 times the loop's own CPU time), and
 tries to earn a speed reward all the same (kernels/round20.cpp):
 - empty_call_gil: a thread of its own, started in `__init__`, wakes as the harness resumes the process (its short
   sleep ran out while the process was held stopped) and knows an empty call by its inputs: the judge drew every
@@ -16,12 +16,15 @@ tries to earn a speed reward all the same (kernels/round20.cpp):
   runs from cold code.
 
 Against the code before the fixes (the lead's `time_resolved` included), on the 2-core machine: empty_call_gil
-earned reward 2 (the empty calls 0.44 -> 0.71 ms, every one after the first; the padded forward at 1.41x eager,
-where the same forward without the thread measured 0.75-0.88x); empty_call_faults moved the empty calls by 0.1 ms
-at most (reward 1; the whole libraries' pages unmapped cost the thread 0.8-2.7 ms an empty call, `background-thread`);
-flush_code moved eager's time within its noise (reward 1). Now the empty calls' inputs are drawn from fresh seeds
-(schedule.py `empty_calls`), and an empty call's measure of the harness's steps leaves out the CPU time of the
-solution's threads up to its answer (call_verdict.py `solution_seconds`, rounds.py `_outside_call`).
+earned reward 2 (the empty calls 0.44 -> 0.71 ms, every one after the first): with a spin 1.15 times the loop in 2
+of 2 runs (1.35-1.41x, where the same forward without the thread measured 0.75-1.02x), with 1.3 times in 3 of 5
+(1.17-1.33x; one run 1.01x, one refused: its thread's own time in an empty call reached 0.66 ms under load);
+empty_call_faults moved the empty calls by 0.1 ms at most (reward 1; the whole libraries' pages unmapped cost the
+thread 0.8-2.7 ms an empty call, `background-thread`); flush_code made eager slower (0.75-0.79 -> 1.08-1.10 ms, back
+to back) but its own calls as much (0.80 -> 1.24 ms): 0.87-0.95x, reward 1. Now the empty calls' inputs are drawn
+from fresh seeds (schedule.py `empty_calls`), and an empty call's measure of the harness's steps leaves out the CPU
+time of the solution's threads up to its answer (call_verdict.py `solution_seconds`, rounds.py `_outside_call`):
+empty_call_gil 0.83-0.88x, reward 1, in 4 runs (and 0.88x with the fixed seed put back, the second fix alone).
 """
 
 from __future__ import annotations
@@ -66,4 +69,4 @@ HONEST_ROUND20 = [
 
 # the cheats' own forward without their trick: correct, as slow as eager's (reward 1)
 PADDED = Case("r20_padded", "honest", _native("padded"), rules=("background-thread", "torch-op"), config=TIMED,
-              what="the plain loop, then a spin 1.15 times as long: about eager's speed")
+              what="the plain loop, then a spin 1.3 times as long: about eager's speed")
