@@ -7,6 +7,8 @@ tries to earn a speed reward all the same (kernels/round20.cpp):
   empty call's inputs from one seed, so the same bytes come back in the staging slot. There it holds the GIL and
   spins 0.3 ms (under the 0.5 ms a thread may work in an empty call): the harness's thread waits inside the empty
   call's clock, and the median empty call, taken off every timed call, grows by that up to the calibration's cap;
+- empty_call_short_thread: the same, but the spin (0.5 ms) on a thread started for it and joined within the empty
+  call: an ended thread's time is in the process's clock, and in no live thread's (the 0.5 ms limit looks at those);
 - empty_call_faults: the same thread, in an empty call, unmaps the interpreter's code pages (madvise
   MADV_DONTNEED; they come back on minor faults), so that the harness's own thread faults them back in, in the
   kernel, on its own CPU time;
@@ -22,9 +24,12 @@ of 2 runs (1.35-1.41x, where the same forward without the thread measured 0.75-1
 empty_call_faults moved the empty calls by 0.1 ms at most (reward 1; the whole libraries' pages unmapped cost the
 thread 0.8-2.7 ms an empty call, `background-thread`); flush_code made eager slower (0.75-0.79 -> 1.08-1.10 ms, back
 to back) but its own calls as much (0.80 -> 1.24 ms): 0.87-0.95x, reward 1. Now the empty calls' inputs are drawn
-from fresh seeds (schedule.py `empty_calls`), and an empty call's measure of the harness's steps leaves out the CPU
-time of the solution's threads up to its answer (call_verdict.py `solution_seconds`, rounds.py `_outside_call`):
-empty_call_gil 0.83-0.88x, reward 1, in 4 runs (and 0.88x with the fixed seed put back, the second fix alone).
+from fresh seeds (schedule.py `empty_calls`), and an empty call measures the harness's steps by the CPU time of the
+harness's own threads up to its answer, none of the solution's, alive or ended (call_verdict.py `harness_seconds`,
+rounds.py `_outside_call`). The first version of that fix left out the live solution threads' time alone:
+empty_call_gil 0.83-0.88x in 4 runs, but empty_call_short_thread (added then) reward 2 at 1.66-1.84x with the seed
+fixed; with the harness's threads' time, both 0.80-0.93x (reward 1) with the seed fixed (test_round20.py runs the
+thread cheats with the empty calls' one seed put back, so that the second fix is tested alone).
 """
 
 from __future__ import annotations
@@ -50,6 +55,11 @@ HACKS_ROUND20 = [
          rules=("background-thread",), invented=True, config=TIMED,
          what="a forward as slow as eager's; a thread of its own knows the empty calls by their inputs (one seed) "
               "and holds the GIL in them, so the overhead taken off every call grows"),
+    Case("r20_empty_call_short_thread", "telling checked calls from timed ones",
+         _native("watched", "cuda_extension.start_watch(3)"), rules=("background-thread",), invented=True,
+         config=TIMED,
+         what="a forward as slow as eager's; in the empty calls (known by their inputs) a thread of its own holds the "
+              "GIL while a thread it starts spins 0.5 ms and ends, inside a sampling period"),
     Case("r20_empty_call_faults", "telling checked calls from timed ones", _native("watched", "cuda_extension.start_watch(2)"),
          rules=("background-thread",), invented=True, config=TIMED,
          what="a forward as slow as eager's; in the empty calls a thread of its own unmaps the interpreter's code "

@@ -13,6 +13,11 @@ import pytest
 from tests.hacks.cases import assert_accepted, assert_rejected, check_honest, describe, run_case
 from tests.hacks.cases_round20 import HACKS_ROUND20, HONEST_ROUND20, PADDED
 
+from cuda_agent.env.run import evaluation, schedule
+
+# the cheats whose thread acts in the empty calls, told apart by their inputs where those come from one seed
+KNOWING = [case for case in HACKS_ROUND20 if case.id in ("r20_empty_call_gil", "r20_empty_call_short_thread")]
+
 
 def assert_no_speed_reward(case, result) -> None:
     """Rejected as the candidate's failure by one of the case's rules, or accepted without a speed reward."""
@@ -42,6 +47,20 @@ def test_cheat_earns_no_speed_reward(case, cache_dir, record):
     result = run_case(case, cache_dir, record)
     print(f"{case.id}: {describe(result)} (speedup {result.speedup_vs_eager}, CI {result.speedup_ci}); "
           f"samples {result.cpu_samples}")
+    assert_no_speed_reward(case, result)
+
+
+@pytest.mark.parametrize("case", KNOWING, ids=lambda c: c.id)
+def test_cheat_that_knows_the_empty_calls_earns_no_speed_reward(case, cache_dir, record, monkeypatch):
+    """The empty calls drawn from one seed again (as before this round), so that the cheat's thread knows them: the
+    measure of the harness's steps by its own threads' time alone is what holds it."""
+    def one_seed(settle: bool) -> list[schedule.Call]:
+        return [schedule.Call("null", 0)] + ([schedule.Call("warmup", schedule.fresh_seed())] if settle else [])
+
+    monkeypatch.setattr(schedule, "empty_calls", one_seed)
+    monkeypatch.setattr(evaluation, "empty_calls", one_seed)
+    result = run_case(case, cache_dir, record)
+    print(f"{case.id} (one seed): {describe(result)} (speedup {result.speedup_vs_eager}, CI {result.speedup_ci})")
     assert_no_speed_reward(case, result)
 
 

@@ -36,6 +36,7 @@ namespace {
 
 constexpr double PADDING = 1.3;            // the spin, in times the loop's CPU time: the forward about eager's
 constexpr double GIL_SPIN_S = 0.0003;      // in an empty call: under the harness's 0.5 ms for a thread of ours
+constexpr double SHORT_THREAD_SPIN_S = 0.0005;   // on a thread ended within an empty call: under a sampling period
 
 double thread_cpu_s() {
     timespec ts;
@@ -102,6 +103,10 @@ void act_in_empty_call() {
     if (watcher.mode == 1) {
         PyGILState_STATE state = PyGILState_Ensure();   // the harness's Python waits for it
         spin(GIL_SPIN_S);
+        PyGILState_Release(state);
+    } else if (watcher.mode == 3) {   // on a thread that ends within the call (its time no live thread's)
+        PyGILState_STATE state = PyGILState_Ensure();
+        std::thread([] { spin(SHORT_THREAD_SPIN_S); }).join();
         PyGILState_Release(state);
     } else {   // the interpreter's (quick to unmap: the thread's own time in an empty call is held to 0.5 ms)
         for (auto [start, end] : watcher.code)

@@ -176,8 +176,8 @@ class CallRounds:
         out = self._ask(self.candidate, timeout, phase)
         cpu_end = self.candidate.cpu_seconds()
         self.verdicts.answered()   # the clock stopped: its threads' time in the harness's checks is between calls
-        # an empty call measures the harness's own steps: its threads' time alone (the solution's left out)
-        own = self.verdicts.solution_seconds() if call.kind == "null" else 0.0
+        # an empty call measures the harness's own steps: its threads' time alone (none of the solution's threads')
+        harness = self.verdicts.harness_seconds() if call.kind == "null" else None
         located = out.get("output")
         outputs = _nonempty(located.get("tensors") if isinstance(located, dict) else None)
         if not save:   # the measured part is over: reading and checking go beside others' work
@@ -198,7 +198,9 @@ class CallRounds:
             self.candidate.send(msg.Finish())
             out = self._ask(self.candidate, timeout, phase)
         out["sent"], out["outputs"] = sent, outputs
-        wall_ms = (cpu_end - cpu_start - own) * 1e3 if cpu_start is not None and cpu_end is not None else float("nan")
+        wall_ms = (cpu_end - cpu_start) * 1e3 if cpu_start is not None and cpu_end is not None else float("nan")
+        if harness is not None:
+            wall_ms = min(wall_ms, harness * 1e3)
         return out, wall_ms, read
 
     def _output_limit(self) -> int:
