@@ -143,9 +143,10 @@ class CallRounds:
 
     # -- the CPU backend's, decided from outside the candidate's process ---------------------------
     # The judge draws the inputs into a staging slot; the candidate, resumed, runs its forward on them
-    # and answers where its output is; stopped again, its CPU time (all threads) is the call's time and
-    # its output is read from its memory, at positions drawn now (whole for a verification call). Its
-    # own checks (the guard's verdict) come after that, on `finish`.
+    # and answers where its output is; stopped again, its CPU time (all threads; an empty call's, the
+    # harness's own threads') is the call's time and its output is read from its memory, at positions
+    # drawn now (whole for a verification call). Its own checks (the guard's verdict) come after that,
+    # on `finish`.
 
     def _outside_prepare(self, call: Call, phase: str, timeout: float) -> dict:
         slot = call.index % 2
