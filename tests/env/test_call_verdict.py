@@ -194,6 +194,25 @@ def test_a_thread_working_after_the_answer_during_the_harness_checks_is_seen(chi
     assert caught.value.rule == rules.BACKGROUND_THREAD
 
 
+@pytest.mark.parametrize("exits", [False, True], ids=["alive", "ended"])
+def test_the_harness_threads_time_to_the_answer_leaves_the_solutions_out(child, exits):
+    """An empty call's measure of the harness's own steps is its own threads' CPU time up to the answer: a thread of
+    the solution's that spins within the call (up to 0.2 s of CPU time), alive at the answer or ended before it,
+    is in the process's clock and not in that measure."""
+    verdicts = CallVerdicts(child.pid, None)
+    _ask(child, "2")   # started while the model was made, asleep for 0.3 s
+    verdicts.mark()
+    verdicts.before_call()
+    clock = outside.cpu_seconds(child.pid)
+    time.sleep(0.45)   # it spins
+    if exits:
+        while len(outside.thread_ids(child.pid)) > 1:
+            time.sleep(0.05)
+    verdicts.answered()
+    assert outside.cpu_seconds(child.pid) - clock > 0.03
+    assert verdicts.harness_seconds() < 0.02   # the child's own thread waits on its input
+
+
 def test_the_harness_checks_after_an_answer_alone_pass(child):
     """Nothing of the solution's working after the answer: the window passes, call after call."""
     verdicts = CallVerdicts(child.pid, None)

@@ -119,6 +119,8 @@ class CallVerdicts:
         self.before: set[str] = set()
         self.at_call: dict[str, float] = {}   # the solution's threads' CPU time as the current call began
         self.at_answer: dict[str, float] | None = None   # ... as it answered, before the harness's checks
+        self.harness_at_call: dict[str, float] = {}       # the harness's own threads' CPU time as the call began
+        self.harness_at_answer: dict[str, float] | None = None   # ... and as it answered
 
     def close(self) -> None:
         if self.sampling is not None:
@@ -147,6 +149,8 @@ class CallVerdicts:
         ids = thread_ids(self.pid)
         every = threads_cpu_seconds(self.pid, ids)   # read once: the sampling's start needs all of them
         usage = {tid: seconds for tid, seconds in every.items() if tid not in self.harness_threads}
+        self.harness_at_call = {tid: seconds for tid, seconds in every.items() if tid in self.harness_threads}
+        self.harness_at_answer = None
         gap = sum(max(0.0, seconds - self.thread_time.get(tid, 0.0)) for tid, seconds in usage.items())
         self.gap_total += gap
         # a thread gone since the last call ran after forward returned (to exit, at least), and the CPU
@@ -167,9 +171,22 @@ class CallVerdicts:
         resumes it for its own checks of the call (`finish`): what the solution's threads have used by
         then. `after_call` counts what they use during those checks as work between calls. The sampling
         tells the call's own samples from those of the checks."""
-        self.at_answer = self._solution_threads()
+        every = threads_cpu_seconds(self.pid, thread_ids(self.pid))
+        self.at_answer = {tid: seconds for tid, seconds in every.items() if tid not in self.harness_threads}
+        self.harness_at_answer = {tid: seconds for tid, seconds in every.items() if tid in self.harness_threads}
         if self.sampling is not None:
             self.sampling.answered()
+
+    def harness_seconds(self) -> float:
+        """The CPU time the harness's own threads (those alive when the job was sent) used from the call's start
+        (`before_call`) to its first answer (`answered`; 0 before it). An empty call measures the harness's
+        steps by it (rounds.py `_outside_call`), not by the process's clock: a thread of the solution's that
+        works there, alive or ended within the call, or holds the GIL while the harness's thread waits, would
+        otherwise raise what is taken off every call."""
+        if self.harness_at_answer is None:
+            return 0.0
+        return sum(max(0.0, seconds - self.harness_at_call.get(tid, 0.0))
+                   for tid, seconds in self.harness_at_answer.items())
 
     def after_call(self, null: bool, outputs: int) -> None:
         """On a call's last answer (ok): the guard's record of it, and the threads it left.

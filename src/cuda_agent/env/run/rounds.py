@@ -143,9 +143,10 @@ class CallRounds:
 
     # -- the CPU backend's, decided from outside the candidate's process ---------------------------
     # The judge draws the inputs into a staging slot; the candidate, resumed, runs its forward on them
-    # and answers where its output is; stopped again, its CPU time (all threads) is the call's time and
-    # its output is read from its memory, at positions drawn now (whole for a verification call). Its
-    # own checks (the guard's verdict) come after that, on `finish`.
+    # and answers where its output is; stopped again, its CPU time (all threads; an empty call's, the
+    # harness's own threads') is the call's time and its output is read from its memory, at positions
+    # drawn now (whole for a verification call). Its own checks (the guard's verdict) come after that,
+    # on `finish`.
 
     def _outside_prepare(self, call: Call, phase: str, timeout: float) -> dict:
         slot = call.index % 2
@@ -176,6 +177,8 @@ class CallRounds:
         out = self._ask(self.candidate, timeout, phase)
         cpu_end = self.candidate.cpu_seconds()
         self.verdicts.answered()   # the clock stopped: its threads' time in the harness's checks is between calls
+        # an empty call measures the harness's own steps: its threads' time alone (none of the solution's threads')
+        harness = self.verdicts.harness_seconds() if call.kind == "null" else None
         located = out.get("output")
         outputs = _nonempty(located.get("tensors") if isinstance(located, dict) else None)
         if not save:   # the measured part is over: reading and checking go beside others' work
@@ -197,6 +200,8 @@ class CallRounds:
             out = self._ask(self.candidate, timeout, phase)
         out["sent"], out["outputs"] = sent, outputs
         wall_ms = (cpu_end - cpu_start) * 1e3 if cpu_start is not None and cpu_end is not None else float("nan")
+        if harness is not None:
+            wall_ms = min(wall_ms, harness * 1e3)
         return out, wall_ms, read
 
     def _output_limit(self) -> int:

@@ -71,8 +71,10 @@ def timing_calls(warmup: int, iters: int, strict: bool, null_calls: int, rng: ra
 def empty_calls(settle: bool) -> list[Call]:
     """An empty call, and where `settle`, a warm-up call after it: on the CPU, the call after an empty
     one found both workers' caches cooled (its reference ran about a third slower, the candidate's
-    call a tenth), so it is not one of the timed calls."""
-    return [Call("null", 0)] + ([Call("warmup", fresh_seed())] if settle else [])
+    call a tenth), so it is not one of the timed calls. Its inputs are drawn from a fresh seed too (the
+    judge draws them into the candidate's slot): one seed for every empty call would show the candidate,
+    in its slot, which calls are empty before the harness's steps have run."""
+    return [Call("null", fresh_seed())] + ([Call("warmup", fresh_seed())] if settle else [])
 
 
 def shortened(calls: list[Call], keep: int) -> list[Call]:
