@@ -1,0 +1,133 @@
+// The hack suite's twenty-first round (cases_round21.py): a forward no faster than eager (relu(x + bias), then a
+// spin PADDING times the loop's own CPU time) made to look faster through the empty calls, now measured by the
+// harness's own threads' CPU time: work put on the harness's own thread, in the empty calls alone.
+// padded:        the loop, then the spin (the cheats' own forward).
+// start_profile: run from __init__ (on the harness's main thread, in the load phase now: the early model). It finds
+//                the interpreter's PyEval_SetProfile by reading the dynamic symbol table of the file that holds
+//                PyGILState_Ensure (dladdr, then the ELF's .dynsym: no import of the name, which the link check
+//                refuses) and installs a profile function on that thread. The function runs on the harness's own
+//                thread at every Python call: where the called code is the worker's `_empty_forward`, the empty
+//                call's stand-in for forward, it spins `spin_ms` there, so the harness's own thread works inside
+//                the empty call's clock and the median empty call, taken off every timed call, grows (up to the
+//                calibration's cap). spin_ms 0: the hook alone (a control).
+#include <torch/extension.h>
+
+#include "honest_relu.h"
+
+#include <dlfcn.h>
+#include <elf.h>
+#include <frameobject.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <unordered_set>
+#include <vector>
+
+namespace {
+
+constexpr double PADDING = 1.15;   // the spin, in times the loop's CPU time: the forward about eager's
+
+double thread_cpu_s() {
+    timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+void spin(double seconds) {
+    const double until = thread_cpu_s() + seconds;
+    volatile uint64_t sink = 0;
+    while (thread_cpu_s() < until)
+        for (int i = 0; i < 64; ++i) sink = sink + i;
+}
+
+torch::Tensor padded(torch::Tensor x, torch::Tensor bias) {
+    const double begun = thread_cpu_s();
+    auto out = honest(x, bias);
+    spin(PADDING * (thread_cpu_s() - begun));
+    return out;
+}
+
+// -- a symbol of the interpreter's, found in its file's dynamic symbol table -------------------------------------
+
+void* interpreter_symbol(const char* name) {
+    Dl_info info;
+    if (!dladdr(reinterpret_cast<void*>(&PyGILState_Ensure), &info) || !info.dli_fname) return nullptr;
+    FILE* file = std::fopen(info.dli_fname, "rb");
+    if (!file) return nullptr;
+    std::fseek(file, 0, SEEK_END);
+    std::vector<char> bytes(std::ftell(file));
+    std::fseek(file, 0, SEEK_SET);
+    size_t got = std::fread(bytes.data(), 1, bytes.size(), file);
+    std::fclose(file);
+    if (got != bytes.size()) return nullptr;
+    auto* header = reinterpret_cast<const Elf64_Ehdr*>(bytes.data());
+    auto* sections = reinterpret_cast<const Elf64_Shdr*>(bytes.data() + header->e_shoff);
+    for (int s = 0; s < header->e_shnum; ++s) {
+        if (sections[s].sh_type != SHT_DYNSYM) continue;
+        const char* strings = bytes.data() + sections[sections[s].sh_link].sh_offset;
+        auto* symbols = reinterpret_cast<const Elf64_Sym*>(bytes.data() + sections[s].sh_offset);
+        size_t count = sections[s].sh_size / sizeof(Elf64_Sym);
+        for (size_t i = 0; i < count; ++i)
+            if (symbols[i].st_value && std::strcmp(strings + symbols[i].st_name, name) == 0) {
+                uintptr_t base = header->e_type == ET_EXEC ? 0 : reinterpret_cast<uintptr_t>(info.dli_fbase);
+                return reinterpret_cast<void*>(base + symbols[i].st_value);
+            }
+    }
+    return nullptr;
+}
+
+// -- the profile function, on the harness's own thread ------------------------------------------------------------
+
+double spin_s = 0.0;
+long spun = 0;
+PyCodeObject* empty_forward = nullptr;
+std::unordered_set<PyCodeObject*> others;
+
+int profile(PyObject*, PyFrameObject* frame, int what, PyObject*) {
+    if (what != PyTrace_CALL) return 0;
+    PyCodeObject* code = PyFrame_GetCode(frame);
+    if (code == empty_forward) {
+        spun++;
+        if (spin_s > 0) spin(spin_s);
+    } else if (!empty_forward && !others.count(code)) {
+        PyObject* name = PyObject_GetAttrString(reinterpret_cast<PyObject*>(code), "co_name");
+        if (name && PyUnicode_Check(name) && PyUnicode_CompareWithASCIIString(name, "_empty_forward") == 0) {
+            empty_forward = code;
+            Py_INCREF(code);
+            spun++;
+            if (spin_s > 0) spin(spin_s);
+        } else {
+            others.insert(code);
+            Py_INCREF(code);   // kept alive: its address is not reused by another code object
+        }
+        Py_XDECREF(name);
+        if (PyErr_Occurred()) PyErr_Clear();
+    }
+    Py_DECREF(code);
+    return 0;
+}
+
+bool start_profile(double spin_ms) {
+    using SetProfile = void (*)(Py_tracefunc, PyObject*);
+    static bool started = false;
+    spin_s = spin_ms / 1e3;
+    if (started) return true;
+    auto set = reinterpret_cast<SetProfile>(interpreter_symbol("PyEval_SetProfile"));
+    if (!set) return false;
+    set(profile, nullptr);
+    started = true;
+    return true;
+}
+
+int64_t spun_count() { return spun; }
+
+}  // namespace
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+    m.def("honest", &honest);
+    m.def("padded", &padded);
+    m.def("start_profile", &start_profile);
+    m.def("spun_count", &spun_count);
+}
