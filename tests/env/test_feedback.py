@@ -145,3 +145,35 @@ def test_no_table_or_graph_time_reaches_the_reward():
                      reference_ops=OpTable("cuda", 3, 9.0, [OpRow("aten::mm", "op", 9.0, 1.0)]))
     score(base), score(forged)
     assert (forged.reward, forged.reward_continuous) == (base.reward, base.reward_continuous) == (1, 0.9)
+
+
+class _NoJudgeCalls:
+    """A judge whose channel must not be used: the stored graph time is enough."""
+    class channel:
+        @staticmethod
+        def send(message):
+            raise AssertionError(f"the judge was asked to time the graph again: {message}")
+
+
+def test_a_stored_graph_baseline_is_reused_scaled_even_when_eager_moved(tmp_path):
+    """The graph baseline reaches no reward: an entry timed before is scaled to this evaluation's eager
+    time, never timed again (that holds the device while a loaded host's eager times wander)."""
+    from dataclasses import replace
+
+    from cuda_agent.env.result import EvalResult, Timing
+    from cuda_agent.env.run.baselines import BaselineEntry, BaselineStore
+    from cuda_agent.env.run.feedback import Feedback
+
+    BaselineStore(tmp_path).put("key", BaselineEntry(
+        task="t", task_digest="d", device="gpu", torch="x", settings={}, eager={"median_ms": 0.01},
+        graph=Timing.from_samples([0.008] * 5).__dict__, graph_eager_ms=0.01))
+    feedback = Feedback.__new__(Feedback)
+    feedback.backend, feedback.judge = "cuda", _NoJudgeCalls()
+    feedback.config = replace(EvalConfig(), cache_dir=tmp_path, graph_baseline=True)
+    feedback._store_key = lambda: "key"
+    feedback.say = lambda text: None
+    feedback.result = EvalResult(task="t", backend="cuda", protocol="strict")
+    feedback.result.timings["eager"] = Timing.from_samples([0.2] * 5)   # 20x the stored eager: a loaded host
+    feedback._graph_baseline()
+    assert feedback.result.graph_ms == pytest.approx(0.008 * 0.2 / 0.01)
+    assert feedback.result.timings["graph"].median_ms == feedback.result.graph_ms
