@@ -17,7 +17,8 @@ from cuda_agent.env.config import EvalConfig
 from cuda_agent.env.explain import explain_reward, noise_text, reward_line, timing_rows
 from cuda_agent.env.measure.stats import median_precision
 from cuda_agent.env.result import EvalResult, Timing
-from cuda_agent.env.run.measures import DECISION_CAP, calls_to_add, harness_overhead, overhead_spread, precise_enough
+from cuda_agent.env.run.measures import (DECISION_CAP, calls_to_add, harness_overhead, less_overhead, overhead_spread,
+                                         precise_enough)
 from cuda_agent.env.run.scoring import decision_open, note_intervals, paired_ratios, paired_speedup, score, speedup_interval
 
 CONFIG = EvalConfig(backend="cpu", iters=20)
@@ -86,16 +87,34 @@ def test_a_clear_decision_adds_no_calls_and_a_near_one_adds_up_to_the_cap():
     assert not decision_open(eager_clear) and decision_open(eager_clear, compile_scale=1.05 / 1.5)
 
 
+def test_the_overhead_taken_off_is_the_twins_and_the_candidates_empty_calls_only_lower_it():
+    """What is taken off each CPU call is the median empty call of the candidate's twin (run/twin.py), which no
+    solution reaches: the candidate's own empty calls, however slow its code makes them, take no more off; faster
+    ones take less off (up to their median's interval's high end). Without any of the twin's, nothing is taken off."""
+    twin = [0.30, 0.31, 0.29, 0.35, 0.30, 0.28, 0.33, 0.30, 0.32, 0.31, 0.29, 0.30]
+    slowed = [3.0 + 0.01 * i for i in range(12)]   # a hook spinning 3 ms in the candidate's empty calls
+    assert harness_overhead(twin, slowed) == statistics.median(twin)
+    assert harness_overhead(twin, [0.1] * 12) == 0.1
+    assert harness_overhead([], slowed) == 0.0
+    # an honest candidate's empty calls, a little cheaper than the twin's: the twin's median stands
+    honest = [wall - 0.02 for wall in twin]
+    assert harness_overhead(twin, honest) == statistics.median(twin)
+    rounds = [{"kernel": 1.0} for _ in range(5)]
+    less_overhead(rounds, twin, slowed)
+    assert all(entry["kernel"] == pytest.approx(1.0 - statistics.median(twin)) for entry in rounds)
+
+
 def test_the_overhead_taken_off_calls_measured_from_outside_is_in_the_interval():
-    """The CPU's calls less the empty calls' median: that median's own interval widens the speedup's,
+    """The CPU's calls less the twin's empty calls' median: that median's own interval widens the speedup's,
     so a decision confident on the calls alone is open when the overhead is known too loosely."""
     nulls = [0.20, 0.21, 0.22, 0.23, 0.24, 0.25, 0.26, 0.27, 0.28, 0.30, 0.40, 0.45]
     less, more = overhead_spread(nulls)
     overhead = harness_overhead(nulls)
     assert 0 < less < overhead and 0 < more and overhead - less in nulls and overhead + more in nulls
-    # capped as the overhead is: the empty calls before the solution loaded bound what is taken off
-    capped = overhead_spread(nulls, calibrated=[5.0, 0.05, 0.05, 0.05, 0.05, 0.05, 0.05])
-    assert harness_overhead(nulls, [5.0] + [0.05] * 6) + capped[1] <= 2.5 * 0.05 + 0.1 + 1e-12
+    # bounded as the overhead is: the candidate's own empty calls lower it, never raise it
+    bounded = overhead_spread(nulls, [0.05] * 12)
+    assert harness_overhead(nulls, [0.05] * 12) + bounded[1] <= 0.05 + 1e-12
+    assert overhead_spread(nulls, [5.0] * 12) == (less, more)
     assert overhead_spread([]) == (0.0, 0.0)
     assert overhead_spread([0.3, 0.2, 0.4]) == pytest.approx((0.1, 0.1))   # too few for an interval: their range
 

@@ -323,7 +323,7 @@ def test_the_judge_holds_the_device_only_for_draws_timing_and_whole_outputs(cach
     assert count["judge.timed.shared"] == count["judge.timed"]
     # beside the holds (diagnosis): each worker's device set-up, done without the lock, and when
     started = read_log(log, outside=True)
-    assert sorted(h["label"] for h in started) == ["startup.candidate", "startup.judge"]
+    assert sorted(h["label"] for h in started) == ["startup.candidate", "startup.judge", "startup.twin"]
     assert all(h["got"] <= h["released"] for h in started)   # on the CPU next to nothing happens there
 
 
@@ -405,6 +405,8 @@ def test_every_timed_calls_measures_can_go_to_the_log_for_diagnosis(cache_dir, m
     # the schedule's 12 empty calls, and on the CPU more with any timed calls added while the decision was open
     assert len(logged["rounds"]) == result.timings["kernel"].iters and len(logged["null_walls"]) >= 12
     assert all(wall > 0 for wall in logged["null_walls"])
+    # the candidate's twin made each empty call too (run/twin.py)
+    assert len(logged["twin_walls"]) == len(logged["null_walls"]) and all(wall > 0 for wall in logged["twin_walls"])
     assert statistics.median(r["kernel"] for r in logged["rounds"]) == pytest.approx(result.kernel_ms)
     # when each was sent (the lock log's clock), and its sides' host times (none unheld, as on the CPU)
     sent = [r["sent"] for r in logged["rounds"]]

@@ -48,6 +48,9 @@ def test_with_kept_judges_a_spare_is_the_candidate_alone_and_takes_no_judge(cach
     [spare] = spares.waiting(_key(config))
     assert spare.judge is None and spare.candidate.role == "candidate" and spare.candidate.has_staging
     assert spare.staging_fd is not None   # kept for the judge its evaluation will take
+    # the candidate's twin (run/twin.py) beside it, started alike with the same staging file, in a folder of its own
+    assert spare.twin is not None and spare.twin.role == "twin" and spare.twin.has_staging
+    assert spare.twin.log_path.parent.name == "twin"
     assert judge_starts == [] and taken == []
     spares.discard_all()
     monkeypatch.setenv(judges.ENV, "0")   # fresh judges: a judge and a candidate, as ever

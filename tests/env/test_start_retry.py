@@ -89,7 +89,8 @@ def test_with_kept_judges_the_judge_a_spare_s_evaluation_takes_that_did_not_star
     assert result.correct and result.max_abs_error == [0.0] * 8
     assert events == ["spare taken", "spare asked for", "judge taken", "judge failed"]   # the second attempt: none
     assert spare.judge is None and spare.candidate.proc.wait(10) is not None   # it served the first attempt
-    assert started == ["candidate", "judge", "candidate"]   # the spare's; the second attempt's (fresh judge)
+    # the spare's (with its twin); the second attempt's (fresh judge; no twin where nothing is timed)
+    assert started == ["candidate", "twin", "judge", "candidate"]
     assert any("could not start the judge worker: worker exited with code 1" in w and "run again" in w
                for w in result.warnings), result.warnings
 
@@ -129,7 +130,7 @@ def test_a_worker_that_never_starts_fails_once_after_two_attempts(cache_dir, tmp
     gone = tmp_path / "gone"
     monkeypatch.setattr(forkserver, "fork_worker", lambda role, env, cwd, *args, **kwargs: real(role, env, gone, *args, **kwargs))
     result = evaluate(example_task(), cpu_workspace(), cpu_config(cache_dir, baselines=False))
-    assert started == ["judge", "candidate"] * 2
+    assert started == ["judge", "candidate", "twin"] * 2   # the twin: its timed calls' empty calls (run/twin.py)
     assert not result.correct and result.error.phase == "internal" and result.reward == -1
     message = result.error.message
     assert message.startswith("tried twice") and "could not start the judge worker" in message

@@ -3,7 +3,8 @@
 With `EvalConfig(prewarm=True)` (agent loops, pools, benchmarks), each evaluation takes a ready
 spare and starts the next one (`prewarm=N` keeps N waiting, for callers that evaluate back to back
 faster than a spare starts); the start-up cost (about a second or two per process) leaves the
-critical path of the next evaluation. A spare is a judge and a candidate sharing a staging file;
+critical path of the next evaluation. A spare is a judge and a candidate sharing a staging file (on
+the CPU backend with the candidate's twin, run/twin.py);
 with kept judges (CUDA_AGENT_PERSISTENT_JUDGE=1: judges.py) it is the candidate alone, with the
 staging file kept open for the judge its evaluation takes when its job starts: a judge held by a
 waiting spare would be one the evaluations in flight cannot take. Workers still serve exactly one
@@ -30,12 +31,14 @@ class Spare:
     candidate: Worker
     judge: Worker | None = None      # None with kept judges: taken when the evaluation's job starts
     staging_fd: int | None = None    # the staging file the candidate has, ours until the judge has it
+    twin: Worker | None = None       # the candidate's twin (run/twin.py), on the CPU backend
 
     def alive(self) -> bool:
-        return all(worker.proc.poll() is None for worker in (self.judge, self.candidate) if worker is not None)
+        return all(worker.proc.poll() is None for worker in (self.judge, self.candidate, self.twin)
+                   if worker is not None)
 
     def discard(self) -> None:
-        for worker in (self.judge, self.candidate):
+        for worker in (self.judge, self.candidate, self.twin):
             if worker is not None:
                 worker.kill()
         if self.staging_fd is not None:

@@ -1,29 +1,19 @@
-"""The harness's own overhead in a call, measured before any of the solution's code runs.
+"""The empty calls the candidate answers before its solution loads, on the task's own input layout.
 
-On the CPU backend a call's time is the candidate process's CPU clock, read from outside; it holds
-the harness's own steps in that process (reading the command, viewing the staged inputs, answering),
-which the schedule's empty calls measure and `measures.less_overhead` takes off each real call. Those
-steps run in the candidate's process, after its solution loaded: its code (a static initializer, a
-thread of its own) can make them slow, and every real call would then lose what they gained. So the
-candidate's worker first answers CALIBRATION_CALLS empty calls on the task's own input layout, before
-it loads the solution (`workers/candidate.py run_candidate`); what the schedule's empty calls measure
-is taken off only up to CAP_FACTOR times their median plus CAP_SLACK_MS (the schedule's empty calls
-run between real calls and the judge's, in cold caches, and honestly cost up to about twice as much).
-What the solution's code can still gain is bounded by that allowance, a few tenths of a millisecond a
-call; its threads working in an empty call are refused (rules/call_verdict.py).
+They are the candidate's first calls, made before any of the solution's code can run: they warm its
+process up, and the operator sampling (rules/op_samples.py) counts them as the harness's own calls, the
+cheapest call (the harness's part of each call, which the solution can make neither smaller nor larger
+here) and the interpreter's time in an empty call among them. Their times are logged (`calibrated`) and
+taken off nothing: the harness's overhead taken off a real call is its twin's (twin.py).
 """
 
 from __future__ import annotations
-
-import statistics
 
 from cuda_agent.env.run.schedule import Call
 from cuda_agent.env.run.worker_run import Failed
 from cuda_agent.env.workers import transfer
 
-CALIBRATION_CALLS = 7     # the first warms up and is dropped
-CAP_FACTOR = 2.5     # the schedule's empty calls measured 1.6-2.4x the calibrating ones (honest, loaded 2-core machine)
-CAP_SLACK_MS = 0.1
+CALIBRATION_CALLS = 7     # the first warms up
 
 
 def calibration_layout(task, backend: str, staging: bool, gpu: int | None = None) -> dict | None:
@@ -40,14 +30,6 @@ def calibration_layout(task, backend: str, staging: bool, gpu: int | None = None
         return found.input_layout if transfer.layout_fits(found.input_layout) else None
     except ValueError:   # a layout the staging file does not carry (UnreadableOutput): no calibration
         return None
-
-
-def overhead_cap(calibrated: list[float] | tuple) -> float | None:
-    """The most the harness takes off a real call as its own overhead, or None (no calibration)."""
-    usable = list(calibrated)[1:]
-    if not usable:
-        return None
-    return CAP_FACTOR * statistics.median(usable) + CAP_SLACK_MS
 
 
 class Calibration:

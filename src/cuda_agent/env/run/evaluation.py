@@ -52,6 +52,7 @@ from cuda_agent.env.run.scoring import note_intervals, paired_speedup, round_tim
 from cuda_agent.env.run.start_retry import with_second_start
 from cuda_agent.env.run.serving import BuildServing, LinkRefused
 from cuda_agent.env.run.stored import StoredBaselines
+from cuda_agent.env.run.twin import Twin
 from cuda_agent.env.run.unscored import UnscoredTiming
 from cuda_agent.env.run.worker_run import WorkerRun, Failed, start_spare, job_root
 from cuda_agent.env.workers import messages as msg
@@ -125,7 +126,7 @@ def _evaluate_once(task: Task, solution: Solution, config: EvalConfig, gpu: int 
     return result, not_started
 
 
-class _Evaluation(BuildServing, Calibration, CallRounds, StoredBaselines, Feedback, UnscoredTiming, WorkerRun):
+class _Evaluation(BuildServing, Calibration, Twin, CallRounds, StoredBaselines, Feedback, UnscoredTiming, WorkerRun):
     """One evaluation's phases in order (`run`); its parts are the classes it is made of."""
 
     def __init__(self, task, solution, config, backend, job_dir, gpu, result, stop_after, say, fresh=False):
@@ -163,7 +164,7 @@ class _Evaluation(BuildServing, Calibration, CallRounds, StoredBaselines, Feedba
         guard_lib, kernels = self._start_builds()
         need_judge = self.stop_after != "compile"
         begun = time.perf_counter()
-        self._start_workers(need_judge, persistent=not self.fresh)
+        self._start_workers(need_judge, persistent=not self.fresh, timed=self.stop_after is None)
         self.result.warnings += self.candidate.notes   # how it was started, when not as asked (zygote.py)
         if need_judge:   # the judge sets up (the task's model, its first run) while the candidate loads
             self._wait_for_memory()
@@ -203,6 +204,7 @@ class _Evaluation(BuildServing, Calibration, CallRounds, StoredBaselines, Feedba
                                              hold_lib=(hold := self._hold_path()) and str(hand(Path(hold), self.box)),
                                              calibration_calls=self._calibration_calls(), early_model=need_judge))
         self._calibrate()
+        self._twin_job(inputs_code, guard_lib.result(), hold)
         if need_judge:
             self._start_judge()
             begun = self._traced("compile.judge_setup", begun)
@@ -241,13 +243,13 @@ class _Evaluation(BuildServing, Calibration, CallRounds, StoredBaselines, Feedba
 
         return replace(self.cfg, seed=weights_seed(self.cfg.seed))
 
-    def _crash_path(self) -> str | None:
-        """The crash report's library, handed to the candidate; None when it did not build (our helper:
-        the evaluation goes on, its crashes reported without native frames)."""
+    def _crash_path(self, box: Path | None = None) -> str | None:
+        """The crash report's library, handed to the candidate (or into `box`: the twin's); None when it did
+        not build (our helper: the evaluation goes on, its crashes reported without native frames)."""
         from cuda_agent.env.builds.compiler import BuildError
 
         try:
-            return str(hand(self.crash_lib.result(), self.box)) if self.crash_lib is not None else None
+            return str(hand(self.crash_lib.result(), box or self.box)) if self.crash_lib is not None else None
         except (BuildError, OSError):
             return None
 
@@ -423,7 +425,7 @@ class _Evaluation(BuildServing, Calibration, CallRounds, StoredBaselines, Feedba
                 done += 1
                 if call.kind == "timed" and out is not None:
                     measured.append((out["wall_ms"] if out.get("read_outside") else out["ms"], out.get("host_ms")))
-                    if precise_enough(self.config, as_scored(self.rounds, self.null_walls, self.outside, self.calibrated), measured,
+                    if precise_enough(self.config, as_scored(self.rounds, self.twin_walls, self.null_walls, self.outside), measured,
                                       pipe, self._compile_scale(), self._overhead_spread()):   # the timed calls left are not needed
                         calls = calls[:done] + [c for c in calls[done:] if c.kind != "timed"]
                 if not budget_checked and call.kind == "warmup" and done >= 2:
@@ -449,7 +451,7 @@ class _Evaluation(BuildServing, Calibration, CallRounds, StoredBaselines, Feedba
             self.result.correct = False
             raise
         if self.outside:
-            less_overhead(self.rounds, self.null_walls, self.calibrated)
+            less_overhead(self.rounds, self.twin_walls, self.null_walls)
         kernel = Timing.from_samples(round_times(self.rounds, "kernel"))
         self.result.timings["kernel"] = kernel
         self.result.kernel_ms = kernel.median_ms
@@ -480,7 +482,7 @@ class _Evaluation(BuildServing, Calibration, CallRounds, StoredBaselines, Feedba
         per_call = (now - started) / len(calls)
         left = min(started + self.config.profile_budget_s, deadline) - now
         room = int(left / max(per_call, 1e-9))
-        add = min(room, calls_to_add(self.config, as_scored(self.rounds, self.null_walls, self.outside, self.calibrated), timed,
+        add = min(room, calls_to_add(self.config, as_scored(self.rounds, self.twin_walls, self.null_walls, self.outside), timed,
                                      iters, budget, self._compile_scale(), self._overhead_spread()))
         if add <= 0:
             return False
@@ -496,7 +498,7 @@ class _Evaluation(BuildServing, Calibration, CallRounds, StoredBaselines, Feedba
     def _overhead_spread(self) -> tuple[float, float]:
         """How far the overhead taken off the calls measured from outside may be off (`measures.overhead_spread`);
         none where the calls are timed inside."""
-        return overhead_spread(self.null_walls, self.calibrated) if self.outside else (0.0, 0.0)
+        return overhead_spread(self.twin_walls, self.null_walls) if self.outside else (0.0, 0.0)
 
     def _compile_scale(self) -> float | None:
         """Where torch.compile's time comes from the store: its speedup over eager's there (the speedup
@@ -537,7 +539,7 @@ class _Evaluation(BuildServing, Calibration, CallRounds, StoredBaselines, Feedba
             import json
 
             self.result.log += "\nrounds " + json.dumps({"rounds": self.rounds, "null_walls": self.null_walls,
-                                                          "calibrated": self.calibrated}) + "\n"
+                                                          "twin_walls": self.twin_walls, "calibrated": self.calibrated}) + "\n"
         self._close_memory()
         self.candidate.kill()
         self.candidate = None

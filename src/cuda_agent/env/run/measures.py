@@ -57,14 +57,13 @@ def calls_to_add(config: EvalConfig, rounds: list[dict], timed: int, iters: int,
     return min(max(JUDGE_BATCH, iters // 2), cap - timed)
 
 
-def as_scored(rounds: list[dict], null_walls: list[float], outside: bool,
-              calibrated: list[float] | tuple = ()) -> list[dict]:
+def as_scored(rounds: list[dict], twin_walls: list[float], null_walls: list[float], outside: bool) -> list[dict]:
     """The rounds as the result will read them: calls measured from outside less the harness's own
     overhead (`less_overhead`, on copies), so the decisions while timing runs are the result's."""
     if not outside:
         return rounds
     copies = [dict(entry) for entry in rounds]
-    less_overhead(copies, null_walls, calibrated)
+    less_overhead(copies, twin_walls, null_walls)
     return copies
 
 
@@ -78,39 +77,47 @@ def speedups_precise(rounds: list[dict], precision: float) -> bool:
     return True
 
 
-def harness_overhead(null_walls: list[float], calibrated: list[float] | tuple = ()) -> float:
-    """The harness's own steps in a call (reading the command, viewing the inputs, answering): the
-    median empty call of the schedule, at most what the empty calls measured before the solution
-    loaded allow (`calibration.py`: CAP_FACTOR times their median, plus CAP_SLACK_MS). Empty calls
-    made slow by the solution's code then take nothing more off its real calls."""
-    from cuda_agent.env.run.calibration import overhead_cap
+def harness_overhead(twin_walls: list[float], null_walls: list[float] | tuple = ()) -> float:
+    """The harness's own steps in a call (reading the command, viewing the inputs, answering): the median
+    empty call of the candidate's twin (twin.py), a process no solution reaches; at most `overhead_bound`,
+    the candidate's own empty calls' upper reach, which its solution can raise (changing nothing) or lower
+    (less is taken off its own calls). 0 without any of the twin's."""
+    if not twin_walls:
+        return 0.0
+    overhead, bound = statistics.median(twin_walls), overhead_bound(null_walls)
+    return overhead if bound is None else min(overhead, bound)
 
-    overhead = statistics.median(null_walls) if null_walls else 0.0
-    cap = overhead_cap(calibrated)
-    return overhead if cap is None else min(overhead, cap)
 
-
-def overhead_spread(null_walls: list[float], calibrated: list[float] | tuple = ()) -> tuple[float, float]:
-    """How far the overhead `harness_overhead` takes off each call may be off, (less, more) ms: to the
-    ends of the empty calls' median's 95 % interval (`stats.median_interval`; all of them where too few
-    give none), each under the same cap. The speedups' intervals hold it (`scoring.speedup_interval`):
-    one evaluation's dozen empty calls pin their median down to a few tenths of a millisecond, as much
-    as a small CPU kernel's margin."""
-    from cuda_agent.env.run.calibration import overhead_cap
-
+def overhead_bound(null_walls: list[float] | tuple) -> float | None:
+    """The most taken off a call: the high end of the 95 % interval of the candidate's own empty calls' median
+    (their largest where too few give none), or None without any. An upper check on the twin: what the twin
+    cannot copy of the candidate's state (its heap, its caches) does not take more off than the candidate's
+    own empty calls could have cost, and honest twins' and candidates' medians, which agree within their
+    noise, leave the twin's whole."""
     if not null_walls:
+        return None
+    return (median_interval(null_walls) or (min(null_walls), max(null_walls)))[1]
+
+
+def overhead_spread(twin_walls: list[float], null_walls: list[float] | tuple = ()) -> tuple[float, float]:
+    """How far the overhead `harness_overhead` takes off each call may be off, (less, more) ms: to the
+    ends of the twin's empty calls' median's 95 % interval (`stats.median_interval`; all of them where
+    too few give none), each under the same bound. The speedups' intervals hold it
+    (`scoring.speedup_interval`): one evaluation's dozen empty calls pin their median down to a few
+    tenths of a millisecond, as much as a small CPU kernel's margin."""
+    if not twin_walls:
         return 0.0, 0.0
-    ends = median_interval(null_walls) or (min(null_walls), max(null_walls))
-    cap = overhead_cap(calibrated)
-    low, high = (end if cap is None else min(end, cap) for end in ends)
-    overhead = harness_overhead(null_walls, calibrated)
+    ends = median_interval(twin_walls) or (min(twin_walls), max(twin_walls))
+    bound = overhead_bound(null_walls)
+    low, high = (end if bound is None else min(end, bound) for end in ends)
+    overhead = harness_overhead(twin_walls, null_walls)
     return max(0.0, overhead - low), max(0.0, high - overhead)
 
 
-def less_overhead(rounds: list[dict], null_walls: list[float], calibrated: list[float] | tuple = ()) -> None:
+def less_overhead(rounds: list[dict], twin_walls: list[float], null_walls: list[float] | tuple = ()) -> None:
     """CPU calls measured from outside include the harness's own steps in the candidate's process:
     `harness_overhead`, taken off each."""
-    overhead = harness_overhead(null_walls, calibrated)
+    overhead = harness_overhead(twin_walls, null_walls)
     for entry in rounds:
         entry["kernel"] = max(entry["kernel"] - overhead, MIN_CALL_MS)
 

@@ -52,6 +52,8 @@ class CallRounds:
         asked = self._traced(f"{phase}.prepare", asked)
         if not ready(call, phase, prepared):
             return None
+        if call.kind == "null" and self.outside:   # first, the twin's: the harness's steps where no solution runs
+            self._twin_call(call, timeout, prepared)
         # warm-up calls are not measured: sampled as finely as verification's (more forwards seen closely)
         self._verdict(phase, self.verdicts.before_call, call.kind == "timed", call.kind == "null",
                       self._data_bytes(prepared))
@@ -146,7 +148,8 @@ class CallRounds:
     # and answers where its output is; stopped again, its CPU time (all threads; an empty call's, the
     # harness's own threads') is the call's time and its output is read from its memory, at positions
     # drawn now (whole for a verification call). Its own checks (the guard's verdict) come after that,
-    # on `finish`.
+    # on `finish`. An empty call is made by the candidate's twin too, which measures the harness's steps
+    # (twin.py).
 
     def _outside_prepare(self, call: Call, phase: str, timeout: float) -> dict:
         slot = call.index % 2

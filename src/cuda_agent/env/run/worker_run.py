@@ -62,13 +62,28 @@ def job_root() -> str | None:
 
 def _start_worker(role: str, config: EvalConfig, backend: str, job_dir: Path, gpu: int | None,
                   staging_fd: int | None = None) -> Worker:
-    """A judge, or a candidate inside the sandbox (raises SandboxUnavailable when it cannot be)."""
+    """A judge, or a candidate inside the sandbox (raises SandboxUnavailable when it cannot be), or the
+    candidate's twin (run/twin.py): a candidate's worker started alike, in a folder of its own."""
     from cuda_agent.env.infra.sandbox import sandbox_prefix
 
+    if role == "twin":
+        job_dir = twin_dir(job_dir)
     box = box_of(job_dir)
     box.mkdir(parents=True, exist_ok=True)
-    wrap = sandbox_prefix(config, box) if role == "candidate" else None
-    return start_worker(role, job_dir, backend, gpu, wrap, staging_fd)
+    wrap = sandbox_prefix(config, box) if role in ("candidate", "twin") else None
+    worker = start_worker("candidate" if role == "twin" else role, job_dir, backend, gpu, wrap, staging_fd)
+    worker.role = role
+    return worker
+
+
+def twin_dir(job_dir: Path) -> Path:
+    """The twin's job folder, beside (never inside) the candidate's box."""
+    return Path(job_dir) / "twin"
+
+
+def needs_twin(backend: str) -> bool:
+    """Whether an evaluation has a twin: the CPU backend's calls are measured from outside (run/twin.py)."""
+    return backend == "cpu"
 
 
 def pair_judge(config: EvalConfig, backend: str, job_dir: Path, gpu: int | None, staging_fd: int | None,
@@ -87,25 +102,35 @@ def pair_judge(config: EvalConfig, backend: str, job_dir: Path, gpu: int | None,
 
 def start_spare(config: EvalConfig, backend: str, job_dir: Path, gpu: int | None):
     """Workers started ahead for a later evaluation (infra/spares.py): a judge and a candidate sharing a
-    staging file, both fresh; with kept judges (infra/judges.py) the candidate alone, the staging file
-    kept open for the judge its evaluation takes when its job starts (`WorkerRun.spare_staging`)."""
+    staging file, both fresh, with the candidate's twin where there is one (`needs_twin`); with kept judges
+    (infra/judges.py) the candidate (and its twin) alone, the staging file kept open for the judge its
+    evaluation takes when its job starts (`WorkerRun.spare_staging`)."""
     from cuda_agent.env.infra import judges
     from cuda_agent.env.infra.spares import Spare
 
     if judges.enabled(backend):
         fd = create_pair_staging()
         try:
-            return Spare(job_dir, _start_worker("candidate", config, backend, job_dir, gpu, fd), staging_fd=fd)
+            candidate = _start_worker("candidate", config, backend, job_dir, gpu, fd)
+            try:
+                twin = _start_worker("twin", config, backend, job_dir, gpu, fd) if needs_twin(backend) else None
+            except BaseException:
+                candidate.kill()
+                raise
+            return Spare(job_dir, candidate, staging_fd=fd, twin=twin)
         except BaseException:
             close_staging(fd)
             raise
     with pair_staging() as fd:
-        judge = _start_worker("judge", config, backend, job_dir, gpu, fd)
+        started = [_start_worker("judge", config, backend, job_dir, gpu, fd)]
         try:
-            return Spare(job_dir, _start_worker("candidate", config, backend, job_dir, gpu, fd), judge=judge)
+            started.append(_start_worker("candidate", config, backend, job_dir, gpu, fd))
+            twin = _start_worker("twin", config, backend, job_dir, gpu, fd) if needs_twin(backend) else None
         except BaseException:
-            judge.kill()
+            for worker in started:
+                worker.kill()
             raise
+        return Spare(job_dir, started[1], judge=started[0], twin=twin)
 
 
 def create_pair_staging() -> int | None:
@@ -140,6 +165,7 @@ class WorkerRun:
 
     judge: Worker | None = None
     candidate: Worker | None = None
+    twin: Worker | None = None   # the candidate's twin (run/twin.py): an evaluation's, on the CPU backend
 
     def __init__(self, task: Task, config: EvalConfig, backend: str, job_dir: Path, gpu: int | None,
                  result: EvalResult, say: Callable[[str], None]):
@@ -178,9 +204,9 @@ class WorkerRun:
         try:
             while True:
                 message = worker.channel.receive(max(0.001, deadline - time.monotonic()))
-                if worker.role != "candidate":
+                if worker.role not in ("candidate", "twin"):
                     return message
-                if message.get("request") != "build":
+                if worker.role == "twin" or message.get("request") != "build":   # the twin builds nothing
                     worker.stop(wait=self.backend == "cpu")   # nothing of it runs until its next command
                     return message
                 self.ask_deadline = deadline
@@ -190,12 +216,18 @@ class WorkerRun:
                     self.ask_deadline = None
                 worker.send(msg.BuildReply(**reply))
         except ChildTimeout:
+            if worker.role == "twin":
+                raise Failed("internal", f"the candidate's twin did not answer within {timeout:g} s") from None
             raise Failed("task" if worker.role == "judge" else phase, self._timeout_message(worker, timeout, phase),
                           rule=rules.TIMEOUT) from None
         except ForgedMessage as forged:
+            if worker.role == "twin":
+                raise Failed("internal", f"the candidate's twin answered out of protocol: {forged}") from None
             raise Failed("task" if worker.role == "judge" else phase,
                           f"{forged}: the solution wrote to the harness's own channel", rule=rules.PROTOCOL_FORGERY) from None
         except ChildDied as died:
+            if worker.role == "twin":
+                raise Failed("internal", f"the candidate's twin died ({died}): {worker.log_tail()}") from None
             phase = "task" if worker.role == "judge" else phase
             raise Failed(phase, self._crash_message(worker, str(died), phase), rule=rules.CRASH) from None
 
@@ -217,6 +249,8 @@ class WorkerRun:
         from cuda_agent.env.infra import judges
 
         self._close_spare_staging()
+        if self.twin is not None:
+            self.twin.kill()
         for worker in (self.candidate, self.judge):
             if worker is not None:
                 if worker.role == "candidate":
@@ -239,19 +273,22 @@ class WorkerRun:
     spare_staging: int | None = None   # a spare's staging file: its candidate has it, its judge not yet
 
     def take_spare(self, spare) -> None:
-        """Workers started ahead (infra/spares.py): a candidate, and with fresh judges its judge."""
+        """Workers started ahead (infra/spares.py): a candidate and its twin, and with fresh judges its judge."""
         self.judge, self.candidate, self.spare_staging = spare.judge, spare.candidate, spare.staging_fd
+        self.twin = spare.twin
 
-    def _start_workers(self, need_judge: bool, persistent: bool) -> None:
-        """The run's candidate and (`need_judge`) its judge, sharing a staging file: both started now, or a
-        spare's; a spare's candidate alone (kept judges) gets its judge now, as its job starts (`pair_judge`:
-        an idle kept judge, else one started; `persistent` False: a judge of its own), handed the staging
-        file the spare kept."""
+    def _start_workers(self, need_judge: bool, persistent: bool, timed: bool = False) -> None:
+        """The run's candidate and (`need_judge`) its judge, and (`timed`, on the CPU backend) its twin, sharing
+        a staging file: started now, or a spare's; a spare's candidate alone (kept judges) gets its judge now, as its job starts (`pair_judge`:
+        an idle kept judge, else one started; `persistent` False: a judge of its own), handed the staging file
+        the spare kept."""
         if self.candidate is None:   # not handed a spare
             with pair_staging() as fd:
                 self.judge = (pair_judge(self.config, self.backend, self.job_dir, self.gpu, fd, persistent=persistent)
                               if need_judge else None)
                 self.candidate = self._start("candidate", fd)
+                if timed and needs_twin(self.backend):
+                    self.twin = self._start("twin", fd)
         elif need_judge and self.judge is None:
             self.judge = pair_judge(self.config, self.backend, self.job_dir, self.gpu, self.spare_staging,
                                     persistent=persistent)

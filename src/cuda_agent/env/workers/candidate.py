@@ -463,6 +463,25 @@ def _install_crash_report(path: str | None) -> None:
             pass   # reported without native frames
 
 
+def run_twin(candidate: _Candidate, chan: ChildChannel) -> None:
+    """The candidate's twin (run/twin.py): the harness's empty calls, answered exactly as the candidate
+    answers them, by a worker that never loads a solution; any other command ends it."""
+    chan.send(Loaded(ok=True, phase="compile"))
+    while True:
+        try:
+            cmd = read_command(chan.receive(), HANDLERS)
+        except UnknownMessage:
+            return
+        if not (isinstance(cmd, CandidateCall) and cmd.null and cmd.inputs is not None):
+            chan.send(Answer(ok=False, message="the candidate's twin answers empty calls only"))
+            return
+        try:
+            chan.send(CallAnswer(**candidate.call(cmd)))
+        except Exception as exc:
+            chan.send(Answer(ok=False, message=short_traceback(exc)))
+            return
+
+
 def run_candidate(chan: ChildChannel) -> None:
     from cuda_agent.env.rules.guard import Rejected
 
@@ -470,7 +489,10 @@ def run_candidate(chan: ChildChannel) -> None:
     job = CandidateJob.model_validate(chan.receive())
     _install_crash_report(job.crash_lib)
     candidate = _Candidate(job, chan, tables)
-    with chan.aside():   # the harness's own overhead, measured before any of the solution's code runs
+    if job.twin:
+        run_twin(candidate, chan)
+        return
+    with chan.aside():   # empty calls before any of the solution's code runs (run/calibration.py)
         for _ in range(job.calibration_calls):
             cmd = read_command(chan.receive(), HANDLERS)
             if not (isinstance(cmd, CandidateCall) and cmd.null and cmd.inputs is not None):

@@ -264,6 +264,7 @@ class CandidateJob(Command):
     hold_lib: str | None = None
     crash_lib: str | None = None   # the fatal-signal report's library (run/crash.py), loaded before the solution
     calibration_calls: int = 0     # empty calls answered before the solution loads (run/calibration.py)
+    twin: bool = False             # the candidate's twin (run/twin.py): empty calls only, never a solution
     early_model: bool = False      # make the model once loaded, while the judge makes the reference's
 
 
