@@ -3,8 +3,8 @@
 Each side runs in processes of its own (PYTHONPATH at its `src`): a child process loads the task and the
 solution, evaluates it `--evals` times in a row (the first pays what a process pays once, e.g. reading a
 library's symbol table; the later ones are what an evaluation costs a long-lived harness such as a pool)
-and reports, per evaluation, its wall time, the harness process's CPU time (all of its threads) and the
-result's phases. The parent adds the CPU time of the child's whole process tree (the judge, the candidate
+and reports, per evaluation, its wall time, the harness process's CPU time (all of its threads), the
+result's phases, its speedup against eager and the empty calls' medians (the candidate's and its twin's). The parent adds the CPU time of the child's whole process tree (the judge, the candidate
 and their sandboxes included, imports too). The two sides alternate pair by pair (old, new, then new,
 old, ...), so a load that comes and goes on the machine falls on both alike. One unmeasured run per side
 first fills the build cache. Tasks: the embedded example (running_mean with its CPU solution) and
@@ -69,7 +69,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("relu", &relu); }
 
 
 # the steps timed on the new side (install_probes), in the order the table lists them
-PROBES = ("calibration calls", "own_memory (maps)", "sampling set-up", "sampling start", "sampling finish",
+PROBES = ("calibration calls", "twin calls", "own_memory (maps)", "sampling set-up", "sampling start", "sampling finish",
           "of which symbolize", "of which symbol tables", "drain thread")
 
 
@@ -114,6 +114,9 @@ def install_probes(probes: Probes) -> None:
     calibration = module("cuda_agent.env.run.calibration")
     if calibration is not None:
         probes.wrap(calibration.Calibration, "_calibrate", "calibration calls")
+    twin = module("cuda_agent.env.run.twin")
+    if twin is not None:
+        probes.wrap(twin.Twin, "_twin_call", "twin calls")
     outside = module("cuda_agent.env.measure.outside")
     if outside is not None and hasattr(outside, "own_memory"):
         probes.wrap(outside, "own_memory", "own_memory (maps)")
@@ -146,6 +149,16 @@ def load(task_name: str, scale: float, kernelbench: Path):
     raise SystemExit(f"unknown task {task_name}")
 
 
+def overheads(log: str) -> dict:
+    """The empty calls' median CPU ms in the evaluation's logged rounds (CUDA_AGENT_LOG_ROUNDS=1): the
+    candidate's own and, where there is one, its twin's."""
+    line = next((l for l in reversed(log.splitlines()) if l.startswith("rounds ")), None)
+    if line is None:
+        return {}
+    logged = json.loads(line[len("rounds "):])
+    return {key: median(logged[key]) for key in ("null_walls", "twin_walls", "calibrated") if logged.get(key)}
+
+
 def child(task_name: str, evals: int, scale: float, kernelbench: Path) -> None:
     from cuda_agent.env.config import EvalConfig
     from cuda_agent.env.run.evaluation import evaluate
@@ -162,7 +175,8 @@ def child(task_name: str, evals: int, scale: float, kernelbench: Path) -> None:
                         "correct": result.correct, "error": result.error and str(result.error)[:300],
                         "phases": {k: v for k, v in result.phase_seconds.items() if "." not in k},
                         "timed_calls": getattr(result.timings.get("kernel"), "iters", None),
-                        "probes": probes.take()})
+                        "speedup": result.speedup_vs_eager, "reward": result.reward,
+                        "overhead_ms": overheads(result.log), "probes": probes.take()})
     print("CHILD " + json.dumps(records))
 
 
@@ -170,7 +184,7 @@ def child(task_name: str, evals: int, scale: float, kernelbench: Path) -> None:
 
 
 def run_side(src: Path, task_name: str, evals: int, scale: float, kernelbench: Path) -> dict:
-    env = {**os.environ, "PYTHONPATH": str(src)}
+    env = {**os.environ, "PYTHONPATH": str(src), "CUDA_AGENT_LOG_ROUNDS": "1"}
     env.pop("CUDA_AGENT_TRACE_CALLS", None)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     wall = time.perf_counter()
@@ -213,6 +227,9 @@ def table(task_name: str, runs: dict[str, list[dict]], evals: int) -> list[str]:
         row(f"{which} evaluation: harness process CPU s", lambda r: r["records"][index]["harness_cpu_s"])
         for phase in ("compile", "verify", "profile", "baselines"):
             row(f"  {phase} phase wall s", lambda r: r["records"][index]["phases"].get(phase, 0.0))
+        row(f"{which} evaluation: speedup vs eager", lambda r: r["records"][index].get("speedup") or float("nan"))
+        for key in ("null_walls", "twin_walls"):
+            row(f"  empty calls' median ms ({key})", lambda r: r["records"][index].get("overhead_ms", {}).get(key, float("nan")))
     row("process tree CPU s (all evaluations, imports)", lambda r: r["tree_cpu_s"])
     row("child process wall s", lambda r: r["process_wall_s"])
     calls = [r["records"][-1]["timed_calls"] for r in runs["old"] + runs["new"]]
