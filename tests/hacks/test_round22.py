@@ -8,7 +8,8 @@ from __future__ import annotations
 import pytest
 
 from tests.hacks.cases import assert_accepted, check_honest, describe, run_case
-from tests.hacks.cases_round22 import ALL_SLOW, EVICT_BEFORE_EAGER, EVICT_BY_HOOK, HONEST_ROUND22, MEDIAN_BLIND, PADDED
+from tests.hacks.cases_round22 import (ALL_SLOW, EVICT_BEFORE_EAGER, EVICT_BY_HOOK, EVICT_OTHERS, HONEST_ROUND22,
+                                      LEAN_REAL_CALLS, MEDIAN_BLIND, PADDED)
 from tests.hacks.test_round20 import assert_no_speed_reward
 
 
@@ -40,9 +41,25 @@ def test_median_cheat_earns_no_speed_reward(cache_dir, record):
     assert_no_speed_reward(MEDIAN_BLIND, result)
 
 
-@pytest.mark.parametrize("case", [EVICT_BEFORE_EAGER, EVICT_BY_HOOK], ids=lambda c: c.id)
+# reward 2 in every run on the shared machine (1.20-1.30x, the intervals' low ends 1.06-1.10): not strict, as a margin
+# of a fifth may fall under the noise of a loaded CI machine, whose other processes empty the caches too
+EVICTION_OPEN = pytest.mark.xfail(strict=False, reason=(
+    "open: the candidate's main thread after a call's answer (the worker's `finish`) is measured by nothing; its "
+    "output's deleter or a profile function there empties the last-level cache before the judge's eager run"))
+
+
+@EVICTION_OPEN
+@pytest.mark.parametrize("case", [EVICT_BEFORE_EAGER, EVICT_OTHERS, EVICT_BY_HOOK], ids=lambda c: c.id)
 def test_eviction_cheat_earns_no_speed_reward(case, cache_dir, record):
     result = run_case(case, cache_dir, record)
     print(f"{case.id}: {describe(result)} (speedup {result.speedup_vs_eager}, CI {result.speedup_ci}, "
           f"eager {result.eager_ms}, kernel {result.kernel_ms})")
     assert_no_speed_reward(case, result)
+
+
+def test_leaner_harness_steps_earn_no_speed_reward(cache_dir, record):
+    """The worker's own Python in a real call, made cheaper in the candidate's process than in the empty calls, is
+    tens of microseconds: below the overhead's noise."""
+    result = run_case(LEAN_REAL_CALLS, cache_dir, record)
+    print(f"{LEAN_REAL_CALLS.id}: {describe(result)} (speedup {result.speedup_vs_eager}, CI {result.speedup_ci})")
+    assert_no_speed_reward(LEAN_REAL_CALLS, result)
