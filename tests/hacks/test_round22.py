@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-from tests.hacks.cases import assert_accepted, check_honest, describe, run_case
+from tests.hacks.cases import assert_accepted, assert_rejected, check_honest, describe, run_case
 from tests.hacks.cases_round22 import (ALL_SLOW, EVICT_BEFORE_EAGER, EVICT_BY_HOOK, EVICT_OTHERS, HONEST_ROUND22,
-                                      LEAN_REAL_CALLS, MEDIAN_BLIND, PADDED)
+                                      INTERPRETER_ALONE, INTERPRETER_BASELINE, INTERRUPTS, LEAN_REAL_CALLS,
+                                      MEDIAN_BLIND, OWN_PADDED, PADDED, QUIET_TIMERS, TWIN_COLD)
 from tests.hacks.test_round20 import assert_no_speed_reward
 
 
@@ -19,7 +20,7 @@ def test_honest_solution_keeps_its_speed_reward(case, cache_dir, record, honest_
     assert result.reward >= 2, f"{case.what}: {describe(result)}, speedup {result.speedup_vs_eager}"
 
 
-@pytest.mark.parametrize("case", [PADDED, ALL_SLOW], ids=lambda c: c.id)
+@pytest.mark.parametrize("case", [PADDED, ALL_SLOW, OWN_PADDED, QUIET_TIMERS], ids=lambda c: c.id)
 def test_the_cheats_forward_alone_earns_no_speed_reward(case, cache_dir, record):
     result = run_case(case, cache_dir, record)
     print(f"{case.id}: {describe(result)} (speedup {result.speedup_vs_eager}, CI {result.speedup_ci})")
@@ -41,25 +42,25 @@ def test_median_cheat_earns_no_speed_reward(cache_dir, record):
     assert_no_speed_reward(MEDIAN_BLIND, result)
 
 
-# reward 2 in every run on the shared machine (1.20-1.30x, the intervals' low ends 1.06-1.10): not strict, as a margin
-# of a fifth may fall under the noise of a loaded CI machine, whose other processes empty the caches too
-EVICTION_OPEN = pytest.mark.xfail(strict=False, reason=(
-    "open: the candidate's main thread after a call's answer (the worker's `finish`) is measured by nothing; its "
-    "output's deleter or a profile function there empties the last-level cache before the judge's eager run"))
-
-
-@EVICTION_OPEN
-@pytest.mark.parametrize("case", [EVICT_BEFORE_EAGER, EVICT_OTHERS, EVICT_BY_HOOK], ids=lambda c: c.id)
-def test_eviction_cheat_earns_no_speed_reward(case, cache_dir, record):
+@pytest.mark.parametrize("case", [EVICT_BEFORE_EAGER, EVICT_OTHERS, EVICT_BY_HOOK, INTERRUPTS, LEAN_REAL_CALLS],
+                         ids=lambda c: c.id)
+def test_cheat_earns_no_speed_reward(case, cache_dir, record):
     result = run_case(case, cache_dir, record)
     print(f"{case.id}: {describe(result)} (speedup {result.speedup_vs_eager}, CI {result.speedup_ci}, "
           f"eager {result.eager_ms}, kernel {result.kernel_ms})")
     assert_no_speed_reward(case, result)
 
 
-def test_leaner_harness_steps_earn_no_speed_reward(cache_dir, record):
-    """The worker's own Python in a real call, made cheaper in the candidate's process than in the empty calls, is
-    tens of microseconds: below the overhead's noise."""
-    result = run_case(LEAN_REAL_CALLS, cache_dir, record)
-    print(f"{LEAN_REAL_CALLS.id}: {describe(result)} (speedup {result.speedup_vs_eager}, CI {result.speedup_ci})")
-    assert_no_speed_reward(LEAN_REAL_CALLS, result)
+def test_interpreter_forward_is_refused(cache_dir, record):
+    result = run_case(INTERPRETER_ALONE, cache_dir, record)
+    print(f"{INTERPRETER_ALONE.id}: {describe(result)}")
+    assert_rejected(result, INTERPRETER_ALONE.rules, INTERPRETER_ALONE.what)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "open: the interpreter's time in the candidate's own empty calls is the sampler's baseline for the timed calls; "
+    "a profile function on the harness's thread running bytecode there as long as a forward lifts it to the forward's"))
+def test_interpreter_forward_with_its_baseline_raised_is_refused(cache_dir, record):
+    result = run_case(INTERPRETER_BASELINE, cache_dir, record)
+    print(f"{INTERPRETER_BASELINE.id}: {describe(result)}; samples {result.cpu_samples}")
+    assert_rejected(result, INTERPRETER_BASELINE.rules, INTERPRETER_BASELINE.what)

@@ -1,11 +1,14 @@
-// The hack suite's twenty-second round (cases_round22.py): a forward no faster than eager's (relu(x + bias)) made to
-// earn a speed reward through the reward's statistic or the baseline's caches, not through the overhead's measure.
+// The hack suite's twenty-second round (cases_round22.py): relu(x + bias) made to earn a speed reward it has not (a
+// forward no faster than eager's) through the reward's statistic, the baseline's caches or the harness's steps, or
+// computed by the interpreter past the sampler's rule through that rule's baseline.
 // padded:    the plain loop, then a spin PADDING times the loop's own CPU time (about eager's speed).
 // bimodal:   the plain loop; on a share of the calls (set_bimodal; evenly spread, by its own count of calls) a spin
-//            some times the loop's own CPU time after it. The reward is the median of per-call ratios: the fast calls (the
-//            plain loop, faster than eager) hold the median, while the calls' mean is slower than eager's.
-// evicting:  padded, its output made over a buffer of its own with a deleter (torch::from_blob). The deleter runs
-//            when the harness lets the output go after reading it (on the harness's thread, outside the call's
+//            some times the loop's own CPU time after it. The reward is the median of per-call ratios: the fast calls
+//            (the plain loop, faster than eager) hold the median, while the calls' mean is slower than eager's.
+// evicting:  the plain loop into a buffer of its own, then a spin `own_padding` times its CPU time (no allocation to
+//            fill, so padded more: as slow as `padded`), the output made over that buffer with a deleter
+//            (torch::from_blob). The deleter runs when the harness lets the output go after reading it (on the
+//            harness's thread, outside the call's
 //            clock and every limit), and reads through memory of its own (start_evicting), more than the last-level
 //            cache holds: the judge's copy of the draw, which it wrote moments before the candidate's call, is then
 //            in no cache when eager runs on it, next. It then touches its own output buffer again, so that its own
@@ -13,10 +16,18 @@
 //            reads its own private memory too (up to 256 MiB: the heap and anonymous mappings, the harness's objects
 //            in its process among them), so that only other processes' data are cold: the judge's, and a process
 //            measuring the harness's overhead apart from the candidate.
-// start_evict_hook: the same eviction with no deleter: a profile function on the harness's own thread (PyEval_SetProfile,
-//            found in the interpreter's dynamic symbol table past the link check, as round twenty-one's) runs it where
-//            the worker calls `_inspect`, its checks of a call after the call's answer (the `finish` step): outside
-//            the call's clock, on the harness's thread, before the judge's eager run.
+// start_empty_spin: a profile function (the same) spinning where the worker calls `_empty_forward`: the candidate's own
+//            empty calls made slow (round twenty-one's hook), so that a bound the harness takes from them does not
+//            bind.
+// start_interpreter_baseline and exec_relu: the forward computed by the interpreter (a comprehension handed to the
+//            builtins' `exec`, round seventeen's form, which the sampler refuses by the interpreter's time in the
+//            timed calls beyond the empty calls'); the same profile function runs the interpreter's own bytecode in
+//            every empty call for as long as the last forward took, so that the empty calls' interpreter time, the
+//            rule's baseline, holds the forward's.
+// start_evict_hook: the same eviction with no deleter: a profile function on the harness's own thread
+//            (PyEval_SetProfile, found in the interpreter's symbol table past the link check, as round
+//            twenty-one's) runs it where the worker calls `_inspect`, its checks of a call after the call's answer
+//            (the `finish` step): outside the call's clock, on the harness's thread, before the judge's eager run.
 // start_lean: run from __init__ (the harness's main thread). Through the builtins' `exec` (PyEval_GetBuiltins, which
 //            pybind11 imports) it replaces two of the worker's own steps in a call, in its process, with cheaper ones
 //            for real calls alone: the command read without validation (`read_command`: the model built with
@@ -36,12 +47,18 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <string>
 #include <unordered_set>
 #include <vector>
 
 namespace {
 
-constexpr double PADDING = 1.15;   // the spin, in times the loop's CPU time: the forward about eager's
+constexpr double PADDING = 1.15;
+// the forwards that write into a buffer of their own (no allocation, no MALLOC_PERTURB_ fill) are padded more, so that
+// without their trick (the controls) they are as slow as `padded`
+double own_padding = 2.0;
+
+void set_padding(double factor) { own_padding = factor; }
 
 double thread_cpu_s() {
     timespec ts;
@@ -162,7 +179,7 @@ torch::Tensor evicting(torch::Tensor x, torch::Tensor bias) {
     }
     auto out = torch::from_blob(own, x.sizes(), evict_then_rewarm, x.options());
     relu_into(x, bias, own);
-    spin(PADDING * (thread_cpu_s() - begun));
+    spin(own_padding * (thread_cpu_s() - begun));
     return out;
 }
 
@@ -197,41 +214,102 @@ void* interpreter_symbol(const char* name) {
     return nullptr;
 }
 
+// one profile function for both uses: the eviction where the worker calls `_inspect` (start_evict_hook), a spin where
+// it calls `_empty_forward` (start_empty_spin: the candidate's own empty calls made slow)
 PyCodeObject* inspect_code = nullptr;
+PyCodeObject* empty_code = nullptr;
 std::unordered_set<PyCodeObject*> other_code;
+bool evict_at_inspect = false;
+double empty_spin_s = 0.0;
+bool interpreter_in_empty = false;   // start_interpreter_baseline: the empty calls' spin done by the interpreter
+double last_forward_s = 0.0;
+bool profiling = false;
 
-int evict_at_inspect(PyObject*, PyFrameObject* frame, int what, PyObject*) {
+void interpreter_spin(double seconds) {   // the interpreter's own code (bytecode), as long as `seconds`
+    namespace py = pybind11;
+    static py::object exec = py::reinterpret_borrow<py::dict>(PyEval_GetBuiltins())["exec"];
+    static py::object loop = py::reinterpret_borrow<py::dict>(PyEval_GetBuiltins())["compile"](
+        "t = 0\nfor i in range(2000):\n    t += i * 0.5\n", "<spin>", "exec");
+    py::dict scope;
+    const double until = thread_cpu_s() + seconds;
+    while (thread_cpu_s() < until) exec(loop, scope);
+}
+
+bool named(PyCodeObject* code, const char* name) {
+    PyObject* got = PyObject_GetAttrString(reinterpret_cast<PyObject*>(code), "co_name");
+    bool same = got && PyUnicode_Check(got) && PyUnicode_CompareWithASCIIString(got, name) == 0;
+    Py_XDECREF(got);
+    if (PyErr_Occurred()) PyErr_Clear();
+    return same;
+}
+
+int profile(PyObject*, PyFrameObject* frame, int what, PyObject*) {
     if (what != PyTrace_CALL) return 0;
     PyCodeObject* code = PyFrame_GetCode(frame);
-    bool hit = code == inspect_code;
-    if (!hit && !inspect_code && !other_code.count(code)) {
-        PyObject* name = PyObject_GetAttrString(reinterpret_cast<PyObject*>(code), "co_name");
-        if (name && PyUnicode_Check(name) && PyUnicode_CompareWithASCIIString(name, "_inspect") == 0) {
-            inspect_code = code;
-            Py_INCREF(code);
-            hit = true;
-        } else {
-            other_code.insert(code);
-            Py_INCREF(code);   // kept alive: its address is not reused by another code object
-        }
-        Py_XDECREF(name);
-        if (PyErr_Occurred()) PyErr_Clear();
+    if (code != inspect_code && code != empty_code && !other_code.count(code)) {
+        if (!inspect_code && named(code, "_inspect")) inspect_code = code;
+        else if (!empty_code && named(code, "_empty_forward")) empty_code = code;
+        else other_code.insert(code);
+        Py_INCREF(code);   // kept alive: its address is not reused by another code object
     }
+    if (code == inspect_code && evict_at_inspect && own) evict_then_rewarm(nullptr);
+    if (code == empty_code && empty_spin_s > 0) spin(empty_spin_s);
+    if (code == empty_code && interpreter_in_empty && last_forward_s > 0) interpreter_spin(last_forward_s);
     Py_DECREF(code);
-    if (hit && own) evict_then_rewarm(nullptr);
     return 0;
 }
 
-bool start_evict_hook(int64_t megabytes) {
+bool start_profile() {
     using SetProfile = void (*)(Py_tracefunc, PyObject*);
-    start_evicting(megabytes, false);
+    if (profiling) return true;
     auto set = reinterpret_cast<SetProfile>(interpreter_symbol("PyEval_SetProfile"));
     if (!set) return false;
-    set(evict_at_inspect, nullptr);
+    set(profile, nullptr);
+    profiling = true;
     return true;
 }
 
-// padded, into the buffer the hook touches again (a plain output: no deleter)
+bool start_evict_hook(int64_t megabytes) {
+    start_evicting(megabytes, false);
+    evict_at_inspect = true;
+    return start_profile();
+}
+
+bool start_interpreter_baseline() {
+    interpreter_in_empty = true;
+    return start_profile();
+}
+
+// relu(x + bias) by the interpreter: a comprehension handed to the builtins' `exec` (round seventeen's form), its
+// CPU time noted for the empty calls' spin
+torch::Tensor exec_relu(torch::Tensor x, torch::Tensor bias) {
+    namespace py = pybind11;
+    const double begun = thread_cpu_s();
+    py::dict builtins = py::reinterpret_borrow<py::dict>(PyEval_GetBuiltins());
+    py::object array = builtins["__import__"]("array").attr("array");
+    const int64_t cols = x.size(-1), rows = x.numel() / cols;
+    std::string tiled(x.numel() * 4, '\0');
+    for (int64_t r = 0; r < rows; ++r) std::memcpy(&tiled[r * cols * 4], bias.data_ptr<float>(), cols * 4);
+    py::object xs = array("f"), bs = array("f");
+    xs.attr("frombytes")(py::bytes(reinterpret_cast<const char*>(x.data_ptr<float>()), x.numel() * 4));
+    bs.attr("frombytes")(py::bytes(tiled));
+    py::dict scope;
+    scope["xs"] = xs;
+    scope["bs"] = bs;
+    builtins["exec"]("out = [v + b if v + b > 0.0 else 0.0 for v, b in zip(xs, bs)]", scope);
+    std::string data = array("f", scope["out"]).attr("tobytes")().cast<std::string>();
+    auto out = torch::empty_like(x);
+    std::memcpy(out.data_ptr<float>(), data.data(), x.numel() * 4);
+    last_forward_s = thread_cpu_s() - begun;
+    return out;
+}
+
+bool start_empty_spin(double ms) {
+    empty_spin_s = ms / 1e3;
+    return start_profile();
+}
+
+// evicting's forward with a plain output (no deleter): the profile function evicts instead
 torch::Tensor hooked(torch::Tensor x, torch::Tensor bias) {
     const double begun = thread_cpu_s();
     const size_t bytes = x.numel() * sizeof(float);
@@ -242,7 +320,7 @@ torch::Tensor hooked(torch::Tensor x, torch::Tensor bias) {
     }
     auto out = torch::from_blob(own, x.sizes(), x.options());
     relu_into(x, bias, own);
-    spin(PADDING * (thread_cpu_s() - begun));
+    spin(own_padding * (thread_cpu_s() - begun));
     return out;
 }
 
@@ -258,7 +336,8 @@ _call, _staged = _messages.CandidateCall, _messages.StagedInputs
 _views = {}
 
 def read_command(raw, table):
-    inputs = raw.get("inputs") if isinstance(raw, dict) and raw.get("cmd") == "call" and raw.get("null") is False else None
+    real = isinstance(raw, dict) and raw.get("cmd") == "call" and raw.get("null") is False
+    inputs = raw.get("inputs") if real else None
     if not isinstance(inputs, dict):
         return _read(raw, table)
     fields = dict(raw)
@@ -291,6 +370,7 @@ bool start_lean() {
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+    m.def("set_padding", &set_padding);
     m.def("honest", &honest);
     m.def("padded", &padded);
     m.def("set_bimodal", &set_bimodal);
@@ -299,6 +379,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.def("evicting", &evicting);
     m.def("eviction_count", &eviction_count);
     m.def("start_evict_hook", &start_evict_hook);
+    m.def("start_empty_spin", &start_empty_spin);
+    m.def("start_interpreter_baseline", &start_interpreter_baseline);
+    m.def("exec_relu", &exec_relu);
     m.def("hooked", &hooked);
     m.def("start_lean", &start_lean);
 }
