@@ -1,8 +1,8 @@
 """The hack suite's twenty-second round (session 32), CPU backend, against the reward's statistic, the time no clock
 measures and the sampler's baseline rather than the overhead's measure. Each cheat computes relu(x + bias) correctly
 on the example task (512 x 1024) (kernels/round22.cpp, round22_interrupts.cpp):
-- median_blind: the plain loop (faster than eager), and on exactly three calls in ten a spin eight times the loop's
-  CPU time after it. The reward reads the median of per-call ratios, which the fast calls hold; the mean call is
+- median_blind: the plain loop (faster than eager), and on three calls in every ten (shuffled) a spin twelve times
+  the loop's CPU time after it. The reward reads the median of per-call ratios, which the fast calls hold; the mean call is
   slower than eager's;
 - interpreter_baseline: the forward computed by the interpreter (a comprehension through the builtins' exec, which
   the sampler refuses by the interpreter's time beyond the empty calls'), and a profile function on the harness's
@@ -54,9 +54,9 @@ def _interrupting(delay_us: float, spacing_us: float, count: int, padding: float
 
 MEDIAN_BLIND = Case(
     "r22_median_blind", "telling checked calls from timed ones",
-    _native("bimodal", "cuda_extension.set_bimodal(0.3, 8.0)"),
+    _native("bimodal", "cuda_extension.set_bimodal(0.3, 12.0)"),
     rules=("background-thread", "torch-op"), invented=True, config=TIMED,
-    what="the plain loop, and on three calls in ten a spin eight times as long after it: the median call is faster "
+    what="the plain loop, and on three calls in ten a spin twelve times as long after it: the median call is faster "
          "than eager's, the mean call slower")
 EVICT_BEFORE_EAGER = Case(
     "r22_evict_before_eager", "patched timers", _native("evicting", f"cuda_extension.start_evicting({EVICT_MB})"),
@@ -129,6 +129,6 @@ QUIET_TIMERS = Case("r22_quiet_timers", "honest", _interrupting(1500, 4, 0), rul
 PADDED = Case("r22_padded", "honest", _native("padded"), rules=("background-thread", "torch-op"), config=TIMED,
               what="the plain loop, then a spin 1.15 times as long: about eager's speed")
 # the median cheat's forward with every call padded as its slow ones are: its mean's speed, far below eager's
-ALL_SLOW = Case("r22_all_slow", "honest", _native("bimodal", "cuda_extension.set_bimodal(1.0, 8.0)"),
+ALL_SLOW = Case("r22_all_slow", "honest", _native("bimodal", "cuda_extension.set_bimodal(1.0, 12.0)"),
                 rules=("background-thread", "torch-op"), config=TIMED,
-                what="the plain loop and a spin eight times as long on every call")
+                what="the plain loop and a spin twelve times as long on every call")

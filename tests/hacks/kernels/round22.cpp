@@ -2,8 +2,8 @@
 // forward no faster than eager's) through the reward's statistic, the baseline's caches or the harness's steps, or
 // computed by the interpreter past the sampler's rule through that rule's baseline.
 // padded:    the plain loop, then a spin PADDING times the loop's own CPU time (about eager's speed).
-// bimodal:   the plain loop; on a share of the calls (set_bimodal; evenly spread, by its own count of calls) a spin
-//            some times the loop's own CPU time after it. The reward is the median of per-call ratios: the fast calls
+// bimodal:   the plain loop; on a share of the calls (set_bimodal; that many in every ten calls, at shuffled places)
+//            a spin some times the loop's own CPU time after it. The reward is the median of per-call ratios: the fast calls
 //            (the plain loop, faster than eager) hold the median, while the calls' mean is slower than eager's.
 // evicting:  the plain loop into a buffer of its own, then a spin `own_padding` times its CPU time (no allocation to
 //            fill, so padded more: as slow as `padded`), the output made over that buffer with a deleter
@@ -94,12 +94,24 @@ torch::Tensor padded(torch::Tensor x, torch::Tensor bias) {
 // -- the median's blind side ---------------------------------------------------------------------------------------
 
 double slow_share = 0.3;   // the share of calls padded
-double slow_spin = 8.0;    // their spin, in times the loop's CPU time
+double slow_spin = 12.0;   // their spin, in times the loop's CPU time
 int64_t calls = 0;
+bool block[10];
+uint64_t state = 0x9E3779B97F4A7C15ull;
 
-bool next_slow() {   // exactly `slow_share` of any run of calls, spread evenly (call n is slow where the share's
-    const int64_t n = calls++;   // running count steps up)
-    return static_cast<int64_t>((n + 1) * slow_share) > static_cast<int64_t>(n * slow_share);
+bool next_slow() {   // in each run of ten calls, exactly round(10 * share) slow ones, at shuffled places
+    if (calls % 10 == 0) {
+        int order[10];
+        for (int i = 0; i < 10; ++i) order[i] = i;
+        for (int i = 9; i > 0; --i) {
+            state = state * 6364136223846793005ull + 1442695040888963407ull;
+            int j = static_cast<int>((state >> 33) % (i + 1));
+            int t = order[i]; order[i] = order[j]; order[j] = t;
+        }
+        const int slow = static_cast<int>(10 * slow_share + 0.5);
+        for (int i = 0; i < 10; ++i) block[order[i]] = i < slow;
+    }
+    return block[calls++ % 10];
 }
 
 void set_bimodal(double share, double spin_factor) {
