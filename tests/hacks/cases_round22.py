@@ -2,8 +2,8 @@
 measures and the sampler's baseline rather than the overhead's measure. Each cheat computes relu(x + bias) correctly
 on the example task (512 x 1024) (kernels/round22.cpp, round22_interrupts.cpp):
 - median_blind: the plain loop (faster than eager), and on three calls in every ten (shuffled) a spin twelve times
-  the loop's CPU time after it. The reward reads the median of per-call ratios, which the fast calls hold; the mean call is
-  slower than eager's;
+  the loop's CPU time after it. The reward reads the median of per-call ratios, which the fast calls hold; the mean
+  call is slower than eager's;
 - interpreter_baseline: the forward computed by the interpreter (a comprehension through the builtins' exec, which
   the sampler refuses by the interpreter's time beyond the empty calls'), and a profile function on the harness's
   thread running the interpreter's bytecode in every empty call as long as the last forward took, so that the

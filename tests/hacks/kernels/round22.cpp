@@ -3,8 +3,9 @@
 // computed by the interpreter past the sampler's rule through that rule's baseline.
 // padded:    the plain loop, then a spin PADDING times the loop's own CPU time (about eager's speed).
 // bimodal:   the plain loop; on a share of the calls (set_bimodal; that many in every ten calls, at shuffled places)
-//            a spin some times the loop's own CPU time after it. The reward is the median of per-call ratios: the fast calls
-//            (the plain loop, faster than eager) hold the median, while the calls' mean is slower than eager's.
+//            a spin some times the loop's own CPU time after it. The reward is the median of per-call ratios: the
+//            fast calls (the plain loop, faster than eager) hold the median, while the calls' mean is slower than
+//            eager's.
 // evicting:  the plain loop into a buffer of its own, then a spin `own_padding` times its CPU time (no allocation to
 //            fill, so padded more: as slow as `padded`), the output made over that buffer with a deleter
 //            (torch::from_blob). The deleter runs when the harness lets the output go after reading it (on the
