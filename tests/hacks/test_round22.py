@@ -28,7 +28,8 @@ def test_the_cheats_forward_alone_earns_no_speed_reward(case, cache_dir, record)
     assert result.reward <= 1, f"the control is faster than eager: {describe(result)}"
 
 
-MEDIAN_OPEN = pytest.mark.xfail(strict=True, reason=(
+# not strict: where the three slow calls fall decides the median, and some runs catch it (reward 1)
+MEDIAN_OPEN = pytest.mark.xfail(strict=False, reason=(
     "open: the reward reads the median of per-call ratios; a forward fast on seven calls in ten and slow on three "
     "holds a median faster than eager's while its mean call is slower than eager's"))
 
@@ -42,7 +43,7 @@ def test_median_cheat_earns_no_speed_reward(cache_dir, record):
     assert_no_speed_reward(MEDIAN_BLIND, result)
 
 
-@pytest.mark.parametrize("case", [EVICT_BEFORE_EAGER, EVICT_OTHERS, EVICT_BY_HOOK, INTERRUPTS, LEAN_REAL_CALLS],
+@pytest.mark.parametrize("case", [EVICT_BEFORE_EAGER, EVICT_OTHERS, EVICT_BY_HOOK, INTERRUPTS, LEAN_REAL_CALLS, TWIN_COLD],
                          ids=lambda c: c.id)
 def test_cheat_earns_no_speed_reward(case, cache_dir, record):
     result = run_case(case, cache_dir, record)
@@ -57,7 +58,8 @@ def test_interpreter_forward_is_refused(cache_dir, record):
     assert_rejected(result, INTERPRETER_ALONE.rules, INTERPRETER_ALONE.what)
 
 
-@pytest.mark.xfail(strict=True, reason=(
+# not strict: the sampler judges an amount of time, which a loaded machine moves past the bound in some runs
+@pytest.mark.xfail(strict=False, reason=(
     "open: the interpreter's time in the candidate's own empty calls is the sampler's baseline for the timed calls; "
     "a profile function on the harness's thread running bytecode there as long as a forward lifts it to the forward's"))
 def test_interpreter_forward_with_its_baseline_raised_is_refused(cache_dir, record):
