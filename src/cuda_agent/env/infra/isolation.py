@@ -224,9 +224,10 @@ def worker_env(role: str, backend: str, gpu: int | None, base: dict) -> dict:
 
 def start_worker(role: str, job_dir: Path, backend: str, gpu: int | None,
                  wrap: list[str] | None = None, staging_fd: int | None = None,
-                 handover_fd: int | None = None) -> Worker:
+                 handover_fd: int | None = None, zygote: bool = True) -> Worker:
     """Start a worker process (inside the sandbox when `wrap` is bubblewrap's command prefix); call
-    `wait_ready()` before sending it work. `staging_fd`: the pair's staging file (transfer.Staging),
+    `wait_ready()` before sending it work. `zygote`: a candidate may come from the candidate zygote where
+    that is on (zygote.py). `staging_fd`: the pair's staging file (transfer.Staging),
     which the worker inherits (the caller keeps and closes its own descriptor); `handover_fd`, instead:
     a persistent judge's end of its socket, through which each job's staging file comes (handover.py)."""
     from cuda_agent.env.infra.sandbox import seccomp_program
@@ -261,7 +262,7 @@ def start_worker(role: str, job_dir: Path, backend: str, gpu: int | None,
             from cuda_agent.env.infra.forkserver import fork_worker
 
             proc = fork_worker(role, env, cwd, write_fd, log.fileno(), passed_fd, device=gpu, fd_env=fd_env)
-        elif role == "candidate" and wrap and os.environ.get("CUDA_AGENT_CANDIDATE_ZYGOTE") == "1":
+        elif role == "candidate" and wrap and zygote and os.environ.get("CUDA_AGENT_CANDIDATE_ZYGOTE") == "1":
             forked = seccomp_program(no_processes=backend == "cpu", no_exec=True)   # (it never needs exec)
             proc = _from_zygote(plain_wrap, forked, env, box, write_fd, log, backend, gpu, staging_fd, notes)
         if proc is None:

@@ -71,7 +71,9 @@ def _start_worker(role: str, config: EvalConfig, backend: str, job_dir: Path, gp
     box = box_of(job_dir)
     box.mkdir(parents=True, exist_ok=True)
     wrap = sandbox_prefix(config, box) if role in ("candidate", "twin") else None
-    worker = start_worker("candidate" if role == "twin" else role, job_dir, backend, gpu, wrap, staging_fd)
+    # the twin starts afresh: the zygote serves job folders side by side, and the twin's lies in its candidate's
+    worker = start_worker("candidate" if role == "twin" else role, job_dir, backend, gpu, wrap, staging_fd,
+                          zygote=role != "twin")
     worker.role = role
     return worker
 
