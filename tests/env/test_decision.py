@@ -242,3 +242,26 @@ def test_a_kernel_time_made_of_the_overhead_subtraction_earns_no_speed_reward():
     assert time_resolved([{"kernel": 0.003}] * 20)
     assert not time_resolved([{"kernel": 1e-4}] * 20)
     assert EvalResult.from_dict(short.to_dict()).time_resolved is False
+
+
+def test_a_speed_reward_needs_the_calls_totals_beyond_the_margin_too():
+    """Slow on three calls in ten by choice: the median of the per-call ratios sits among the fast
+    calls, the totals show the slow ones and decide; an honest kernel's one slow call in forty moves
+    nothing."""
+    from cuda_agent.env.explain import timing_rows
+    from cuda_agent.env.run.scoring import totals_ratio
+
+    blind = [{"kernel": 1.0 * (12 if i % 10 in (2, 5, 8) else 1), "eager": 1.5} for i in range(40)]
+    r = scored(blind)
+    assert r.speedup_vs_eager == pytest.approx(1.5) and policy.is_faster_speedup(r.speedup_vs_eager)
+    assert r.speedup_totals["eager"] == pytest.approx(totals_ratio(blind, "eager"))
+    assert r.speedup_totals["eager"] == pytest.approx(1.5 * 40 / (28 + 12 * 12)) and r.speedup_totals["eager"] < 1
+    assert r.reward == 1
+    verdict = {row.label: row for row in timing_rows(r)}["eager"].verdict
+    assert verdict.startswith("no: the calls' total time is only") and "total time" in explain_reward(r)
+
+    honest = rounds(1.5, 0.05, 40, compile_speedup=1.3)
+    honest[7]["kernel"] = 3.0   # a page fault
+    h = scored(honest)
+    assert 1.3 < h.speedup_totals["eager"] < h.speedup_vs_eager and h.reward == 3
+    assert h.reward_continuous == pytest.approx(min(h.speedup_vs_compile, h.speedup_totals["compile"]))

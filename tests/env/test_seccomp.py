@@ -28,6 +28,9 @@ for name, make in (("fork", os.fork), ("posix_spawn", lambda: os.posix_spawn("/b
         print(name, "refused", exc.errno)
 libc = ctypes.CDLL(None, use_errno=True)
 print("vfork", "refused" if libc.syscall(58) == -1 else "made")
+params = ctypes.create_string_buffer(120)   # struct io_uring_params
+fd = libc.syscall(425, 4, params)           # io_uring_setup(4 entries)
+print("io_uring", "refused", ctypes.get_errno()) if fd == -1 else print("io_uring made")
 """
 
 
@@ -51,6 +54,7 @@ def test_the_cpu_filter_refuses_processes_and_lets_threads_be_made():
     out = run_filtered(no_processes=True)
     assert "thread made" in out, out
     assert "fork refused 1" in out and "posix_spawn refused" in out and "vfork refused" in out, out
+    assert "io_uring refused 1" in out, out   # its work runs in the kernel's threads, not the candidate's
 
 
 def test_without_it_processes_are_made():

@@ -47,7 +47,9 @@ def _native(function: str, init: str = "", files: tuple[str, ...] = FILES):
 
 def _interrupting(delay_us: float, spacing_us: float, count: int, padding: float = 2.0):
     started = f"cuda_extension.start_interrupts({delay_us}, {spacing_us}, {int(count)})"
-    init = f"cuda_extension.set_padding({padding})\nif not {started}:\n    raise RuntimeError('no io_uring')"
+    # the control (count 0) needs no ring: the sandbox refuses io_uring, and the cheat (count > 0) fails to start
+    init = (f"cuda_extension.set_padding({padding})\nif not {started} and {int(count)}:\n"
+            "    raise RuntimeError('no io_uring')")
     return _native("interrupting", init,
                    ("round22_interrupts.cpp", "honest_relu.h"))
 
@@ -84,7 +86,8 @@ LEAN_REAL_CALLS = Case(
 
 INTERRUPTS = Case(
     "r22_timer_interrupts", "patched timers", _interrupting(1500, 4, 2000),
-    rules=("background-thread", "torch-op", "native-symbol"), invented=True, config=TIMED,
+    # "*": the sandbox's seccomp filter refuses io_uring, so the solution's own start fails ("no io_uring")
+    rules=("*",), invented=True, config=TIMED,
     what="a forward as slow as eager's, its output's deleter (after the answer) arming 2000 io_uring timeouts on each "
          "CPU, due every 4 us from 1.5 ms on: their interrupts land in eager's run, charged to its thread")
 

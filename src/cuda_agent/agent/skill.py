@@ -69,7 +69,7 @@ def target_rule() -> str:
 
     return (f"Target: correct and faster than `torch.compile`. Reward: {SCALE}. \"Faster\" means {FASTER}, "
             "read from the speedup `./profile` reports: the median of per-call ratios, each call against the baseline on "
-            "the same inputs. `./profile` says which baseline still blocks reward 3 and by how much. Eager can "
+            "the same inputs, and the ratio of the calls' total times must be faster too. `./profile` says which baseline still blocks reward 3 and by how much. Eager can "
             "be the harder one to beat (it calls cuBLAS/cuDNN too).")
 
 

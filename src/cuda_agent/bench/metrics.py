@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from cuda_agent.bench.store import Attempt
-from cuda_agent.env.reward import is_faster_speedup
+from cuda_agent.env.reward import decisive, is_faster_speedup
 
 FAST_P = (0.0, 1.0, 1.5, 2.0)
 INFRASTRUCTURE = ("internal_error", "episode_failed")   # our side or the endpoint's: never scored
@@ -40,9 +40,13 @@ class TaskScore:
         return self.best.verdict if self.best is not None else self.state
 
     def speedup(self, baseline: str) -> float | None:
+        """The best attempt's speedup as its reward read it (`reward.decisive`: the paired median, or
+        the ratio of the calls' totals where that is lower)."""
         if not self.correct:
             return None
-        return self.best.speedup_vs_eager if baseline == "eager" else self.best.speedup_vs_compile
+        median = self.best.speedup_vs_eager if baseline == "eager" else self.best.speedup_vs_compile
+        totals = json.loads(self.best.result).get("speedup_totals", {}) if self.best.result else {}
+        return decisive(median, totals.get(baseline))
 
     @cached_property
     def speed_of_light(self) -> dict | None:

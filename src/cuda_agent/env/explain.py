@@ -12,10 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cuda_agent.env.result import EvalResult
-from cuda_agent.env.reward import NEEDED, PERCENT, REWARDS, is_faster_speedup, time_saved
+from cuda_agent.env.reward import NEEDED, PERCENT, REWARDS, decisive, is_faster_speedup, time_saved
 
 PAIRED_NOTE = ("times are each side's median; speedups are medians of per-call ratios (each call against "
-               "the baseline on the same inputs), and they decide the reward")
+               "the baseline on the same inputs), and they decide the reward with the ratio of the calls' total "
+               "times (both must be faster)")
 
 
 _LEVELS = ", ".join(map(str, REWARDS))
@@ -48,8 +49,10 @@ def timing_rows(result: EvalResult, compile_skipped: bool = False) -> list[Row]:
             verdict = ""
         elif not result.time_resolved:
             verdict = "not decided (time unresolved)"
-        elif is_faster_speedup(speedup):
+        elif is_faster_speedup(decisive(speedup, result.speedup_totals.get(key))):
             verdict = f"yes (reward {reward})"
+        elif is_faster_speedup(speedup):
+            verdict = f"no: {totals_text(result.speedup_totals[key])}"
         else:
             verdict = f"no (needs above {NEEDED:.2f}x)"
         if verdict and result.within_noise and _holds_margin(result, key):
@@ -75,6 +78,12 @@ def tolerance_text(result: EvalResult) -> str | None:
     error, allowed = result.tolerance_used
     used = 100 * share(result.tolerance_used)
     return f"worst error {error:.3g} of {allowed:.3g} allowed ({used:.3g} % of the tolerance)"
+
+
+def totals_text(totals: float) -> str:
+    """Why a median beyond the margin earned nothing: the calls' totals were not."""
+    return (f"the calls' total time is only {totals:.2f}x (some calls far slower than the rest); a speed reward "
+            f"needs it above {NEEDED:.2f}x too")
 
 
 def interval_text(result: EvalResult, baseline: str) -> str:
@@ -120,8 +129,8 @@ def _reward_reason(result: EvalResult, compile_skipped: bool) -> str:
     if not result.correct:
         phase = result.error.phase if result.error else "verify"
         return f"reward -1 (of {_LEVELS}): it built, but the {phase} phase rejected it"
-    eager = _ratio(result.speedup_vs_eager)
-    compiled = _ratio(result.speedup_vs_compile)
+    eager = _said(result, "eager", result.speedup_vs_eager)
+    compiled = _said(result, "compile", result.speedup_vs_compile)
     if result.reward == 3:
         return (f"reward 3 (the most): correct, and more than {PERCENT} faster than eager ({eager}) "
                 f"and than torch.compile ({compiled})")
@@ -158,8 +167,9 @@ def reward_hint(result: EvalResult) -> str | None:
         return None
     if result.correct and not result.time_resolved:
         return f"  target not decided: {UNRESOLVED}"
-    baselines = [(name, s) for name, s in (("eager PyTorch", result.speedup_vs_eager),
-                                           ("torch.compile", result.speedup_vs_compile)) if s]
+    baselines = [(name, decisive(s, result.speedup_totals.get(key))) for name, key, s in
+                 (("eager PyTorch", "eager", result.speedup_vs_eager),
+                  ("torch.compile", "compile", result.speedup_vs_compile)) if s]
     blocking = [name for name, s in baselines if not is_faster_speedup(s)]
     if not blocking:
         return None
@@ -170,3 +180,11 @@ def reward_hint(result: EvalResult) -> str | None:
 
 def _ratio(speedup: float | None) -> str:
     return f"{speedup:.2f}x" if speedup else "untimed"
+
+
+def _said(result: EvalResult, baseline: str, speedup: float | None) -> str:
+    """A speedup as the reward's sentence gives it, with the totals where they, not it, decided."""
+    totals = result.speedup_totals.get(baseline)
+    if speedup and totals and is_faster_speedup(speedup) and not is_faster_speedup(totals):
+        return f"{_ratio(speedup)} by the median call; {totals_text(totals)}"
+    return _ratio(speedup)

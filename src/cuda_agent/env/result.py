@@ -98,6 +98,9 @@ class EvalResult:
     time_resolved: bool = True             # the kernel's time told apart from zero; False where calls measured
                                            # from outside, less the harness's overhead, leave it inside that
                                            # overhead's noise: no speed reward (scoring.time_resolved)
+    speedup_totals: dict[str, float] = field(default_factory=dict)   # "eager", "compile": the baseline's total
+                                           # time over the solution's on the same calls; a speed reward needs
+                                           # it beyond the margin too (reward.score)
     reward_continuous: float | None = None  # the paired speedup over torch.compile (ablations; reward.py)
     timings: dict[str, Timing] = field(default_factory=dict)   # "kernel", "eager", "compile"
     max_abs_error: list[float] = field(default_factory=list)   # per verification input set

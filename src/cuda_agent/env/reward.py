@@ -2,8 +2,9 @@
 every text uses for them (scoring, `explain`, the workspace's hint, the prompts, SKILL.md).
 
 A baseline is beaten when the solution takes more than MARGIN less time, (t0 - t) / t0 > MARGIN,
-read from a speedup t0 / t: in an evaluation, the median of paired per-call ratios, never a ratio of
-the medians."""
+read from a speedup t0 / t: in an evaluation, the median of paired per-call ratios (pulled down to the
+ratio of the calls' totals where that lies below the median's interval: run/scoring.py), never a ratio
+of the medians."""
 
 from __future__ import annotations
 
@@ -89,15 +90,26 @@ def continuous_reward(correct: bool, t: float | None, t_compile: float | None) -
     return continuous_from_speedup(correct, t_compile / t if t and t_compile else None)
 
 
+def decisive(speedup: float | None, totals: float | None) -> float | None:
+    """The speedup a milestone reads: the median of the per-call ratios (one slow call, a page fault,
+    does not move it), or the ratio of the calls' totals where that is lower, so a solution slow on
+    a few calls in ten by choice is judged by the time it takes; a speed reward needs both beyond the
+    margin."""
+    return min(speedup, totals) if speedup is not None and totals else speedup
+
+
 def score(result) -> tuple[int, float]:
-    """A result's (milestone, continuous) reward from its paired speedups; a correct result without
-    an eager speedup is judged on its times; a correct result whose time was not told apart from zero
-    (`time_resolved` False: measured from outside, inside the harness's own noise) earns no speed
-    milestone and no continuous reward above parity."""
+    """A result's (milestone, continuous) reward from its paired speedups, each no higher than the
+    ratio of the calls' totals (`decisive`); a correct result without an eager speedup is judged on its
+    times; a correct result whose time was not told apart from zero (`time_resolved` False: measured
+    from outside, inside the harness's own noise) earns no speed milestone and no continuous reward
+    above parity."""
+    totals = getattr(result, "speedup_totals", None) or {}
+    vs_compile = decisive(result.speedup_vs_compile, totals.get("compile"))
     if result.correct and not getattr(result, "time_resolved", True):
-        return 1, min(continuous_from_speedup(True, result.speedup_vs_compile), 1.0)
+        return 1, min(continuous_from_speedup(True, vs_compile), 1.0)
     if result.correct and result.speedup_vs_eager is not None:
-        reward = reward_from_speedups(True, result.speedup_vs_eager, result.speedup_vs_compile)
+        reward = reward_from_speedups(True, decisive(result.speedup_vs_eager, totals.get("eager")), vs_compile)
     else:
         reward = milestone_reward(result.correct, result.kernel_ms, result.eager_ms, result.compile_ms)
-    return reward, continuous_from_speedup(result.correct, result.speedup_vs_compile)
+    return reward, continuous_from_speedup(result.correct, vs_compile)

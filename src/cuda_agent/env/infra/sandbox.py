@@ -5,7 +5,8 @@
   killed (nothing outlives it to disturb later timing).
 - No capability, an unprivileged user (uid 65534) where user namespaces work, no network, IPC or UTS
   sharing, a new session; a seccomp filter (x86-64) refuses the system calls that reach into other
-  processes or change the sandbox (ptrace, process_vm_*, perf_event_open, bpf, mount, setns, ...).
+  processes or change the sandbox (ptrace, process_vm_*, perf_event_open, bpf, mount, setns, ...) or
+  work outside the candidate's threads (io_uring).
 - Writable: the job's `box` alone. `/tmp`, `/dev/shm` and the cache are private and empty; the
   libraries it loads are those the harness hands it (handed.py) in the read-only `libs` folder.
 
@@ -122,6 +123,9 @@ _DENIED_SYSCALLS = {
     "bpf": 321, "userfaultfd": 323, "keyctl": 250, "add_key": 248, "request_key": 249, "mount": 165,
     "umount2": 166, "pivot_root": 155, "chroot": 161, "unshare": 272, "setns": 308, "kexec_load": 246,
     "init_module": 175, "finit_module": 313, "delete_module": 176, "acct": 163, "swapon": 167, "reboot": 169,
+    # io_uring: work submitted there runs in the kernel's own threads (io-wq), whose CPU time is not the
+    # candidate's, and its timers fire whenever they are due, also while the judge's eager runs
+    "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
 }
 _AUDIT_ARCH_X86_64 = 0xC000003E
 _EPERM, _ENOSYS = 1, 38

@@ -1,6 +1,6 @@
 """What an evaluation's measures come to: the speedups (medians of per-call ratios, each pair of
-times from one round), their 95 % intervals, the reward, and whether the reward's margin lies inside
-an interval that decides it.
+times from one round), their 95 % intervals, the ratios of the calls' totals (a second condition of
+a speed reward), the reward, and whether the reward's margin lies inside an interval that decides it.
 """
 
 from __future__ import annotations
@@ -49,6 +49,12 @@ def paired_ratios(rounds: list[dict], baseline: str) -> list[float]:
     """Baseline time / candidate time, round by round (each pair from one round)."""
     pairs = zip(round_times(rounds, baseline), round_times(rounds, "kernel"))
     return [b / k for b, k in pairs if b and k]
+
+
+def totals_ratio(rounds: list[dict], baseline: str) -> float | None:
+    """The baseline's total time over the candidate's, on the calls timed on both sides."""
+    pairs = [(b, k) for b, k in zip(round_times(rounds, baseline), round_times(rounds, "kernel")) if b and k]
+    return sum(b for b, _ in pairs) / sum(k for _, k in pairs) if pairs else None
 
 
 def paired_speedup(rounds: list[dict], baseline: str) -> float | None:
@@ -129,8 +135,8 @@ def note_intervals(result: EvalResult, rounds: list[dict], spread: tuple[float, 
     """Each paired speedup's 95 % interval (`speedup_ci`), whether the kernel's time is told apart
     from zero (`time_resolved`: else no speed reward, reward.score), and whether the reward was decided
     within the noise (`within_noise`): the margin inside an interval that decides it, after timing went
-    on as far as it may (measures.calls_to_add). `spread`: as in `speedup_interval`. The reward stays the
-    one the medians give."""
+    on as far as it may (measures.calls_to_add), and the ratios of the calls' totals (`speedup_totals`,
+    reward.score's second condition). `spread`: as in `speedup_interval`."""
     scale = None
     if result.baseline_source != "paired" and result.speedup_vs_compile and result.speedup_vs_eager:
         scale = result.speedup_vs_compile / result.speedup_vs_eager   # stored or re-timed (evaluation._baselines)
@@ -140,5 +146,9 @@ def note_intervals(result: EvalResult, rounds: list[dict], spread: tuple[float, 
         intervals["compile"] = (intervals["eager"][0] * scale, intervals["eager"][1] * scale)
     result.speedup_ci = {name: [low, high] for name, (low, high) in
                          ((n, ci) for n, ci in intervals.items() if ci) if low != high}
+    totals = {"eager": totals_ratio(rounds, "eager"), "compile": totals_ratio(rounds, "compile")}
+    if totals["compile"] is None and scale and totals["eager"]:
+        totals["compile"] = totals["eager"] * scale
+    result.speedup_totals = {name: ratio for name, ratio in totals.items() if ratio}
     result.time_resolved = time_resolved(rounds, spread)
     result.within_noise = result.correct and result.time_resolved and decision_open(rounds, scale, spread)
