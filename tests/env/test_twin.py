@@ -52,3 +52,20 @@ def test_the_twins_folder_is_outside_the_candidates_box(tmp_path):
     job = tmp_path / "job"
     assert not Path(twin_dir(job)).resolve().is_relative_to(Path(box_of(job)).resolve())
     assert box_of(twin_dir(job)) != box_of(job)
+
+
+def test_the_interpreters_baseline_is_the_twins_unless_the_candidates_own_is_lower():
+    """The sampler judges a timed call's interpreter time beyond an empty call's: the twin's empty calls (where no
+    solution runs), or the candidate's own where lower: its code there can only lower the baseline."""
+    from cuda_agent.env.rules.op_samples import INTERPRETER_NULLS, OpSampling
+
+    sampling = OpSampling.__new__(OpSampling)   # no perf events: only the baseline's choice
+    sampling.interpreter = {"timed": [], "null": [0.5] + [0.004] * 6}   # the first call warms the process up
+    sampling.twin_null = None
+    assert sampling.null_interpreter() == [0.004] * 6
+    sampling.twin_null = [0.001] * (INTERPRETER_NULLS - 1)   # too few yet
+    assert sampling.null_interpreter() == [0.004] * 6
+    sampling.twin_null.append(0.001)
+    assert sampling.null_interpreter() == [0.001] * INTERPRETER_NULLS   # raised by the candidate's code: the twin's
+    sampling.twin_null[:] = [0.009] * INTERPRETER_NULLS
+    assert sampling.null_interpreter() == [0.004] * 6

@@ -220,6 +220,7 @@ class OpSampling:
         self.in_interpreter = 0.0                          # the current call's sampled seconds in the interpreter
         self.unseen_s = 0.0                                # ... and its ended threads' CPU seconds no sample saw
         self.interpreter = {"timed": [], "null": []}       # kind -> each call's sampled seconds in the interpreter
+        self.twin_null: list[float] | None = None          # the twin's empty calls' (run/twin.py), where it is sampled
         self.data_bytes = 0                                # the most a timed call's forward reads and writes
 
     def close(self) -> None:
@@ -277,8 +278,9 @@ class OpSampling:
                 self.drained[id(sampler)].extend(sampler.drain())
             self.answered_at = {id(sampler): len(self.drained[id(sampler)]) for sampler in self.used}
 
-    def finish(self) -> None:
-        """Stops sampling, attributes the call's samples and judges (call_verdict.Refused on a breach)."""
+    def finish(self, judge: bool = True) -> None:
+        """Stops sampling, attributes the call's samples and judges (call_verdict.Refused on a breach; `judge`
+        False: the twin's calls, run/twin.py, which only measure the interpreter's time where no solution runs)."""
         self.stopped.set()
         self.drainer.join()
         self.drainer = None
@@ -294,8 +296,9 @@ class OpSampling:
             self._attribute(samples, weights, before)
         if self.timed or self.null:   # time no sample saw may have been the interpreter's too
             self.interpreter["timed" if self.timed else "null"].append(self.in_interpreter + self.unseen_s)
-        self._judge()
-        self._judge_interpreter(INTERPRETER_EARLY_SURE)
+        if judge:
+            self._judge()
+            self._judge_interpreter(INTERPRETER_EARLY_SURE)
 
     def timing_done(self) -> None:
         """The timed calls are all made: the interpreter's excess judged once more, on all of them, at
@@ -380,14 +383,24 @@ class OpSampling:
         """The interpreter's sampled seconds a timed call beyond those of a harness's empty call, up to the call's
         first answer, with the CPU time of the call's ended threads that no sample saw (which may have been the
         interpreter's: threads ended within a period hide it) (0 before any)."""
-        return max(0.0, excess_and_error(self.interpreter["timed"], self.interpreter["null"][1:])[0])
+        return max(0.0, excess_and_error(self.interpreter["timed"], self.null_interpreter())[0])
+
+    def null_interpreter(self) -> list[float]:
+        """The empty calls' interpreter seconds the timed calls are judged beyond: the twin's (sampled as these
+        are, in a worker that never loads the solution), or the candidate's own (not its process's first call,
+        which warms it up) where their mean is lower or the twin has too few: what the solution's code does in
+        its own empty calls can only lower the baseline."""
+        own, twin = self.interpreter["null"][1:], self.twin_null or []
+        if len(twin) < INTERPRETER_NULLS or (own and sum(own) / len(own) < sum(twin) / len(twin)):
+            return own
+        return twin
 
     def _judge_interpreter(self, sure: float) -> None:
         """Refuses a forward computed by the interpreter: the interpreter's sampled time in a timed call up to its
         first answer (its output located; the harness's checks after it are not the forward's), beyond an empty
-        call's (every step of the harness's but the forward; not the process's first call, which warms it up),
+        call's (every step of the harness's but the forward: `null_interpreter`),
         less `sure` standard errors, at `interpreter_bound_s` or more."""
-        timed, null = self.interpreter["timed"], self.interpreter["null"][1:]
+        timed, null = self.interpreter["timed"], self.null_interpreter()
         enough = sum(timed) >= MIN_SAMPLES * COARSE_NS / 1e9
         if len(timed) < INTERPRETER_TIMED or len(null) < INTERPRETER_NULLS or not enough:
             return

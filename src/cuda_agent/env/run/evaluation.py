@@ -143,6 +143,7 @@ class _Evaluation(BuildServing, Calibration, Twin, CallRounds, StoredBaselines, 
 
     def shutdown(self) -> None:
         self._close_memory()
+        self._close_twin_sampling()
         super().shutdown()
 
     # -- the evaluation --------------------------------------------------------------------

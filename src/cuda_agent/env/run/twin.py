@@ -10,8 +10,9 @@ own, handed the pair's staging file) whose job names no solution (workers/candid
 each of the schedule's empty calls it answers the same empty call first, on the inputs the judge drew
 into the candidate's slot, under the device's lock, and its process's CPU clock is read from outside as
 the candidate's is. The candidate answers that empty call as well: its threads' work there is judged and
-its interpreter's time is the sampling's baseline (rules/op_samples.py); what its empty calls reach bounds
-what is taken off from above only (`measures.overhead_bound`). Only an evaluation that times its calls
+the twin's are sampled as the candidate's are (where those are), and the interpreter's time in them is the
+sampling's baseline for the timed calls (rules/op_samples.py `null_interpreter`); what the candidate's own
+empty calls reach bounds what is taken off, and that baseline, from above only (`measures.overhead_bound`). Only an evaluation that times its calls
 has a twin (`WorkerRun._start_workers`; spares always do, on the CPU backend).
 """
 
@@ -33,6 +34,7 @@ class Twin:
     twin_walls: list[float] = []   # each measured empty call's CPU milliseconds, in order
     twin_job: dict | None = None   # the job the twin gets once it is first needed (`_twin_job`)
     twin_started = False
+    twin_sampling = None           # the twin's empty calls sampled (op_samples.OpSampling), where the candidate's are
 
     def _twin_job(self, inputs_code: str, guard_lib, hold_lib: str | None) -> None:
         """The twin's job, kept until its first empty call: the candidate's, its libraries handed into the
@@ -58,6 +60,24 @@ class Twin:
             raise Failed("internal", f"the candidate's twin did not start: {loaded.get('message')}")
         self.twin_started = True
         self.twin_walls = []
+        self._sample_twin()
+
+    def _sample_twin(self) -> None:
+        """The twin's sampling, where the candidate is sampled: its empty calls' interpreter time becomes the
+        candidate's sampling's baseline (`OpSampling.null_interpreter`)."""
+        from cuda_agent.env.rules.op_samples import start_sampling
+
+        sampling = self.verdicts.sampling if self.verdicts is not None else None
+        if sampling is None or self.twin.main_pid is None:
+            return
+        self.twin_sampling, _ = start_sampling(self.twin.main_pid, self.backend, judge_files=self.config.fast_build)
+        if self.twin_sampling is not None:
+            sampling.twin_null = self.twin_sampling.interpreter["null"]
+
+    def _close_twin_sampling(self) -> None:
+        if self.twin_sampling is not None:
+            self.twin_sampling.close()
+            self.twin_sampling = None
 
     def _twin_call(self, call: Call, timeout: float, drawn: dict) -> None:
         """The empty call `call` made by the twin on the inputs drawn for it, measured as the candidate's calls
@@ -65,15 +85,22 @@ class Twin:
         first = not self.twin_started
         self._twin_ready(timeout)
         for measured in [False] * (WARMUP_CALLS if first else 0) + [True]:
+            sampling = self.twin_sampling if measured else None
             with self.lock.held(shared=False, label="harness.twin"):
+                if sampling is not None:   # started before the clock is read, as the candidate's is
+                    sampling.start(null=True)
                 cpu_start = self.twin.cpu_seconds()
                 self.twin.send(msg.CandidateCall(index=call.index, seed=call.seed, save=False, null=True,
                                                  inputs={"slot": call.index % 2, "layout": drawn["layout"]}))
                 out = self._ask(self.twin, timeout, "internal")
                 cpu_end = self.twin.cpu_seconds()
+                if sampling is not None:
+                    sampling.answered()
             finish_ms = 0.0
             if out.get("ok"):   # its checks of the call count, as the candidate's do (rounds.py `_outside_call`)
                 finish_ms, out = self._finish_measured(self.twin, timeout, "internal")
+            if sampling is not None:
+                sampling.finish(judge=False)
             if not out.get("ok") or cpu_start is None or cpu_end is None:
                 raise Failed("internal", f"the candidate's twin failed an empty call: {out.get('message')}")
             if measured:
