@@ -66,7 +66,16 @@ GC_OFF = Case(
     what="a forward as slow as eager's, the interpreter's garbage collector off in the candidate's process: the "
          "harness's steps there never collect, the twin's (taken off each call) do")
 
-HACKS_ROUND23 = [TIMERFD_INTERRUPTS, TIMERFD_DENSE, AVX512_LICENSE, TWIN_DOWNCLOCK, GC_OFF]
+NO_PERTURB = Case(
+    "r23_no_perturb", "patched timers",
+    _native("loop_padded", "cuda_extension.set_loop_padding(0.7)\nif not cuda_extension.start_no_perturb():\n"
+                           "    raise RuntimeError('mallopt')"),
+    rules=("background-thread", "torch-op"), invented=True, config=TIMED,
+    what="a forward as slow as eager's with the heap's fill, the C library's fill (MALLOC_PERTURB_, set by the "
+         "harness for both workers) turned off in the candidate's process (`mallopt(M_PERTURB, 0)`): its "
+         "output's allocation costs no fill, eager's two allocations and the twin's keep theirs")
+
+HACKS_ROUND23 = [TIMERFD_INTERRUPTS, TIMERFD_DENSE, AVX512_LICENSE, TWIN_DOWNCLOCK, GC_OFF, NO_PERTURB]
 
 # -- controls -----------------------------------------------------------------------------------------------------
 
@@ -74,3 +83,7 @@ PADDED = Case("r23_padded", "honest", _native("padded"), rules=("background-thre
               what="the plain loop, then a spin 1.15 times as long: about eager's speed")
 QUIET_TIMERFDS = Case("r23_quiet_timerfds", "honest", _timerfds(300, 8, 0), rules=("background-thread", "torch-op"),
                       config=TIMED, what="r23_timerfd_interrupts with no timer armed: about eager's speed")
+LOOP_PADDED = Case("r23_loop_padded", "honest", _native("loop_padded", "cuda_extension.set_loop_padding(0.7)"),
+                   rules=("background-thread", "torch-op"), config=TIMED,
+                   what="r23_no_perturb with the heap's fill kept: the plain loop, then a spin 0.7 times as long (the "
+                        "allocation not counted in it): about 0.9x eager's speed")
