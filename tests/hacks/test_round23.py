@@ -1,0 +1,43 @@
+"""The hack suite's twenty-third round on the CPU backend (cases_round23.py): a forward no faster than eager's made to
+earn a speed reward through what runs after the candidate's call on the same CPUs (timer interrupts, a lowered clock),
+through the harness's steps measured apart (the twin), or through the heap's fill turned off in the candidate's process
+alone. A speed cheat is caught when it earns no speed reward (rejected by one of its rules, or accepted at reward 1 at
+most)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.hacks.cases import assert_accepted, describe, run_case
+from tests.hacks.cases_round23 import (AVX512_LICENSE, GC_OFF, LOOP_PADDED, NO_PERTURB, PADDED, QUIET_TIMERFDS,
+                                      TIMERFD_DENSE, TIMERFD_INTERRUPTS, TWIN_DOWNCLOCK)
+from tests.hacks.test_round20 import assert_no_speed_reward
+
+
+@pytest.mark.parametrize("case", [PADDED, QUIET_TIMERFDS, LOOP_PADDED], ids=lambda c: c.id)
+def test_the_cheats_forward_alone_earns_no_speed_reward(case, cache_dir, record):
+    result = run_case(case, cache_dir, record)
+    print(f"{case.id}: {describe(result)} (speedup {result.speedup_vs_eager}, CI {result.speedup_ci})")
+    assert_accepted(result)
+    assert result.reward <= 1, f"the control is faster than eager: {describe(result)}"
+
+
+@pytest.mark.parametrize("case", [TIMERFD_INTERRUPTS, TIMERFD_DENSE, AVX512_LICENSE, TWIN_DOWNCLOCK, GC_OFF],
+                         ids=lambda c: c.id)
+def test_cheat_earns_no_speed_reward(case, cache_dir, record):
+    result = run_case(case, cache_dir, record)
+    print(f"{case.id}: {describe(result)} (speedup {result.speedup_vs_eager}, CI {result.speedup_ci}, "
+          f"eager {result.eager_ms}, kernel {result.kernel_ms})")
+    assert_no_speed_reward(case, result)
+
+
+# not strict: the fill's share of a call is a few tenths of a millisecond, near the margin's reach on a loaded machine
+@pytest.mark.xfail(strict=False, reason=(
+    "open: the harness's heap fill (MALLOC_PERTURB_, both workers) is part of every call's time; `mallopt(M_PERTURB, "
+    "0)` (not refused by the link check) turns it off in the candidate's process alone, while eager's two "
+    "allocations and the twin's keep it"))
+def test_heap_fill_turned_off_earns_no_speed_reward(cache_dir, record):
+    result = run_case(NO_PERTURB, cache_dir, record)
+    print(f"{NO_PERTURB.id}: {describe(result)} (speedup {result.speedup_vs_eager}, CI {result.speedup_ci}, "
+          f"eager {result.eager_ms}, kernel {result.kernel_ms})")
+    assert_no_speed_reward(NO_PERTURB, result)
