@@ -30,18 +30,26 @@ def _headers(cache: Path) -> list[Path]:
     return sorted(cache.glob(f"*/{host_headers.HEADER}.gch"))
 
 
+def _compile_twice(tmp_path: Path, out: str, cache: Path, *extra: str, source: str | None = None) -> None:
+    """Compiles seen the second time, which builds their header."""
+    for time in ("1", "2"):
+        _compile(tmp_path, out + time, cache, *extra, source=source)
+
+
 @needs_nvcc
 def test_the_precompiled_headers_give_the_plain_compiles_object(tmp_path):
     cache = tmp_path / "cache"
     cache.mkdir()
     plain = _compile(tmp_path, "plain.o", None)
-    first = _compile(tmp_path, "first.o", cache)                # compiled plainly, the header built beside it
+    first = _compile(tmp_path, "first.o", cache)                # compiled plainly, its headers marked seen
+    assert _headers(cache) == []
+    second = _compile(tmp_path, "second.o", cache)              # compiled plainly, the header built beside it
     assert len(_headers(cache)) == 1
     edited = KERNEL_CU.read_text().replace("int threads = 256;", "int threads = 512;")
     with_header = _compile(tmp_path, "with_header.o", cache, source=edited)   # a kernel edit: the same header
     assert len(_headers(cache)) == 1
     again = _compile(tmp_path, "again.o", cache)
-    assert _contents(first) == _contents(plain) == _contents(again)
+    assert _contents(first) == _contents(plain) == _contents(second) == _contents(again)
     assert _contents(with_header) != _contents(plain)           # the edit is in it
     subprocess.run(_nvcc_command(str(tmp_path / "nvcc.o")), cwd=tmp_path, check=True, capture_output=True)
     assert _contents(again) == _contents(tmp_path / "nvcc.o")
@@ -51,12 +59,12 @@ def test_the_precompiled_headers_give_the_plain_compiles_object(tmp_path):
 def test_another_flag_or_other_headers_get_a_header_of_their_own(tmp_path):
     cache = tmp_path / "cache"
     cache.mkdir()
-    _compile(tmp_path, "a.o", cache)
-    _compile(tmp_path, "b.o", cache, "-DUNUSED=1")                # the same text and final command
+    _compile_twice(tmp_path, "a.o", cache)
+    _compile_twice(tmp_path, "b.o", cache, "-DUNUSED=1")                # the same text and final command
     assert len(_headers(cache)) == 1
-    _compile(tmp_path, "c.o", cache, "-Xcompiler", "-g1")          # the host compile's own flags differ
+    _compile_twice(tmp_path, "c.o", cache, "-Xcompiler", "-g1")          # the host compile's own flags differ
     assert len(_headers(cache)) == 2
-    _compile(tmp_path, "d.o", cache, source="#include <cstdio>\n" + KERNEL_CU.read_text())
+    _compile_twice(tmp_path, "d.o", cache, source="#include <cstdio>\n" + KERNEL_CU.read_text())
     assert len(_headers(cache)) == 3
 
 
@@ -65,7 +73,7 @@ def test_a_header_gcc_cannot_use_or_a_failing_compile_falls_back_to_the_plain_on
     cache = tmp_path / "cache"
     cache.mkdir()
     plain = _compile(tmp_path, "plain.o", None)
-    _compile(tmp_path, "first.o", cache)
+    _compile_twice(tmp_path, "first.o", cache)
     (gch,) = _headers(cache)
     gch.write_bytes(b"not a precompiled header")                # gcc reads the header's text instead
     assert _contents(_compile(tmp_path, "stale.o", cache)) == _contents(plain)

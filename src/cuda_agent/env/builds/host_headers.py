@@ -3,10 +3,11 @@
 cudafe++ writes the unit preprocessed: `cuda_runtime.h` and the C++ library headers it brings (some
 40,000 lines), then the unit's own code. The host compiler spends most of that step parsing the headers,
 and a kernel-only edit changes none of them. So the text up to the unit's own code (the "prefix": every
-line before the unit's last return from a header) is compiled once into a g++ precompiled header, kept
-in the build cache under the digest of its text and of the step's command; the step then compiles the rest
-with `-include` of it. Same text, same flags: the same code (only the object's name for its source file
-is the same too, as the rest keeps cudafe++'s file name).
+line before the unit's last return from a header) is compiled into a g++ precompiled header, kept in the
+build cache under the digest of its text and of the step's command, the second time a compile has that
+text (the first only marks it seen: headers that change with every edit never pay for one); the step then
+compiles the rest with `-include` of it. Same text, same flags: the same code and sections (the rest keeps
+cudafe++'s file name, so even the debug line table's name of the compiled file).
 
 gcc itself checks that a precompiled header fits the command (compiler version, flags) and reads the
 header's text instead where it does not, so a stale one changes nothing but the time. Where the text has
@@ -120,6 +121,19 @@ def publish(folder: Path, cache: Path, key: str) -> None:
         folder.rename(cache / key)
     except OSError:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def seen_before(cache: Path, key: str) -> bool:
+    """Whether a compile had the headers of `key` before (then they are worth precompiling: a unit whose
+    headers change with every edit, an edited header of its own, never pays for one); marks them seen."""
+    mark = cache / f"{key}.seen"
+    if mark.exists():
+        return True
+    try:
+        mark.touch()
+    except OSError:
+        pass
+    return False
 
 
 def ready(cache: Path, key: str) -> Path | None:

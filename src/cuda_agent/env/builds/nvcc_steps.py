@@ -129,7 +129,7 @@ def run(steps: Plan, cwd: Path, timeout: float | None = None, wrap: Wrap | None 
     """Run the plan: host and device sides at once, then the final compile, each command as `wrap`
     makes it (the compiler's sandbox). With `headers` (a folder of the build cache the sandbox shows) and
     `scratch` (one it writes), the final compile reads the headers' part of its source precompiled
-    (host_headers.py), built beside it the first time. Raises StepFailed with the first failing side's output (the host
+    (host_headers.py), built beside it the second time a compile has those headers. Raises StepFailed with the first failing side's output (the host
     side's first, as nvcc would have stopped there), IdMismatch when the two module ids differ,
     subprocess.TimeoutExpired past `timeout` a side and step.Flooded past a step's output limit."""
     with ThreadPoolExecutor(max_workers=2) as pool:
@@ -153,8 +153,9 @@ def _source(steps: Plan) -> Path | None:
 
 def _final_with_header(steps: Plan, cwd: Path, timeout: float | None, wrap: Wrap | None,
                        headers: Path, scratch: Path) -> bool:
-    """The final compile with its headers precompiled: the cached header where there is one, else the plain
-    compile while the header is built beside it for the next. False where the plain compile is to run."""
+    """The final compile with its headers precompiled: the cached header where there is one, else (headers seen
+    before) the plain compile while the header is built beside it for the next. False where the plain compile
+    is to run."""
     source = _source(steps)
     found = host_headers.plan(steps.final[0], source, cwd) if source is not None else None
     if found is None:
@@ -170,6 +171,8 @@ def _final_with_header(steps: Plan, cwd: Path, timeout: float | None, wrap: Wrap
         except StepFailed:   # not expected (the same text): the plain compile says what is wrong
             (cwd / source).write_bytes(original)
             return False
+    if not host_headers.seen_before(headers, parts.key):
+        return False
     folder = host_headers.staged(scratch, parts.prefix)
     with ThreadPoolExecutor(max_workers=2) as pool:
         build = pool.submit(_chain, (shlex.join(host_headers.into(precompile, folder)),), cwd, steps.env, timeout, wrap)
