@@ -3,11 +3,8 @@ object as the plain compile, a header per text and command, and the plain compil
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
-
-import pytest
 
 from cuda_agent.env.builds import host_headers, nvcc_steps
 from tests.env.test_build_speed import KERNEL_CU, _contents, _nvcc_command, needs_nvcc

@@ -444,8 +444,8 @@ def build_extension(name: str, files: dict[str, str], backend: str, cache_dir: P
             tmp = out_dir / "unit.o"
             command = [str(tmp) if c == "OUT" else c for c in cmd]
             cu = unit.endswith(".cu")
-            box = build_sandbox.box([*shown, src_dir, *(str(Path(p).parent) for p in pch), *([str(host_pch)] if cu else [])],
-                                    [out_dir], in_sandbox, memory, step.FILE_LIMIT)
+            reads = [*shown, src_dir, *(str(Path(p).parent) for p in pch), *([str(host_pch)] if cu else [])]
+            box = build_sandbox.box(reads, [out_dir], in_sandbox, memory, step.FILE_LIMIT)
             if cu:
                 _run_nvcc(command, src_dir, f"compiling {unit}", seconds_left, box, scratch=out_dir, budget=timeout,
                           headers=host_pch)

@@ -28,6 +28,8 @@ _MARKER = re.compile(rb'^# \d+ "((?:[^"\\]|\\.)*)"', re.MULTILINE)
 HEADER = "prefix.h"
 # below this the header's parse is not worth a precompiled header's 20 MB
 MIN_PREFIX = 64 << 10
+# above this (a unit of huge constant tables?) the source is not read into the harness's memory to be cut
+MAX_SOURCE = 64 << 20
 
 
 @dataclass(frozen=True)
@@ -77,6 +79,8 @@ def plan(final: str, source: Path, cwd: Path) -> tuple[Split, str, list[str]] | 
         return None
     words, at, out = found
     try:
+        if (cwd / source).stat().st_size > MAX_SOURCE:
+            return None
         parts = split((cwd / source).read_bytes())
     except OSError:
         return None

@@ -129,9 +129,10 @@ def run(steps: Plan, cwd: Path, timeout: float | None = None, wrap: Wrap | None 
     """Run the plan: host and device sides at once, then the final compile, each command as `wrap`
     makes it (the compiler's sandbox). With `headers` (a folder of the build cache the sandbox shows) and
     `scratch` (one it writes), the final compile reads the headers' part of its source precompiled
-    (host_headers.py), built beside it the second time a compile has those headers. Raises StepFailed with the first failing side's output (the host
-    side's first, as nvcc would have stopped there), IdMismatch when the two module ids differ,
-    subprocess.TimeoutExpired past `timeout` a side and step.Flooded past a step's output limit."""
+    (host_headers.py), built beside it the second time a compile has those headers. Raises StepFailed
+    with the first failing side's output (the host side's first, as nvcc would have stopped there),
+    IdMismatch when the two module ids differ, subprocess.TimeoutExpired past `timeout` a side and
+    step.Flooded past a step's output limit."""
     with ThreadPoolExecutor(max_workers=2) as pool:
         host = pool.submit(_chain, steps.host, cwd, steps.env, timeout, wrap)
         device = pool.submit(_chain, steps.device, cwd, steps.env, timeout, wrap)
