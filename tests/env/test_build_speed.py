@@ -73,7 +73,7 @@ def test_when_the_module_ids_differ_nvcc_builds_it_whole(tmp_path, monkeypatch):
     shutil.copy(KERNEL_CU, tmp_path / "bias_relu.cu")
     ran = []
 
-    def mismatch(steps, cwd, timeout=None, wrap=None):
+    def mismatch(steps, cwd, timeout=None, wrap=None, headers=None, scratch=None):
         ran.append(steps)
         raise nvcc_steps.IdMismatch("as if cicc had named the unit otherwise")
 

@@ -2,7 +2,8 @@
 
 Layout under the cache root (`~/.cache/cuda-agent` or `CUDA_AGENT_CACHE`):
 `build/pch/<toolchain>/` one precompiled torch header per torch install and toolchain (the big
-part: about 0.8 GB each), `build/obj/` compiled translation units, `build/lib/` linked modules,
+part: about 0.8 GB each), `build/host-pch/<toolchain>/` the headers' part of nvcc's host compiles,
+precompiled (builds/host_headers.py: about 20 MB each, one per distinct set of a unit's headers), `build/obj/` compiled translation units, `build/lib/` linked modules,
 `build/src/` their sources, `build/tools/` the assembler guard (builds/as_guard.py), `build/locks/`,
 and `baselines/` the eager and torch.compile timings.
 """
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 PARTS = (("build/pch", "torch headers", "precompiled torch/extension.h, one per torch install and toolchain"),
+         ("build/host-pch", "CUDA host headers", "precompiled headers of nvcc's host compiles, one per unit's headers"),
          ("build/obj", "objects", "compiled kernels and bindings"),
          ("build/lib", "modules", "linked extension modules"),
          ("build/src", "sources", "the sources they were built from"),

@@ -218,16 +218,21 @@ def _failed(cmd: list[str], what: str, output: str, memory: int | None = None):
 
 
 def _run_nvcc(cmd: list[str], cwd: Path, what: str, timeout: float | None = None, box: Box = UNSANDBOXED,
-              scratch: Path | None = None, budget: float | None = None) -> None:
+              scratch: Path | None = None, budget: float | None = None, headers: Path | None = None) -> None:
     """An nvcc compile with its host and device sides at once (nvcc_steps), where its steps have the
     usual shape; else (or with CUDA_AGENT_NVCC_STEPS=0) nvcc as it is. Its kept files go to a folder
-    made in `scratch` (one the box writes), else in the system's temporary folder."""
+    made in `scratch` (one the box writes), else in the system's temporary folder. `headers`: the cache's
+    folder of precompiled host headers (host_headers.py; the box shows it), None (or
+    CUDA_AGENT_HOST_PCH=0) for none."""
+    if os.environ.get("CUDA_AGENT_HOST_PCH", "1") == "0":
+        headers = None
     if os.environ.get("CUDA_AGENT_NVCC_STEPS", "1") != "0":
         keep = Path(tempfile.mkdtemp(prefix="cuda-agent-nvcc-", dir=scratch))
         try:
             steps = nvcc_steps.plan(cmd, cwd, keep, timeout, env=box.env)
             if steps is not None:
-                nvcc_steps.run(steps, cwd, timeout, wrap=box.command if box.prefix else None)
+                nvcc_steps.run(steps, cwd, timeout, wrap=box.command if box.prefix else None,
+                               headers=headers, scratch=scratch)
                 return
         except nvcc_steps.IdMismatch:
             pass   # nvcc itself, below
@@ -380,6 +385,8 @@ def build_extension(name: str, files: dict[str, str], backend: str, cache_dir: P
             shutil.rmtree(tmp, ignore_errors=True)
 
     obj_dir = _mkdir(cache_dir / "obj")
+    # nvcc's final host compiles read their headers precompiled from here (host_headers.py)
+    host_pch = _mkdir(cache_dir / "host-pch" / tc.key) if tc.has_cuda else None
     name_flag = f"-DTORCH_EXTENSION_NAME={name}"
 
     def unit_command(unit: str, out: str) -> tuple[list[str], str]:
@@ -436,10 +443,12 @@ def build_extension(name: str, files: dict[str, str], backend: str, cache_dir: P
         try:
             tmp = out_dir / "unit.o"
             command = [str(tmp) if c == "OUT" else c for c in cmd]
-            box = build_sandbox.box([*shown, src_dir, *(str(Path(p).parent) for p in pch)], [out_dir], in_sandbox,
-                                    memory, step.FILE_LIMIT)
-            if unit.endswith(".cu"):
-                _run_nvcc(command, src_dir, f"compiling {unit}", seconds_left, box, scratch=out_dir, budget=timeout)
+            cu = unit.endswith(".cu")
+            reads = [*shown, src_dir, *(str(Path(p).parent) for p in pch), *([str(host_pch)] if cu else [])]
+            box = build_sandbox.box(reads, [out_dir], in_sandbox, memory, step.FILE_LIMIT)
+            if cu:
+                _run_nvcc(command, src_dir, f"compiling {unit}", seconds_left, box, scratch=out_dir, budget=timeout,
+                          headers=host_pch)
             else:
                 _run(command, src_dir, f"compiling {unit}", seconds_left, box, budget=timeout)
             with total_lock:

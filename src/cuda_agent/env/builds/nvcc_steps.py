@@ -20,13 +20,14 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import shutil
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from cuda_agent.env.builds import step
+from cuda_agent.env.builds import host_headers, step
 
 _ASSIGNMENT = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=(.*)")
 _MODULE_ID = re.compile(r'--module_id_file_name ("[^"]*"|\S+)')
@@ -123,11 +124,15 @@ def _chain(lines: tuple[str, ...], cwd: Path, env: dict[str, str], timeout: floa
         raise StepFailed(output)
 
 
-def run(steps: Plan, cwd: Path, timeout: float | None = None, wrap: Wrap | None = None) -> None:
+def run(steps: Plan, cwd: Path, timeout: float | None = None, wrap: Wrap | None = None,
+        headers: Path | None = None, scratch: Path | None = None) -> None:
     """Run the plan: host and device sides at once, then the final compile, each command as `wrap`
-    makes it (the compiler's sandbox). Raises StepFailed with the first failing side's output (the host
-    side's first, as nvcc would have stopped there), IdMismatch when the two module ids differ,
-    subprocess.TimeoutExpired past `timeout` a side and step.Flooded past a step's output limit."""
+    makes it (the compiler's sandbox). With `headers` (a folder of the build cache the sandbox shows) and
+    `scratch` (one it writes), the final compile reads the headers' part of its source precompiled
+    (host_headers.py), built beside it the second time a compile has those headers. Raises StepFailed
+    with the first failing side's output (the host side's first, as nvcc would have stopped there),
+    IdMismatch when the two module ids differ, subprocess.TimeoutExpired past `timeout` a side and
+    step.Flooded past a step's output limit."""
     with ThreadPoolExecutor(max_workers=2) as pool:
         host = pool.submit(_chain, steps.host, cwd, steps.env, timeout, wrap)
         device = pool.submit(_chain, steps.device, cwd, steps.env, timeout, wrap)
@@ -137,4 +142,46 @@ def run(steps: Plan, cwd: Path, timeout: float | None = None, wrap: Wrap | None 
         raise failed
     if steps.host_id.read_bytes() != steps.device_id.read_bytes():
         raise IdMismatch(f"{steps.host_id.read_text()!r} != {steps.device_id.read_text()!r}")
-    _chain(steps.final, cwd, steps.env, timeout, wrap)
+    if headers is None or scratch is None or not _final_with_header(steps, cwd, timeout, wrap, headers, scratch):
+        _chain(steps.final, cwd, steps.env, timeout, wrap)
+
+
+def _source(steps: Plan) -> Path | None:
+    """cudafe++'s output, the final compile's source (the host side's last step names it)."""
+    found = re.search(r'--gen_c_file_name ("[^"]*"|\S+)', steps.host[1])
+    return Path(shlex.split(found[1])[0]) if found else None
+
+
+def _final_with_header(steps: Plan, cwd: Path, timeout: float | None, wrap: Wrap | None,
+                       headers: Path, scratch: Path) -> bool:
+    """The final compile with its headers precompiled: the cached header where there is one, else (headers seen
+    before) the plain compile while the header is built beside it for the next. False where the plain compile
+    is to run."""
+    source = _source(steps)
+    found = host_headers.plan(steps.final[0], source, cwd) if source is not None else None
+    if found is None:
+        return False
+    parts, final, precompile = found
+    header = host_headers.ready(headers, parts.key)
+    if header is not None:
+        original = (cwd / source).read_bytes()
+        (cwd / source).write_bytes(parts.rest)
+        try:
+            _chain((host_headers.using(final, source, header),), cwd, steps.env, timeout, wrap)
+            return True
+        except StepFailed:   # not expected (the same text): the plain compile says what is wrong
+            (cwd / source).write_bytes(original)
+            return False
+    if not host_headers.seen_before(headers, parts.key):
+        return False
+    folder = host_headers.staged(scratch, parts.prefix)
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        build = pool.submit(_chain, (shlex.join(host_headers.into(precompile, folder)),), cwd, steps.env, timeout, wrap)
+        plain = pool.submit(_chain, steps.final, cwd, steps.env, timeout, wrap)
+        built = build.exception() is None
+        plain.result()
+    if built:
+        host_headers.publish(folder, headers, parts.key)
+    else:
+        shutil.rmtree(folder, ignore_errors=True)
+    return True
