@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from cuda_agent.env.infra.reserve import call_bytes, judge_bytes, reserve
+from cuda_agent.env.infra.reserve import RESERVE_FRACTION, call_bytes, judge_bytes, reserve
 from cuda_agent.env.workers.judge import GROUP_BYTES
 
 pytestmark = pytest.mark.gpu
@@ -47,11 +47,13 @@ def test_a_judges_first_batch_finds_its_memory_reserved():
 
 
 def test_no_block_is_set_aside_where_one_call_exceeds_it():
-    """A 6 GiB task (KernelBench level1/19): a block of the most the reserve takes holds none of its
-    calls, and what is left of it after the first tensor is a fragment no later one fits."""
+    """A task whose call is larger than the most the reserve takes (on an 80 GB GPU, KernelBench level1/19's
+    6 GiB input and output): a block of that most holds none of its calls, and what is left of it after the
+    first tensor is a fragment no later one fits."""
     cold_allocator()
-    six = 6 << 30
-    footprint = {"input_bytes": six, "output_bytes": six}
+    most = int(torch.cuda.get_device_properties(DEVICE).total_memory * RESERVE_FRACTION)
+    half = max(6 << 30, most // 2 + (1 << 30))   # input and output together past the most, on any GPU
+    footprint = {"input_bytes": half, "output_bytes": half}
     held = torch.cuda.memory_reserved(DEVICE)
     assert reserve(DEVICE, judge_bytes(footprint, batch=8, group_bytes=GROUP_BYTES), call_bytes(footprint)) == 0
     assert torch.cuda.memory_reserved(DEVICE) == held
