@@ -13,7 +13,8 @@ The recording (`data/scripted_episode.json`) was made before the agent loop was 
 `KernelSession`; the loop must still produce it exactly. (Re-recorded once since, when the strict
 protocol added four structured input sets to every verification, and once when it added a fifth,
 `aligned`: only those counts changed; and when the `profile` tool took `unscored` and `EvalResult`
-its `unscored` field: the tool's schema and the forged record's JSON changed.) To re-record after an intended change,
+its `unscored` field: the tool's schema and the forged record's JSON changed; and when `EvalResult` took
+`speedup_totals`: the forged record's JSON alone.) To re-record after an intended change,
 run this test with CUDA_AGENT_RECORD_EPISODE=1 and review the diff.
 """
 
