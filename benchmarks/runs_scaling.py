@@ -91,14 +91,14 @@ def steady(results: list[dict], began: float, ended: float) -> dict:
 
 
 def task_times(kind: str, out: Path, wall: float, began: float | None = None, ended: float | None = None) -> dict:
-    """baseline and bench: the run's longest task (a run of few tasks on many GPUs cannot end before it)
-    and how many tasks were in flight on average (their seconds over the run's wall time); with the
+    """baseline and bench: the run's longest task (a run of few tasks on many GPUs cannot end before it),
+    where its time went, and how many tasks were in flight on average (their seconds over the run's wall time); with the
     run's `began` and `ended` (time.time()), the seconds before its first task started and after its
     last one finished (the command's own start-up and end)."""
     db = out / "bench.sqlite"
     if kind == "synth" or not db.exists():
         return {}
-    table, record = ("baselines", "NULL") if kind == "baseline" else ("attempts", "result")
+    table, record = ("baselines", "steps") if kind == "baseline" else ("attempts", "result")
     with sqlite3.connect(db) as con:
         rows = con.execute(f"SELECT task_key, seconds, {record}, finished FROM {table} "
                            "WHERE seconds IS NOT NULL").fetchall()
@@ -107,8 +107,10 @@ def task_times(kind: str, out: Path, wall: float, began: float | None = None, en
     task, longest, result, _ = max(rows, key=lambda r: r[1])
     times = {"longest_s": round(longest, 1), "longest_task": task,
              "in_flight": round(sum(r[1] for r in rows) / max(wall, 1e-9), 2)}
-    phases = json.loads(result).get("phase_seconds") if result else None
-    if phases:   # where the longest evaluation's time went (compile includes the workers' set-up)
+    # where the longest task's time went: an evaluation's phases (compile includes the workers' set-up), or
+    # a baseline's steps (start, compile, timing, of which wait: for the device's lock)
+    phases = (json.loads(result) if kind == "baseline" else json.loads(result).get("phase_seconds")) if result else None
+    if phases:
         times["longest_phases"] = {name: round(s, 1) for name, s in phases.items() if s >= 0.05}
     spans = [(end - seconds, end) for _, seconds, _, end in rows if end is not None]
     if spans and began is not None and ended is not None:

@@ -129,4 +129,14 @@ def test_a_runs_longest_task_and_tasks_in_flight(runs, tmp_path):
     times = runs.task_times("bench", tmp_path, wall=80.0, began=990.0, ended=1075.0)
     assert times["first_task_s"] == 10.0 and times["after_last_s"] == 15.0
     assert runs.task_times("baseline", tmp_path, wall=20.0) == {}   # no baselines recorded
+    # a baseline's steps: the judge's start, torch.compile, the timed calls (of which waiting for the device)
+    from cuda_agent.bench.store import BaselineRecord
+
+    store = RunStore(tmp_path)
+    store.record_baseline(BaselineRecord("level2/17", "measured", seconds=35.4,
+                                         steps=json.dumps({"start": 2.04, "compile": 30.1, "timing": 3.2, "wait": 0.01})))
+    store.close()
+    times = runs.task_times("baseline", tmp_path, wall=40.0)
+    assert times["longest_task"] == "level2/17" and times["longest_phases"] == {"start": 2.0, "compile": 30.1,
+                                                                                "timing": 3.2}
     assert runs.task_times("bench", tmp_path / "none", wall=20.0) == {}
