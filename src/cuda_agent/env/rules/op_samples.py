@@ -186,6 +186,7 @@ class OpSampling:
     which judges everything sampled so far; `summary` says where the sampled time went."""
 
     drainer: threading.Thread | None = None   # set per call; a close before any call finds None
+    twin_null: list[float] | None = None      # the twin's empty calls' interpreter seconds (run/twin.py), where sampled
 
     def __init__(self, pid: int, judge_files: bool = True):
         self.pid = pid
@@ -220,7 +221,6 @@ class OpSampling:
         self.in_interpreter = 0.0                          # the current call's sampled seconds in the interpreter
         self.unseen_s = 0.0                                # ... and its ended threads' CPU seconds no sample saw
         self.interpreter = {"timed": [], "null": []}       # kind -> each call's sampled seconds in the interpreter
-        self.twin_null: list[float] | None = None          # the twin's empty calls' (run/twin.py), where it is sampled
         self.data_bytes = 0                                # the most a timed call's forward reads and writes
 
     def close(self) -> None:
