@@ -419,16 +419,15 @@ def _row_name(name: str, width: int = 60) -> str:
 def _speedup(r: EvalResult, baseline: str) -> str:
     """The paired speedup over one baseline ("eager" or "compile") in words, with its 95 % interval."""
     from cuda_agent.env.explain import interval_text, totals_text
-    from cuda_agent.env.reward import is_faster_speedup, speedup_words
+    from cuda_agent.env.reward import speedup_words, totals_decide
 
     value = r.speedup_vs_eager if baseline == "eager" else r.speedup_vs_compile
     if value is None:
         return ""
     interval = interval_text(r, baseline)
     totals = r.speedup_totals.get(baseline)
-    deciding = totals and is_faster_speedup(value) and not is_faster_speedup(totals)   # reward.decisive
     return (f"   (you are {speedup_words(value)}" + (f"; speedup 95 % CI {interval}" if interval else "")
-            + (f"; {totals_text(totals)}" if deciding else "") + ")")
+            + (f"; {totals_text(totals)}" if totals_decide(value, totals) else "") + ")")
 
 
 def _first_lines(text: str, n: int) -> str:

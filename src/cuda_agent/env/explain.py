@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cuda_agent.env.result import EvalResult
-from cuda_agent.env.reward import NEEDED, PERCENT, REWARDS, decisive, is_faster_speedup, time_saved
+from cuda_agent.env.reward import NEEDED, PERCENT, REWARDS, decisive, is_faster_speedup, time_saved, totals_decide
 
 PAIRED_NOTE = ("times are each side's median; speedups are medians of per-call ratios (each call against "
                "the baseline on the same inputs), and they decide the reward with the ratio of the calls' total "
@@ -49,10 +49,10 @@ def timing_rows(result: EvalResult, compile_skipped: bool = False) -> list[Row]:
             verdict = ""
         elif not result.time_resolved:
             verdict = "not decided (time unresolved)"
-        elif is_faster_speedup(decisive(speedup, result.speedup_totals.get(key))):
-            verdict = f"yes (reward {reward})"
-        elif is_faster_speedup(speedup):
+        elif totals_decide(speedup, result.speedup_totals.get(key)):
             verdict = f"no: {totals_text(result.speedup_totals[key])}"
+        elif is_faster_speedup(speedup):
+            verdict = f"yes (reward {reward})"
         else:
             verdict = f"no (needs above {NEEDED:.2f}x)"
         if verdict and result.within_noise and _holds_margin(result, key):
@@ -185,6 +185,6 @@ def _ratio(speedup: float | None) -> str:
 def _said(result: EvalResult, baseline: str, speedup: float | None) -> str:
     """A speedup as the reward's sentence gives it, with the totals where they, not it, decided."""
     totals = result.speedup_totals.get(baseline)
-    if speedup and totals and is_faster_speedup(speedup) and not is_faster_speedup(totals):
+    if totals_decide(speedup, totals):
         return f"{_ratio(speedup)} by the median call; {totals_text(totals)}"
     return _ratio(speedup)

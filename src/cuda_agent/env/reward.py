@@ -2,9 +2,8 @@
 every text uses for them (scoring, `explain`, the workspace's hint, the prompts, SKILL.md).
 
 A baseline is beaten when the solution takes more than MARGIN less time, (t0 - t) / t0 > MARGIN,
-read from a speedup t0 / t: in an evaluation, the median of paired per-call ratios (pulled down to the
-ratio of the calls' totals where that lies below the median's interval: run/scoring.py), never a ratio
-of the medians."""
+read from a speedup t0 / t: in an evaluation, the median of paired per-call ratios, never a ratio of
+the medians, and the ratio of the calls' totals beyond the margin too (`decisive`)."""
 
 from __future__ import annotations
 
@@ -96,6 +95,11 @@ def decisive(speedup: float | None, totals: float | None) -> float | None:
     a few calls in ten by choice is judged by the time it takes; a speed reward needs both beyond the
     margin."""
     return min(speedup, totals) if speedup is not None and totals else speedup
+
+
+def totals_decide(speedup: float | None, totals: float | None) -> bool:
+    """Whether the calls' totals, not the median, kept a speedup from beating its baseline."""
+    return bool(speedup and totals) and is_faster_speedup(speedup) and not is_faster_speedup(totals)
 
 
 def score(result) -> tuple[int, float]:
