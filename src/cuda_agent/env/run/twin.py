@@ -9,11 +9,12 @@ twin, a candidate's worker started as the candidate is (the same sandbox and set
 own, handed the pair's staging file) whose job names no solution (workers/candidate.py `run_twin`): at
 each of the schedule's empty calls it answers the same empty call first, on the inputs the judge drew
 into the candidate's slot, under the device's lock, and its process's CPU clock is read from outside as
-the candidate's is. The candidate answers that empty call as well: its threads' work there is judged and
-the twin's are sampled as the candidate's are (where those are), and the interpreter's time in them is the
-sampling's baseline for the timed calls (rules/op_samples.py `null_interpreter`); what the candidate's own
-empty calls reach bounds what is taken off, and that baseline, from above only (`measures.overhead_bound`). Only an evaluation that times its calls
-has a twin (`WorkerRun._start_workers`; spares always do, on the CPU backend).
+the candidate's is. The candidate answers that empty call as well: its threads' work there is judged.
+The twin's empty calls are sampled as the candidate's are (where those are), and the interpreter's time in
+them is the sampling's baseline for the timed calls. What the candidate's own empty calls reach bounds from
+above only what is taken off (`measures.overhead_bound`) and that baseline (op_samples `null_interpreter`).
+Only an evaluation that times its calls has a twin (`WorkerRun._start_workers`; spares always do, on the
+CPU backend).
 """
 
 from __future__ import annotations
