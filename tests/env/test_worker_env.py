@@ -2,6 +2,7 @@
 says otherwise, one hardware queue for a GPU judge's context, the CPU workers' settings unchanged."""
 
 from cuda_agent.env.infra.isolation import CPU_WORKER_ENV, start_worker, worker_env
+from cuda_agent.env.workers.heap_fill import FILL_BYTE
 
 
 def test_a_gpu_judge_gets_one_hardware_queue_and_its_candidate_keeps_the_default():
@@ -23,8 +24,16 @@ def test_gpu_workers_get_one_cpu_thread_unless_the_harness_environment_names_ano
 def test_cpu_workers_keep_their_one_thread_whatever_the_harness_environment_says():
     for role in ("judge", "candidate"):
         env = worker_env(role, "cpu", None, {"OMP_NUM_THREADS": "6"})
-        assert all(env[key] == value for key, value in CPU_WORKER_ENV.items() if key != "MALLOC_PERTURB_")
+        assert all(env[key] == value for key, value in CPU_WORKER_ENV.items())
         assert env["CUDA_VISIBLE_DEVICES"] == ""
+
+
+def test_only_the_candidate_starts_with_the_heap_fill():
+    """The judge times eager without the fill; the candidate's worker starts with it and sets it per
+    call (workers.heap_fill)."""
+    for backend in ("cpu", "cuda"):
+        assert "MALLOC_PERTURB_" not in worker_env("judge", backend, None, {})
+        assert worker_env("candidate", backend, None, {})["MALLOC_PERTURB_"] == str(FILL_BYTE)
 
 
 def test_a_started_gpu_judge_has_these_settings_in_its_environment(tmp_path, monkeypatch):

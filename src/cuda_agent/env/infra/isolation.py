@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cuda_agent.env.infra import teardown
+from cuda_agent.env.workers import heap_fill
 from cuda_agent.env.workers.messages import Command
 from cuda_agent.env.workers.protocol import HANDOVER_FD_ENV, PROTOCOL_FD_ENV, STAGING_FD_ENV, ParentChannel
 
@@ -32,7 +33,7 @@ STARTUP_TIMEOUT_S = 120.0
 # (no trim: the next call's tensors reuse pages already mapped). Values are glibc's tunables' aliases.
 STEADY_HEAP = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(1 << 40)}
 # both CPU workers alike: one thread each (timed by CPU time), the same allocator
-CPU_WORKER_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "MALLOC_PERTURB_": "165", **STEADY_HEAP}
+CPU_WORKER_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", **STEADY_HEAP}
 
 
 def box_of(job_dir: Path) -> Path:
@@ -212,7 +213,9 @@ def worker_env(role: str, backend: str, gpu: int | None, base: dict) -> dict:
     if backend == "cpu":   # both sides alike: one thread each (timed by CPU time), the same allocator
         env.update(CPU_WORKER_ENV)
     if role == "candidate":
-        env["MALLOC_PERTURB_"] = "165"  # heap memory comes back as garbage, never stale results
+        # heap memory comes back as garbage, never stale results: from the start, then in verification
+        # calls only (the worker sets it per call, heap_fill); the judge times eager without it
+        env["MALLOC_PERTURB_"] = str(heap_fill.FILL_BYTE)
         # OpenMP workers park at once after a parallel region (instead of spinning for a while):
         # the thread watch counts any CPU time the solution's threads use between calls.
         env.update(OMP_WAIT_POLICY="PASSIVE", GOMP_SPINCOUNT="0", KMP_BLOCKTIME="0")

@@ -33,6 +33,7 @@ from cuda_agent.env.workers.draws import draw_inputs
 from cuda_agent.env.workers.init_inputs import draw_init_inputs, same_value
 from cuda_agent.env.measure.hold import Timer, load_hold
 from cuda_agent.env.workers import common
+from cuda_agent.env.workers.heap_fill import set_heap_fill
 from cuda_agent.env.workers.common import device_of, short_traceback
 from cuda_agent.env.workers.messages import (Answer, BuildReply, BuildRequest, CallAnswer, CandidateCall,
                                              CandidateJob, Final, Finish, Init, Initialised, Loaded, OperatorTable,
@@ -287,6 +288,7 @@ class _Candidate:
                 raise RuntimeError("a call without its prepare (the harness sends prepare first)")
             _, inputs, sentinel, trace = self.prepared
         self.prepared = None
+        set_heap_fill(cmd.save)   # verification calls only: no timed call carries the fill (heap_fill)
         null = cmd.null
         fn = self._empty_forward if null else self.model
         if self.guard is not None:
