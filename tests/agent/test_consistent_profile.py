@@ -12,7 +12,7 @@ import re
 from dataclasses import replace
 
 from cuda_agent.agent.workspace import Workspace
-from cuda_agent.env.reward import NEEDED, PERCENT, is_faster_speedup, speedup_words, time_saved
+from cuda_agent.env.reward import NEEDED, decisive, is_faster_speedup, speedup_words, totals_decide
 from tests.env.helpers import HONEST_BODY, cpu_workspace, example_task, kernel
 
 SPIN_CALIBRATION = 400_000   # spin iterations of the calibration run (about a millisecond or two here)
@@ -42,15 +42,18 @@ def contradictions(text: str, r) -> list[str]:
     if rewards != [f"{r.reward:g}"]:
         found.append(f"reward lines {rewards} for reward {r.reward}")
     target = "target not met yet" in text
-    if target != (not is_faster_speedup(r.speedup_vs_eager)):   # no torch.compile baseline here
-        found.append(f"target line {target} for a speedup of {r.speedup_vs_eager}")
-    if (r.reward >= 2) != is_faster_speedup(r.speedup_vs_eager):
-        found.append(f"reward {r.reward} for a speedup of {r.speedup_vs_eager}")
+    read = decisive(r.speedup_vs_eager, r.speedup_totals.get("eager"))   # the figure the reward reads
+    if target != (not is_faster_speedup(read)):   # no torch.compile baseline here
+        found.append(f"target line {target} for a speedup of {read}")
+    if (r.reward >= 2) != is_faster_speedup(read):
+        found.append(f"reward {r.reward} for a speedup of {read}")
+    if totals_decide(r.speedup_vs_eager, r.speedup_totals.get("eager")) != ("calls' total time is only" in text):
+        found.append("the totals decided, but the profile does not say so (or says so when they did not)")
     if f"you are {speedup_words(r.speedup_vs_eager)}" not in text:
         found.append("the eager line's words are not the speedup's")
     saved = re.search(r"time saved vs eager PyTorch ([+-][\d.]+)%", text.replace(" %", "%"))
-    if saved and (float(saved.group(1)) >= 0) != (r.speedup_vs_eager >= 1):
-        found.append(f"time saved {saved.group(1)} % for a speedup of {r.speedup_vs_eager}")
+    if saved and (float(saved.group(1)) >= 0) != (read >= 1):
+        found.append(f"time saved {saved.group(1)} % for a speedup of {read}")
     if ("within noise" in text) != r.within_noise:
         found.append("the within-noise words and the result disagree")
     interval = r.speedup_ci.get("eager")
