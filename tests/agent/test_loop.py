@@ -1,6 +1,7 @@
 """The ReAct loop against a real local HTTP chat-completions server, with a fake environment."""
 
 import json
+from dataclasses import replace
 
 from cuda_agent.llm.client import OpenAIClient
 from cuda_agent.agent.context import ContextBudget
@@ -170,6 +171,8 @@ def test_rank_orders_reward_then_speedup():
     assert rank(r(False, -1, None)) is None
     assert rank(r(True, 3, 1.2)) > rank(r(True, 2, 5.0)) > rank(r(True, 2, 1.0))
     assert rank(r(True, -1, None, kernel=None)) == (1, 0.0, 0.0)   # verified, not timed
+    slow_calls = replace(r(True, 2, 2.0), speedup_totals={"compile": 1.2})   # a median of 2.0, calls' totals 1.2
+    assert rank(r(True, 2, 1.6)) > rank(slow_calls)
     tracker = BestTracker()
     sol = Solution.from_code("x")
     assert tracker.offer(Candidate(sol, r(True, 2, 1.0), 1, trusted=True))

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cuda_agent.env.result import EvalResult
+from cuda_agent.env.reward import decisive
 from cuda_agent.tasks import Solution
 
 VERIFYING = ("verify", "profile")   # commands whose success makes a candidate (compile checks less)
@@ -21,12 +22,15 @@ class Candidate:
 
 
 def rank(result: EvalResult | None) -> tuple | None:
-    """Sort key of a verified result: reward, then speedup vs torch.compile, then vs eager.
+    """Sort key of a verified result: reward, then speedup vs torch.compile, then vs eager, each the
+    figure the reward reads (`reward.decisive`: no higher than the ratio of the calls' totals).
     A result verified without timing counts as reward 1 (correct, speed unknown)."""
     if result is None or not result.correct:
         return None
     reward = result.reward if result.reward is not None and result.kernel_ms is not None else 1
-    return (reward, result.speedup_vs_compile or 0.0, result.speedup_vs_eager or 0.0)
+    totals = result.speedup_totals or {}
+    return (reward, decisive(result.speedup_vs_compile, totals.get("compile")) or 0.0,
+            decisive(result.speedup_vs_eager, totals.get("eager")) or 0.0)
 
 
 class BestTracker:
