@@ -80,3 +80,17 @@ def test_infrastructure_failures_are_not_scored():
     _, overall = summarize(scores)
     assert (overall.tasks, overall.failed, overall.broken, overall.pending) == (1, 2, 0, 0)
     assert overall.pass_rate == 0.0 and overall.mean_reward == -1.0
+
+
+def test_the_best_attempt_is_the_one_whose_reward_read_the_higher_speedup():
+    """Two attempts of one reward: a median of 2.0 over calls whose totals give 1.3 ranks below a plain
+    1.6 (the agent ranks its candidates so, `agent.tracking.rank`)."""
+    import json
+    from dataclasses import replace
+
+    slow_calls = replace(correct("level1/1", 0.5, 1.0, 1.0), result=json.dumps({"speedup_totals": {"compile": 1.3,
+                                                                                                 "eager": 1.3}}))
+    plain = correct("level1/1", 0.625, 1.0, 1.0, attempt=1)
+    assert slow_calls.reward == plain.reward == 3
+    best = task_scores(TASKS[:1], [slow_calls, plain])[0]
+    assert best.best.attempt == 1 and best.speedup("compile") == approx(1.6)

@@ -40,13 +40,8 @@ class TaskScore:
         return self.best.verdict if self.best is not None else self.state
 
     def speedup(self, baseline: str) -> float | None:
-        """The best attempt's speedup as its reward read it (`reward.decisive`: the paired median, or
-        the ratio of the calls' totals where that is lower)."""
-        if not self.correct:
-            return None
-        median = self.best.speedup_vs_eager if baseline == "eager" else self.best.speedup_vs_compile
-        totals = json.loads(self.best.result).get("speedup_totals", {}) if self.best.result else {}
-        return decisive(median, totals.get(baseline))
+        """The best attempt's speedup as its reward read it (`attempt_speedup`)."""
+        return attempt_speedup(self.best, baseline) if self.correct else None
 
     @cached_property
     def speed_of_light(self) -> dict | None:
@@ -68,11 +63,20 @@ class TaskScore:
         return float(self.best.reward)
 
 
+def attempt_speedup(a: Attempt, baseline: str) -> float | None:
+    """An attempt's speedup over "eager" or "compile" as its reward read it (`reward.decisive`: the
+    paired median, or the ratio of the calls' totals where that is lower)."""
+    median = a.speedup_vs_eager if baseline == "eager" else a.speedup_vs_compile
+    totals = json.loads(a.result).get("speedup_totals", {}) if a.result else {}
+    return decisive(median, totals.get(baseline))
+
+
 def attempt_rank(a: Attempt) -> tuple:
+    """Sort key of an attempt, as the agent ranks candidates (`agent.tracking.rank`)."""
     if not a.correct:
         return (0, 0, 0.0, 0.0, a.verdict != "missing")
     reward = a.reward if a.reward is not None else 1
-    return (1, reward, a.speedup_vs_compile or 0.0, a.speedup_vs_eager or 0.0, True)
+    return (1, reward, attempt_speedup(a, "compile") or 0.0, attempt_speedup(a, "eager") or 0.0, True)
 
 
 def task_scores(tasks: list[dict], attempts: list[Attempt]) -> list[TaskScore]:
