@@ -437,6 +437,7 @@ def _profile_own(candidate: _Candidate, cmd: ProfileOwn) -> OwnProfiled:
     from cuda_agent.env.measure.operators import extension_functions, profile_forward
 
     inputs = draw_inputs(candidate.task_module, candidate.cfg.seed, candidate.device)
+    set_heap_fill(False)   # as the timed calls ran, and the reference's table (the judge has no fill)
     table = profile_forward(lambda: candidate.model(*inputs), candidate.device, cmd.calls, cmd.rows, kernels=True,
                             extensions=extension_functions(getattr(candidate, "extensions", {})))
     return OwnProfiled(ok=True, table=OperatorTable(**table))
