@@ -8,25 +8,24 @@ from __future__ import annotations
 
 import pytest
 
-from tests.hacks.cases import assert_accepted, describe, run_case
+from tests.hacks.cases import assert_accepted, describe, no_speed_reward_in_some_attempt
 from tests.hacks.cases_round23 import (AVX512_LICENSE, GC_OFF, LOOP_PADDED, NO_PERTURB, PADDED, QUIET_TIMERFDS,
                                       TIMERFD_DENSE, TIMERFD_INTERRUPTS, TWIN_DOWNCLOCK)
 from tests.hacks.test_round20 import assert_no_speed_reward
 
 
-@pytest.mark.parametrize("case", [PADDED, QUIET_TIMERFDS, LOOP_PADDED], ids=lambda c: c.id)
-def test_the_cheats_forward_alone_earns_no_speed_reward(case, cache_dir, record):
-    result = run_case(case, cache_dir, record)
-    print(f"{case.id}: {describe(result)} (speedup {result.speedup_vs_eager}, CI {result.speedup_ci})")
+def _control_held(case, result) -> None:
     assert_accepted(result)
     assert result.reward <= 1, f"the control is faster than eager: {describe(result)}"
+
+
+@pytest.mark.parametrize("case", [PADDED, QUIET_TIMERFDS, LOOP_PADDED], ids=lambda c: c.id)
+def test_the_cheats_forward_alone_earns_no_speed_reward(case, cache_dir, record):
+    no_speed_reward_in_some_attempt(case, cache_dir, record, _control_held)
 
 
 @pytest.mark.parametrize("case", [TIMERFD_INTERRUPTS, TIMERFD_DENSE, AVX512_LICENSE, TWIN_DOWNCLOCK, GC_OFF,
                                   NO_PERTURB],
                          ids=lambda c: c.id)
 def test_cheat_earns_no_speed_reward(case, cache_dir, record):
-    result = run_case(case, cache_dir, record)
-    print(f"{case.id}: {describe(result)} (speedup {result.speedup_vs_eager}, CI {result.speedup_ci}, "
-          f"eager {result.eager_ms}, kernel {result.kernel_ms})")
-    assert_no_speed_reward(case, result)
+    no_speed_reward_in_some_attempt(case, cache_dir, record, assert_no_speed_reward)
