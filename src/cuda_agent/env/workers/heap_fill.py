@@ -6,7 +6,8 @@ unwritten holds garbage, never plausible values: verification needs that. A time
 carry it: it costs a memset of every allocation, the candidate's process can turn it off for itself
 (`mallopt`), and the judge times eager without it. So no call's time depends on it, whoever sets it.
 Timed calls' outputs are still checked at sampled positions against their own draws, which stale
-values fail."""
+values fail. What the fill tells a solution (this is a verification call) its place in the schedule
+tells it already; every call's output is checked."""
 
 from __future__ import annotations
 
