@@ -291,7 +291,8 @@ TIMEOUT = _declare(
 CORRECTNESS = _declare(
     "correctness", "output", "an output differs from the reference",
     "whole outputs (verification) against the reference: shape, dtype, tolerance, NaN/Inf only where "
-    "the reference has them; allocator memory NaN-filled before every call (`MALLOC_PERTURB_` on the CPU)",
+    "the reference has them; allocator memory NaN-filled before every call on a GPU, the heap filled "
+    "(`MALLOC_PERTURB_`) for verification calls on the CPU (`heap_fill`)",
     "stale memory, partial computation, silent launch failures, approximations (caught on the "
     "structured sets), wrong results")
 FIXED_SHAPE = _declare(
