@@ -15,6 +15,8 @@
 //                 twin's do not; their high end is the bound on what is taken off each real call.
 #include <torch/extension.h>
 
+#include "elf_symbol.h"
+
 #include <dlfcn.h>
 #include <elf.h>
 #include <frameobject.h>
@@ -98,33 +100,6 @@ bool start_heap_tuned() {
 }
 
 // -- the fill back on in the candidate's empty calls ------------------------------------------------------------------
-
-void* symbol_of(void* inside, const char* name) {
-    Dl_info info;
-    if (!dladdr(inside, &info) || !info.dli_fname) return nullptr;
-    FILE* file = std::fopen(info.dli_fname, "rb");
-    if (!file) return nullptr;
-    std::fseek(file, 0, SEEK_END);
-    std::vector<char> bytes(std::ftell(file));
-    std::fseek(file, 0, SEEK_SET);
-    size_t got = std::fread(bytes.data(), 1, bytes.size(), file);
-    std::fclose(file);
-    if (got != bytes.size()) return nullptr;
-    auto* header = reinterpret_cast<const Elf64_Ehdr*>(bytes.data());
-    auto* sections = reinterpret_cast<const Elf64_Shdr*>(bytes.data() + header->e_shoff);
-    for (int s = 0; s < header->e_shnum; ++s) {
-        if (sections[s].sh_type != SHT_DYNSYM) continue;
-        const char* strings = bytes.data() + sections[sections[s].sh_link].sh_offset;
-        auto* symbols = reinterpret_cast<const Elf64_Sym*>(bytes.data() + sections[s].sh_offset);
-        size_t count = sections[s].sh_size / sizeof(Elf64_Sym);
-        for (size_t i = 0; i < count; ++i)
-            if (symbols[i].st_value && std::strcmp(strings + symbols[i].st_name, name) == 0) {
-                uintptr_t base = header->e_type == ET_EXEC ? 0 : reinterpret_cast<uintptr_t>(info.dli_fbase);
-                return reinterpret_cast<void*>(base + symbols[i].st_value);
-            }
-    }
-    return nullptr;
-}
 
 PyCodeObject* empty_code = nullptr;
 PyCodeObject* last_other = nullptr;
