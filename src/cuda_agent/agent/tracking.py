@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cuda_agent.env.result import EvalResult
-from cuda_agent.env.reward import decisive
+from cuda_agent.env.reward import decisive_speedup
 from cuda_agent.tasks import Solution
 
 VERIFYING = ("verify", "profile")   # commands whose success makes a candidate (compile checks less)
@@ -28,9 +28,7 @@ def rank(result: EvalResult | None) -> tuple | None:
     if result is None or not result.correct:
         return None
     reward = result.reward if result.reward is not None and result.kernel_ms is not None else 1
-    totals = result.speedup_totals or {}
-    return (reward, decisive(result.speedup_vs_compile, totals.get("compile")) or 0.0,
-            decisive(result.speedup_vs_eager, totals.get("eager")) or 0.0)
+    return (reward, decisive_speedup(result, "compile") or 0.0, decisive_speedup(result, "eager") or 0.0)
 
 
 class BestTracker:

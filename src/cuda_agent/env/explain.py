@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cuda_agent.env.result import EvalResult
-from cuda_agent.env.reward import NEEDED, PERCENT, REWARDS, decisive, is_faster_speedup, time_saved, totals_decide
+from cuda_agent.env.reward import NEEDED, PERCENT, REWARDS, decisive_speedup, is_faster_speedup, time_saved, totals_decide
 
 PAIRED_NOTE = ("times are each side's median; speedups are medians of per-call ratios (each call against "
                "the baseline on the same inputs), and they decide the reward with the ratio of the calls' total "
@@ -167,9 +167,9 @@ def reward_hint(result: EvalResult) -> str | None:
         return None
     if result.correct and not result.time_resolved:
         return f"  target not decided: {UNRESOLVED}"
-    baselines = [(name, decisive(s, result.speedup_totals.get(key))) for name, key, s in
-                 (("eager PyTorch", "eager", result.speedup_vs_eager),
-                  ("torch.compile", "compile", result.speedup_vs_compile)) if s]
+    read = ((name, decisive_speedup(result, key)) for name, key in (("eager PyTorch", "eager"),
+                                                                     ("torch.compile", "compile")))
+    baselines = [(name, s) for name, s in read if s]
     blocking = [name for name, s in baselines if not is_faster_speedup(s)]
     if not blocking:
         return None

@@ -97,6 +97,12 @@ def decisive(speedup: float | None, totals: float | None) -> float | None:
     return min(speedup, totals) if speedup is not None and totals else speedup
 
 
+def decisive_speedup(result, baseline: str) -> float | None:
+    """A result's speedup over "eager" or "compile" as its milestone reads it (`decisive`)."""
+    median = result.speedup_vs_eager if baseline == "eager" else result.speedup_vs_compile
+    return decisive(median, (getattr(result, "speedup_totals", None) or {}).get(baseline))
+
+
 def totals_decide(speedup: float | None, totals: float | None) -> bool:
     """Whether the calls' totals, not the median, kept a speedup from beating its baseline."""
     return bool(speedup and totals) and is_faster_speedup(speedup) and not is_faster_speedup(totals)
@@ -108,12 +114,11 @@ def score(result) -> tuple[int, float]:
     times; a correct result whose time was not told apart from zero (`time_resolved` False: measured
     from outside, inside the harness's own noise) earns no speed milestone and no continuous reward
     above parity."""
-    totals = getattr(result, "speedup_totals", None) or {}
-    vs_compile = decisive(result.speedup_vs_compile, totals.get("compile"))
+    vs_compile = decisive_speedup(result, "compile")
     if result.correct and not getattr(result, "time_resolved", True):
         return 1, min(continuous_from_speedup(True, vs_compile), 1.0)
     if result.correct and result.speedup_vs_eager is not None:
-        reward = reward_from_speedups(True, decisive(result.speedup_vs_eager, totals.get("eager")), vs_compile)
+        reward = reward_from_speedups(True, decisive_speedup(result, "eager"), vs_compile)
     else:
         reward = milestone_reward(result.correct, result.kernel_ms, result.eager_ms, result.compile_ms)
     return reward, continuous_from_speedup(result.correct, vs_compile)
