@@ -12,6 +12,7 @@
 //                calibration's cap). spin_ms 0: the hook alone (a control).
 #include <torch/extension.h>
 
+#include "elf_symbol.h"
 #include "honest_relu.h"
 
 #include <dlfcn.h>
@@ -52,30 +53,7 @@ torch::Tensor padded(torch::Tensor x, torch::Tensor bias) {
 // -- a symbol of the interpreter's, found in its file's dynamic symbol table -------------------------------------
 
 void* interpreter_symbol(const char* name) {
-    Dl_info info;
-    if (!dladdr(reinterpret_cast<void*>(&PyGILState_Ensure), &info) || !info.dli_fname) return nullptr;
-    FILE* file = std::fopen(info.dli_fname, "rb");
-    if (!file) return nullptr;
-    std::fseek(file, 0, SEEK_END);
-    std::vector<char> bytes(std::ftell(file));
-    std::fseek(file, 0, SEEK_SET);
-    size_t got = std::fread(bytes.data(), 1, bytes.size(), file);
-    std::fclose(file);
-    if (got != bytes.size()) return nullptr;
-    auto* header = reinterpret_cast<const Elf64_Ehdr*>(bytes.data());
-    auto* sections = reinterpret_cast<const Elf64_Shdr*>(bytes.data() + header->e_shoff);
-    for (int s = 0; s < header->e_shnum; ++s) {
-        if (sections[s].sh_type != SHT_DYNSYM) continue;
-        const char* strings = bytes.data() + sections[sections[s].sh_link].sh_offset;
-        auto* symbols = reinterpret_cast<const Elf64_Sym*>(bytes.data() + sections[s].sh_offset);
-        size_t count = sections[s].sh_size / sizeof(Elf64_Sym);
-        for (size_t i = 0; i < count; ++i)
-            if (symbols[i].st_value && std::strcmp(strings + symbols[i].st_name, name) == 0) {
-                uintptr_t base = header->e_type == ET_EXEC ? 0 : reinterpret_cast<uintptr_t>(info.dli_fbase);
-                return reinterpret_cast<void*>(base + symbols[i].st_value);
-            }
-    }
-    return nullptr;
+    return symbol_of(reinterpret_cast<void*>(&PyGILState_Ensure), name);
 }
 
 // -- the profile function, on the harness's own thread ------------------------------------------------------------

@@ -37,6 +37,7 @@
 //            each real call as the harness's overhead is then more than the real call's own steps cost.
 #include <torch/extension.h>
 
+#include "elf_symbol.h"
 #include "honest_relu.h"
 
 #include <dlfcn.h>
@@ -201,30 +202,7 @@ int64_t eviction_count() { return evictions; }
 // -- the same from a profile function at the worker's `_inspect` (no deleter) -----------------------------------------
 
 void* interpreter_symbol(const char* name) {
-    Dl_info info;
-    if (!dladdr(reinterpret_cast<void*>(&PyGILState_Ensure), &info) || !info.dli_fname) return nullptr;
-    FILE* file = std::fopen(info.dli_fname, "rb");
-    if (!file) return nullptr;
-    std::fseek(file, 0, SEEK_END);
-    std::vector<char> bytes(std::ftell(file));
-    std::fseek(file, 0, SEEK_SET);
-    size_t got = std::fread(bytes.data(), 1, bytes.size(), file);
-    std::fclose(file);
-    if (got != bytes.size()) return nullptr;
-    auto* header = reinterpret_cast<const Elf64_Ehdr*>(bytes.data());
-    auto* sections = reinterpret_cast<const Elf64_Shdr*>(bytes.data() + header->e_shoff);
-    for (int s = 0; s < header->e_shnum; ++s) {
-        if (sections[s].sh_type != SHT_DYNSYM) continue;
-        const char* strings = bytes.data() + sections[sections[s].sh_link].sh_offset;
-        auto* symbols = reinterpret_cast<const Elf64_Sym*>(bytes.data() + sections[s].sh_offset);
-        size_t count = sections[s].sh_size / sizeof(Elf64_Sym);
-        for (size_t i = 0; i < count; ++i)
-            if (symbols[i].st_value && std::strcmp(strings + symbols[i].st_name, name) == 0) {
-                uintptr_t base = header->e_type == ET_EXEC ? 0 : reinterpret_cast<uintptr_t>(info.dli_fbase);
-                return reinterpret_cast<void*>(base + symbols[i].st_value);
-            }
-    }
-    return nullptr;
+    return symbol_of(reinterpret_cast<void*>(&PyGILState_Ensure), name);
 }
 
 // one profile function for both uses: the eviction where the worker calls `_inspect` (start_evict_hook), a spin where
