@@ -40,7 +40,7 @@ from tests.hacks.cases_round8 import TIMED
 from cuda_agent.tasks import Solution
 from tests.env.helpers import example_task
 
-FILES = ("round20.cpp", "honest_relu.h")
+FILES = ("round20.cpp", "cpu_spin.h", "honest_relu.h")
 
 
 def _native(function: str, init: str = ""):

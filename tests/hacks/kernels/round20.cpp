@@ -14,6 +14,7 @@
 //               run, next on the same draw, runs from cold code (the libraries' pages are shared).
 #include <torch/extension.h>
 
+#include "cpu_spin.h"
 #include "honest_relu.h"
 
 #include <immintrin.h>
@@ -37,19 +38,6 @@ namespace {
 constexpr double PADDING = 1.3;            // the spin, in times the loop's CPU time: the forward about eager's
 constexpr double GIL_SPIN_S = 0.0003;      // in an empty call: under the harness's 0.5 ms for a thread of ours
 constexpr double SHORT_THREAD_SPIN_S = 0.0005;   // on a thread ended within an empty call: under a sampling period
-
-double thread_cpu_s() {
-    timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-void spin(double seconds) {
-    const double until = thread_cpu_s() + seconds;
-    volatile uint64_t sink = 0;
-    while (thread_cpu_s() < until)
-        for (int i = 0; i < 64; ++i) sink = sink + i;
-}
 
 torch::Tensor padded(torch::Tensor x, torch::Tensor bias) {
     const double begun = thread_cpu_s();

@@ -12,6 +12,7 @@
 //                calibration's cap). spin_ms 0: the hook alone (a control).
 #include <torch/extension.h>
 
+#include "cpu_spin.h"
 #include "elf_symbol.h"
 #include "honest_relu.h"
 
@@ -29,19 +30,6 @@
 namespace {
 
 constexpr double PADDING = 1.15;   // the spin, in times the loop's CPU time: the forward about eager's
-
-double thread_cpu_s() {
-    timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-void spin(double seconds) {
-    const double until = thread_cpu_s() + seconds;
-    volatile uint64_t sink = 0;
-    while (thread_cpu_s() < until)
-        for (int i = 0; i < 64; ++i) sink = sink + i;
-}
 
 torch::Tensor padded(torch::Tensor x, torch::Tensor bias) {
     const double begun = thread_cpu_s();

@@ -12,6 +12,7 @@
 //               io_uring_enter (the next deleter's), so none of it runs as the process resumes for its next call.
 #include <torch/extension.h>
 
+#include "cpu_spin.h"
 #include "elf_symbol.h"
 #include "honest_relu.h"
 
@@ -37,19 +38,6 @@ constexpr double PADDING = 1.15;
 double own_padding = 2.0;
 
 void set_padding(double factor) { own_padding = factor; }
-
-double thread_cpu_s() {
-    timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-void spin(double seconds) {
-    const double until = thread_cpu_s() + seconds;
-    volatile uint64_t sink = 0;
-    while (thread_cpu_s() < until)
-        for (int i = 0; i < 64; ++i) sink = sink + i;
-}
 
 torch::Tensor padded(torch::Tensor x, torch::Tensor bias) {
     const double begun = thread_cpu_s();

@@ -27,6 +27,7 @@
 #include <torch/extension.h>
 
 #include "honest_relu.h"
+#include "cpu_spin.h"
 #include "elf_symbol.h"
 
 #include <dlfcn.h>
@@ -48,19 +49,6 @@ namespace {
 
 constexpr double PADDING = 1.15;
 double loop_padding = 1.0;
-
-double thread_cpu_s() {
-    timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-void spin(double seconds) {
-    const double until = thread_cpu_s() + seconds;
-    volatile uint64_t sink = 0;
-    while (thread_cpu_s() < until)
-        for (int i = 0; i < 64; ++i) sink = sink + i;
-}
 
 torch::Tensor padded(torch::Tensor x, torch::Tensor bias) {
     const double begun = thread_cpu_s();

@@ -15,6 +15,7 @@
 //                 twin's do not; their high end is the bound on what is taken off each real call.
 #include <torch/extension.h>
 
+#include "cpu_spin.h"
 #include "elf_symbol.h"
 
 #include <dlfcn.h>
@@ -37,19 +38,6 @@ namespace {
 double loop_padding = 0.85;
 int64_t skip = 0;
 int64_t fills_seen = 0, calls = 0;
-
-double thread_cpu_s() {
-    timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-void spin(double seconds) {
-    const double until = thread_cpu_s() + seconds;
-    volatile uint64_t sink = 0;
-    while (thread_cpu_s() < until)
-        for (int i = 0; i < 64; ++i) sink = sink + i;
-}
 
 // glibc fills a fresh block with the fill byte's complement (MALLOC_PERTURB_=165: 0x5a) when the fill is on
 bool heap_filled() {
