@@ -332,7 +332,7 @@ def test_cpu_outputs_are_read_from_outside_or_in_process_when_the_inputs_do_not_
     the candidate's memory (no file written by it, no `write` step); inputs larger than a slot fall
     back to the in-process path (the candidate draws them, and its outputs go through the box's
     file), with the same verdicts and a warning. (The trace of the first also says how its workers
-    started.)"""
+    started and where the candidate's load went.)"""
     from cuda_agent.env.run import evaluation
     from cuda_agent.env.workers import transfer
 
@@ -347,6 +347,10 @@ def test_cpu_outputs_are_read_from_outside_or_in_process_when_the_inputs_do_not_
         imports, setup = phases[f"trace.startup.{role}.imports"], phases[f"trace.startup.{role}.device_setup"]
         assert imports > 0 and setup >= 0
         assert phases[f"trace.startup.{role}.ready"] == pytest.approx(imports + setup, abs=0.003)
+    # and where the candidate's load went, step by step, in its log
+    load = next(line for line in outside.log.splitlines() if line.startswith("load trace "))
+    assert all(f" {step}=" in f" {load[len('load trace '):]}" for step in
+               ("setup", "calibration", "solution", "dispatcher_check", "early_model")), load
     assert "trace.verify.write" not in outside.phase_seconds
     monkeypatch.setattr(transfer, "STAGING_SLOT_BYTES", 64)
     filed = evaluate(example_task(), cpu_workspace(), config)

@@ -151,12 +151,13 @@ class _Candidate:
 
     # -- setup ---------------------------------------------------------------------------------
 
-    def load(self):
+    def load(self, trace: common.CallTrace | None = None):
         from cuda_agent.env.builds.compiler import BuildError
 
         try:
             self.model_class, builder = load_candidate(Path(self.job.solution_dir), remote_build(self.chan),
                                                        self.job.prebuilt, self.cfg.fast_build)
+            trace and trace.lap("solution", self.device)
         except BuildError as exc:
             return {"ok": False, "phase": "compile", "message": exc.summary}
         except SyntaxError as exc:
@@ -167,6 +168,7 @@ class _Candidate:
             return {"ok": False, "phase": "compile", "message": short_traceback(exc)}
         self.extensions = builder.modules   # the profiler pass names their functions (_profile_own)
         problem = self._dispatcher_changed("TORCH_LIBRARY_IMPL(aten, ...)")
+        trace and trace.lap("dispatcher_check", self.device)
         if problem:
             return {**problem, "phase": "compile"}
         return {"ok": True, "phase": "compile", "extensions": builder.built}
@@ -491,7 +493,9 @@ def run_candidate(chan: ChildChannel) -> None:
     tables = _dispatcher_tables()
     job = CandidateJob.model_validate(chan.receive())
     _install_crash_report(job.crash_lib)
+    trace = common.trace()   # the load's steps, when tracing (a line on stderr: the worker's log)
     candidate = _Candidate(job, chan, tables)
+    trace and trace.lap("setup", candidate.device)
     if job.twin:
         run_twin(candidate, chan)
         return
@@ -502,9 +506,13 @@ def run_candidate(chan: ChildChannel) -> None:
                 chan.send(Answer(ok=False, message="the harness sent a real call before the solution loaded"))
                 return
             chan.send(CallAnswer(**candidate.call(cmd)))
-    built = Loaded(**candidate.load())
+    trace and trace.lap("calibration", candidate.device)
+    built = Loaded(**candidate.load(trace))
     if built.ok and job.early_model:
         candidate.make_early_model()
+        trace and trace.lap("early_model", candidate.device)
+    if trace:
+        print(f"load trace {trace}", file=sys.stderr, flush=True)
     chan.send(built)
     if not built.ok:
         return
