@@ -350,7 +350,7 @@ def test_cpu_outputs_are_read_from_outside_or_in_process_when_the_inputs_do_not_
     # and where the candidate's load went, step by step, in its log
     load = next(line for line in outside.log.splitlines() if line.startswith("load trace "))
     assert all(f" {step}=" in f" {load[len('load trace '):]}" for step in
-               ("setup", "calibration", "solution", "dispatcher_check", "early_model")), load
+               ("setup", "calibration", "solution", "early_model")), load
     assert "trace.verify.write" not in outside.phase_seconds
     monkeypatch.setattr(transfer, "STAGING_SLOT_BYTES", 64)
     filed = evaluate(example_task(), cpu_workspace(), config)

@@ -210,7 +210,7 @@ BUILD_LIMIT = _declare(
 ATEN_OVERRIDE = _declare(
     "aten-override", "load", "the solution registered a kernel for a PyTorch operator",
     "a kernel registered for a PyTorch operator (the dispatcher's tables compared before the solution "
-    "loads, after it loaded, after `__init__` and after its timed calls)",
+    "loads, once its model is made, before any call, and after its timed calls)",
     "`TORCH_LIBRARY_IMPL(aten, ...)`, however spelled; a `torch::Library` made at run time")
 
 # -- call ------------------------------------------------------------------------------------------
