@@ -12,6 +12,7 @@ before the solution's code runs, and the fork server's judges start with everyth
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 import time
@@ -75,6 +76,9 @@ def main() -> None:
         from cuda_agent.env.rules.guard import warm_harness_threads   # alive then as its own (call_verdict.py)
 
         warm_harness_threads(device_of(os.environ.get("CUDA_AGENT_WORKER_BACKEND", "cpu")))
+        # the extension loaders its builder takes over when the solution loads (builds/inline.py): an import
+        # of a tenth of a second, made here rather than on an edit's path
+        importlib.import_module("torch.utils.cpp_extension")
     chan.send(Ready(ready=True, pid=os.getpid(), device_setup=[started, time.monotonic()]))
     try:
         (run_judge if role == "judge" else run_candidate)(chan)
