@@ -61,6 +61,10 @@ def test_commands_round_trip_and_always_name_themselves():
         assert line["cmd"] == message.cmd
         side = {msg.CandidateCall: candidate.HANDLERS}.get(type(message), table)
         assert msg.read_command(line, side) == message
+    # the solution's load, read by the candidate alone after its job's empty calls
+    load = msg.LoadSolution(prebuilt={"cuda_extension": "/b/lib/cuda_extension.so"})
+    assert msg.read_command(_line(load), (msg.LoadSolution,)) == load
+    assert _line(msg.LoadSolution()) == {"cmd": "load_solution"}
     calls = msg.read_command(_line(sent[-1]), judge.HANDLERS)
     first, second = calls.items
     # a key's presence, not its value, says what the judge compares: samples sent as null are compared

@@ -171,22 +171,7 @@ class _Evaluation(BuildServing, Calibration, Twin, CallRounds, StoredBaselines, 
             self._wait_for_memory()
             self._send_judge_job()
         begun = self._traced("compile.judge_job", begun)
-        prebuilt = {}
-        try:
-            guard_path = str(hand(guard_lib.result(), self.box))   # the harness's libraries too: handed
-            if kernels is not None:
-                prebuilt["cuda_extension"] = str(kernels.result())
-        except LinkRefused as refused:
-            self._task_first(need_judge)
-            raise Failed("compile", str(refused), rule=rules.NATIVE_SYMBOL) from None
-        except Exception as exc:
-            from cuda_agent.env.builds.compiler import BuildError
-
-            if not isinstance(exc, BuildError):
-                raise
-            self._task_first(need_judge)
-            raise Failed("compile", exc.summary, exc.rule) from None
-        begun = self._traced("compile.builds", begun)
+        guard_path = self._built(lambda: str(hand(guard_lib.result(), self.box)), need_judge)   # handed too
         self._wait_ready(self.candidate)
         begun = self._traced("compile.candidate_ready", begun)
         self.refused_by = None
@@ -199,9 +184,10 @@ class _Evaluation(BuildServing, Calibration, Twin, CallRounds, StoredBaselines, 
                                      "(kernel.yama.ptrace_scope 0 or 1)")
         if self.backend == "cpu":   # its memory too, for reading its calls' outputs (outside.Memory)
             self._open_memory()
+        # the job, its empty calls, the twin's job and the judge's start all go on while the kernels build
         self.candidate.send(msg.CandidateJob(task_inputs_code=inputs_code, solution_dir=str(solution_dir),
                                              backend=self.backend, config=self._candidate_config(), box=str(self.box),
-                                             prebuilt=prebuilt, guard_lib=guard_path, crash_lib=self._crash_path(),
+                                             guard_lib=guard_path, crash_lib=self._crash_path(),
                                              hold_lib=(hold := self._hold_path()) and str(hand(Path(hold), self.box)),
                                              calibration_calls=self._calibration_calls(), early_model=need_judge))
         self._calibrate()
@@ -209,6 +195,9 @@ class _Evaluation(BuildServing, Calibration, Twin, CallRounds, StoredBaselines, 
         if need_judge:
             self._start_judge()
             begun = self._traced("compile.judge_setup", begun)
+        prebuilt = {} if kernels is None else {"cuda_extension": self._built(lambda: str(kernels.result()), need_judge)}
+        begun = self._traced("compile.builds", begun)
+        self.candidate.send(msg.LoadSolution(prebuilt=prebuilt))
         built = self._ask(self.candidate, self.config.timeout_compile, "compile")
         self._traced("compile.candidate_load", begun)
         self._lap("compile")
@@ -254,9 +243,23 @@ class _Evaluation(BuildServing, Calibration, Twin, CallRounds, StoredBaselines, 
         except (BuildError, OSError):
             return None
 
+    def _built(self, result, need_judge: bool) -> str:
+        """`result()`, a harness build's library; its failure (a build error, a refused link) is the compile
+        phase's, reported after a broken task's (`_task_first`)."""
+        from cuda_agent.env.builds.compiler import BuildError
+
+        try:
+            return result()
+        except LinkRefused as refused:
+            self._task_first(need_judge)
+            raise Failed("compile", str(refused), rule=rules.NATIVE_SYMBOL) from None
+        except BuildError as exc:
+            self._task_first(need_judge)
+            raise Failed("compile", exc.summary, exc.rule) from None
+
     def _task_first(self, need_judge: bool) -> None:
         """Before a build's failure is reported: a broken task is reported instead (the judge's answer)."""
-        if need_judge:
+        if need_judge and not self.judge_set_up:
             self._judge_ready()
         self._lap("compile")
 

@@ -36,8 +36,9 @@ from cuda_agent.env.workers import common
 from cuda_agent.env.workers.heap_fill import set_heap_fill
 from cuda_agent.env.workers.common import device_of, short_traceback
 from cuda_agent.env.workers.messages import (Answer, BuildReply, BuildRequest, CallAnswer, CandidateCall,
-                                             CandidateJob, Final, Finish, Init, Initialised, Loaded, OperatorTable,
-                                             OwnProfiled, Prepare, ProfileOwn, UnknownMessage, Write, read_command)
+                                             CandidateJob, Final, Finish, Init, Initialised, Loaded, LoadSolution,
+                                             OperatorTable, OwnProfiled, Prepare, ProfileOwn, UnknownMessage, Write,
+                                             read_command)
 from cuda_agent.env.workers.protocol import STAGING_SLOT_BYTES, ChildChannel
 from cuda_agent.env.rules import registry as rules
 
@@ -151,12 +152,12 @@ class _Candidate:
 
     # -- setup ---------------------------------------------------------------------------------
 
-    def load(self, trace: common.CallTrace | None = None):
+    def load(self, prebuilt: dict[str, str], trace: common.CallTrace | None = None):
         from cuda_agent.env.builds.compiler import BuildError
 
         try:
             self.model_class, builder = load_candidate(Path(self.job.solution_dir), remote_build(self.chan),
-                                                       self.job.prebuilt, self.cfg.fast_build)
+                                                       prebuilt, self.cfg.fast_build)
             trace and trace.lap("solution", self.device)
         except BuildError as exc:
             return {"ok": False, "phase": "compile", "message": exc.summary}
@@ -505,7 +506,13 @@ def run_candidate(chan: ChildChannel) -> None:
                 return
             chan.send(CallAnswer(**candidate.call(cmd)))
     trace and trace.lap("calibration", candidate.device)
-    built = Loaded(**candidate.load(trace))
+    try:   # sent once the harness's builds for it are done (they ran beside the empty calls)
+        load = read_command(chan.receive(), (LoadSolution,))
+    except UnknownMessage:
+        chan.send(Answer(ok=False, message="the harness sent another command before the solution's load"))
+        return
+    trace and trace.lap("builds_wait", candidate.device)
+    built = Loaded(**candidate.load(load.prebuilt, trace))
     if built.ok and job.early_model:
         candidate.make_early_model()
         trace and trace.lap("early_model", candidate.device)

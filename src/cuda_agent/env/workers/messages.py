@@ -252,20 +252,28 @@ class JudgeJob(Command):
 
 
 class CandidateJob(Command):
-    """The candidate's job: the solution to load, the task's input code, the harness's libraries."""
+    """The candidate's job: the solution to load (when `LoadSolution` follows), the task's input code, the
+    harness's libraries."""
     answer: ClassVar = Loaded
     task_inputs_code: str
     solution_dir: str
     backend: str
     config: EvalConfig
     box: str
-    prebuilt: dict[str, str] = {}
     guard_lib: str | None = None
     hold_lib: str | None = None
     crash_lib: str | None = None   # the fatal-signal report's library (run/crash.py), loaded before the solution
     calibration_calls: int = 0     # empty calls answered before the solution loads (run/calibration.py)
     twin: bool = False             # the candidate's twin (run/twin.py): empty calls only, never a solution
     early_model: bool = False      # make the model once loaded, while the judge makes the reference's
+
+
+class LoadSolution(Command):
+    """Load the solution now (after the job's empty calls): the workspace's extensions the harness built
+    meanwhile (module name -> library), handed into the candidate's box."""
+    answer: ClassVar = Loaded
+    cmd: Literal["load_solution"] = "load_solution"
+    prebuilt: dict[str, str] = {}
 
 
 class BuildReply(Command):
