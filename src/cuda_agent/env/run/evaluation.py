@@ -192,12 +192,13 @@ class _Evaluation(BuildServing, Calibration, Twin, CallRounds, StoredBaselines, 
                                              calibration_calls=self._calibration_calls(), early_model=need_judge))
         self._calibrate()
         self._twin_job(inputs_code, guard_lib.result(), hold)
+        begun = self._traced("compile.calibration", begun)
+        prebuilt = {} if kernels is None else {"cuda_extension": self._built(lambda: str(kernels.result()), need_judge)}
+        begun = self._traced("compile.builds", begun)
+        self.candidate.send(msg.LoadSolution(prebuilt=prebuilt))   # it loads while the judge finishes setting up
         if need_judge:
             self._start_judge()
             begun = self._traced("compile.judge_setup", begun)
-        prebuilt = {} if kernels is None else {"cuda_extension": self._built(lambda: str(kernels.result()), need_judge)}
-        begun = self._traced("compile.builds", begun)
-        self.candidate.send(msg.LoadSolution(prebuilt=prebuilt))
         built = self._ask(self.candidate, self.config.timeout_compile, "compile")
         self._traced("compile.candidate_load", begun)
         self._lap("compile")
