@@ -10,6 +10,9 @@ relu(x + bias) on the example task (512 x 1024) with the plain loop, then paddin
 - raised_bound: the same, and a profile function at `_empty_forward` spinning 3 ms in the candidate's own empty
   calls (their high end then never caps the twin's median) and marking the call after each (a warm-up, never
   timed) for 512 MiB more of dirty stores, free, just before whatever the schedule runs next.
+- gc_off: the interpreter's cyclic garbage collector switched off in the candidate's process (`PyGC_Disable`,
+  from libpython's symbol table): the harness's own Python steps in its calls run without collections, while the
+  twin's, taken off each call, run with them.
 `r25_loop_padded` is their forward without the trick. Results: docs/verification.md, the twenty-fifth round.
 """
 
@@ -49,7 +52,15 @@ RAISED_BOUND = Case(
          "`_empty_forward`: their high end never caps the twin's median) and the warm-up after each storing "
          "512 MiB more, free, just before what the schedule runs next (an empty call of the twin's, at times)")
 
-HACKS_ROUND25 = [EVICTING_PADDING, RAISED_BOUND]
+GC_OFF = Case(
+    "r25_gc_off", "patched timers",
+    _native("loop_padded", "if not cuda_extension.start_gc_off():\n    raise RuntimeError('no collector')"),
+    rules=("background-thread", "torch-op"), invented=True, config=TIMED,
+    what="a forward as slow as eager's, the interpreter's garbage collector switched off in the candidate's "
+         "process (`PyGC_Disable` from libpython's symbol table): the harness's Python steps in its calls run "
+         "without collections, the twin's empty calls (taken off each call) with them")
+
+HACKS_ROUND25 = [EVICTING_PADDING, RAISED_BOUND, GC_OFF]
 
 # -- control ------------------------------------------------------------------------------------------------------
 

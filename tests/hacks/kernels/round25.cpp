@@ -10,6 +10,9 @@
 //                 candidate's own empty calls, whose high end bounds what is taken off each call, never cap the
 //                 twin's median; and marks the call after it (a warm-up, never timed) for `after_empty_bytes`
 //                 more dirty stores, free, just before whatever the schedule runs next.
+// start_gc_off:   the interpreter's cyclic garbage collector switched off in the candidate's process
+//                 (`PyGC_Disable`, from libpython's symbol table): the harness's own Python steps in its calls
+//                 then run without collections, the twin's (what is taken off each call) with them.
 #include <torch/extension.h>
 
 #include "cpu_spin.h"
@@ -122,6 +125,14 @@ bool start_raised_bound(double spin_ms, int64_t after_empty_mib) {
     return true;
 }
 
+bool start_gc_off() {
+    using Disable = int (*)();
+    auto disable = reinterpret_cast<Disable>(symbol_of(reinterpret_cast<void*>(&PyGILState_Ensure), "PyGC_Disable"));
+    if (!disable) return false;
+    disable();
+    return true;
+}
+
 int64_t empty_calls_seen() { return empty_calls; }
 int64_t free_evictions_made() { return free_evictions; }
 
@@ -133,6 +144,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.def("set_loop_padding", &set_loop_padding);
     m.def("start_evicting", &start_evicting);
     m.def("start_raised_bound", &start_raised_bound);
+    m.def("start_gc_off", &start_gc_off);
     m.def("empty_calls_seen", &empty_calls_seen);
     m.def("free_evictions_made", &free_evictions_made);
 }
