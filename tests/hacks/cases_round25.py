@@ -13,6 +13,8 @@ relu(x + bias) on the example task (512 x 1024) with the plain loop, then paddin
 - gc_off: the interpreter's cyclic garbage collector switched off in the candidate's process (`PyGC_Disable`,
   from libpython's symbol table): the harness's own Python steps in its calls run without collections, while the
   twin's, taken off each call, run with them.
+- wide_padding: the padding spent on 512-bit fused multiply-adds, AVX-512's heaviest work, on which Intel's cores
+  lower their clock for a while after: eager's timed run and the twin's empty calls come next.
 `r25_loop_padded` is their forward without the trick. Results: docs/verification.md, the twenty-fifth round.
 """
 
@@ -60,7 +62,14 @@ GC_OFF = Case(
          "process (`PyGC_Disable` from libpython's symbol table): the harness's Python steps in its calls run "
          "without collections, the twin's empty calls (taken off each call) with them")
 
-HACKS_ROUND25 = [EVICTING_PADDING, RAISED_BOUND, GC_OFF]
+WIDE_PADDING = Case(
+    "r25_wide_padding", "patched timers", _native("loop_wide"),
+    rules=("background-thread", "torch-op"), invented=True, config=TIMED,
+    what="a forward as slow as eager's, its padding spent on 512-bit fused multiply-adds (AVX-512's heaviest work, "
+         "on which Intel's cores lower their clock for a while): eager's timed run and the twin's empty calls "
+         "that come next on the core would run at the lower clock")
+
+HACKS_ROUND25 = [EVICTING_PADDING, RAISED_BOUND, GC_OFF, WIDE_PADDING]
 
 # -- control ------------------------------------------------------------------------------------------------------
 

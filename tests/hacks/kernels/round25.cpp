@@ -10,6 +10,10 @@
 //                 candidate's own empty calls, whose high end bounds what is taken off each call, never cap the
 //                 twin's median; and marks the call after it (a warm-up, never timed) for `after_empty_bytes`
 //                 more dirty stores, free, just before whatever the schedule runs next.
+// loop_wide:      the same loop, the same CPU time of padding spent on 512-bit fused multiply-adds (the heaviest
+//                 AVX-512 work, on which Intel's cores lower their clock, and keep it lowered a while after): what
+//                 runs next on that core (eager's timed run on the same draw, the twin's empty call) would run at
+//                 the lower clock, its CPU time longer.
 // start_gc_off:   the interpreter's cyclic garbage collector switched off in the candidate's process
 //                 (`PyGC_Disable`, from libpython's symbol table): the harness's own Python steps in its calls
 //                 then run without collections, the twin's (what is taken off each call) with them.
@@ -19,6 +23,7 @@
 #include "elf_symbol.h"
 
 #include <frameobject.h>
+#include <immintrin.h>
 
 #include <cstdint>
 #include <cstdlib>
@@ -52,7 +57,29 @@ void evict(double until, size_t bytes) {
     }
 }
 
-torch::Tensor forward(torch::Tensor x, torch::Tensor bias, bool evicting) {
+float wide_sink = 0.f;
+
+__attribute__((target("avx512f"))) void wide_spin(double seconds) {
+    const double until = thread_cpu_s() + seconds;
+    __m512 a0 = _mm512_set1_ps(1.0001f), a1 = _mm512_set1_ps(0.9999f), a2 = _mm512_set1_ps(1.0002f),
+           a3 = _mm512_set1_ps(0.9998f), a4 = _mm512_set1_ps(1.0003f), a5 = _mm512_set1_ps(0.9997f),
+           a6 = _mm512_set1_ps(1.0004f), a7 = _mm512_set1_ps(0.9996f);
+    const __m512 m = _mm512_set1_ps(0.99999f), c = _mm512_set1_ps(1e-6f);
+    while (thread_cpu_s() < until)
+        for (int i = 0; i < 256; ++i) {   // eight independent chains keep both FMA ports busy
+            a0 = _mm512_fmadd_ps(a0, m, c); a1 = _mm512_fmadd_ps(a1, m, c);
+            a2 = _mm512_fmadd_ps(a2, m, c); a3 = _mm512_fmadd_ps(a3, m, c);
+            a4 = _mm512_fmadd_ps(a4, m, c); a5 = _mm512_fmadd_ps(a5, m, c);
+            a6 = _mm512_fmadd_ps(a6, m, c); a7 = _mm512_fmadd_ps(a7, m, c);
+        }
+    __m512 all = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)),
+                               _mm512_add_ps(_mm512_add_ps(a4, a5), _mm512_add_ps(a6, a7)));
+    wide_sink += _mm512_reduce_add_ps(all);
+}
+
+enum class Padding { spin, evicting, wide };
+
+torch::Tensor forward(torch::Tensor x, torch::Tensor bias, Padding padding) {
     auto out = torch::empty_like(x);
     const double begun = thread_cpu_s();
     const float* xs = x.data_ptr<float>();
@@ -65,7 +92,8 @@ torch::Tensor forward(torch::Tensor x, torch::Tensor bias, bool evicting) {
             os[r * cols + c] = v > 0.f ? v : 0.f;
         }
     const double loop = thread_cpu_s() - begun;
-    if (evicting && !dirty.empty()) evict(thread_cpu_s() + loop_padding * loop, 0);
+    if (padding == Padding::evicting && !dirty.empty()) evict(thread_cpu_s() + loop_padding * loop, 0);
+    else if (padding == Padding::wide) wide_spin(loop_padding * loop);
     else spin(loop_padding * loop);
     if (empty_just_ran && after_empty_bytes) {   // the call after an empty one is a warm-up: not timed
         evict(0, after_empty_bytes);
@@ -75,8 +103,9 @@ torch::Tensor forward(torch::Tensor x, torch::Tensor bias, bool evicting) {
     return out;
 }
 
-torch::Tensor loop_padded(torch::Tensor x, torch::Tensor bias) { return forward(x, bias, false); }
-torch::Tensor loop_evicting(torch::Tensor x, torch::Tensor bias) { return forward(x, bias, true); }
+torch::Tensor loop_padded(torch::Tensor x, torch::Tensor bias) { return forward(x, bias, Padding::spin); }
+torch::Tensor loop_evicting(torch::Tensor x, torch::Tensor bias) { return forward(x, bias, Padding::evicting); }
+torch::Tensor loop_wide(torch::Tensor x, torch::Tensor bias) { return forward(x, bias, Padding::wide); }
 
 void set_loop_padding(double factor) { loop_padding = factor; }
 
@@ -141,6 +170,7 @@ int64_t free_evictions_made() { return free_evictions; }
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.def("loop_padded", &loop_padded);
     m.def("loop_evicting", &loop_evicting);
+    m.def("loop_wide", &loop_wide);
     m.def("set_loop_padding", &set_loop_padding);
     m.def("start_evicting", &start_evicting);
     m.def("start_raised_bound", &start_raised_bound);
