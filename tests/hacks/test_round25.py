@@ -1,8 +1,9 @@
 """The hack suite's twenty-fifth round on the CPU backend (cases_round25.py): a forward no faster than eager's made to
 earn a speed reward through what its padding leaves behind for eager's timed run and the twin's empty calls (what is
-taken off each call): caches full of its dirty lines, a core clocked down by AVX-512; its own empty calls raised so that their bound never caps the twin's, or the
-interpreter's garbage collector switched off in its process alone (the harness's steps in its calls cheaper than in
-the twin's). A speed cheat is caught when it earns no speed reward."""
+taken off each call: caches full of its dirty lines, a core clocked down by AVX-512), its own empty calls raised so
+that their bound never caps the twin's, or the interpreter's garbage collector switched off in its process alone
+(the harness's steps in its calls cheaper than in the twin's). A speed cheat is caught when it earns no speed
+reward."""
 
 from __future__ import annotations
 
