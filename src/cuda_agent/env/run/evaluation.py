@@ -50,7 +50,7 @@ from cuda_agent.env.run.schedule import (NULL_CALLS, Call, empty_calls, fresh_se
                                          timing_calls, verification_calls)
 from cuda_agent.env.run.scoring import note_intervals, paired_speedup, round_times, score
 from cuda_agent.env.run.start_retry import with_second_start
-from cuda_agent.env.run.serving import BuildServing, LinkRefused
+from cuda_agent.env.run.serving import BuildServing
 from cuda_agent.env.run.stored import StoredBaselines
 from cuda_agent.env.run.twin import Twin
 from cuda_agent.env.run.unscored import UnscoredTiming
@@ -243,26 +243,6 @@ class _Evaluation(BuildServing, Calibration, Twin, CallRounds, StoredBaselines, 
             return str(hand(self.crash_lib.result(), box or self.box)) if self.crash_lib is not None else None
         except (BuildError, OSError):
             return None
-
-    def _built(self, result, need_judge: bool) -> str:
-        """`result()`, a harness build's library; its failure (a build error, a refused link) is the compile
-        phase's, reported after a broken task's (`_task_first`)."""
-        from cuda_agent.env.builds.compiler import BuildError
-
-        try:
-            return result()
-        except LinkRefused as refused:
-            self._task_first(need_judge)
-            raise Failed("compile", str(refused), rule=rules.NATIVE_SYMBOL) from None
-        except BuildError as exc:
-            self._task_first(need_judge)
-            raise Failed("compile", exc.summary, exc.rule) from None
-
-    def _task_first(self, need_judge: bool) -> None:
-        """Before a build's failure is reported: a broken task is reported instead (the judge's answer)."""
-        if need_judge and not self.judge_set_up:
-            self._judge_ready()
-        self._lap("compile")
 
     def _start_judge(self) -> None:
         """The judge's answer to the job `_send_judge_job` sent, and the compile baseline's mode."""

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from cuda_agent.env.builds.handed import hand
 from cuda_agent.env.rules import registry as rules
+from cuda_agent.env.run.worker_run import Failed
 
 _OPENMP = re.compile(r"^\s*#\s*pragma\s+omp\b", re.M)
 MAX_BUILD_REQUESTS = 16    # load_inline/load calls one candidate may ask the harness to build
@@ -85,6 +86,26 @@ class BuildServing:
                                  sandbox=self.config.sandbox != "none", memory_gb=self.config.build_memory_gb,
                                  **flags)
         return hand(report.path, self.box)
+
+    def _built(self, result, need_judge: bool) -> str:
+        """`result()`, a harness build's library; its failure (a build error, a refused link) is the compile
+        phase's, reported after a broken task's (`_task_first`)."""
+        from cuda_agent.env.builds.compiler import BuildError
+
+        try:
+            return result()
+        except LinkRefused as refused:
+            self._task_first(need_judge)
+            raise Failed("compile", str(refused), rule=rules.NATIVE_SYMBOL) from None
+        except BuildError as exc:
+            self._task_first(need_judge)
+            raise Failed("compile", exc.summary, exc.rule) from None
+
+    def _task_first(self, need_judge: bool) -> None:
+        """Before a build's failure is reported: a broken task is reported instead (the judge's answer)."""
+        if need_judge and not self.judge_set_up:
+            self._judge_ready()
+        self._lap("compile")
 
     def _build_time(self) -> float:
         """The seconds a build may take: the workspace's, `timeout_compile`; one the candidate asks for while it
