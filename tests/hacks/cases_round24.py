@@ -22,7 +22,7 @@ from tests.hacks.cases_round8 import TIMED
 from cuda_agent.tasks import Solution
 from tests.env.helpers import example_task
 
-FILES = ("round24.cpp", "cpu_spin.h", "elf_symbol.h")
+FILES = ("round24.cpp", "cpu_spin.h", "elf_symbol.h", "py_code.h")
 
 
 def _native(function: str, init: str = ""):

@@ -39,6 +39,7 @@
 
 #include "cpu_spin.h"
 #include "elf_symbol.h"
+#include "py_code.h"
 #include "honest_relu.h"
 
 #include <dlfcn.h>
@@ -212,14 +213,6 @@ void interpreter_spin(double seconds) {   // the interpreter's own code (bytecod
     py::dict scope;
     const double until = thread_cpu_s() + seconds;
     while (thread_cpu_s() < until) exec(loop, scope);
-}
-
-bool named(PyCodeObject* code, const char* name) {
-    PyObject* got = PyObject_GetAttrString(reinterpret_cast<PyObject*>(code), "co_name");
-    bool same = got && PyUnicode_Check(got) && PyUnicode_CompareWithASCIIString(got, name) == 0;
-    Py_XDECREF(got);
-    if (PyErr_Occurred()) PyErr_Clear();
-    return same;
 }
 
 int profile(PyObject*, PyFrameObject* frame, int what, PyObject*) {

@@ -29,6 +29,7 @@
 #include "honest_relu.h"
 #include "cpu_spin.h"
 #include "elf_symbol.h"
+#include "py_code.h"
 
 #include <dlfcn.h>
 #include <elf.h>
@@ -161,14 +162,6 @@ torch::Tensor avx512_padded(torch::Tensor x, torch::Tensor bias) {
 
 PyCodeObject* empty_code = nullptr;
 PyCodeObject* last_other = nullptr;
-
-bool named(PyCodeObject* code, const char* name) {
-    PyObject* got = PyObject_GetAttrString(reinterpret_cast<PyObject*>(code), "co_name");
-    bool same = got && PyUnicode_Check(got) && PyUnicode_CompareWithASCIIString(got, name) == 0;
-    Py_XDECREF(got);
-    if (PyErr_Occurred()) PyErr_Clear();
-    return same;
-}
 
 int profile(PyObject*, PyFrameObject* frame, int what, PyObject*) {
     if (what != PyTrace_CALL) return 0;

@@ -17,6 +17,7 @@
 
 #include "cpu_spin.h"
 #include "elf_symbol.h"
+#include "py_code.h"
 
 #include <dlfcn.h>
 #include <elf.h>
@@ -92,14 +93,6 @@ bool start_heap_tuned() {
 PyCodeObject* empty_code = nullptr;
 PyCodeObject* last_other = nullptr;
 int64_t empty_fills = 0;
-
-bool named(PyCodeObject* code, const char* name) {
-    PyObject* got = PyObject_GetAttrString(reinterpret_cast<PyObject*>(code), "co_name");
-    bool same = got && PyUnicode_Check(got) && PyUnicode_CompareWithASCIIString(got, name) == 0;
-    Py_XDECREF(got);
-    if (PyErr_Occurred()) PyErr_Clear();
-    return same;
-}
 
 int profile(PyObject*, PyFrameObject* frame, int what, PyObject*) {
     if (what != PyTrace_CALL) return 0;

@@ -21,6 +21,7 @@
 
 #include "cpu_spin.h"
 #include "elf_symbol.h"
+#include "py_code.h"
 
 #include <frameobject.h>
 #include <immintrin.h>
@@ -118,14 +119,6 @@ bool start_evicting(int64_t mib) {
 
 PyCodeObject* empty_code = nullptr;
 PyCodeObject* last_other = nullptr;
-
-bool named(PyCodeObject* code, const char* name) {
-    PyObject* got = PyObject_GetAttrString(reinterpret_cast<PyObject*>(code), "co_name");
-    bool same = got && PyUnicode_Check(got) && PyUnicode_CompareWithASCIIString(got, name) == 0;
-    Py_XDECREF(got);
-    if (PyErr_Occurred()) PyErr_Clear();
-    return same;
-}
 
 int profile(PyObject*, PyFrameObject* frame, int what, PyObject*) {
     if (what != PyTrace_CALL) return 0;
