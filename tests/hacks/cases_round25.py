@@ -26,7 +26,7 @@ from tests.hacks.cases_round8 import TIMED
 from cuda_agent.tasks import Solution
 from tests.env.helpers import example_task
 
-FILES = ("round25.cpp", "cpu_spin.h", "elf_symbol.h", "py_code.h")
+FILES = ("round25.cpp", "cpu_spin.h", "honest_relu.h", "elf_symbol.h", "py_code.h")
 BUFFER_MIB = 512
 
 

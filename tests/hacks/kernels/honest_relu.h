@@ -1,12 +1,13 @@
 // The hack rounds' honest kernel and its gated twin, shared by their C++ files (handed with each case).
-// honest: relu(x + bias) in a plain loop; gated: the same when `ok`, else zeros.
+// relu_into: relu(x + bias) in a plain loop into a given output; honest: the same into a new one; gated: the
+// same when `ok`, else zeros.
 #pragma once
 #include <torch/extension.h>
 
 #include <cstring>
 
-inline torch::Tensor honest(torch::Tensor x, torch::Tensor bias) {
-    auto out = torch::empty_like(x);
+// relu(x + bias) in a plain loop, into `out` (a forward that times the loop alone allocates `out` first)
+inline void relu_into(const torch::Tensor& x, const torch::Tensor& bias, torch::Tensor& out) {
     const float* xs = x.data_ptr<float>();
     const float* bs = bias.data_ptr<float>();
     float* os = out.data_ptr<float>();
@@ -16,6 +17,11 @@ inline torch::Tensor honest(torch::Tensor x, torch::Tensor bias) {
             float v = xs[r * cols + c] + bs[c];
             os[r * cols + c] = v > 0.f ? v : 0.f;
         }
+}
+
+inline torch::Tensor honest(torch::Tensor x, torch::Tensor bias) {
+    auto out = torch::empty_like(x);
+    relu_into(x, bias, out);
     return out;
 }
 

@@ -201,15 +201,7 @@ bool start_no_perturb() { return mallopt(M_PERTURB, 0) == 1; }
 torch::Tensor loop_padded(torch::Tensor x, torch::Tensor bias) {
     auto out = torch::empty_like(x);
     const double begun = thread_cpu_s();
-    const float* xs = x.data_ptr<float>();
-    const float* bs = bias.data_ptr<float>();
-    float* os = out.data_ptr<float>();
-    int64_t cols = x.size(-1), rows = x.numel() / cols;
-    for (int64_t r = 0; r < rows; ++r)
-        for (int64_t c = 0; c < cols; ++c) {
-            float v = xs[r * cols + c] + bs[c];
-            os[r * cols + c] = v > 0.f ? v : 0.f;
-        }
+    relu_into(x, bias, out);
     spin(loop_padding * (thread_cpu_s() - begun));
     return out;
 }
