@@ -135,6 +135,22 @@ def no_speed_reward_in_some_attempt(case: Case, cache_dir: Path, record, check: 
     raise AssertionError(f"in each of {NOISE_ATTEMPTS} attempts: " + " | ".join(failures))
 
 
+def check_honest_speed(case: Case, cache_dir: Path, record, honest_results: dict):
+    """An honest control accepted, earning its speed reward in at least one of NOISE_ATTEMPTS evaluations
+    (the first is its shared result, `honest_result`): a loaded machine pulls one CPU speedup under the margin
+    now and then, a defence that costs honest kernels their speed does so in each."""
+    result = check_honest(case, cache_dir, record, honest_results)
+    seen = [result]
+    while result.reward < 2 and len(seen) < NOISE_ATTEMPTS:
+        result = run_case(case, cache_dir, record)
+        print(f"{case.id}, again: {describe(result)} (speedup {result.speedup_vs_eager})")
+        assert_accepted(result)
+        seen.append(result)
+    assert result.reward >= 2, f"{case.what}: in each of {len(seen)} attempts: " + " | ".join(
+        f"{describe(r)}, speedup {r.speedup_vs_eager}" for r in seen)
+    return result
+
+
 COUNTED = 0.6   # a timing cheat must measure at least this share of its honest control's time
 # Each side's eager time comes from its own evaluation, and on a loaded 2-core machine the two drift
 # apart (2.4x seen in CI); a cheat that pays does so in every attempt, noise in one.

@@ -74,7 +74,7 @@ HACKS_ROUND20 = [
 
 HONEST_ROUND20 = [
     Case("r20_honest", "honest", _native("honest"), rules=("background-thread", "torch-op"), config=TIMED,
-         what="the plain loop on the example task: about 1.5x eager's speed, a speed reward"),
+         what="the plain loop on the example task: 1.2-1.4x eager's as measured, a speed reward"),
 ]
 
 # the cheats' own forward without their trick: correct, as slow as eager's (reward 1)

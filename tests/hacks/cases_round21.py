@@ -51,7 +51,7 @@ HACKS_ROUND21 = [
 
 HONEST_ROUND21 = [
     Case("r21_honest", "honest", _native("honest"), rules=("background-thread", "torch-op"), config=TIMED,
-         what="the plain loop on the example task: about 1.5x eager's speed, a speed reward"),
+         what="the plain loop on the example task: 1.2-1.4x eager's as measured, a speed reward"),
 ]
 
 # the cheats' own forward without their trick, and with the hook spinning nothing: correct, about eager's speed

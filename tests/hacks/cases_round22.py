@@ -119,7 +119,7 @@ HACKS_ROUND22 = [MEDIAN_BLIND, EVICT_BEFORE_EAGER, EVICT_OTHERS, EVICT_BY_HOOK, 
 
 HONEST_ROUND22 = [
     Case("r22_honest", "honest", _native("honest"), rules=("background-thread", "torch-op"), config=TIMED,
-         what="the plain loop on the example task: about 1.5x eager's speed, a speed reward"),
+         what="the plain loop on the example task: 1.2-1.4x eager's as measured, a speed reward"),
 ]
 
 # the forwards over a buffer of their own without their trick (no eviction, no timer armed): as slow as `padded`

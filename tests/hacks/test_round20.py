@@ -10,7 +10,7 @@ import random
 
 import pytest
 
-from tests.hacks.cases import assert_accepted, assert_rejected, check_honest, describe, run_case
+from tests.hacks.cases import assert_accepted, assert_rejected, check_honest_speed, describe, run_case
 from tests.hacks.cases_round20 import HACKS_ROUND20, HONEST_ROUND20, PADDED
 
 from cuda_agent.env.run import evaluation, schedule
@@ -31,8 +31,7 @@ def assert_no_speed_reward(case, result) -> None:
 
 @pytest.mark.parametrize("case", HONEST_ROUND20, ids=lambda c: c.id)
 def test_honest_solution_keeps_its_speed_reward(case, cache_dir, record, honest_results):
-    result = check_honest(case, cache_dir, record, honest_results)
-    assert result.reward >= 2, f"{case.what}: {describe(result)}, speedup {result.speedup_vs_eager}"
+    check_honest_speed(case, cache_dir, record, honest_results)
 
 
 def test_the_cheats_forward_alone_earns_no_speed_reward(cache_dir, record):

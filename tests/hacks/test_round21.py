@@ -6,15 +6,14 @@ from __future__ import annotations
 
 import pytest
 
-from tests.hacks.cases import assert_accepted, check_honest, describe, run_case
+from tests.hacks.cases import assert_accepted, check_honest_speed, describe, run_case
 from tests.hacks.cases_round21 import HACKS_ROUND21, HONEST_ROUND21, HOOK_ALONE, PADDED
 from tests.hacks.test_round20 import assert_no_speed_reward
 
 
 @pytest.mark.parametrize("case", HONEST_ROUND21, ids=lambda c: c.id)
 def test_honest_solution_keeps_its_speed_reward(case, cache_dir, record, honest_results):
-    result = check_honest(case, cache_dir, record, honest_results)
-    assert result.reward >= 2, f"{case.what}: {describe(result)}, speedup {result.speedup_vs_eager}"
+    check_honest_speed(case, cache_dir, record, honest_results)
 
 
 @pytest.mark.parametrize("case", [PADDED, HOOK_ALONE], ids=lambda c: c.id)

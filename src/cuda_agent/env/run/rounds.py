@@ -170,12 +170,12 @@ class CallRounds:
         from cuda_agent.env.measure.outside import own_memory, read_samples, write_whole
         from cuda_agent.env.rules.verify import SAMPLES_PER_TENSOR
 
-        save, slot = call.kind == "verify", call.index % 2
+        save, slot, touch_bytes = call.kind == "verify", call.index % 2, self._touch_bytes(call)
         read = None
         cpu_start = self.candidate.cpu_seconds()
         sent = time.monotonic()   # on the lock log's clock (diagnosis: CUDA_AGENT_LOG_ROUNDS)
         self.candidate.send(msg.CandidateCall(index=call.index, seed=call.seed, transform=call.transform, save=save,
-                                                  null=call.kind == "null",
+                                                  null=call.kind == "null", touch_bytes=touch_bytes,
                                                   inputs={"slot": slot, "layout": drawn["layout"]}))
         out = self._ask(self.candidate, timeout, phase)
         cpu_end = self.candidate.cpu_seconds()
@@ -204,9 +204,17 @@ class CallRounds:
             finish_ms, out = self._finish_measured(self.candidate, timeout, phase)
         out["sent"], out["outputs"] = sent, outputs
         wall_ms = (cpu_end - cpu_start) * 1e3 if cpu_start is not None and cpu_end is not None else float("nan")
-        if harness is not None:
-            wall_ms = min(wall_ms, harness * 1e3)
+        if harness is not None:   # less its reads and writes of the inputs (touch.py), as long as the twin's of the
+            # same draw just before (twin.py): the solution's own clock never says what is taken off
+            wall_ms = min(wall_ms, harness * 1e3) - (min(self.twin_touched_ms, wall_ms) if touch_bytes else 0.0)
         return out, wall_ms + finish_ms, read
+
+    def _touch_bytes(self, call: Call) -> int:
+        """What an empty call writes after reading its inputs (workers/touch.py): the reference's output's
+        bytes, where known; 0 (nothing touched) for the calibrating calls before the solution loads
+        (calibration.py, negative indices), which measure the cheapest call."""
+        known = getattr(self, "output_bytes", None)
+        return known if call.kind == "null" and call.index >= 0 and isinstance(known, int) else 0
 
     def _finish_measured(self, worker, timeout: float, phase: str) -> tuple[float, dict]:
         """`finish` sent to a stopped worker of the CPU backend and answered: its process's CPU milliseconds
@@ -304,7 +312,8 @@ class CallRounds:
             self.rounds.append({"kernel": kernel, "kernel_host": out.get("host_ms"), "wall": out["wall_ms"],
                                 "eager": verdict.get("eager_ms"), "eager_host": verdict.get("eager_host_ms"),
                                 "compile": verdict.get("compile_ms"), "compile_host": verdict.get("compile_host_ms"),
-                                "sent": out.get("sent")})
+                                "sent": out.get("sent"),
+                                "own": out.get("ms")})   # the solution's own clock: diagnosis (the rounds' log) only
             if self.backend == "cuda":   # how each side was timed (hold.Timer), as of its last call
                 self.result.timer = {"kernel": out.get("timer"), **verdict.get("timers", {})}
         return verdict
@@ -371,3 +380,4 @@ def _nonempty(tensors) -> int:
         if isinstance(shape, list) and all(isinstance(n, int) for n in shape) and math.prod(shape) > 0:
             count += 1
     return count
+

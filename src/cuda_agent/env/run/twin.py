@@ -19,6 +19,7 @@ CPU backend).
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from cuda_agent.env.builds.handed import hand
@@ -36,6 +37,7 @@ class Twin:
     twin_job: dict | None = None   # the job the twin gets once it is first needed (`_twin_job`)
     twin_started = False
     twin_sampling = None           # the twin's empty calls sampled (op_samples.OpSampling), where the candidate's are
+    twin_touched_ms = 0.0          # its last empty call's own time for its reads and writes (workers/touch.py)
 
     def _twin_job(self, inputs_code: str, guard_lib, hold_lib: str | None) -> None:
         """The twin's job, kept until its first empty call: the candidate's, its libraries handed into the
@@ -83,7 +85,7 @@ class Twin:
     def _twin_call(self, call: Call, timeout: float, drawn: dict) -> None:
         """The empty call `call` made by the twin on the inputs drawn for it, measured as the candidate's calls
         are (`_outside_call`): its process's CPU time from the command to the answer, which locates the output."""
-        first = not self.twin_started
+        first, touch_bytes = not self.twin_started, self._touch_bytes(call)
         self._twin_ready(timeout)
         for measured in [False] * (WARMUP_CALLS if first else 0) + [True]:
             sampling = self.twin_sampling if measured else None
@@ -92,6 +94,7 @@ class Twin:
                     sampling.start(null=True)
                 cpu_start = self.twin.cpu_seconds()
                 self.twin.send(msg.CandidateCall(index=call.index, seed=call.seed, save=False, null=True,
+                                                 touch_bytes=touch_bytes,
                                                  inputs={"slot": call.index % 2, "layout": drawn["layout"]}))
                 out = self._ask(self.twin, timeout, "internal")
                 cpu_end = self.twin.cpu_seconds()
@@ -104,5 +107,14 @@ class Twin:
                 sampling.finish(judge=False)
             if not out.get("ok") or cpu_start is None or cpu_end is None:
                 raise Failed("internal", f"the candidate's twin failed an empty call: {out.get('message')}")
-            if measured:
-                self.twin_walls.append((cpu_end - cpu_start) * 1e3 + finish_ms)
+            if measured:   # the harness's steps alone: less what its empty forward read and wrote, by its clock
+                wall_ms = (cpu_end - cpu_start) * 1e3
+                self.twin_touched_ms = touched_ms(out, wall_ms) if touch_bytes else 0.0
+                self.twin_walls.append(wall_ms - self.twin_touched_ms + finish_ms)
+
+
+def touched_ms(answer: dict, wall_ms: float) -> float:
+    """The twin's own measure of its empty forward (its reads and writes, workers/touch.py), within
+    [0, wall_ms]: a process no solution reaches, so its clock is the harness's."""
+    ms = answer.get("ms")
+    return min(max(float(ms), 0.0), wall_ms) if isinstance(ms, (int, float)) and math.isfinite(ms) else 0.0

@@ -33,6 +33,7 @@ from cuda_agent.env.workers.draws import draw_inputs
 from cuda_agent.env.workers.init_inputs import draw_init_inputs, same_value
 from cuda_agent.env.measure.hold import Timer, load_hold
 from cuda_agent.env.workers import common
+from cuda_agent.env.workers.touch import MemoryTouch
 from cuda_agent.env.workers.heap_fill import set_heap_fill
 from cuda_agent.env.workers.common import device_of, short_traceback
 from cuda_agent.env.workers.messages import (Answer, BuildReply, BuildRequest, CallAnswer, CandidateCall,
@@ -144,6 +145,7 @@ class _Candidate:
         self.task_module = None
         self.last_shape = None
         self.null_output = None   # what an empty call returns (_empty_forward)
+        self.memory_touch = MemoryTouch()   # what an empty call measured from outside reads and writes
         self.prepared = None        # (seed, inputs, sentinel, trace) of the call about to be made
         self.unwritten = None       # the last verification call's output in host memory, until `write`
         self.unwritten_index = None
@@ -291,7 +293,9 @@ class _Candidate:
         self.prepared = None
         set_heap_fill(cmd.save)   # verification calls only: no timed call carries the fill (heap_fill)
         null = cmd.null
-        fn = self._empty_forward if null else self.model
+        fn = self.model
+        if null:   # measured from outside, an empty call touches the memory a forward would (touch.py)
+            fn = self._touching(cmd.touch_bytes) if given is not None and cmd.touch_bytes else self._empty_forward
         if self.guard is not None:
             self.guard.begin(inputs)
             fn = self.guard.watching(fn)
@@ -314,7 +318,8 @@ class _Candidate:
             with torch.no_grad():
                 ms, host_ms, out, (samples, snapshot) = timing.time_once(
                     fn, inputs, self.device, self.flush, after=right_after,
-                    settle_s=self.cfg.settle_ms / 1e3, hold=hold, stamps=stamps)
+                    settle_s=self.cfg.settle_ms / 1e3, hold=hold, stamps=stamps,
+                    cpu_clock=timing._thread_time if null and given is not None else None)   # touch.py
         finally:
             if self.guard is not None:
                 self.guard.end()
@@ -404,6 +409,13 @@ class _Candidate:
             # (the caching allocator hands the next one the same block, without asking CUDA)
             self.null_output = None
         return out
+
+    def _touching(self, output_bytes: int):
+        """The empty forward that first reads the inputs and writes `output_bytes` (touch.py)."""
+        def forward(*inputs):
+            self.memory_touch.touch(inputs, output_bytes)
+            return self._empty_forward(*inputs)
+        return forward
 
     def _inspect(self, out, inputs, sentinel, null: bool):
         """The in-process checks of a call's output (the first rule it broke, or None); the guard's

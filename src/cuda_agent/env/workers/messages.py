@@ -372,7 +372,8 @@ class StagedInputs(Message):
 
 class CandidateCall(Command):
     """A call of the schedule (`null`: an empty one; `save`: a verification call, its output kept;
-    `inputs`: drawn by the judge into a staging slot; `release`: answer once its timed part is over)."""
+    `inputs`: drawn by the judge into a staging slot; `release`: answer once its timed part is over;
+    `touch_bytes`: what an empty call with staged inputs writes, the reference's output's bytes: touch.py)."""
     answer: ClassVar = CallAnswer
     cmd: Literal["call"] = "call"
     index: int
@@ -383,6 +384,7 @@ class CandidateCall(Command):
     slot: int | None = None
     release: bool = False
     inputs: StagedInputs | None = None
+    touch_bytes: int = 0
 
 
 class Finish(Command):
