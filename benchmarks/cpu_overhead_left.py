@@ -64,9 +64,9 @@ def main() -> None:
             print(f"{name:5} kernel {row['kernel']:.3f} ms, own {row['own']:.3f} ms, left {row['left']:+.3f} ms, "
                   f"eager {row['eager']:.3f} ms, speedup {row['speedup']:.2f}x, reward {row['reward']}", flush=True)
     for name, rows in seen.items():
+        rewarded = sum(r["reward"] >= 2 for r in rows)
         print(f"{name}: median left {statistics.median(r['left'] for r in rows):+.3f} ms, median speedup "
-              f"{statistics.median(r['speedup'] for r in rows):.2f}x, speed rewards {sum(r['reward'] >= 2 for r in rows)}"
-              f"/{len(rows)}")
+              f"{statistics.median(r['speedup'] for r in rows):.2f}x, speed rewards {rewarded}/{len(rows)}")
 
 
 if __name__ == "__main__":
