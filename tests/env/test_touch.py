@@ -14,7 +14,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from cuda_agent.env.run.twin import touched_ms
-from cuda_agent.env.workers.touch import READ_CHUNK, MemoryTouch, _span_bytes
+from cuda_agent.env.workers.touch import LIMIT, READ_CHUNK, MemoryTouch, _span_bytes
 
 
 class _Ops(TorchDispatchMode):
@@ -48,6 +48,20 @@ def test_the_output_bytes_are_written_in_one_kept_buffer():
     assert touch.output is buffer
 
 
+def test_a_large_tasks_reads_and_writes_are_capped():
+    """At most LIMIT bytes written, and read: past them, an input's bytes are not reached (here a page
+    that faults on any access)."""
+    touch = MemoryTouch()
+    touch.touch([torch.empty(0)], 3 * LIMIT)
+    assert touch.output.numel() == LIMIT
+    _touch_in_child(f"""
+        region = mmap.mmap(-1, {LIMIT} + mmap.PAGESIZE)
+        whole = torch.frombuffer(region, dtype=torch.uint8)
+        protect(whole.data_ptr() + {LIMIT}, mmap.PAGESIZE)
+        MemoryTouch().touch([whole[: {LIMIT} // 2], whole[{LIMIT} // 2:]], 64)
+    """)
+
+
 def test_touching_runs_no_aten_operator_once_its_buffers_exist():
     """The guard records every ATen operator of an empty call too: the reads and the writes go through the
     C library instead."""
@@ -62,17 +76,24 @@ def test_touching_runs_no_aten_operator_once_its_buffers_exist():
 def test_an_inputs_view_is_read_without_reaching_past_it():
     """A view of a larger storage is read to its last byte, no further: the rest of the storage may not be
     readable (here a page that faults on any access, which kills the process that reads it)."""
+    _touch_in_child("""
+        region = mmap.mmap(-1, 2 * mmap.PAGESIZE)
+        whole = torch.frombuffer(region, dtype=torch.uint8)   # a storage of both pages
+        protect(whole.data_ptr() + mmap.PAGESIZE, mmap.PAGESIZE)
+        MemoryTouch().touch([whole[: mmap.PAGESIZE // 2].view(torch.int16)], 64)
+    """)
+
+
+def _touch_in_child(body: str) -> None:
+    """`body` run in a child process (`protect(address, size)` makes pages fault on any access); it must
+    return, not crash."""
     code = textwrap.dedent("""
         import ctypes, mmap, torch
         from cuda_agent.env.workers.touch import MemoryTouch
-        page = mmap.PAGESIZE
-        region = mmap.mmap(-1, 2 * page)
-        whole = torch.frombuffer(region, dtype=torch.uint8)   # a storage of both pages
-        address = whole.data_ptr() + page
-        assert ctypes.CDLL(None).mprotect(ctypes.c_void_p(address), ctypes.c_size_t(page), 0) == 0
-        MemoryTouch().touch([whole[: page // 2].view(torch.int16)], 64)
-        print("read")
-    """)
+
+        def protect(address, size):
+            assert ctypes.CDLL(None).mprotect(ctypes.c_void_p(address), ctypes.c_size_t(size), 0) == 0
+    """) + textwrap.dedent(body) + "\nprint('read')\n"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and done.stdout.strip() == "read", done.stderr[-2000:]
 

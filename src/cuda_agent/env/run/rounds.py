@@ -380,4 +380,3 @@ def _nonempty(tensors) -> int:
         if isinstance(shape, list) and all(isinstance(n, int) for n in shape) and math.prod(shape) > 0:
             count += 1
     return count
-

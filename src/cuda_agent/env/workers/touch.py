@@ -20,6 +20,9 @@ import torch
 from cuda_agent.env.rules.verify import tensors_in
 
 READ_CHUNK = 256 << 10   # the inputs are read through a buffer this size, which stays in the core's cache
+# at most this much read and as much written: it already pushes the harness's working set out of a core's own
+# caches and most of a last-level cache, and a larger task's forward dwarfs what a colder cache would add
+LIMIT = 64 << 20
 
 _memmove = ctypes.memmove   # bound before any of a solution's code runs
 _memset = ctypes.memset
@@ -34,14 +37,16 @@ class MemoryTouch:
         self.output: torch.Tensor | None = None
 
     def touch(self, inputs, output_bytes: int) -> None:
-        """Read the bytes every CPU input tensor spans, then write `output_bytes` bytes."""
-        scratch = self.scratch.data_ptr()
+        """Read the bytes every CPU input tensor spans, then write `output_bytes` bytes (each at most LIMIT)."""
+        scratch, budget = self.scratch.data_ptr(), LIMIT
         for t in tensors_in(inputs):
             if t.device.type != "cpu" or t.layout != torch.strided or not t.numel():
                 continue
-            start, size = t.data_ptr(), _span_bytes(t)
+            start, size = t.data_ptr(), min(_span_bytes(t), budget)
             for offset in range(0, size, READ_CHUNK):
                 _memmove(scratch, start + offset, min(READ_CHUNK, size - offset))
+            budget -= size
+        output_bytes = min(output_bytes, LIMIT)
         if output_bytes > 0:
             if self.output is None or self.output.numel() != output_bytes:
                 self.output = torch.empty(output_bytes, dtype=torch.uint8)
