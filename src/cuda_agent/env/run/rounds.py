@@ -82,9 +82,12 @@ class CallRounds:
             inputs = sum(dtype.itemsize * math.prod(shape) for dtype, shape in parse_layout(prepared.get("layout")))
         except UnreadableOutput:
             inputs = 0
-        output = getattr(self, "output_bytes", None)
-        output = output if isinstance(output, int) else 0
-        return inputs + output
+        return inputs + self._known_output_bytes()
+
+    def _known_output_bytes(self) -> int:
+        """The reference's output's bytes (the judge's first run), 0 while unknown."""
+        known = getattr(self, "output_bytes", None)
+        return known if isinstance(known, int) else 0
 
     def _verdict(self, phase: str, step, *args, call: Call | None = None) -> None:
         """A step of the harness's verdict on the call (call_verdict.CallVerdicts): a rule broken fails
@@ -213,8 +216,7 @@ class CallRounds:
         """What an empty call writes after reading its inputs (workers/touch.py): the reference's output's
         bytes, where known; 0 (nothing touched) for the calibrating calls before the solution loads
         (calibration.py, negative indices), which measure the cheapest call."""
-        known = getattr(self, "output_bytes", None)
-        return known if call.kind == "null" and call.index >= 0 and isinstance(known, int) else 0
+        return self._known_output_bytes() if call.kind == "null" and call.index >= 0 else 0
 
     def _finish_measured(self, worker, timeout: float, phase: str) -> tuple[float, dict]:
         """`finish` sent to a stopped worker of the CPU backend and answered: its process's CPU milliseconds
