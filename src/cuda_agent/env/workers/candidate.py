@@ -293,9 +293,10 @@ class _Candidate:
         self.prepared = None
         set_heap_fill(cmd.save)   # verification calls only: no timed call carries the fill (heap_fill)
         null = cmd.null
+        outside_null = null and given is not None   # measured from outside: timed on the thread's clock (touch.py)
         fn = self.model
-        if null:   # measured from outside, an empty call touches the memory a forward would (touch.py)
-            fn = self._touching(cmd.touch_bytes) if given is not None and cmd.touch_bytes else self._empty_forward
+        if null:   # measured from outside, an empty call touches the memory a forward would
+            fn = self._touching(cmd.touch_bytes) if outside_null and cmd.touch_bytes else self._empty_forward
         if self.guard is not None:
             self.guard.begin(inputs)
             fn = self.guard.watching(fn)
@@ -319,7 +320,7 @@ class _Candidate:
                 ms, host_ms, out, (samples, snapshot) = timing.time_once(
                     fn, inputs, self.device, self.flush, after=right_after,
                     settle_s=self.cfg.settle_ms / 1e3, hold=hold, stamps=stamps,
-                    cpu_clock=timing._thread_time if null and given is not None else None)   # touch.py
+                    cpu_clock=timing._thread_time if outside_null else None)
         finally:
             if self.guard is not None:
                 self.guard.end()

@@ -53,7 +53,6 @@ class MemoryTouch:
             _memset(self.output.data_ptr(), 0, output_bytes)
 
 
-
 def _span_bytes(t: torch.Tensor) -> int:
     """The bytes from a tensor's first element to its last (its view's, not its storage's: staged inputs
     are views of one shared file)."""
