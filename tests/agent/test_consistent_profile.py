@@ -13,6 +13,7 @@ import re
 from dataclasses import replace
 
 from cuda_agent.agent.workspace import Workspace
+from cuda_agent.env.explain import UNRESOLVED
 from cuda_agent.env.reward import NEEDED, decisive, is_faster_speedup, speedup_words, totals_decide
 from tests.env.helpers import HONEST_BODY, cpu_workspace, example_task, kernel
 
@@ -44,12 +45,16 @@ def contradictions(text: str, r) -> list[str]:
         found.append(f"reward lines {rewards} for reward {r.reward}")
     target = "target not met yet" in text
     read = decisive(r.speedup_vs_eager, r.speedup_totals.get("eager"))   # the figure the reward reads
-    if target != (not is_faster_speedup(read)):   # no torch.compile baseline here
-        found.append(f"target line {target} for a speedup of {read}")
-    if (r.reward >= 2) != is_faster_speedup(read):
-        found.append(f"reward {r.reward} for a speedup of {read}")
-    if totals_decide(r.speedup_vs_eager, r.speedup_totals.get("eager")) != ("calls' total time is only" in text):
-        found.append("the totals decided, but the profile does not say so (or says so when they did not)")
+    if not r.time_resolved:   # the kernel's time inside the harness's noise (a loaded machine): no speed decided
+        if r.reward != 1 or target or f"target not decided: {UNRESOLVED}" not in text:
+            found.append(f"reward {r.reward} or a target line for a time not told apart from zero")
+    else:
+        if target != (not is_faster_speedup(read)):   # no torch.compile baseline here
+            found.append(f"target line {target} for a speedup of {read}")
+        if (r.reward >= 2) != is_faster_speedup(read):
+            found.append(f"reward {r.reward} for a speedup of {read}")
+        if totals_decide(r.speedup_vs_eager, r.speedup_totals.get("eager")) != ("calls' total time is only" in text):
+            found.append("the totals decided, but the profile does not say so (or says so when they did not)")
     if f"you are {speedup_words(r.speedup_vs_eager)}" not in text:
         found.append("the eager line's words are not the speedup's")
     saved = re.search(r"time saved vs eager PyTorch ([+-][\d.]+)%", text.replace(" %", "%"))

@@ -220,6 +220,9 @@ TEMPLATE_BOMB = ("template <int N, unsigned long P> struct T {\n"
 # settings of the build cases: a short compile phase (the cheats run to it before the fixes), and for the memory
 # bomb a small limit on a compile's memory
 BUILD_TIME = dict(timeout_compile=20.0)
+# a case whose torch-including unit compiles in full before its link is refused: 10-15 s on an idle 2-core machine,
+# past 20 s under CI's load (the fresh-install test beside the suite)
+LINK_BUILD_TIME = dict(timeout_compile=60.0)
 
 HACKS_ROUND15 = [
     Case("r15_response_file_unit", "editing protected files", _response_file_unit(), rules=("build-input",),
@@ -231,7 +234,7 @@ HACKS_ROUND15 = [
          what="the same response file, the specs' assembler a shell script of the solution's that starts `sleep 613` "
               "in the background, to outlive the build"),
     Case("r15_linker_script_embeds_a_file", "editing protected files", _linker_script(), rules=("*",),
-         invented=True, config=BUILD_TIME,
+         invented=True, config=LINK_BUILD_TIME,
          what="a source r15.ld (TARGET(binary) INPUT(libtorch_global_deps.so)) linked by -L. -l:r15.ld: the linker "
               "reads the solution's text as a linker script and embeds the library's bytes"),
     Case("r15_output_flood", "editing protected files",
