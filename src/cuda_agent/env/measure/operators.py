@@ -39,8 +39,8 @@ def profile_forward(forward: Callable[[], object], device, calls: int = 3, rows:
     """torch.profiler over `calls` calls of `forward()` (one more first, unprofiled, to warm it):
     the `rows` largest by self time per forward. On a GPU the time is the device's (CUDA activity)
     and the rows are operators, or with `kernels` the kernels themselves; on the CPU it is the
-    operators' CPU time, and `extensions` (from `extension_functions`) names the extension calls,
-    which the Python tracer records. Returns `{"clock", "calls", "total_ms", "rows"}`."""
+    operators' CPU time (the heap mapped first, `settle_heap`), and `extensions` (from
+    `extension_functions`) names the extension calls, which the Python tracer records. Returns `{"clock", "calls", "total_ms", "rows"}`."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -65,9 +65,9 @@ def profile_forward(forward: Callable[[], object], device, calls: int = 3, rows:
     return table(found, "cuda" if gpu else "cpu", calls, rows)
 
 
-def settle_heap(total: int = SETTLED_HEAP_BYTES, chunk: int = HEAP_CHUNK_BYTES) -> int:
+def settle_heap(total: int = SETTLED_HEAP_BYTES, chunk: int = HEAP_CHUNK_BYTES) -> None:
     """Maps `total` bytes of the C heap (allocated in chunks, written, freed) so that the profiled calls'
-    tensors reuse mapped pages; libc's own calls, no ATen operator. Returns the bytes written."""
+    tensors reuse mapped pages; libc's own calls, no ATen operator."""
     libc = ctypes.CDLL(None)
     libc.malloc.argtypes, libc.malloc.restype = (ctypes.c_size_t,), ctypes.c_void_p
     libc.memset.argtypes, libc.memset.restype = (ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t), ctypes.c_void_p
@@ -78,7 +78,6 @@ def settle_heap(total: int = SETTLED_HEAP_BYTES, chunk: int = HEAP_CHUNK_BYTES) 
             libc.memset(block, 0, chunk)
     for block in blocks:
         libc.free(block)
-    return chunk * sum(1 for block in blocks if block)
 
 
 def table(found: list[tuple[str, str, float, int]], clock: str, calls: int, rows: int) -> dict:
